@@ -1,0 +1,406 @@
+/* model_load.c: the tensor list of a config, loading it from safetensors,
+ * and random initialisation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "model_work.h"
+#include "safetensors.h"
+
+static const char *const layer_names[TACO_L_COUNT] = {
+	[TACO_L_ATTN_NORM] = "input_layernorm.weight",
+	[TACO_L_Q] = "self_attn.q_proj.weight",
+	[TACO_L_K] = "self_attn.k_proj.weight",
+	[TACO_L_V] = "self_attn.v_proj.weight",
+	[TACO_L_O] = "self_attn.o_proj.weight",
+	[TACO_L_Q_BIAS] = "self_attn.q_proj.bias",
+	[TACO_L_K_BIAS] = "self_attn.k_proj.bias",
+	[TACO_L_V_BIAS] = "self_attn.v_proj.bias",
+	[TACO_L_O_BIAS] = "self_attn.o_proj.bias",
+	[TACO_L_Q_NORM] = "self_attn.q_norm.weight",
+	[TACO_L_K_NORM] = "self_attn.k_norm.weight",
+	[TACO_L_MLP_NORM] = "post_attention_layernorm.weight",
+	[TACO_L_GATE] = "mlp.gate_proj.weight",
+	[TACO_L_UP] = "mlp.up_proj.weight",
+	[TACO_L_DOWN] = "mlp.down_proj.weight",
+};
+
+/* Shape of a layer slot, or ndim 0 when the config has no such tensor. */
+static int slot_shape(const taco_config *c, int slot, int64_t shape[2])
+{
+	int64_t H = c->hidden, I = c->intermediate;
+	int64_t D = (int64_t)c->heads * c->head_dim;
+	int64_t Dkv = (int64_t)c->kv_heads * c->head_dim;
+
+	switch (slot) {
+	case TACO_L_ATTN_NORM:
+	case TACO_L_MLP_NORM:
+		shape[0] = H;
+		return 1;
+	case TACO_L_Q:
+		shape[0] = D, shape[1] = H;
+		return 2;
+	case TACO_L_K:
+	case TACO_L_V:
+		shape[0] = Dkv, shape[1] = H;
+		return 2;
+	case TACO_L_O:
+		shape[0] = H, shape[1] = D;
+		return 2;
+	case TACO_L_Q_BIAS:
+		shape[0] = D;
+		return c->qkv_bias ? 1 : 0;
+	case TACO_L_K_BIAS:
+	case TACO_L_V_BIAS:
+		shape[0] = Dkv;
+		return c->qkv_bias ? 1 : 0;
+	case TACO_L_O_BIAS:
+		shape[0] = H;
+		return c->o_bias ? 1 : 0;
+	case TACO_L_Q_NORM:
+	case TACO_L_K_NORM:
+		shape[0] = c->head_dim;
+		return c->qk_norm ? 1 : 0;
+	case TACO_L_GATE:
+	case TACO_L_UP:
+		shape[0] = I, shape[1] = H;
+		return 2;
+	case TACO_L_DOWN:
+		shape[0] = H, shape[1] = I;
+		return 2;
+	}
+	return 0;
+}
+
+static void add_tensor(taco_tensor *t, int *n, const char *name, int ndim,
+		       int64_t d0, int64_t d1)
+{
+	taco_tensor *x = &t[(*n)++];
+
+	memset(x, 0, sizeof(*x));
+	snprintf(x->name, sizeof(x->name), "%s", name);
+	x->ndim = ndim;
+	x->shape[0] = d0;
+	x->shape[1] = ndim == 2 ? d1 : 1;
+	x->numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+}
+
+static int cmp_tensor(const void *a, const void *b)
+{
+	return strcmp(((const taco_tensor *)a)->name,
+		      ((const taco_tensor *)b)->name);
+}
+
+int taco_model_find(const taco_model *m, const char *name)
+{
+	int lo = 0, hi = m->n_tensors - 1;
+
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2;
+		int c = strcmp(m->tensors[mid].name, name);
+		if (c == 0)
+			return mid;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return -1;
+}
+
+size_t taco_model_param_count(const taco_model *m)
+{
+	size_t n = 0;
+
+	for (int i = 0; i < m->n_tensors; i++)
+		n += m->tensors[i].numel;
+	return n;
+}
+
+/* Builds the sorted tensor list (no data yet) for cfg. */
+static int model_skeleton(const taco_config *cfg, const tk_ops *ops,
+			  taco_model **out, taco_err *err)
+{
+	taco_model *m = calloc(1, sizeof(*m));
+	int cap = 3 + cfg->layers * TACO_L_COUNT, n = 0;
+	char name[TACO_NAME_MAX];
+
+	if (!m)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	m->cfg = *cfg;
+	m->ops = ops;
+	m->tensors = calloc((size_t)cap, sizeof(*m->tensors));
+	m->layer = calloc((size_t)cfg->layers, sizeof(*m->layer));
+	m->inv_freq = calloc((size_t)cfg->head_dim / 2, sizeof(float));
+	if (!m->tensors || !m->layer || !m->inv_freq) {
+		taco_model_free(m);
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	}
+	add_tensor(m->tensors, &n, "model.embed_tokens.weight", 2, cfg->vocab,
+		   cfg->hidden);
+	add_tensor(m->tensors, &n, "model.norm.weight", 1, cfg->hidden, 0);
+	if (!cfg->tie_embeddings)
+		add_tensor(m->tensors, &n, "lm_head.weight", 2, cfg->vocab,
+			   cfg->hidden);
+	for (int l = 0; l < cfg->layers; l++) {
+		for (int s = 0; s < TACO_L_COUNT; s++) {
+			int64_t shape[2] = {0, 0};
+			int nd = slot_shape(cfg, s, shape);
+			if (!nd)
+				continue;
+			snprintf(name, sizeof(name), "model.layers.%d.%s", l,
+				 layer_names[s]);
+			add_tensor(m->tensors, &n, name, nd, shape[0],
+				   shape[1]);
+		}
+	}
+	m->n_tensors = n;
+	qsort(m->tensors, (size_t)n, sizeof(*m->tensors), cmp_tensor);
+	m->embed = taco_model_find(m, "model.embed_tokens.weight");
+	m->final_norm = taco_model_find(m, "model.norm.weight");
+	m->lm_head = cfg->tie_embeddings ? m->embed
+					 : taco_model_find(m, "lm_head.weight");
+	for (int l = 0; l < cfg->layers; l++) {
+		for (int s = 0; s < TACO_L_COUNT; s++) {
+			snprintf(name, sizeof(name), "model.layers.%d.%s", l,
+				 layer_names[s]);
+			m->layer[l][s] = taco_model_find(m, name);
+		}
+	}
+	taco_config_inv_freq(cfg, m->inv_freq);
+	*out = m;
+	return 0;
+}
+
+int taco_model_shapes(const taco_config *cfg, taco_model **out,
+		      taco_err *err)
+{
+	return model_skeleton(cfg, NULL, out, err);
+}
+
+static int alloc_tensor(taco_model *m, taco_tensor *t, int dtype,
+			taco_err *err)
+{
+	size_t bytes = t->numel * tk_dtype_size(dtype);
+
+	t->dtype = dtype;
+	t->data = m->ops->alloc(bytes);
+	if (!t->data)
+		return taco_err_set(err, -ENOMEM,
+				    "cannot allocate %zu bytes for tensor '%s'",
+				    bytes, t->name);
+	return 0;
+}
+
+/* Tensors some checkpoints carry that hold no parameters of ours. */
+static int ignorable(const char *name, const taco_config *cfg)
+{
+	size_t n = strlen(name);
+	const char *suffix = "rotary_emb.inv_freq";
+	size_t sn = strlen(suffix);
+
+	if (n >= sn && strcmp(name + n - sn, suffix) == 0)
+		return 1;
+	/* A tied model may still carry a copy of the head. */
+	return cfg->tie_embeddings && strcmp(name, "lm_head.weight") == 0;
+}
+
+static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
+{
+	size_t o = 0;
+
+	o += (size_t)snprintf(buf, len, "[");
+	for (int i = 0; i < ndim && o < len; i++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "",
+				       (long long)shape[i]);
+	if (o < len)
+		snprintf(buf + o, len - o, "]");
+}
+
+static int load_weights(taco_model *m, const char *dir, taco_err *err)
+{
+	taco_st_model *st = NULL;
+	int r;
+
+	r = taco_st_open_model(dir, &st, err);
+	if (r)
+		return r;
+	for (int i = 0; i < m->n_tensors; i++) {
+		taco_tensor *t = &m->tensors[i];
+		const taco_st_tensor *s = taco_st_model_find(st, t->name);
+
+		if (!s) {
+			r = taco_err_set(err, -EINVAL,
+					 "%s: tensor '%s' is missing", dir,
+					 t->name);
+			goto out;
+		}
+		if (!taco_st_dtype_supported(s->dtype)) {
+			r = taco_err_set(err, -ENOTSUP,
+					 "%s: tensor '%s' has dtype %s "
+					 "(supported: F32, BF16, F16)",
+					 dir, t->name,
+					 taco_st_dtype_name(s->dtype));
+			goto out;
+		}
+		if (s->ndim != t->ndim || s->shape[0] != t->shape[0] ||
+		    (t->ndim == 2 && s->shape[1] != t->shape[1])) {
+			char have[160], want[64];
+			shape_str(have, sizeof(have), s->ndim, s->shape);
+			shape_str(want, sizeof(want), t->ndim, t->shape);
+			r = taco_err_set(err, -EINVAL,
+					 "%s: tensor '%s' has shape %s, the "
+					 "config needs %s",
+					 dir, t->name, have, want);
+			goto out;
+		}
+		if ((r = alloc_tensor(m, t, s->dtype, err)))
+			goto out;
+		m->ops->upload(t->data, s->data, s->nbytes);
+	}
+	for (size_t i = 0; i < taco_st_model_count(st); i++) {
+		const taco_st_tensor *s = taco_st_model_get(st, i);
+		if (taco_model_find(m, s->name) < 0 &&
+		    !ignorable(s->name, &m->cfg)) {
+			r = taco_err_set(err, -EINVAL,
+					 "%s: tensor '%s' is not part of a %s "
+					 "with this config",
+					 dir, s->name,
+					 taco_arch_name(m->cfg.arch));
+			goto out;
+		}
+	}
+	r = 0;
+out:
+	taco_st_model_close(st);
+	return r;
+}
+
+int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
+		    taco_err *err)
+{
+	char path[4096];
+	taco_config cfg;
+	taco_model *m = NULL;
+	int r;
+
+	if (snprintf(path, sizeof(path), "%s/config.json", dir) >=
+	    (int)sizeof(path))
+		return taco_err_set(err, -ENAMETOOLONG, "%s: path too long",
+				    dir);
+	r = taco_config_load(path, &cfg, err);
+	if (r)
+		return r;
+	r = model_skeleton(&cfg, ops, &m, err);
+	if (r)
+		return r;
+	r = load_weights(m, dir, err);
+	if (r) {
+		taco_model_free(m);
+		return r;
+	}
+	*out = m;
+	return 0;
+}
+
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+/* Normal deviates by Box-Muller from splitmix64 uniforms. */
+static float randn(uint64_t *s)
+{
+	double u1 = ((double)(splitmix64(s) >> 11) + 1.0) * 0x1.0p-53;
+	double u2 = (double)(splitmix64(s) >> 11) * 0x1.0p-53;
+	return (float)(sqrt(-2.0 * log(u1)) * cos(2 * M_PI * u2));
+}
+
+static void f32_to_dtype(void *dst, const float *src, size_t n, int dtype)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t b;
+		memcpy(&b, &src[i], 4);
+		if (dtype == TK_F32) {
+			((float *)dst)[i] = src[i];
+		} else if (dtype == TK_BF16) {
+			b += 0x7FFF + ((b >> 16) & 1); /* nearest even */
+			((uint16_t *)dst)[i] = (uint16_t)(b >> 16);
+		} else {
+			_Float16 h = (_Float16)src[i];
+			memcpy((uint16_t *)dst + i, &h, 2);
+		}
+	}
+}
+
+int taco_model_init_random(const taco_config *cfg, const tk_ops *ops,
+			   int dtype, uint64_t seed, taco_model **out,
+			   taco_err *err)
+{
+	taco_model *m = NULL;
+	float *host = NULL;
+	void *conv = NULL;
+	size_t chunk = 1 << 20;
+	int r;
+
+	r = model_skeleton(cfg, ops, &m, err);
+	if (r)
+		return r;
+	host = malloc(chunk * sizeof(float));
+	conv = malloc(chunk * sizeof(float));
+	if (!host || !conv) {
+		r = taco_err_set(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (int i = 0; i < m->n_tensors; i++) {
+		taco_tensor *t = &m->tensors[i];
+		size_t es = tk_dtype_size(dtype);
+		uint64_t s = seed ^ ((uint64_t)i * 0x9E3779B97F4A7C15ull);
+
+		if ((r = alloc_tensor(m, t, dtype, err)))
+			goto fail;
+		for (size_t off = 0; off < t->numel; off += chunk) {
+			size_t n = t->numel - off < chunk ? t->numel - off
+							  : chunk;
+			for (size_t j = 0; j < n; j++)
+				host[j] = t->ndim == 1 ? (strstr(t->name, "bias")
+								  ? 0.0f
+								  : 1.0f)
+						       : 0.02f * randn(&s);
+			f32_to_dtype(conv, host, n, dtype);
+			ops->upload((char *)t->data + off * es, conv, n * es);
+		}
+	}
+	free(host);
+	free(conv);
+	*out = m;
+	return 0;
+fail:
+	free(host);
+	free(conv);
+	taco_model_free(m);
+	return r;
+}
+
+void taco_model_free(taco_model *m)
+{
+	if (!m)
+		return;
+	taco_model_release_work(m);
+	if (m->tensors)
+		for (int i = 0; i < m->n_tensors; i++)
+			if (m->tensors[i].data)
+				m->ops->free(m->tensors[i].data,
+					     m->tensors[i].numel *
+						     tk_dtype_size(
+							     m->tensors[i].dtype));
+	free(m->tensors);
+	free(m->layer);
+	free(m->inv_freq);
+	free(m);
+}

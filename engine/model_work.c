@@ -1,0 +1,141 @@
+/* model_work.c: allocation of the step buffers. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_work.h"
+
+/* Every buffer of struct taco_work with its element count and size, so that
+ * allocation and release walk one list. */
+typedef struct work_buf {
+	void **slot;
+	size_t elems;
+	size_t esize;
+} work_buf;
+
+#define WB_MAX (48 + TACO_L_COUNT)
+
+static int work_list(taco_model *m, taco_work *w, int B, int T,
+		     work_buf *list)
+{
+	const taco_config *c = &m->cfg;
+	size_t N = (size_t)B * T, H = c->hidden, I = c->intermediate;
+	size_t D = (size_t)c->heads * c->head_dim;
+	size_t Dkv = (size_t)c->kv_heads * c->head_dim;
+	size_t V = c->vocab, L = c->layers, half = c->head_dim / 2;
+	size_t C = TACO_CE_CHUNK_ELEMS / V, glayer = H;
+	int n = 0, q = c->qk_norm;
+	const taco_tensor *head = &m->tensors[m->lm_head];
+
+	if (C < 1)
+		C = 1;
+	if (C > N)
+		C = N;
+#define ADD(field, count)                                                      \
+	list[n++] = (work_buf){(void **)&w->field, (count), sizeof(*w->field)}
+	ADD(tokens, N);
+	ADD(targets, N);
+	ADD(pos, N);
+	ADD(rope_cos, (size_t)T * half);
+	ADD(rope_sin, (size_t)T * half);
+	ADD(xs, (L + 1) * N * H);
+	ADD(ln1, N * H);
+	ADD(rstd1, N);
+	ADD(q, N * D);
+	ADD(k, N * Dkv);
+	ADD(v, N * Dkv);
+	ADD(q_pre, q ? N * D : 0);
+	ADD(k_pre, q ? N * Dkv : 0);
+	ADD(rstd_q, q ? N * c->heads : 0);
+	ADD(rstd_k, q ? N * c->kv_heads : 0);
+	ADD(att, N * D);
+	ADD(lse, N * c->heads);
+	ADD(x_mid, N * H);
+	ADD(ln2, N * H);
+	ADD(rstd2, N);
+	ADD(gate, N * I);
+	ADD(up, N * I);
+	ADD(act, N * I);
+	ADD(dx, N * H);
+	ADD(dtmp, N * H);
+	ADD(dq, N * D);
+	ADD(dk, N * Dkv);
+	ADD(dv, N * Dkv);
+	ADD(dq2, q ? N * D : 0);
+	ADD(dk2, q ? N * Dkv : 0);
+	ADD(datt, N * D);
+	ADD(dgate, N * I);
+	ADD(dup, N * I);
+	ADD(dact, N * I);
+	ADD(hf, N * H);
+	ADD(rstd_f, N);
+	ADD(logits, C * V);
+	for (int s = 0; s < TACO_L_COUNT; s++) {
+		int id = m->layer[0][s], conv = 0;
+		size_t e = id >= 0 ? m->tensors[id].numel : 0;
+		if (e > glayer)
+			glayer = e;
+		/* Checkpoints may mix dtypes across layers. */
+		for (size_t l = 0; l < L && id >= 0; l++)
+			conv |= m->tensors[m->layer[l][s]].dtype != TK_F32;
+		ADD(wl[s], conv ? e : 0);
+	}
+	ADD(w_head, head->dtype == TK_F32 ? 0 : V * H);
+	ADD(w_final, m->tensors[m->final_norm].dtype == TK_F32 ? 0 : H);
+	ADD(g_layer, glayer);
+	ADD(g_head, V * H);
+#undef ADD
+	return n;
+}
+
+static void work_free(taco_model *m, taco_work *w)
+{
+	work_buf list[WB_MAX];
+	int n = work_list(m, w, w->B, w->T, list);
+
+	for (int i = 0; i < n; i++)
+		if (*list[i].slot)
+			m->ops->free(*list[i].slot,
+				     list[i].elems * list[i].esize);
+	free(w);
+}
+
+void taco_model_release_work(taco_model *m)
+{
+	if (m && m->work) {
+		work_free(m, m->work);
+		m->work = NULL;
+	}
+}
+
+int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
+{
+	work_buf list[WB_MAX];
+	taco_work *w;
+	int n;
+
+	if (m->work && m->work->B == B && m->work->T == T)
+		return 0;
+	taco_model_release_work(m);
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	w->B = B;
+	w->T = T;
+	n = work_list(m, w, B, T, list);
+	for (int i = 0; i < n; i++) {
+		size_t bytes = list[i].elems * list[i].esize;
+		if (!bytes)
+			continue;
+		*list[i].slot = m->ops->alloc(bytes);
+		if (!*list[i].slot) {
+			work_free(m, w);
+			return taco_err_set(err, -ENOMEM,
+					    "cannot allocate %zu bytes of step "
+					    "buffers for batch %d x %d",
+					    bytes, B, T);
+		}
+		w->bytes += bytes;
+	}
+	m->work = w;
+	return 0;
+}

@@ -1,0 +1,70 @@
+/* memory.c: host "device" memory with byte accounting.
+ *
+ * Buffers are 64-byte aligned (cache line, AVX-512 width). current and peak
+ * are C11 atomics so that ops may be called from several threads.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+static atomic_size_t mem_current;
+static atomic_size_t mem_peak;
+
+void *tk_cpu_alloc(size_t bytes)
+{
+	void *p = NULL;
+	size_t now, peak;
+
+	/* posix_memalign(0) may return NULL; callers expect a pointer. */
+	if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0)
+		return NULL;
+	now = atomic_fetch_add(&mem_current, bytes) + bytes;
+	peak = atomic_load(&mem_peak);
+	while (now > peak &&
+	       !atomic_compare_exchange_weak(&mem_peak, &peak, now))
+		;
+	return p;
+}
+
+void tk_cpu_free(void *p, size_t bytes)
+{
+	if (!p)
+		return;
+	free(p);
+	atomic_fetch_sub(&mem_current, bytes);
+}
+
+size_t tk_cpu_mem_current(void)
+{
+	return atomic_load(&mem_current);
+}
+
+size_t tk_cpu_mem_peak(void)
+{
+	return atomic_load(&mem_peak);
+}
+
+void tk_cpu_mem_reset_peak(void)
+{
+	atomic_store(&mem_peak, atomic_load(&mem_current));
+}
+
+void tk_cpu_upload(void *dst, const void *host_src, size_t bytes)
+{
+	if (bytes)
+		memcpy(dst, host_src, bytes);
+}
+
+void tk_cpu_download(void *host_dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		memcpy(host_dst, src, bytes);
+}
+
+void tk_cpu_memset0(void *p, size_t bytes)
+{
+	if (bytes)
+		memset(p, 0, bytes);
+}

@@ -1,0 +1,48 @@
+/* ops_table.c: the CPU backend's op table and tk_dtype_size. */
+#include "cpu_ops.h"
+
+size_t tk_dtype_size(int dtype)
+{
+	switch (dtype) {
+	case TK_F32:
+		return 4;
+	case TK_BF16:
+	case TK_F16:
+		return 2;
+	default:
+		return 0;
+	}
+}
+
+static const tk_ops cpu_ops = {
+	.name = "cpu",
+	.alloc = tk_cpu_alloc,
+	.free = tk_cpu_free,
+	.mem_current = tk_cpu_mem_current,
+	.mem_peak = tk_cpu_mem_peak,
+	.mem_reset_peak = tk_cpu_mem_reset_peak,
+	.upload = tk_cpu_upload,
+	.download = tk_cpu_download,
+	.memset0 = tk_cpu_memset0,
+	.to_f32 = tk_cpu_to_f32,
+	.matmul = tk_cpu_matmul,
+	.add = tk_cpu_add,
+	.bias_fwd = tk_cpu_bias_fwd,
+	.bias_bwd = tk_cpu_bias_bwd,
+	.embedding_fwd = tk_cpu_embedding_fwd,
+	.embedding_bwd = tk_cpu_embedding_bwd,
+	.rmsnorm_fwd = tk_cpu_rmsnorm_fwd,
+	.rmsnorm_bwd = tk_cpu_rmsnorm_bwd,
+	.rope_fwd = tk_cpu_rope_fwd,
+	.rope_bwd = tk_cpu_rope_bwd,
+	.attention_fwd = tk_cpu_attention_fwd,
+	.attention_bwd = tk_cpu_attention_bwd,
+	.swiglu_fwd = tk_cpu_swiglu_fwd,
+	.swiglu_bwd = tk_cpu_swiglu_bwd,
+	.cross_entropy = tk_cpu_cross_entropy,
+};
+
+const tk_ops *tk_cpu_ops(void)
+{
+	return &cpu_ops;
+}

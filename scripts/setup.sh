@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of tacod from Debian 12 packages.
+# Safe to re-run: it installs only what is missing. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+	build-essential cmake pkg-config git
+	libjansson-dev      # JSON: config.json, safetensors headers, jobs
+	libopenblas-dev     # CPU GEMM
+	check libsubunit-dev # unit tests
+	clang libclang-rt-14-dev libomp-14-dev # libFuzzer harnesses
+)
+
+missing=()
+for p in "${packages[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+		missing+=("$p")
+	fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+	command -v sudo >/dev/null || { echo "setup.sh: run as root to install: ${missing[*]}" >&2; exit 1; }
+	sudo=sudo
+fi
+echo "setup.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

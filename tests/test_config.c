@@ -1,0 +1,223 @@
+/* test_config.c: config.json parsing, refusals and the tensor list. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "model.h"
+#include "testutil.h"
+
+/* Parameter counts of the reference models (shared/models/README.md). */
+static const struct {
+	const char *file;
+	uint64_t total, in2d, in1d;
+} ref_counts[] = {
+	{"qwen3-32b.json", 32762123264ull, 32761446400ull, 676864},
+	{"qwen3-14b.json", 14768307200ull, 14767882240ull, 424960},
+	{"qwen3-8b.json", 8190735360ull, 8190427136ull, 308224},
+	{"qwen3-1.7b.json", 1720574976ull, 1720451072ull, 123904},
+	{"qwen3-0.6b.json", 596049920ull, 595984384ull, 65536},
+	{"llama-3.1-8b.json", 8030261248ull, 8029995008ull, 266240},
+	{"mistral-7b-v0.1.json", 7241732096ull, 7241465856ull, 266240},
+};
+
+START_TEST(test_reference_param_counts)
+{
+	char rel[256];
+	taco_config c;
+	taco_model *m = NULL;
+	taco_err err = {{0}};
+	uint64_t total = 0, in2d = 0, in1d = 0;
+	int r;
+
+	snprintf(rel, sizeof(rel), "configs/%s", ref_counts[_i].file);
+	r = taco_config_load(tu_fixture(rel), &c, &err);
+	ck_assert_msg(r == 0, "%s", err.msg);
+	r = taco_model_shapes(&c, &m, &err);
+	ck_assert_msg(r == 0, "%s", err.msg);
+	for (int i = 0; i < m->n_tensors; i++) {
+		total += m->tensors[i].numel;
+		if (m->tensors[i].ndim == 2)
+			in2d += m->tensors[i].numel;
+		else
+			in1d += m->tensors[i].numel;
+		ck_assert_ptr_null(m->tensors[i].data);
+		if (i)
+			ck_assert_int_lt(strcmp(m->tensors[i - 1].name,
+						m->tensors[i].name),
+					 0);
+	}
+	ck_assert_uint_eq(total, ref_counts[_i].total);
+	ck_assert_uint_eq(in2d, ref_counts[_i].in2d);
+	ck_assert_uint_eq(in1d, ref_counts[_i].in1d);
+	taco_model_free(m);
+}
+END_TEST
+
+START_TEST(test_reference_fields)
+{
+	taco_config c;
+	taco_err err = {{0}};
+	float inv[64];
+
+	ck_assert_int_eq(taco_config_load(tu_fixture("configs/qwen3-32b.json"),
+					  &c, &err),
+			 0);
+	ck_assert_int_eq(c.arch, TACO_ARCH_QWEN3);
+	ck_assert_int_eq(c.head_dim, 128);
+	ck_assert_int_eq(c.heads * c.head_dim, 8192);
+	ck_assert_int_eq(c.hidden, 5120);
+	ck_assert_int_eq(c.qk_norm, 1);
+	ck_assert_int_eq(c.kv_heads, 8);
+	ck_assert_int_eq(c.tie_embeddings, 0);
+
+	ck_assert_int_eq(taco_config_load(
+				 tu_fixture("configs/llama-3.1-8b.json"), &c,
+				 &err),
+			 0);
+	ck_assert_int_eq(c.rope_type, TACO_ROPE_LLAMA3);
+	ck_assert_int_eq(c.rope_original_max_pos, 8192);
+	taco_config_inv_freq(&c, inv);
+	/* Highest frequency untouched, lowest divided by the factor. */
+	ck_assert_float_eq_tol(inv[0], 1.0f, 1e-7f);
+	ck_assert_float_eq_tol(
+		inv[63], (float)(pow(500000.0, -126.0 / 128.0) / 8.0), 1e-12f);
+
+	ck_assert_int_eq(taco_config_load(
+				 tu_fixture("configs/mistral-7b-v0.1.json"),
+				 &c, &err),
+			 0);
+	ck_assert_int_eq(c.sliding_window, 4096);
+	ck_assert_int_eq(c.head_dim, 128);
+}
+END_TEST
+
+START_TEST(test_refuses_other_architectures)
+{
+	taco_config c;
+	taco_err err = {{0}};
+
+	ck_assert_int_eq(taco_config_load(tu_fixture("configs/opt-13b.json"),
+					  &c, &err),
+			 -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(err.msg, "OPTForCausalLM"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "opt-13b.json"));
+	ck_assert_int_eq(taco_config_load(tu_fixture("configs/pythia-1b.json"),
+					  &c, &err),
+			 -ENOTSUP);
+}
+END_TEST
+
+#define BASE                                                                   \
+	"\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"         \
+	"\"intermediate_size\":128,\"num_hidden_layers\":2,"                   \
+	"\"num_attention_heads\":4,\"vocab_size\":100"
+
+static const struct {
+	const char *json;
+	int code;
+	const char *fragment;
+} bad[] = {
+	{"[1,2]", -EINVAL, "not a JSON object"},
+	{"{\"a\":1,", -EINVAL, "line 1"},
+	{"{" BASE ",\"hidden_size\":1}", -EINVAL, "duplicate"},
+	{"{\"hidden_size\":64}", -EINVAL, "architectures"},
+	{"{\"architectures\":[\"GPT2LMHeadModel\"]}", -ENOTSUP, "GPT2LMHead"},
+	{"{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64}",
+	 -EINVAL, "intermediate_size"},
+	{"{" BASE ",\"num_key_value_heads\":3}", -EINVAL, "multiple"},
+	{"{" BASE ",\"head_dim\":15}", -EINVAL, "head_dim"},
+	{"{" BASE ",\"hidden_act\":\"gelu\"}", -ENOTSUP, "hidden_act"},
+	{"{" BASE ",\"mlp_bias\":true}", -ENOTSUP, "mlp_bias"},
+	{"{" BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}",
+	 -ENOTSUP, "yarn"},
+	{"{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\"}}", -EINVAL,
+	 "original_max_position_embeddings"},
+	{"{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\","
+	 "\"original_max_position_embeddings\":16}}",
+	 -EINVAL, "factor"},
+	{"{" BASE ",\"vocab_size\":-1}", -EINVAL, "vocab_size"},
+	{"{" BASE ",\"num_hidden_layers\":100000}", -EINVAL,
+	 "num_hidden_layers"},
+	{"{" BASE ",\"rms_norm_eps\":\"x\"}", -EINVAL, "rms_norm_eps"},
+	{"{" BASE ",\"attention_dropout\":0.1}", -ENOTSUP,
+	 "attention_dropout"},
+	{"{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":64,"
+	 "\"intermediate_size\":128,\"num_hidden_layers\":2,"
+	 "\"num_attention_heads\":4,\"vocab_size\":100,"
+	 "\"use_sliding_window\":true}",
+	 -ENOTSUP, "use_sliding_window"},
+	{"{" BASE ",\"tie_word_embeddings\":1}", -EINVAL,
+	 "tie_word_embeddings"},
+};
+
+START_TEST(test_bad_configs)
+{
+	taco_config c;
+	taco_err err = {{0}};
+	int r = taco_config_parse(bad[_i].json, strlen(bad[_i].json),
+				  "x/config.json", &c, &err);
+
+	ck_assert_msg(r == bad[_i].code, "case %d: got %d (%s)", _i, r,
+		      err.msg);
+	ck_assert_msg(strstr(err.msg, bad[_i].fragment) != NULL,
+		      "case %d: '%s' lacks '%s'", _i, err.msg,
+		      bad[_i].fragment);
+	ck_assert_ptr_nonnull(strstr(err.msg, "x/config.json"));
+}
+END_TEST
+
+START_TEST(test_defaults_and_ignored_fields)
+{
+	const char *j = "{" BASE ",\"torch_dtype\":\"bfloat16\","
+			"\"bos_token_id\":1,\"some_future_field\":[1]}";
+	taco_config c;
+	taco_err err = {{0}};
+
+	ck_assert_int_eq(taco_config_parse(j, strlen(j), "c", &c, &err), 0);
+	ck_assert_int_eq(c.kv_heads, 4);
+	ck_assert_int_eq(c.head_dim, 16);
+	ck_assert_float_eq(c.rms_eps, 1e-6f);
+	ck_assert_double_eq(c.rope_theta, 10000.0);
+	ck_assert_int_eq(c.tie_embeddings, 0);
+	ck_assert_int_eq(c.qkv_bias, 0);
+	ck_assert_int_eq(c.sliding_window, 0);
+}
+END_TEST
+
+START_TEST(test_model_load_errors)
+{
+	taco_model *m = NULL;
+	taco_err err = {{0}};
+	int r = taco_model_load("/nonexistent-dir", tk_cpu_ops(), &m, &err);
+
+	ck_assert_int_lt(r, 0);
+	ck_assert_ptr_nonnull(strstr(err.msg, "/nonexistent-dir"));
+	ck_assert_ptr_null(m);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc = tcase_create("config");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_loop_test(tc, test_reference_param_counts, 0,
+			    sizeof(ref_counts) / sizeof(ref_counts[0]));
+	tcase_add_test(tc, test_reference_fields);
+	tcase_add_test(tc, test_refuses_other_architectures);
+	tcase_add_loop_test(tc, test_bad_configs, 0,
+			    sizeof(bad) / sizeof(bad[0]));
+	tcase_add_test(tc, test_defaults_and_ignored_fields);
+	tcase_add_test(tc, test_model_load_errors);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,1214 @@
+/* test_ops.c: the CPU backend's op table against naive double references.
+ *
+ * Every forward op is compared with a straightforward double-precision
+ * reference written here; every backward op is compared with central
+ * finite differences of that reference (in double, loss = sum(R * out) for a
+ * random R that is also the op's incoming gradient). The CPU backend's
+ * memory is host memory, so the tests pass malloc'd buffers to the ops.
+ * Sizes are chosen so that the OpenMP paths (>= 32768 elements) run too.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "tk_ops.h"
+
+static const tk_ops *ops;
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static float *fnew(size_t n)
+{
+	float *p = calloc(n ? n : 1, sizeof(float));
+
+	ck_assert_ptr_nonnull(p);
+	return p;
+}
+
+static double *dnew(size_t n)
+{
+	double *p = calloc(n ? n : 1, sizeof(double));
+
+	ck_assert_ptr_nonnull(p);
+	return p;
+}
+
+static float *frand(size_t n, float lo, float hi, uint64_t *st)
+{
+	float *p = fnew(n);
+
+	tu_fill_uniform(p, n, lo, hi, st);
+	return p;
+}
+
+static double *f2d(const float *x, size_t n)
+{
+	double *p = dnew(n);
+
+	for (size_t i = 0; i < n; i++)
+		p[i] = x[i];
+	return p;
+}
+
+static float *fcopy(const float *x, size_t n)
+{
+	float *p = fnew(n);
+
+	memcpy(p, x, n * sizeof(float));
+	return p;
+}
+
+/* ||a - ref|| / ||ref|| with a double reference (plain norm if ref == 0). */
+static double rel_err_d(const float *a, const double *ref, size_t n)
+{
+	double num = 0, den = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double e = (double)a[i] - ref[i];
+		if (isnan(a[i]))
+			return INFINITY;
+		num += e * e;
+		den += ref[i] * ref[i];
+	}
+	return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static double dot_fd(const double *a, const float *b, size_t n)
+{
+	double s = 0;
+
+	for (size_t i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return *s >> 33;
+}
+
+/* A double loss of the reference, as a function of the arrays in ctx. */
+typedef double (*loss_fn)(void *ctx);
+
+/* Compares the analytic gradient g[n] of loss with respect to x[n] (which
+ * loss reads through ctx) with central differences, over all entries when
+ * n <= samples, else over `samples` random entries. Returns the relative
+ * error ||g - fd|| / ||fd|| over the checked entries. */
+static double grad_check(loss_fn loss, void *ctx, double *x, const float *g,
+			 size_t n, size_t samples, uint64_t seed)
+{
+	const double h = 1e-4;
+	double num = 0, den = 0;
+	size_t cnt = n <= samples ? n : samples;
+
+	for (size_t s = 0; s < cnt; s++) {
+		size_t i = n <= samples ? s : rng_next(&seed) % n;
+		double x0 = x[i], lp, lm, fd, e;
+
+		x[i] = x0 + h;
+		lp = loss(ctx);
+		x[i] = x0 - h;
+		lm = loss(ctx);
+		x[i] = x0;
+		fd = (lp - lm) / (2 * h);
+		e = (double)g[i] - fd;
+		num += e * e;
+		den += fd * fd;
+	}
+	return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+START_TEST(test_memory_counters)
+{
+	size_t base = ops->mem_current();
+	size_t peak0 = ops->mem_peak();
+	char *a, *b, host[300], back[300];
+
+	ck_assert_uint_ge(peak0, base);
+	a = ops->alloc(1000);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_uint_eq((uintptr_t)a % 64, 0);
+	ck_assert_uint_eq(ops->mem_current(), base + 1000);
+	ck_assert_uint_ge(ops->mem_peak(), base + 1000);
+	b = ops->alloc(300);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_uint_eq((uintptr_t)b % 64, 0);
+	ck_assert_uint_eq(ops->mem_current(), base + 1300);
+	ck_assert_uint_ge(ops->mem_peak(), base + 1300);
+
+	/* upload / download / memset0 round trip */
+	for (int i = 0; i < 300; i++)
+		host[i] = (char)(i * 7 + 1);
+	ops->upload(b, host, sizeof(host));
+	ops->download(back, b, sizeof(back));
+	ck_assert_mem_eq(host, back, sizeof(host));
+	ops->memset0(b + 10, 100);
+	ops->download(back, b, sizeof(back));
+	for (int i = 0; i < 300; i++)
+		ck_assert_int_eq(back[i], i >= 10 && i < 110 ? 0 : host[i]);
+
+	ops->free(a, 1000);
+	ck_assert_uint_eq(ops->mem_current(), base + 300);
+	ck_assert_uint_ge(ops->mem_peak(), base + 1300);
+	ops->mem_reset_peak();
+	ck_assert_uint_eq(ops->mem_peak(), base + 300);
+	a = ops->alloc(50);
+	ck_assert_uint_eq(ops->mem_peak(), base + 350);
+	ops->free(a, 50);
+	ops->free(b, 300);
+	ck_assert_uint_eq(ops->mem_current(), base);
+	ck_assert_uint_eq(ops->mem_peak(), base + 350);
+	ops->free(NULL, 0);
+	ck_assert_uint_eq(ops->mem_current(), base);
+
+	/* A zero-byte allocation is a valid pointer and counts nothing. */
+	a = ops->alloc(0);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_uint_eq(ops->mem_current(), base);
+	ops->free(a, 0);
+}
+END_TEST
+
+START_TEST(test_memory_threads)
+{
+	size_t base = ops->mem_current();
+
+	ops->mem_reset_peak();
+#pragma omp parallel for num_threads(4)
+	for (int t = 0; t < 4; t++) {
+		for (int r = 0; r < 2000; r++) {
+			size_t sz = 64 + (size_t)((t * 31 + r) % 17) * 8;
+			void *p = ops->alloc(sz);
+			if (p)
+				ops->free(p, sz);
+		}
+	}
+	ck_assert_uint_eq(ops->mem_current(), base);
+	ck_assert_uint_ge(ops->mem_peak(), base + 64);
+	ck_assert_uint_le(ops->mem_peak(), base + 4 * (64 + 16 * 8));
+}
+END_TEST
+
+/* ---- to_f32 ------------------------------------------------------------- */
+
+static uint32_t f32_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+START_TEST(test_dtype_size)
+{
+	ck_assert_uint_eq(tk_dtype_size(TK_F32), 4);
+	ck_assert_uint_eq(tk_dtype_size(TK_BF16), 2);
+	ck_assert_uint_eq(tk_dtype_size(TK_F16), 2);
+	ck_assert_uint_eq(tk_dtype_size(99), 0);
+}
+END_TEST
+
+START_TEST(test_to_f32_known)
+{
+	static const uint16_t bf[] = {0x3f80, 0xc000, 0x3e20, 0x0000,
+				      0x8000, 0x7f80, 0xff80, 0x0001,
+				      0x4049, 0x7f7f};
+	static const float bf_ref[] = {
+	    1.0f,	    -2.0f,	0.15625f, 0.0f, -0.0f, INFINITY,
+	    -INFINITY, 0x1p-133f, 3.140625f, 0x1.fep127f};
+	static const uint16_t hf[] = {0x3c00, 0xc000, 0x7bff, 0x0001,
+				      0x03ff, 0x0400, 0x8000, 0x7c00,
+				      0xfc00, 0x3555, 0x8001, 0x3800};
+	static const float hf_ref[] = {1.0f,
+				       -2.0f,
+				       65504.0f,
+				       0x1p-24f,
+				       1023 * 0x1p-24f,
+				       0x1p-14f,
+				       -0.0f,
+				       INFINITY,
+				       -INFINITY,
+				       0.333251953125f,
+				       -0x1p-24f,
+				       0.5f};
+	size_t nb = sizeof(bf) / sizeof(bf[0]), nf = sizeof(hf) / 2;
+	float out[16];
+	uint16_t nan16[3] = {0x7fc0, 0x7e00, 0xfe01};
+	float in32[3] = {1.5f, -0.0f, 0x1p-140f};
+
+	ops->to_f32(out, bf, TK_BF16, nb);
+	for (size_t i = 0; i < nb; i++)
+		ck_assert_uint_eq(f32_bits(out[i]), f32_bits(bf_ref[i]));
+	ops->to_f32(out, hf, TK_F16, nf);
+	for (size_t i = 0; i < nf; i++)
+		ck_assert_uint_eq(f32_bits(out[i]), f32_bits(hf_ref[i]));
+
+	ops->to_f32(out, nan16, TK_BF16, 1);
+	ck_assert(isnan(out[0]));
+	ops->to_f32(out, nan16 + 1, TK_F16, 2);
+	ck_assert(isnan(out[0]) && isnan(out[1]) && signbit(out[1]));
+
+	ops->to_f32(out, in32, TK_F32, 3);
+	for (int i = 0; i < 3; i++)
+		ck_assert_uint_eq(f32_bits(out[i]), f32_bits(in32[i]));
+}
+END_TEST
+
+/* All 65536 half and bfloat16 patterns (also the parallel path). */
+START_TEST(test_to_f32_all)
+{
+	uint16_t *h = malloc(65536 * sizeof(*h));
+	float *out = fnew(65536);
+
+	ck_assert_ptr_nonnull(h);
+	for (uint32_t i = 0; i < 65536; i++)
+		h[i] = (uint16_t)i;
+
+	ops->to_f32(out, h, TK_F16, 65536);
+	for (uint32_t i = 0; i < 65536; i++) {
+		int e = (i >> 10) & 0x1f, m = i & 0x3ff;
+		double sign = (i & 0x8000) ? -1.0 : 1.0, ref;
+		if (e == 0x1f) {
+			if (m)
+				ck_assert(isnan(out[i]));
+			else
+				ck_assert(isinf(out[i]) &&
+					  !!signbit(out[i]) == (sign < 0));
+			continue;
+		}
+		ref = e == 0 ? sign * ldexp(m, -24)
+			     : sign * ldexp(1024 + m, e - 25);
+		ck_assert_msg((double)out[i] == ref && !!signbit(out[i]) ==
+							   (sign < 0),
+			      "f16 0x%04x: %a != %a", i, (double)out[i], ref);
+	}
+
+	ops->to_f32(out, h, TK_BF16, 65536);
+	for (uint32_t i = 0; i < 65536; i++)
+		ck_assert_uint_eq(f32_bits(out[i]), i << 16);
+	free(h);
+	free(out);
+}
+END_TEST
+
+/* ---- matmul ------------------------------------------------------------- */
+
+START_TEST(test_matmul)
+{
+	uint64_t st = 1;
+	int M = 7, N = 5, K = 9, pad = 3;
+
+	for (int ta = 0; ta < 2; ta++) {
+		for (int tb = 0; tb < 2; tb++) {
+			int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad;
+			int ldc = N + pad;
+			size_t na = (size_t)(ta ? K : M) * lda;
+			size_t nb = (size_t)(tb ? N : K) * ldb;
+			float *A = frand(na, -1, 1, &st);
+			float *B = frand(nb, -1, 1, &st);
+			float *C = frand((size_t)M * ldc, -1, 1, &st);
+			float *C0 = fcopy(C, (size_t)M * ldc);
+			float alpha = 0.75f, beta = -0.5f;
+
+			ops->matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb,
+				    beta, C, ldc);
+			for (int i = 0; i < M; i++) {
+				for (int j = 0; j < ldc; j++) {
+					double ref = 0, got = C[i * ldc + j];
+					if (j >= N) { /* padding untouched */
+						ck_assert_float_eq(
+						    C[i * ldc + j],
+						    C0[i * ldc + j]);
+						continue;
+					}
+					for (int p = 0; p < K; p++) {
+						double a = ta ? A[p * lda + i]
+							      : A[i * lda + p];
+						double b = tb ? B[j * ldb + p]
+							      : B[p * ldb + j];
+						ref += a * b;
+					}
+					ref = alpha * ref +
+					      beta * (double)C0[i * ldc + j];
+					ck_assert_msg(fabs(got - ref) < 1e-5,
+						      "ta=%d tb=%d (%d,%d): %g "
+						      "vs %g",
+						      ta, tb, i, j, got, ref);
+				}
+			}
+			free(A);
+			free(B);
+			free(C);
+			free(C0);
+		}
+	}
+}
+END_TEST
+
+START_TEST(test_matmul_k0)
+{
+	float C[6] = {1, 2, 3, 4, 5, 6}, A[1] = {0}, B[1] = {0};
+
+	ops->matmul(0, 0, 2, 3, 0, 1.0f, A, 1, B, 3, 2.0f, C, 3);
+	for (int i = 0; i < 6; i++)
+		ck_assert_float_eq(C[i], 2.0f * (float)(i + 1));
+	ops->matmul(0, 0, 2, 3, 0, 1.0f, A, 1, B, 3, 0.0f, C, 3);
+	for (int i = 0; i < 6; i++)
+		ck_assert_float_eq(C[i], 0.0f);
+}
+END_TEST
+
+/* ---- add, bias ---------------------------------------------------------- */
+
+START_TEST(test_add)
+{
+	uint64_t st = 2;
+	size_t n = 40001;
+	float *y = frand(n, -1, 1, &st), *x = frand(n, -1, 1, &st);
+	float *y0 = fcopy(y, n);
+
+	ops->add(y, x, n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_float_eq(y[i], y0[i] + x[i]);
+	free(y);
+	free(x);
+	free(y0);
+}
+END_TEST
+
+START_TEST(test_bias)
+{
+	uint64_t st = 3;
+	int shapes[2][2] = {{3, 5}, {301, 130}}; /* small and parallel */
+
+	for (int s = 0; s < 2; s++) {
+		int rows = shapes[s][0], C = shapes[s][1];
+		size_t n = (size_t)rows * C;
+		float *y = frand(n, -1, 1, &st), *y0 = fcopy(y, n);
+		float *bias = frand((size_t)C, -1, 1, &st);
+		float *db = frand((size_t)C, -1, 1, &st);
+		float *db0 = fcopy(db, (size_t)C);
+		double *ref = dnew((size_t)C);
+
+		ops->bias_fwd(y, bias, rows, C);
+		for (size_t i = 0; i < n; i++)
+			ck_assert_float_eq(y[i], y0[i] + bias[i % C]);
+
+		/* dbias accumulates sum over rows of dy */
+		ops->bias_bwd(db, y0, rows, C);
+		for (int c = 0; c < C; c++) {
+			ref[c] = db0[c];
+			for (int r = 0; r < rows; r++)
+				ref[c] += y0[(size_t)r * C + c];
+		}
+		ck_assert_double_lt(rel_err_d(db, ref, (size_t)C), 1e-6);
+		free(y);
+		free(y0);
+		free(bias);
+		free(db);
+		free(db0);
+		free(ref);
+	}
+}
+END_TEST
+
+/* ---- embedding ---------------------------------------------------------- */
+
+START_TEST(test_embedding)
+{
+	uint64_t st = 4;
+	int V = 37, H = 300, n = 200; /* n * H >= the parallel threshold */
+	float *table = frand((size_t)V * H, -1, 1, &st);
+	float *out = fnew((size_t)n * H), *dout;
+	float *dt = frand((size_t)V * H, -1, 1, &st), *dt0, *dt2;
+	int32_t *tok = malloc((size_t)n * sizeof(*tok));
+	double *ref = dnew((size_t)V * H);
+
+	ck_assert_ptr_nonnull(tok);
+	for (int i = 0; i < n; i++)
+		tok[i] = (int32_t)((i * 7 + i / 3) % (V - 2)); /* repeats */
+	ops->embedding_fwd(out, table, tok, n, H);
+	for (int i = 0; i < n; i++)
+		ck_assert_mem_eq(out + (size_t)i * H,
+				 table + (size_t)tok[i] * H,
+				 (size_t)H * sizeof(float));
+
+	dout = frand((size_t)n * H, -1, 1, &st);
+	dt0 = fcopy(dt, (size_t)V * H);
+	ops->embedding_bwd(dt, dout, tok, n, H);
+	for (size_t i = 0; i < (size_t)V * H; i++)
+		ref[i] = dt0[i];
+	for (int i = 0; i < n; i++)
+		for (int c = 0; c < H; c++)
+			ref[(size_t)tok[i] * H + c] += dout[(size_t)i * H + c];
+	ck_assert_double_lt(rel_err_d(dt, ref, (size_t)V * H), 1e-6);
+	/* Rows of unused tokens are untouched. */
+	ck_assert_mem_eq(dt + (size_t)(V - 1) * H, dt0 + (size_t)(V - 1) * H,
+			 (size_t)H * sizeof(float));
+
+	/* Deterministic: the same call gives the same bits. */
+	dt2 = fcopy(dt0, (size_t)V * H);
+	ops->embedding_bwd(dt2, dout, tok, n, H);
+	ck_assert_mem_eq(dt, dt2, (size_t)V * H * sizeof(float));
+
+	free(table);
+	free(out);
+	free(dout);
+	free(dt);
+	free(dt0);
+	free(dt2);
+	free(tok);
+	free(ref);
+}
+END_TEST
+
+/* ---- rmsnorm ------------------------------------------------------------ */
+
+struct rms_ctx {
+	double *x, *w;
+	const double *R;
+	int n, H;
+	double eps;
+};
+
+static void rms_ref(double *out, double *rstd, const double *x,
+		    const double *w, int n, int H, double eps)
+{
+	for (int i = 0; i < n; i++) {
+		double ss = 0, r;
+		for (int j = 0; j < H; j++)
+			ss += x[i * H + j] * x[i * H + j];
+		r = 1.0 / sqrt(ss / H + eps);
+		if (rstd)
+			rstd[i] = r;
+		for (int j = 0; j < H; j++)
+			out[i * H + j] = w[j] * x[i * H + j] * r;
+	}
+}
+
+static double rms_loss(void *p)
+{
+	struct rms_ctx *c = p;
+	double *out = dnew((size_t)c->n * c->H), l = 0;
+
+	rms_ref(out, NULL, c->x, c->w, c->n, c->H, c->eps);
+	for (size_t i = 0; i < (size_t)c->n * c->H; i++)
+		l += c->R[i] * out[i];
+	free(out);
+	return l;
+}
+
+static void check_rmsnorm(int n, int H, size_t samples, uint64_t st)
+{
+	size_t nx = (size_t)n * H;
+	float eps = 1e-5f;
+	float *x = frand(nx, -2, 2, &st), *w = frand((size_t)H, 0.5f, 1.5f, &st);
+	float *dout = frand(nx, -1, 1, &st), *out = fnew(nx), *rstd = fnew(n);
+	float *dx = fnew(nx), *dw = frand((size_t)H, -1, 1, &st);
+	float *dw0 = fcopy(dw, (size_t)H);
+	double *xd = f2d(x, nx), *wd = f2d(w, (size_t)H), *R = f2d(dout, nx);
+	double *oref = dnew(nx), *rref = dnew((size_t)n);
+	struct rms_ctx c = {xd, wd, R, n, H, eps};
+
+	/* one row of zeros: rstd = 1/sqrt(eps), gradient stays finite */
+	memset(x, 0, (size_t)H * sizeof(float));
+	memset(xd, 0, (size_t)H * sizeof(double));
+
+	ops->rmsnorm_fwd(out, rstd, x, w, n, H, eps);
+	rms_ref(oref, rref, xd, wd, n, H, eps);
+	ck_assert_double_lt(rel_err_d(out, oref, nx), 1e-6);
+	ck_assert_double_lt(rel_err_d(rstd, rref, (size_t)n), 1e-6);
+
+	ops->rmsnorm_bwd(dx, dw, dout, x, w, rstd, n, H);
+	for (int j = 0; j < H; j++)
+		dw[j] -= dw0[j]; /* dw accumulates */
+	ck_assert_double_lt(grad_check(rms_loss, &c, xd, dx, nx, samples, 11),
+			    1e-4);
+	ck_assert_double_lt(
+	    grad_check(rms_loss, &c, wd, dw, (size_t)H, samples, 12), 1e-4);
+
+	free(x);
+	free(w);
+	free(dout);
+	free(out);
+	free(rstd);
+	free(dx);
+	free(dw);
+	free(dw0);
+	free(xd);
+	free(wd);
+	free(R);
+	free(oref);
+	free(rref);
+}
+
+START_TEST(test_rmsnorm)
+{
+	check_rmsnorm(4, 16, 1000, 5);
+	check_rmsnorm(70, 520, 40, 6); /* parallel path, sampled */
+}
+END_TEST
+
+/* ---- rope --------------------------------------------------------------- */
+
+struct rope_ctx {
+	double *x;
+	const double *R;
+	const float *cos, *sin;
+	const int32_t *pos;
+	int n, heads, hd;
+};
+
+static void rope_ref(double *out, const double *x, const float *cos,
+		     const float *sin, const int32_t *pos, int n, int heads,
+		     int hd)
+{
+	int half = hd / 2;
+
+	for (int t = 0; t < n; t++)
+		for (int h = 0; h < heads; h++) {
+			const double *xi = x + ((size_t)t * heads + h) * hd;
+			double *oi = out + ((size_t)t * heads + h) * hd;
+			/* out = x * cat(c, c) + rotate_half(x) * cat(s, s) */
+			for (int i = 0; i < hd; i++) {
+				int f = i % half;
+				double c = cos[pos[t] * half + f];
+				double s = sin[pos[t] * half + f];
+				double rot = i < half ? -xi[i + half]
+						      : xi[i - half];
+				oi[i] = xi[i] * c + rot * s;
+			}
+		}
+}
+
+static double rope_loss(void *p)
+{
+	struct rope_ctx *c = p;
+	size_t nx = (size_t)c->n * c->heads * c->hd;
+	double *out = dnew(nx), l = 0;
+
+	rope_ref(out, c->x, c->cos, c->sin, c->pos, c->n, c->heads, c->hd);
+	for (size_t i = 0; i < nx; i++)
+		l += c->R[i] * out[i];
+	free(out);
+	return l;
+}
+
+static void check_rope(int n, int heads, int hd, size_t samples, uint64_t st)
+{
+	int half = hd / 2, max_pos = 64;
+	size_t nx = (size_t)n * heads * hd;
+	float *cos = fnew((size_t)max_pos * half), *sin = fnew((size_t)max_pos * half);
+	int32_t *pos = malloc((size_t)n * sizeof(*pos));
+	float *x = frand(nx, -1, 1, &st), *dout = frand(nx, -1, 1, &st);
+	float *y = fcopy(x, nx), *dx = fcopy(dout, nx);
+	double *xd = f2d(x, nx), *R = f2d(dout, nx), *ref = dnew(nx);
+	struct rope_ctx c = {xd, R, cos, sin, pos, n, heads, hd};
+
+	ck_assert_ptr_nonnull(pos);
+	for (int p = 0; p < max_pos; p++)
+		for (int i = 0; i < half; i++) {
+			double inv = pow(10000.0, -2.0 * i / hd);
+			cos[p * half + i] = (float)cos_fn(p * inv);
+			sin[p * half + i] = (float)sin_fn(p * inv);
+		}
+	for (int t = 0; t < n; t++) /* documents of length 5 and 7 */
+		pos[t] = (t % 12) < 5 ? t % 12 : t % 12 - 5;
+
+	ops->rope_fwd(y, cos, sin, pos, n, heads, hd);
+	rope_ref(ref, xd, cos, sin, pos, n, heads, hd);
+	ck_assert_double_lt(rel_err_d(y, ref, nx), 1e-6);
+	/* position 0 is the identity */
+	ck_assert_mem_eq(y, x, (size_t)heads * hd * sizeof(float));
+
+	ops->rope_bwd(dx, cos, sin, pos, n, heads, hd);
+	ck_assert_double_lt(grad_check(rope_loss, &c, xd, dx, nx, samples, 13),
+			    1e-5);
+
+	/* the backward rotation inverts the forward one */
+	ops->rope_bwd(y, cos, sin, pos, n, heads, hd);
+	ck_assert_double_lt(tu_rel_err(y, x, nx), 1e-6);
+
+	free(cos);
+	free(sin);
+	free(pos);
+	free(x);
+	free(dout);
+	free(y);
+	free(dx);
+	free(xd);
+	free(R);
+	free(ref);
+}
+
+START_TEST(test_rope)
+{
+	check_rope(13, 2, 8, 1000, 7);
+	check_rope(64, 4, 128, 40, 8); /* parallel path, sampled */
+}
+END_TEST
+
+/* ---- swiglu ------------------------------------------------------------- */
+
+struct swiglu_ctx {
+	double *g, *u;
+	const double *R;
+	size_t n;
+};
+
+static double silu_d(double g)
+{
+	return g / (1.0 + exp(-g));
+}
+
+static double swiglu_loss(void *p)
+{
+	struct swiglu_ctx *c = p;
+	double l = 0;
+
+	for (size_t i = 0; i < c->n; i++)
+		l += c->R[i] * silu_d(c->g[i]) * c->u[i];
+	return l;
+}
+
+static void check_swiglu(size_t n, size_t samples, uint64_t st)
+{
+	float *g = frand(n, -6, 6, &st), *u = frand(n, -2, 2, &st);
+	float *dout = frand(n, -1, 1, &st), *out = fnew(n);
+	float *dg = fnew(n), *du = fnew(n);
+	double *gd, *ud, *R = f2d(dout, n), *ref = dnew(n);
+	struct swiglu_ctx c;
+
+	g[0] = -100.0f; /* saturated sigmoid: finite, ~0 */
+	g[1] = 100.0f;
+	g[2] = 0.0f;
+	gd = f2d(g, n);
+	ud = f2d(u, n);
+	c = (struct swiglu_ctx){gd, ud, R, n};
+
+	ops->swiglu_fwd(out, g, u, n);
+	for (size_t i = 0; i < n; i++)
+		ref[i] = silu_d(gd[i]) * ud[i];
+	ck_assert_double_lt(rel_err_d(out, ref, n), 1e-6);
+
+	ops->swiglu_bwd(dg, du, dout, g, u, n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert(isfinite(dg[i]) && isfinite(du[i]));
+	ck_assert_double_lt(grad_check(swiglu_loss, &c, gd, dg, n, samples, 14),
+			    1e-5);
+	ck_assert_double_lt(grad_check(swiglu_loss, &c, ud, du, n, samples, 15),
+			    1e-5);
+	free(g);
+	free(u);
+	free(dout);
+	free(out);
+	free(dg);
+	free(du);
+	free(gd);
+	free(ud);
+	free(R);
+	free(ref);
+}
+
+START_TEST(test_swiglu)
+{
+	check_swiglu(50, 1000, 9);
+	check_swiglu(40000, 200, 10); /* parallel path, sampled */
+}
+END_TEST
+
+/* ---- cross-entropy ------------------------------------------------------ */
+
+struct ce_ctx {
+	double *x;
+	const int32_t *tgt;
+	int n, V;
+};
+
+/* sum over valid rows of lse - x[target], in double */
+static double ce_ref(const double *x, const int32_t *tgt, int n, int V)
+{
+	double l = 0;
+
+	for (int i = 0; i < n; i++) {
+		const double *r = x + (size_t)i * V;
+		double m = r[0], s = 0;
+		if (tgt[i] == -100)
+			continue;
+		for (int j = 1; j < V; j++)
+			m = r[j] > m ? r[j] : m;
+		for (int j = 0; j < V; j++)
+			s += exp(r[j] - m);
+		l += m + log(s) - r[tgt[i]];
+	}
+	return l;
+}
+
+static double ce_loss(void *p)
+{
+	struct ce_ctx *c = p;
+
+	return ce_ref(c->x, c->tgt, c->n, c->V);
+}
+
+START_TEST(test_cross_entropy_small)
+{
+	enum { n = 7, V = 11 };
+	uint64_t st = 16;
+	int32_t tgt[n] = {3, -100, 0, 10, 5, -100, 2};
+	float *x = frand((size_t)n * V, -3, 3, &st), *g, *x0;
+	double *xd, loss = -1, ref;
+	float scale = 0.25f;
+	int nc = -1, ncref = 0;
+	struct ce_ctx c;
+
+	/* row 4: tie between 5 and 8 at the max, target 5: correct */
+	x[4 * V + 5] = x[4 * V + 8] = 9.0f;
+	/* row 6: tie between 1 and 2 at the max, target 2: not correct */
+	x[6 * V + 1] = x[6 * V + 2] = 9.0f;
+	/* row 3: target is the unique argmax */
+	x[3 * V + 10] = 8.0f;
+	/* row 0: huge logits must not overflow */
+	for (int j = 0; j < V; j++)
+		x[j] += 1000.0f;
+	xd = f2d(x, (size_t)n * V);
+	c = (struct ce_ctx){xd, tgt, n, V};
+	ref = ce_ref(xd, tgt, n, V);
+	ncref = 2; /* rows 3 and 4 (row 0, 2 checked below) */
+	for (int i = 0; i < n; i += 2) {
+		int am = 0;
+		if (i == 4 || i == 6 || tgt[i] == -100)
+			continue;
+		for (int j = 1; j < V; j++)
+			if (x[i * V + j] > x[i * V + am])
+				am = j;
+		ncref += am == tgt[i];
+	}
+
+	/* grad_scale == 0: loss only, logits untouched */
+	x0 = fcopy(x, (size_t)n * V);
+	ops->cross_entropy(x, tgt, n, V, 0.0f, &loss, &nc);
+	ck_assert_mem_eq(x, x0, (size_t)n * V * sizeof(float));
+	ck_assert_double_lt(fabs(loss - ref), 1e-5 * fabs(ref));
+	ck_assert_int_eq(nc, ncref);
+	ops->cross_entropy(x, tgt, n, V, 0.0f, &loss, NULL);
+	ck_assert_double_lt(fabs(loss - ref), 1e-5 * fabs(ref));
+
+	/* with a gradient: scale * (softmax - onehot), zero for -100 rows */
+	g = x;
+	loss = -1;
+	nc = -1;
+	ops->cross_entropy(g, tgt, n, V, scale, &loss, &nc);
+	ck_assert_double_lt(fabs(loss - ref), 1e-5 * fabs(ref));
+	ck_assert_int_eq(nc, ncref);
+	for (int j = 0; j < V; j++) {
+		ck_assert_float_eq(g[1 * V + j], 0.0f);
+		ck_assert_float_eq(g[5 * V + j], 0.0f);
+	}
+	for (int j = 0; j < (int)(n * V); j++)
+		g[j] /= scale;
+	ck_assert_double_lt(grad_check(ce_loss, &c, xd, g, (size_t)n * V,
+				       1000, 17),
+			    1e-5);
+	/* each valid row of the gradient sums to zero */
+	for (int i = 0; i < n; i++) {
+		double s = 0;
+		for (int j = 0; j < V; j++)
+			s += g[i * V + j];
+		ck_assert_double_lt(fabs(s), 1e-6);
+	}
+	free(x);
+	free(x0);
+	free(xd);
+}
+END_TEST
+
+START_TEST(test_cross_entropy_large)
+{
+	int n = 64, V = 1000; /* parallel path */
+	uint64_t st = 18;
+	float *x = frand((size_t)n * V, -4, 4, &st);
+	int32_t *tgt = malloc((size_t)n * sizeof(*tgt));
+	double *xd = f2d(x, (size_t)n * V), loss, ref;
+	int nc, ncref = 0;
+	struct ce_ctx c = {xd, tgt, n, V};
+	float scale = 1.0f / 48;
+
+	ck_assert_ptr_nonnull(tgt);
+	for (int i = 0; i < n; i++) {
+		int am = 0;
+		tgt[i] = i % 4 == 3 ? -100 : (int32_t)((i * 37) % V);
+		if (i % 8 == 0) /* make some rows correct */
+			x[(size_t)i * V + tgt[i]] = xd[(size_t)i * V + tgt[i]] =
+			    10.0f;
+		for (int j = 1; j < V; j++)
+			if (x[(size_t)i * V + j] > x[(size_t)i * V + am])
+				am = j;
+		ncref += tgt[i] != -100 && am == tgt[i];
+	}
+	ref = ce_ref(xd, tgt, n, V);
+	ops->cross_entropy(x, tgt, n, V, scale, &loss, &nc);
+	ck_assert_double_lt(fabs(loss - ref), 1e-6 * fabs(ref));
+	ck_assert_int_eq(nc, ncref);
+	ck_assert_int_ge(nc, 6);
+	for (size_t j = 0; j < (size_t)n * V; j++)
+		x[j] /= scale;
+	ck_assert_double_lt(
+	    grad_check(ce_loss, &c, xd, x, (size_t)n * V, 60, 19), 1e-5);
+	free(x);
+	free(tgt);
+	free(xd);
+}
+END_TEST
+
+/* ---- attention ---------------------------------------------------------- */
+
+struct att_ctx {
+	double *q, *k, *v;
+	const double *R; /* dL/dout */
+	const int32_t *pos;
+	int B, T, nh, nkv, hd, window;
+	double scale;
+};
+
+static int att_allowed(const int32_t *pos_row, int i, int j, int window)
+{
+	int ds = i - pos_row[i];
+
+	return j >= ds && j <= i && (window <= 0 || i - j < window);
+}
+
+/* out [B*T, nh*hd], lse [B, nh, T] (lse may be NULL), all in double */
+static void att_ref(double *out, double *lse, const struct att_ctx *c)
+{
+	int T = c->T, hd = c->hd, group = c->nh / c->nkv;
+	int ldq = c->nh * hd, ldk = c->nkv * hd;
+	double *s = dnew((size_t)T);
+
+	for (int b = 0; b < c->B; b++)
+		for (int h = 0; h < c->nh; h++)
+			for (int i = 0; i < T; i++) {
+				const int32_t *pr = c->pos + (size_t)b * T;
+				const double *qi =
+				    c->q + ((size_t)b * T + i) * ldq + h * hd;
+				double *oi =
+				    out + ((size_t)b * T + i) * ldq + h * hd;
+				double m = -INFINITY, sum = 0;
+				for (int j = 0; j < T; j++) {
+					const double *kj =
+					    c->k + ((size_t)b * T + j) * ldk +
+					    (h / group) * hd;
+					double d = 0;
+					if (!att_allowed(pr, i, j, c->window))
+						continue;
+					for (int e = 0; e < hd; e++)
+						d += qi[e] * kj[e];
+					s[j] = c->scale * d;
+					m = s[j] > m ? s[j] : m;
+				}
+				for (int e = 0; e < hd; e++)
+					oi[e] = 0;
+				for (int j = 0; j < T; j++) {
+					const double *vj =
+					    c->v + ((size_t)b * T + j) * ldk +
+					    (h / group) * hd;
+					double p;
+					if (!att_allowed(pr, i, j, c->window))
+						continue;
+					p = exp(s[j] - m);
+					sum += p;
+					for (int e = 0; e < hd; e++)
+						oi[e] += p * vj[e];
+				}
+				for (int e = 0; e < hd; e++)
+					oi[e] /= sum;
+				if (lse)
+					lse[((size_t)b * c->nh + h) * T + i] =
+					    m + log(sum);
+			}
+	free(s);
+}
+
+static double att_loss(void *p)
+{
+	struct att_ctx *c = p;
+	size_t no = (size_t)c->B * c->T * c->nh * c->hd;
+	double *out = dnew(no), l = 0;
+
+	att_ref(out, NULL, c);
+	for (size_t i = 0; i < no; i++)
+		l += c->R[i] * out[i];
+	free(out);
+	return l;
+}
+
+/* One attention problem: float inputs, their double copies, outputs. */
+struct att_case {
+	int B, T, nh, nkv, hd, window;
+	float scale;
+	size_t nq, nk, nl;
+	float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
+	int32_t *pos;
+	struct att_ctx c;
+};
+
+/* Documents: row b restarts positions at each entry of starts[b] (<0 ends),
+ * so a row can hold several documents. */
+static void att_setup(struct att_case *a, int B, int T, int nh, int nkv,
+		      int hd, int window, const int *doclens, uint64_t st)
+{
+	a->B = B;
+	a->T = T;
+	a->nh = nh;
+	a->nkv = nkv;
+	a->hd = hd;
+	a->window = window;
+	a->scale = 1.0f / sqrtf((float)hd);
+	a->nq = (size_t)B * T * nh * hd;
+	a->nk = (size_t)B * T * nkv * hd;
+	a->nl = (size_t)B * nh * T;
+	a->q = frand(a->nq, -1.5f, 1.5f, &st);
+	a->k = frand(a->nk, -1.5f, 1.5f, &st);
+	a->v = frand(a->nk, -1, 1, &st);
+	a->dout = frand(a->nq, -1, 1, &st);
+	a->out = fnew(a->nq);
+	a->lse = fnew(a->nl);
+	a->dq = fnew(a->nq);
+	a->dk = fnew(a->nk);
+	a->dv = fnew(a->nk);
+	a->pos = malloc((size_t)B * T * sizeof(int32_t));
+	ck_assert_ptr_nonnull(a->pos);
+	/* doclens: lengths cycled through, different per row via offset */
+	for (int b = 0; b < B; b++) {
+		int d = b, left = doclens[b % 4], p = 0;
+		for (int t = 0; t < T; t++) {
+			if (doclens[0] <= 0) {
+				a->pos[b * T + t] = t;
+				continue;
+			}
+			if (left == 0) {
+				d++;
+				left = doclens[d % 4];
+				p = 0;
+			}
+			a->pos[b * T + t] = p++;
+			left--;
+		}
+	}
+	a->c = (struct att_ctx){f2d(a->q, a->nq),
+				f2d(a->k, a->nk),
+				f2d(a->v, a->nk),
+				f2d(a->dout, a->nq),
+				a->pos,
+				B,
+				T,
+				nh,
+				nkv,
+				hd,
+				window,
+				a->scale};
+}
+
+static void att_free(struct att_case *a)
+{
+	free(a->q);
+	free(a->k);
+	free(a->v);
+	free(a->out);
+	free(a->lse);
+	free(a->dout);
+	free(a->dq);
+	free(a->dk);
+	free(a->dv);
+	free(a->pos);
+	free(a->c.q);
+	free(a->c.k);
+	free(a->c.v);
+	free((double *)a->c.R);
+}
+
+static void att_run(struct att_case *a)
+{
+	ops->attention_fwd(a->out, a->lse, a->q, a->k, a->v, a->pos, a->B,
+			   a->T, a->nh, a->nkv, a->hd, a->window, a->scale);
+	/* dq/dk/dv are overwritten: start them dirty */
+	for (size_t i = 0; i < a->nq; i++)
+		a->dq[i] = 7.0f;
+	for (size_t i = 0; i < a->nk; i++)
+		a->dk[i] = a->dv[i] = -7.0f;
+	ops->attention_bwd(a->dq, a->dk, a->dv, a->dout, a->out, a->lse, a->q,
+			   a->k, a->v, a->pos, a->B, a->T, a->nh, a->nkv,
+			   a->hd, a->window, a->scale);
+}
+
+/* Forward against the reference, backward against finite differences. */
+static void att_check(int B, int T, int nh, int nkv, int hd, int window,
+		      const int *doclens, size_t samples, uint64_t st)
+{
+	struct att_case a;
+	double *oref, *lref;
+
+	att_setup(&a, B, T, nh, nkv, hd, window, doclens, st);
+	att_run(&a);
+	oref = dnew(a.nq);
+	lref = dnew(a.nl);
+	att_ref(oref, lref, &a.c);
+	ck_assert_msg(rel_err_d(a.out, oref, a.nq) < 2e-6,
+		      "T=%d window=%d out err %g", T, window,
+		      rel_err_d(a.out, oref, a.nq));
+	ck_assert_double_lt(rel_err_d(a.lse, lref, a.nl), 1e-6);
+	ck_assert_double_lt(
+	    grad_check(att_loss, &a.c, a.c.q, a.dq, a.nq, samples, 21), 1e-4);
+	ck_assert_double_lt(
+	    grad_check(att_loss, &a.c, a.c.k, a.dk, a.nk, samples, 22), 1e-4);
+	ck_assert_double_lt(
+	    grad_check(att_loss, &a.c, a.c.v, a.dv, a.nk, samples, 23), 1e-4);
+	free(oref);
+	free(lref);
+	att_free(&a);
+}
+
+static const int no_docs[4] = {0, 0, 0, 0};
+
+START_TEST(test_attention_causal)
+{
+	/* plain causal GQA, every gradient entry checked */
+	att_check(2, 9, 4, 2, 4, 0, no_docs, 100000, 31);
+	/* MHA (group 1) and MQA (one kv head, serial path) */
+	att_check(1, 7, 3, 3, 4, 0, no_docs, 100000, 32);
+	att_check(1, 8, 2, 1, 6, 0, no_docs, 100000, 33);
+}
+END_TEST
+
+START_TEST(test_attention_docs_window)
+{
+	/* two documents per row (pos restarts at 0), window < T */
+	static const int docs[4] = {5, 7, 4, 9};
+
+	att_check(2, 12, 4, 2, 4, 0, docs, 100000, 34);
+	att_check(2, 12, 4, 2, 4, 3, docs, 100000, 35);
+	att_check(2, 12, 4, 2, 4, 3, no_docs, 100000, 36);
+	/* window 1: each query sees only itself, out == v */
+	att_check(1, 6, 2, 1, 4, 1, no_docs, 100000, 37);
+}
+END_TEST
+
+/* T larger than the kernel's query tile, hd 64: sampled gradients. */
+START_TEST(test_attention_tiled)
+{
+	static const int docs[4] = {70, 33, 101, 50};
+
+	att_check(2, 150, 4, 2, 16, 0, no_docs, 24, 38);
+	att_check(2, 150, 4, 2, 16, 40, docs, 24, 39);
+	att_check(1, 130, 2, 1, 64, 0, docs, 12, 40);
+}
+END_TEST
+
+/* A gradient flowing into a single query reaches only the keys that query
+ * may attend: every other dk/dv entry (and dq of other queries) is zero. */
+START_TEST(test_attention_masked_grad)
+{
+	static const int docs[4] = {6, 10, 0, 0};
+	int B = 2, T = 16, nh = 4, nkv = 2, hd = 4, window = 4;
+	int qb = 1, qi = 9, qh = 3, kvh = qh / (nh / nkv);
+	struct att_case a;
+	int lo;
+
+	att_setup(&a, B, T, nh, nkv, hd, window, docs, 41);
+	/* row 1 starts with a document of length 10 then one of length 6
+	 * (doclens cycled from index b); query 9 sits in the first one. */
+	ck_assert_int_eq(a.pos[qb * T + qi], 9);
+	memset(a.dout, 0, a.nq * sizeof(float));
+	for (int e = 0; e < hd; e++)
+		a.dout[((size_t)qb * T + qi) * nh * hd + qh * hd + e] =
+		    1.0f + e;
+	att_run(&a);
+	lo = qi - window + 1;
+	for (int b = 0; b < B; b++)
+		for (int j = 0; j < T; j++)
+			for (int g = 0; g < nkv; g++)
+				for (int e = 0; e < hd; e++) {
+					size_t o = ((size_t)b * T + j) * nkv * hd +
+						   g * hd + e;
+					int live = b == qb && g == kvh &&
+						   j >= lo && j <= qi;
+					if (!live) {
+						ck_assert_float_eq(a.dk[o], 0.0f);
+						ck_assert_float_eq(a.dv[o], 0.0f);
+					} else {
+						ck_assert_float_ne(a.dv[o], 0.0f);
+					}
+				}
+	for (size_t i = 0; i < a.nq; i++) {
+		size_t row = i / ((size_t)nh * hd), h = i / hd % nh;
+		if (row != (size_t)qb * T + qi || h != (size_t)qh)
+			ck_assert_float_eq(a.dq[i], 0.0f);
+	}
+
+	/* the same with the document start inside the window */
+	memset(a.dout, 0, a.nq * sizeof(float));
+	qb = 0;
+	qi = 7; /* row 0: documents of 6 then 10: query 7 has pos 1 */
+	ck_assert_int_eq(a.pos[qb * T + qi], 1);
+	a.dout[((size_t)qb * T + qi) * nh * hd + 0] = 1.0f;
+	att_run(&a);
+	for (int j = 0; j < T; j++) {
+		size_t o = ((size_t)qb * T + j) * nkv * hd;
+		if (j == 6 || j == 7)
+			ck_assert_float_ne(a.dv[o], 0.0f);
+		else
+			ck_assert_float_eq(a.dv[o], 0.0f);
+	}
+	att_free(&a);
+}
+END_TEST
+
+/* ---- suite -------------------------------------------------------------- */
+
+static Suite *ops_suite(void)
+{
+	Suite *s = suite_create("ops");
+	TCase *tc = tcase_create("cpu");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_memory_counters);
+	tcase_add_test(tc, test_memory_threads);
+	tcase_add_test(tc, test_dtype_size);
+	tcase_add_test(tc, test_to_f32_known);
+	tcase_add_test(tc, test_to_f32_all);
+	tcase_add_test(tc, test_matmul);
+	tcase_add_test(tc, test_matmul_k0);
+	tcase_add_test(tc, test_add);
+	tcase_add_test(tc, test_bias);
+	tcase_add_test(tc, test_embedding);
+	tcase_add_test(tc, test_rmsnorm);
+	tcase_add_test(tc, test_rope);
+	tcase_add_test(tc, test_swiglu);
+	tcase_add_test(tc, test_cross_entropy_small);
+	tcase_add_test(tc, test_cross_entropy_large);
+	tcase_add_test(tc, test_attention_causal);
+	tcase_add_test(tc, test_attention_docs_window);
+	tcase_add_test(tc, test_attention_tiled);
+	tcase_add_test(tc, test_attention_masked_grad);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr;
+	int failed;
+
+	ops = tk_cpu_ops();
+	sr = srunner_create(ops_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,74 @@
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef TACO_SOURCE_FIXTURES
+#define TACO_SOURCE_FIXTURES "tests/fixtures"
+#endif
+
+const char *tu_fixture(const char *rel)
+{
+	static char buf[4096];
+	const char *root = getenv("TACO_FIXTURES");
+
+	snprintf(buf, sizeof(buf), "%s/%s", root ? root : TACO_SOURCE_FIXTURES,
+		 rel);
+	return buf;
+}
+
+double tu_rel_err(const float *a, const float *ref, size_t n)
+{
+	double num = 0, den = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double d = (double)a[i] - (double)ref[i];
+		if (isnan(a[i]) || isnan(ref[i]))
+			return INFINITY;
+		num += d * d;
+		den += (double)ref[i] * (double)ref[i];
+	}
+	return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state)
+{
+	for (size_t i = 0; i < n; i++) {
+		double u = (double)(splitmix(state) >> 11) * 0x1.0p-53;
+		x[i] = (float)(lo + (hi - lo) * u);
+	}
+}
+
+char *tu_read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n;
+
+	if (!f)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+	    fseek(f, 0, SEEK_SET) == 0) {
+		buf = malloc((size_t)n + 1);
+		if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+			free(buf);
+			buf = NULL;
+		}
+		if (buf) {
+			buf[n] = 0;
+			if (len)
+				*len = (size_t)n;
+		}
+	}
+	fclose(f);
+	return buf;
+}

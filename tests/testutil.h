@@ -1,0 +1,22 @@
+/* testutil.h: helpers shared by the check suites. */
+#ifndef TESTUTIL_H
+#define TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Path of a file under tests/fixtures (TACO_FIXTURES or the source tree).
+ * Returns a static buffer. */
+const char *tu_fixture(const char *rel);
+
+/* ||a - ref|| / ||ref|| in double; returns the plain norm of a - ref when
+ * ref is all zero. NaN anywhere gives +inf. */
+double tu_rel_err(const float *a, const float *ref, size_t n);
+
+/* Deterministic uniform values in [lo, hi) from a 64-bit state. */
+void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state);
+
+/* Reads a whole file into a NUL-terminated malloc'd buffer (NULL on error). */
+char *tu_read_file(const char *path, size_t *len);
+
+#endif
