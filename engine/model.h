@@ -58,7 +58,10 @@ typedef struct taco_model {
 	int final_norm; /* model.norm.weight */
 	int (*layer)[TACO_L_COUNT];
 	float *inv_freq; /* host, head_dim / 2 */
-	taco_work *work; /* step buffers, sized for the largest batch so far */
+	taco_work *work; /* step buffers for the last batch shape */
+	/* Logit elements per cross-entropy chunk; 0 = the default (4 Mi).
+	 * Set it before a step (or release the work) to change it. */
+	size_t ce_chunk_elems;
 } taco_model;
 
 /* One micro-batch. targets[i] is the token that position i must predict

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtype.h"
 #include "model.h"
 #include "model_work.h"
 #include "safetensors.h"
@@ -321,23 +322,6 @@ static float randn(uint64_t *s)
 	return (float)(sqrt(-2.0 * log(u1)) * cos(2 * M_PI * u2));
 }
 
-static void f32_to_dtype(void *dst, const float *src, size_t n, int dtype)
-{
-	for (size_t i = 0; i < n; i++) {
-		uint32_t b;
-		memcpy(&b, &src[i], 4);
-		if (dtype == TK_F32) {
-			((float *)dst)[i] = src[i];
-		} else if (dtype == TK_BF16) {
-			b += 0x7FFF + ((b >> 16) & 1); /* nearest even */
-			((uint16_t *)dst)[i] = (uint16_t)(b >> 16);
-		} else {
-			_Float16 h = (_Float16)src[i];
-			memcpy((uint16_t *)dst + i, &h, 2);
-		}
-	}
-}
-
 int taco_model_init_random(const taco_config *cfg, const tk_ops *ops,
 			   int dtype, uint64_t seed, taco_model **out,
 			   taco_err *err)
@@ -372,7 +356,7 @@ int taco_model_init_random(const taco_config *cfg, const tk_ops *ops,
 								  ? 0.0f
 								  : 1.0f)
 						       : 0.02f * randn(&s);
-			f32_to_dtype(conv, host, n, dtype);
+			taco_f32_to_dtype(conv, host, n, dtype);
 			ops->upload((char *)t->data + off * es, conv, n * es);
 		}
 	}

@@ -293,12 +293,6 @@ static void forward_all(taco_model *m)
 		forward_layer(m, l, w->xs + l * NH, w->xs + (l + 1) * NH, W);
 }
 
-/* Rows of one loss chunk. */
-static int chunk_rows(const taco_model *m, int N)
-{
-	int C = TACO_CE_CHUNK_ELEMS / m->cfg.vocab;
-	return C < 1 ? 1 : (C > N ? N : C);
-}
 
 /* Final norm, then logits chunk by chunk: loss statistics, and when
  * grad_scale != 0 the head gradient (into g_head) and the gradient of the
@@ -310,7 +304,7 @@ static void loss_chunks(taco_model *m, float grad_scale, int want_grad,
 	const taco_config *c = &m->cfg;
 	taco_work *w = m->work;
 	int N = w->B * w->T, H = c->hidden, V = c->vocab;
-	int C = chunk_rows(m, N);
+	int C = taco_work_chunk_rows(m, N);
 	const float *wf = weight(m, m->final_norm, w->w_final);
 	const float *wh = weight(m, m->lm_head, w->w_head);
 	double loss = 0;
@@ -322,6 +316,7 @@ static void loss_chunks(taco_model *m, float grad_scale, int want_grad,
 		o->memset0(w->g_head, (size_t)V * H * sizeof(float));
 	for (int r0 = 0; r0 < N; r0 += C) {
 		int n = N - r0 < C ? N - r0 : C, nc = 0;
+		double part = 0;
 		float *hrows = w->hf + (size_t)r0 * H;
 
 		o->matmul(0, 1, n, V, H, 1.0f, hrows, H, wh, H, 0.0f,
@@ -330,7 +325,8 @@ static void loss_chunks(taco_model *m, float grad_scale, int want_grad,
 			o->download(host_logits + (size_t)r0 * V, w->logits,
 				    (size_t)n * V * sizeof(float));
 		o->cross_entropy(w->logits, w->targets + r0, n, V,
-				 want_grad ? grad_scale : 0.0f, &loss, &nc);
+				 want_grad ? grad_scale : 0.0f, &part, &nc);
+		loss += part;
 		correct += nc;
 		if (!want_grad)
 			continue;

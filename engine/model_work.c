@@ -22,14 +22,10 @@ static int work_list(taco_model *m, taco_work *w, int B, int T,
 	size_t D = (size_t)c->heads * c->head_dim;
 	size_t Dkv = (size_t)c->kv_heads * c->head_dim;
 	size_t V = c->vocab, L = c->layers, half = c->head_dim / 2;
-	size_t C = TACO_CE_CHUNK_ELEMS / V, glayer = H;
+	size_t C = (size_t)taco_work_chunk_rows(m, B * T), glayer = H;
 	int n = 0, q = c->qk_norm;
 	const taco_tensor *head = &m->tensors[m->lm_head];
 
-	if (C < 1)
-		C = 1;
-	if (C > N)
-		C = N;
 #define ADD(field, count)                                                      \
 	list[n++] = (work_buf){(void **)&w->field, (count), sizeof(*w->field)}
 	ADD(tokens, N);
@@ -87,6 +83,15 @@ static int work_list(taco_model *m, taco_work *w, int B, int T,
 	return n;
 }
 
+int taco_work_chunk_rows(const taco_model *m, int N)
+{
+	size_t elems = m->ce_chunk_elems ? m->ce_chunk_elems
+					 : TACO_CE_CHUNK_ELEMS;
+	size_t C = elems / (size_t)m->cfg.vocab;
+
+	return C < 1 ? 1 : (C > (size_t)N ? N : (int)C);
+}
+
 static void work_free(taco_model *m, taco_work *w)
 {
 	work_buf list[WB_MAX];
@@ -113,7 +118,8 @@ int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
 	taco_work *w;
 	int n;
 
-	if (m->work && m->work->B == B && m->work->T == T)
+	if (m->work && m->work->B == B && m->work->T == T &&
+	    m->work->C == taco_work_chunk_rows(m, B * T))
 		return 0;
 	taco_model_release_work(m);
 	w = calloc(1, sizeof(*w));
@@ -121,6 +127,7 @@ int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	w->B = B;
 	w->T = T;
+	w->C = taco_work_chunk_rows(m, B * T);
 	n = work_list(m, w, B, T, list);
 	for (int i = 0; i < n; i++) {
 		size_t bytes = list[i].elems * list[i].esize;

@@ -8,12 +8,13 @@
 
 #include "model.h"
 
-/* Rows of the cross-entropy chunk: C = max(1, min(N, TACO_CE_CHUNK_ELEMS / V))
- * keeps the logits of one chunk to 16 MiB of fp32. */
+/* Rows of the cross-entropy chunk: C = max(1, min(N, elems / V)) with
+ * elems = m->ce_chunk_elems or this default, which keeps the logits of one
+ * chunk to 16 MiB of fp32. */
 #define TACO_CE_CHUNK_ELEMS (1 << 22)
 
 struct taco_work {
-	int B, T;      /* shape the buffers were made for */
+	int B, T, C;   /* batch shape and loss chunk rows of the buffers */
 	size_t bytes;  /* total backend bytes held */
 	int32_t *tokens, *targets, *pos; /* [N] */
 	float *rope_cos, *rope_sin;      /* [T, hd/2] */
@@ -44,6 +45,9 @@ struct taco_work {
 	float *g_layer; /* largest layer tensor (and the final norm) */
 	float *g_head;  /* [V, H]: the LM head, then the embedding */
 };
+
+/* Rows of one cross-entropy chunk for N tokens. */
+int taco_work_chunk_rows(const taco_model *m, int N);
 
 /* Makes sure m->work fits the batch shape. */
 int taco_work_ensure(taco_model *m, int B, int T, taco_err *err);

@@ -20,8 +20,8 @@
 #define MAX_SHARD_NAME 255
 
 struct taco_st_file {
-	char *path;  /* for error messages */
-	void *map;   /* NULL unless opened by taco_st_open */
+	char *path; /* for error messages */
+	void *map;  /* NULL unless opened by taco_st_open */
 	size_t map_len;
 	size_t n;
 	taco_st_tensor *t; /* data order */
@@ -45,22 +45,22 @@ static const struct {
 	int dtype;
 	size_t size;
 } dtypes[] = {
-	{"F32", TK_F32, 4},
-	{"BF16", TK_BF16, 2},
-	{"F16", TK_F16, 2},
-	{"F64", TACO_ST_F64, 8},
-	{"I64", TACO_ST_I64, 8},
-	{"U64", TACO_ST_U64, 8},
-	{"I32", TACO_ST_I32, 4},
-	{"U32", TACO_ST_U32, 4},
-	{"I16", TACO_ST_I16, 2},
-	{"U16", TACO_ST_U16, 2},
-	{"I8", TACO_ST_I8, 1},
-	{"U8", TACO_ST_U8, 1},
-	{"BOOL", TACO_ST_BOOL, 1},
-	{"F8_E4M3", TACO_ST_F8_E4M3, 1},
-	{"F8_E5M2", TACO_ST_F8_E5M2, 1},
-	{"F8_E8M0", TACO_ST_F8_E8M0, 1},
+    {"F32", TK_F32, 4},
+    {"BF16", TK_BF16, 2},
+    {"F16", TK_F16, 2},
+    {"F64", TACO_ST_F64, 8},
+    {"I64", TACO_ST_I64, 8},
+    {"U64", TACO_ST_U64, 8},
+    {"I32", TACO_ST_I32, 4},
+    {"U32", TACO_ST_U32, 4},
+    {"I16", TACO_ST_I16, 2},
+    {"U16", TACO_ST_U16, 2},
+    {"I8", TACO_ST_I8, 1},
+    {"U8", TACO_ST_U8, 1},
+    {"BOOL", TACO_ST_BOOL, 1},
+    {"F8_E4M3", TACO_ST_F8_E4M3, 1},
+    {"F8_E5M2", TACO_ST_F8_E5M2, 1},
+    {"F8_E8M0", TACO_ST_F8_E8M0, 1},
 };
 
 #define NDTYPES (sizeof(dtypes) / sizeof(dtypes[0]))
@@ -97,11 +97,10 @@ int taco_st_dtype_from_name(const char *name)
 }
 
 /* Sets err to "file: <fmt...>" and returns code. */
-static int fail(taco_err *err, int code, const char *file, const char *fmt,
-		...) __attribute__((format(printf, 4, 5)));
+static int fail(taco_err *err, int code, const char *file, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-static int fail(taco_err *err, int code, const char *file, const char *fmt,
-		...)
+static int fail(taco_err *err, int code, const char *file, const char *fmt, ...)
 {
 	char buf[sizeof(err->msg)];
 	va_list ap;
@@ -208,16 +207,16 @@ static int parse_tensor(taco_st_tensor *t, const json_t *v,
 	int zero = 0;
 
 	if (!json_is_object(v))
-		return fail(err, -EINVAL, file, "tensor '%s': entry is not an object",
-			    name);
+		return fail(err, -EINVAL, file,
+			    "tensor '%s': entry is not an object", name);
 	ds = json_string_value(json_object_get(v, "dtype"));
 	if (!ds)
 		return fail(err, -EINVAL, file,
 			    "tensor '%s': dtype missing or not a string", name);
 	t->dtype = taco_st_dtype_from_name(ds);
 	if (t->dtype < 0)
-		return fail(err, -EINVAL, file, "tensor '%s': unknown dtype '%.32s'",
-			    name, ds);
+		return fail(err, -EINVAL, file,
+			    "tensor '%s': unknown dtype '%.32s'", name, ds);
 	esize = taco_st_dtype_size(t->dtype);
 
 	shape = json_object_get(v, "shape");
@@ -226,15 +225,16 @@ static int parse_tensor(taco_st_tensor *t, const json_t *v,
 			    "tensor '%s': shape missing or not an array", name);
 	if (json_array_size(shape) > TACO_ST_MAX_DIMS)
 		return fail(err, -EINVAL, file,
-			    "tensor '%s': shape has %zu dims, limit is %d", name,
-			    json_array_size(shape), TACO_ST_MAX_DIMS);
+			    "tensor '%s': shape has %zu dims, limit is %d",
+			    name, json_array_size(shape), TACO_ST_MAX_DIMS);
 	t->ndim = (int)json_array_size(shape);
 	for (int d = 0; d < t->ndim; d++) {
 		if (get_uint(json_array_get(shape, (size_t)d), &x) != 0)
-			return fail(err, -EINVAL, file,
-				    "tensor '%s': shape[%d] is not a non-negative "
-				    "integer",
-				    name, d);
+			return fail(
+			    err, -EINVAL, file,
+			    "tensor '%s': shape[%d] is not a non-negative "
+			    "integer",
+			    name, d);
 		t->shape[d] = (int64_t)x;
 		if (x == 0)
 			zero = 1;
@@ -242,9 +242,9 @@ static int parse_tensor(taco_st_tensor *t, const json_t *v,
 	for (int d = 0; d < t->ndim && !zero; d++) {
 		x = (uint64_t)t->shape[d];
 		if (nelem > UINT64_MAX / x)
-			return fail(err, -EINVAL, file,
-				    "tensor '%s': shape element count overflows",
-				    name);
+			return fail(
+			    err, -EINVAL, file,
+			    "tensor '%s': shape element count overflows", name);
 		nelem *= x;
 	}
 	if (zero)
@@ -303,7 +303,8 @@ static int scan_meta(const json_t *meta, const char *file, size_t *count,
 	if (json_is_null(meta))
 		return 0;
 	if (!json_is_object(meta))
-		return fail(err, -EINVAL, file, "__metadata__ is not an object");
+		return fail(err, -EINVAL, file,
+			    "__metadata__ is not an object");
 	json_object_keylen_foreach((json_t *)meta, key, klen, v)
 	{
 		if (strlen(key) != klen)
@@ -358,10 +359,11 @@ static int build_file(taco_st_file *f, json_t *root,
 			continue;
 		}
 		if (klen > TACO_ST_MAX_NAME)
-			return fail(err, -EINVAL, file,
-				    "tensor '%.64s...': name is %zu bytes, limit "
-				    "is %d",
-				    key, klen, TACO_ST_MAX_NAME);
+			return fail(
+			    err, -EINVAL, file,
+			    "tensor '%.64s...': name is %zu bytes, limit "
+			    "is %d",
+			    key, klen, TACO_ST_MAX_NAME);
 		bytes += klen + 1;
 		n++;
 	}
@@ -399,8 +401,9 @@ static int build_file(taco_st_file *f, json_t *root,
 		json_object_keylen_foreach(meta, key, klen, v)
 		{
 			f->meta[2 * i] = put_str(&arena, key, klen);
-			f->meta[2 * i + 1] = put_str(&arena, json_string_value(v),
-						     json_string_length(v));
+			f->meta[2 * i + 1] =
+			    put_str(&arena, json_string_value(v),
+				    json_string_length(v));
 			i++;
 		}
 		qsort(f->meta, nmeta, 2 * sizeof(*f->meta), cmp_meta);
@@ -483,10 +486,11 @@ static int parse_into(taco_st_file *f, const unsigned char *p, size_t len,
 			    "header length %llu exceeds the limit of %u bytes",
 			    (unsigned long long)hlen, TACO_ST_MAX_HEADER_BYTES);
 	if (hlen > len - 8)
-		return fail(err, -EINVAL, file,
-			    "header length %llu larger than the %zu bytes after "
-			    "the length prefix (truncated file?)",
-			    (unsigned long long)hlen, len - 8);
+		return fail(
+		    err, -EINVAL, file,
+		    "header length %llu larger than the %zu bytes after "
+		    "the length prefix (truncated file?)",
+		    (unsigned long long)hlen, len - 8);
 	root = json_loadb((const char *)p + 8, (size_t)hlen,
 			  JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
 	if (!root) {
@@ -506,8 +510,8 @@ static int parse_into(taco_st_file *f, const unsigned char *p, size_t len,
 int taco_st_parse(const void *buf, size_t len, const char *filename_for_errors,
 		  taco_st_file **out, taco_err *err)
 {
-	const char *file = filename_for_errors ? filename_for_errors
-					       : "<memory>";
+	const char *file =
+	    filename_for_errors ? filename_for_errors : "<memory>";
 	taco_st_file *f;
 	int rc;
 
@@ -609,7 +613,7 @@ static const taco_st_tensor *find_name(const taco_st_tensor *const *by_name,
 				       size_t n, const char *name)
 {
 	taco_st_tensor key = {.name = name};
-	const taco_st_tensor *kp = &key, *const *hit;
+	const taco_st_tensor *kp = &key, *const * hit;
 
 	if (!name || !n)
 		return NULL;
@@ -699,8 +703,8 @@ static int model_index_tensors(taco_st_model *m, taco_err *err)
 	m->all = malloc((n ? n : 1) * sizeof(*m->all));
 	m->by_name = malloc((n ? n : 1) * sizeof(*m->by_name));
 	if (!m->all || !m->by_name)
-		return fail(err, -ENOMEM, m->dir, "out of memory for %zu tensors",
-			    n);
+		return fail(err, -ENOMEM, m->dir,
+			    "out of memory for %zu tensors", n);
 	for (size_t s = 0; s < m->nshards; s++)
 		for (size_t i = 0; i < m->shards[s]->n; i++)
 			m->all[k++] = &m->shards[s]->t[i];
@@ -709,9 +713,10 @@ static int model_index_tensors(taco_st_model *m, taco_err *err)
 	qsort(m->by_name, n, sizeof(*m->by_name), cmp_tensor_name);
 	for (size_t i = 1; i < n; i++)
 		if (strcmp(m->by_name[i - 1]->name, m->by_name[i]->name) == 0)
-			return fail(err, -EINVAL, m->dir,
-				    "tensor '%s' appears in more than one shard",
-				    m->by_name[i]->name);
+			return fail(
+			    err, -EINVAL, m->dir,
+			    "tensor '%s' appears in more than one shard",
+			    m->by_name[i]->name);
 	return 0;
 }
 
@@ -893,8 +898,8 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 		const taco_st_file *f = m->shards[s];
 
 		for (size_t i = 0; i < f->n; i++) {
-			const char *want =
-				json_string_value(json_object_get(wm, f->t[i].name));
+			const char *want = json_string_value(
+			    json_object_get(wm, f->t[i].name));
 
 			if (!want) {
 				rc = fail(err, -EINVAL, f->path,
@@ -927,7 +932,8 @@ int taco_st_open_model(const char *dir, taco_st_model **out, taco_err *err)
 	int rc;
 
 	if (!dir)
-		return taco_err_set(err, -EINVAL, "taco_st_open_model: NULL dir");
+		return taco_err_set(err, -EINVAL,
+				    "taco_st_open_model: NULL dir");
 	m = calloc(1, sizeof(*m));
 	if (!m || !(m->dir = strdup(dir)) ||
 	    !(ipath = join_path(dir, INDEX_NAME)) ||
@@ -950,9 +956,8 @@ int taco_st_open_model(const char *dir, taco_st_model **out, taco_err *err)
 		if (rc == 0)
 			m->nshards = 1;
 	} else {
-		rc = fail(err, -ENOENT, dir,
-			  "no %s or %s in this directory", SINGLE_NAME,
-			  INDEX_NAME);
+		rc = fail(err, -ENOENT, dir, "no %s or %s in this directory",
+			  SINGLE_NAME, INDEX_NAME);
 	}
 	if (rc == 0)
 		rc = model_index_tensors(m, err);

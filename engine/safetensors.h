@@ -69,10 +69,11 @@ const char *taco_st_dtype_name(int dtype);
 /* Inverse of taco_st_dtype_name: the dtype, or -1 if unknown. */
 int taco_st_dtype_from_name(const char *name);
 
-/* One tensor. For a parsed file, name and data point into memory owned by
- * the taco_st_file (data points into the file's bytes and may be unaligned:
- * copy or convert it, do not cast it to float *). For the writer, the caller
- * fills every field; data may be NULL when nbytes is 0. */
+/* One tensor. For a parsed file, name is owned by the taco_st_file and data
+ * points into the file's bytes (the caller's buffer for taco_st_parse, the
+ * mapping for taco_st_open), valid until taco_st_close; data may be
+ * unaligned: copy or convert it, do not cast it to float *. For the writer, the
+ * caller fills every field; data may be NULL when nbytes is 0. */
 typedef struct taco_st_tensor {
 	const char *name;
 	int dtype;
@@ -101,7 +102,9 @@ void taco_st_close(taco_st_file *f);
 /* The name used in error messages (the path for taco_st_open). */
 const char *taco_st_path(const taco_st_file *f);
 
-/* Tensors in data-region order (ascending data_offsets begin). */
+/* Tensors in data-region order (ascending data_offsets begin; at equal
+ * begins, zero-byte tensors first, then by name). The writer's order for a
+ * file it wrote. */
 size_t taco_st_count(const taco_st_file *f);
 /* NULL if i >= count. */
 const taco_st_tensor *taco_st_get(const taco_st_file *f, size_t i);

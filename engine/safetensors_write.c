@@ -23,11 +23,10 @@ struct chunk {
 	uint64_t len;
 };
 
-static int fail(taco_err *err, int code, const char *file, const char *fmt,
-		...) __attribute__((format(printf, 4, 5)));
+static int fail(taco_err *err, int code, const char *file, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-static int fail(taco_err *err, int code, const char *file, const char *fmt,
-		...)
+static int fail(taco_err *err, int code, const char *file, const char *fmt, ...)
 {
 	char buf[sizeof(err->msg)];
 	va_list ap;
@@ -83,10 +82,11 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 			return fail(err, -EINVAL, path, "tensor %zu: NULL name",
 				    i);
 		if (strlen(t->name) > TACO_ST_MAX_NAME)
-			return fail(err, -EINVAL, path,
-				    "tensor '%.64s...': name is %zu bytes, limit "
-				    "is %d",
-				    t->name, strlen(t->name), TACO_ST_MAX_NAME);
+			return fail(
+			    err, -EINVAL, path,
+			    "tensor '%.64s...': name is %zu bytes, limit "
+			    "is %d",
+			    t->name, strlen(t->name), TACO_ST_MAX_NAME);
 		if (strcmp(t->name, "__metadata__") == 0)
 			return fail(err, -EINVAL, path,
 				    "tensor name '__metadata__' is reserved");
@@ -97,8 +97,8 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 				    t->dtype);
 		if (t->ndim < 0 || t->ndim > TACO_ST_MAX_DIMS)
 			return fail(err, -EINVAL, path,
-				    "tensor '%s': ndim %d outside 0..%d", t->name,
-				    t->ndim, TACO_ST_MAX_DIMS);
+				    "tensor '%s': ndim %d outside 0..%d",
+				    t->name, t->ndim, TACO_ST_MAX_DIMS);
 		for (int d = 0; d < t->ndim; d++) {
 			if (t->shape[d] < 0)
 				return fail(err, -EINVAL, path,
@@ -121,11 +121,12 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 		if (zero)
 			nelem = 0;
 		if (nelem > UINT64_MAX / esize || nelem * esize != t->nbytes)
-			return fail(err, -EINVAL, path,
-				    "tensor '%s': nbytes %llu does not match its "
-				    "shape and dtype %s",
-				    t->name, (unsigned long long)t->nbytes,
-				    taco_st_dtype_name(t->dtype));
+			return fail(
+			    err, -EINVAL, path,
+			    "tensor '%s': nbytes %llu does not match its "
+			    "shape and dtype %s",
+			    t->name, (unsigned long long)t->nbytes,
+			    taco_st_dtype_name(t->dtype));
 		if (t->nbytes && !t->data)
 			return fail(err, -EINVAL, path,
 				    "tensor '%s': NULL data for %llu bytes",
@@ -159,8 +160,8 @@ static int write_all(int fd, const void *p, uint64_t len)
 	const unsigned char *b = p;
 
 	while (len > 0) {
-		size_t want = len > MAX_WRITE_CHUNK ? MAX_WRITE_CHUNK
-						    : (size_t)len;
+		size_t want =
+		    len > MAX_WRITE_CHUNK ? MAX_WRITE_CHUNK : (size_t)len;
 		ssize_t w = write(fd, b, want);
 
 		if (w < 0 && errno == EINTR)
@@ -307,14 +308,14 @@ static int build_header(const char *path, const taco_st_tensor *ts, size_t n,
 		for (int d = 0; d < t->ndim && !bad; d++)
 			bad = json_array_append_new(shape,
 						    json_integer(t->shape[d]));
-		bad = bad ||
-		      json_array_append_new(offs, json_integer((json_int_t)off));
+		bad = bad || json_array_append_new(
+				 offs, json_integer((json_int_t)off));
 		off += t->nbytes;
-		bad = bad ||
-		      json_array_append_new(offs, json_integer((json_int_t)off));
+		bad = bad || json_array_append_new(
+				 offs, json_integer((json_int_t)off));
 		bad = bad || json_object_set_new(
-				     e, "dtype",
-				     json_string(taco_st_dtype_name(t->dtype)));
+				 e, "dtype",
+				 json_string(taco_st_dtype_name(t->dtype)));
 		bad = bad || json_object_set(e, "shape", shape);
 		bad = bad || json_object_set(e, "data_offsets", offs);
 		json_decref(shape);
@@ -390,8 +391,8 @@ int taco_st_write(const char *path, const taco_st_tensor *tensors, size_t n,
 	c[nc++] = (struct chunk){hdr, hlen};
 	for (size_t i = 0; i < n; i++)
 		if (tensors[i].nbytes)
-			c[nc++] = (struct chunk){tensors[i].data,
-						 tensors[i].nbytes};
+			c[nc++] =
+			    (struct chunk){tensors[i].data, tensors[i].nbytes};
 	rc = write_atomic(path, c, nc, err);
 out:
 	free(c);

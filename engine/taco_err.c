@@ -18,24 +18,22 @@ int taco_err_set(taco_err *err, int code, const char *fmt, ...)
 
 int taco_err_prefix(taco_err *err, int code, const char *fmt, ...)
 {
-	char prefix[512], old[sizeof(err->msg)];
+	char both[2 * sizeof(err->msg)];
 	va_list ap;
+	int n;
 
 	if (!err)
 		return code;
 	va_start(ap, fmt);
-	vsnprintf(prefix, sizeof(prefix), fmt, ap);
+	n = vsnprintf(both, sizeof(err->msg), fmt, ap);
 	va_end(ap);
-	size_t n;
-
-	memcpy(old, err->msg, sizeof(old));
-	n = strnlen(prefix, sizeof(prefix) - 1);
-	if (n + 2 >= sizeof(err->msg))
-		n = sizeof(err->msg) - 3;
-	memcpy(err->msg, prefix, n);
-	memcpy(err->msg + n, ": ", 2);
-	/* the old message, cut to what is left */
-	snprintf(err->msg + n + 2, sizeof(err->msg) - n - 2, "%.*s",
-		 (int)(sizeof(err->msg) - n - 3), old);
+	if (n < 0)
+		return code;
+	if ((size_t)n >= sizeof(err->msg))
+		n = (int)sizeof(err->msg) - 1;
+	/* both holds "prefix: old message"; cut to what fits in msg. */
+	snprintf(both + n, sizeof(both) - (size_t)n, ": %s", err->msg);
+	memcpy(err->msg, both, sizeof(err->msg) - 1);
+	err->msg[sizeof(err->msg) - 1] = 0;
 	return code;
 }

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
 	build-essential cmake pkg-config git
 	libjansson-dev      # JSON: config.json, safetensors headers, jobs
-	libopenblas-dev     # CPU GEMM
+	libopenblas-openmp-dev # CPU GEMM, sharing the OpenMP thread pool
 	check libsubunit-dev # unit tests
 	clang libclang-rt-14-dev libomp-14-dev # libFuzzer harnesses
 )

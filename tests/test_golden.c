@@ -133,7 +133,9 @@ static void grads_free(grads *gs, const taco_model *m)
 	free(gs->calls);
 }
 
-static void check_fixture(const char *name, int scribble)
+/* scribble: overwrite weights in the gradient callback. chunk: rows per
+ * cross-entropy chunk (0 = default, one chunk for these fixtures). */
+static void check_fixture(const char *name, int scribble, int chunk)
 {
 	fixture f;
 	taco_err err = {{0}};
@@ -143,6 +145,7 @@ static void check_fixture(const char *name, int scribble)
 	int r;
 
 	fixture_load(&f, name);
+	f.m->ce_chunk_elems = (size_t)chunk * f.m->cfg.vocab;
 	b = (taco_batch){f.B, f.T, f.tokens, f.targets, NULL};
 
 	if (!scribble) {
@@ -192,13 +195,20 @@ static void check_fixture(const char *name, int scribble)
 
 START_TEST(test_fixture)
 {
-	check_fixture(fixtures[_i], 0);
+	check_fixture(fixtures[_i], 0, 0);
+}
+END_TEST
+
+/* 5 rows per chunk: 7 chunks, the last one short. */
+START_TEST(test_fixture_chunked_loss)
+{
+	check_fixture(fixtures[_i], 0, 5);
 }
 END_TEST
 
 START_TEST(test_fixture_weights_change_in_callback)
 {
-	check_fixture(fixtures[_i], 1);
+	check_fixture(fixtures[_i], 1, 0);
 }
 END_TEST
 
@@ -312,6 +322,7 @@ int main(void)
 
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_fixture, 0, n);
+	tcase_add_loop_test(tc, test_fixture_chunked_loss, 0, n);
 	tcase_add_loop_test(tc, test_fixture_weights_change_in_callback, 0, n);
 	tcase_add_loop_test(tc, test_packing, 0, 2);
 	tcase_add_test(tc, test_bad_batch);

@@ -76,15 +76,6 @@ static double rel_err_d(const float *a, const double *ref, size_t n)
 	return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static double dot_fd(const double *a, const float *b, size_t n)
-{
-	double s = 0;
-
-	for (size_t i = 0; i < n; i++)
-		s += a[i] * b[i];
-	return s;
-}
-
 static uint64_t rng_next(uint64_t *s)
 {
 	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -216,27 +207,18 @@ END_TEST
 
 START_TEST(test_to_f32_known)
 {
-	static const uint16_t bf[] = {0x3f80, 0xc000, 0x3e20, 0x0000,
-				      0x8000, 0x7f80, 0xff80, 0x0001,
-				      0x4049, 0x7f7f};
+	static const uint16_t bf[] = {0x3f80, 0xc000, 0x3e20, 0x0000, 0x8000,
+				      0x7f80, 0xff80, 0x0001, 0x4049, 0x7f7f};
 	static const float bf_ref[] = {
-	    1.0f,	    -2.0f,	0.15625f, 0.0f, -0.0f, INFINITY,
-	    -INFINITY, 0x1p-133f, 3.140625f, 0x1.fep127f};
+	    1.0f,     -2.0f,	 0.15625f,  0.0f,      -0.0f,
+	    INFINITY, -INFINITY, 0x1p-133f, 3.140625f, 0x1.fep127f};
 	static const uint16_t hf[] = {0x3c00, 0xc000, 0x7bff, 0x0001,
 				      0x03ff, 0x0400, 0x8000, 0x7c00,
 				      0xfc00, 0x3555, 0x8001, 0x3800};
-	static const float hf_ref[] = {1.0f,
-				       -2.0f,
-				       65504.0f,
-				       0x1p-24f,
-				       1023 * 0x1p-24f,
-				       0x1p-14f,
-				       -0.0f,
-				       INFINITY,
-				       -INFINITY,
-				       0.333251953125f,
-				       -0x1p-24f,
-				       0.5f};
+	static const float hf_ref[] = {
+	    1.0f,      -2.0f, 65504.0f, 0x1p-24f,  1023 * 0x1p-24f,
+	    0x1p-14f,  -0.0f, INFINITY, -INFINITY, 0.333251953125f,
+	    -0x1p-24f, 0.5f};
 	size_t nb = sizeof(bf) / sizeof(bf[0]), nf = sizeof(hf) / 2;
 	float out[16];
 	uint16_t nan16[3] = {0x7fc0, 0x7e00, 0xfe01};
@@ -284,8 +266,8 @@ START_TEST(test_to_f32_all)
 		}
 		ref = e == 0 ? sign * ldexp(m, -24)
 			     : sign * ldexp(1024 + m, e - 25);
-		ck_assert_msg((double)out[i] == ref && !!signbit(out[i]) ==
-							   (sign < 0),
+		ck_assert_msg((double)out[i] == ref &&
+				  !!signbit(out[i]) == (sign < 0),
 			      "f16 0x%04x: %a != %a", i, (double)out[i], ref);
 	}
 
@@ -477,8 +459,8 @@ struct rms_ctx {
 	double eps;
 };
 
-static void rms_ref(double *out, double *rstd, const double *x,
-		    const double *w, int n, int H, double eps)
+static void rms_ref(double *out, double *rstd, const double *x, const double *w,
+		    int n, int H, double eps)
 {
 	for (int i = 0; i < n; i++) {
 		double ss = 0, r;
@@ -508,7 +490,8 @@ static void check_rmsnorm(int n, int H, size_t samples, uint64_t st)
 {
 	size_t nx = (size_t)n * H;
 	float eps = 1e-5f;
-	float *x = frand(nx, -2, 2, &st), *w = frand((size_t)H, 0.5f, 1.5f, &st);
+	float *x = frand(nx, -2, 2, &st),
+	      *w = frand((size_t)H, 0.5f, 1.5f, &st);
 	float *dout = frand(nx, -1, 1, &st), *out = fnew(nx), *rstd = fnew(n);
 	float *dx = fnew(nx), *dw = frand((size_t)H, -1, 1, &st);
 	float *dw0 = fcopy(dw, (size_t)H);
@@ -560,13 +543,13 @@ END_TEST
 struct rope_ctx {
 	double *x;
 	const double *R;
-	const float *cos, *sin;
+	const float *ctab, *stab;
 	const int32_t *pos;
 	int n, heads, hd;
 };
 
-static void rope_ref(double *out, const double *x, const float *cos,
-		     const float *sin, const int32_t *pos, int n, int heads,
+static void rope_ref(double *out, const double *x, const float *ctab,
+		     const float *stab, const int32_t *pos, int n, int heads,
 		     int hd)
 {
 	int half = hd / 2;
@@ -578,10 +561,10 @@ static void rope_ref(double *out, const double *x, const float *cos,
 			/* out = x * cat(c, c) + rotate_half(x) * cat(s, s) */
 			for (int i = 0; i < hd; i++) {
 				int f = i % half;
-				double c = cos[pos[t] * half + f];
-				double s = sin[pos[t] * half + f];
-				double rot = i < half ? -xi[i + half]
-						      : xi[i - half];
+				double c = ctab[pos[t] * half + f];
+				double s = stab[pos[t] * half + f];
+				double rot =
+				    i < half ? -xi[i + half] : xi[i - half];
 				oi[i] = xi[i] * c + rot * s;
 			}
 		}
@@ -593,7 +576,7 @@ static double rope_loss(void *p)
 	size_t nx = (size_t)c->n * c->heads * c->hd;
 	double *out = dnew(nx), l = 0;
 
-	rope_ref(out, c->x, c->cos, c->sin, c->pos, c->n, c->heads, c->hd);
+	rope_ref(out, c->x, c->ctab, c->stab, c->pos, c->n, c->heads, c->hd);
 	for (size_t i = 0; i < nx; i++)
 		l += c->R[i] * out[i];
 	free(out);
@@ -604,39 +587,40 @@ static void check_rope(int n, int heads, int hd, size_t samples, uint64_t st)
 {
 	int half = hd / 2, max_pos = 64;
 	size_t nx = (size_t)n * heads * hd;
-	float *cos = fnew((size_t)max_pos * half), *sin = fnew((size_t)max_pos * half);
+	float *ctab = fnew((size_t)max_pos * half);
+	float *stab = fnew((size_t)max_pos * half);
 	int32_t *pos = malloc((size_t)n * sizeof(*pos));
 	float *x = frand(nx, -1, 1, &st), *dout = frand(nx, -1, 1, &st);
 	float *y = fcopy(x, nx), *dx = fcopy(dout, nx);
 	double *xd = f2d(x, nx), *R = f2d(dout, nx), *ref = dnew(nx);
-	struct rope_ctx c = {xd, R, cos, sin, pos, n, heads, hd};
+	struct rope_ctx c = {xd, R, ctab, stab, pos, n, heads, hd};
 
 	ck_assert_ptr_nonnull(pos);
 	for (int p = 0; p < max_pos; p++)
 		for (int i = 0; i < half; i++) {
 			double inv = pow(10000.0, -2.0 * i / hd);
-			cos[p * half + i] = (float)cos_fn(p * inv);
-			sin[p * half + i] = (float)sin_fn(p * inv);
+			ctab[p * half + i] = (float)cos(p * inv);
+			stab[p * half + i] = (float)sin(p * inv);
 		}
 	for (int t = 0; t < n; t++) /* documents of length 5 and 7 */
 		pos[t] = (t % 12) < 5 ? t % 12 : t % 12 - 5;
 
-	ops->rope_fwd(y, cos, sin, pos, n, heads, hd);
-	rope_ref(ref, xd, cos, sin, pos, n, heads, hd);
+	ops->rope_fwd(y, ctab, stab, pos, n, heads, hd);
+	rope_ref(ref, xd, ctab, stab, pos, n, heads, hd);
 	ck_assert_double_lt(rel_err_d(y, ref, nx), 1e-6);
 	/* position 0 is the identity */
 	ck_assert_mem_eq(y, x, (size_t)heads * hd * sizeof(float));
 
-	ops->rope_bwd(dx, cos, sin, pos, n, heads, hd);
+	ops->rope_bwd(dx, ctab, stab, pos, n, heads, hd);
 	ck_assert_double_lt(grad_check(rope_loss, &c, xd, dx, nx, samples, 13),
 			    1e-5);
 
 	/* the backward rotation inverts the forward one */
-	ops->rope_bwd(y, cos, sin, pos, n, heads, hd);
+	ops->rope_bwd(y, ctab, stab, pos, n, heads, hd);
 	ck_assert_double_lt(tu_rel_err(y, x, nx), 1e-6);
 
-	free(cos);
-	free(sin);
+	free(ctab);
+	free(stab);
 	free(pos);
 	free(x);
 	free(dout);
@@ -768,7 +752,8 @@ START_TEST(test_cross_entropy_small)
 	int nc = -1, ncref = 0;
 	struct ce_ctx c;
 
-	/* row 4: tie between 5 and 8 at the max, target 5: correct */
+	/* rows 2 and 4: ties at the max, target the smaller index: correct */
+	x[2 * V + 0] = x[2 * V + 4] = 9.0f;
 	x[4 * V + 5] = x[4 * V + 8] = 9.0f;
 	/* row 6: tie between 1 and 2 at the max, target 2: not correct */
 	x[6 * V + 1] = x[6 * V + 2] = 9.0f;
@@ -780,17 +765,19 @@ START_TEST(test_cross_entropy_small)
 	xd = f2d(x, (size_t)n * V);
 	c = (struct ce_ctx){xd, tgt, n, V};
 	ref = ce_ref(xd, tgt, n, V);
-	ncref = 2; /* rows 3 and 4 (row 0, 2 checked below) */
-	for (int i = 0; i < n; i += 2) {
+	for (int i = 0; i < n; i++) { /* argmax, ties to the smaller index */
 		int am = 0;
-		if (i == 4 || i == 6 || tgt[i] == -100)
+		if (tgt[i] == -100)
 			continue;
 		for (int j = 1; j < V; j++)
 			if (x[i * V + j] > x[i * V + am])
 				am = j;
 		ncref += am == tgt[i];
+		if (i == 2 || i == 3 || i == 4)
+			ck_assert_int_eq(am, tgt[i]);
+		if (i == 6)
+			ck_assert_int_ne(am, tgt[i]);
 	}
-
 	/* grad_scale == 0: loss only, logits untouched */
 	x0 = fcopy(x, (size_t)n * V);
 	ops->cross_entropy(x, tgt, n, V, 0.0f, &loss, &nc);
@@ -813,9 +800,8 @@ START_TEST(test_cross_entropy_small)
 	}
 	for (int j = 0; j < (int)(n * V); j++)
 		g[j] /= scale;
-	ck_assert_double_lt(grad_check(ce_loss, &c, xd, g, (size_t)n * V,
-				       1000, 17),
-			    1e-5);
+	ck_assert_double_lt(
+	    grad_check(ce_loss, &c, xd, g, (size_t)n * V, 1000, 17), 1e-5);
 	/* each valid row of the gradient sums to zero */
 	for (int i = 0; i < n; i++) {
 		double s = 0;
@@ -958,10 +944,11 @@ struct att_case {
 	struct att_ctx c;
 };
 
-/* Documents: row b restarts positions at each entry of starts[b] (<0 ends),
- * so a row can hold several documents. */
-static void att_setup(struct att_case *a, int B, int T, int nh, int nkv,
-		      int hd, int window, const int *doclens, uint64_t st)
+/* doclens: NULL for one document per row, else four document lengths
+ * cycled through (row b starts with doclens[b % 4]); positions restart at
+ * 0 at each document start. */
+static void att_setup(struct att_case *a, int B, int T, int nh, int nkv, int hd,
+		      int window, const int *doclens, uint64_t st)
 {
 	a->B = B;
 	a->T = T;
@@ -984,17 +971,12 @@ static void att_setup(struct att_case *a, int B, int T, int nh, int nkv,
 	a->dv = fnew(a->nk);
 	a->pos = malloc((size_t)B * T * sizeof(int32_t));
 	ck_assert_ptr_nonnull(a->pos);
-	/* doclens: lengths cycled through, different per row via offset */
 	for (int b = 0; b < B; b++) {
-		int d = b, left = doclens[b % 4], p = 0;
+		int d = b % 4, left = doclens ? doclens[d] : T + 1, p = 0;
 		for (int t = 0; t < T; t++) {
-			if (doclens[0] <= 0) {
-				a->pos[b * T + t] = t;
-				continue;
-			}
 			if (left == 0) {
-				d++;
-				left = doclens[d % 4];
+				d = (d + 1) % 4;
+				left = doclens[d];
 				p = 0;
 			}
 			a->pos[b * T + t] = p++;
@@ -1035,16 +1017,16 @@ static void att_free(struct att_case *a)
 
 static void att_run(struct att_case *a)
 {
-	ops->attention_fwd(a->out, a->lse, a->q, a->k, a->v, a->pos, a->B,
-			   a->T, a->nh, a->nkv, a->hd, a->window, a->scale);
+	ops->attention_fwd(a->out, a->lse, a->q, a->k, a->v, a->pos, a->B, a->T,
+			   a->nh, a->nkv, a->hd, a->window, a->scale);
 	/* dq/dk/dv are overwritten: start them dirty */
 	for (size_t i = 0; i < a->nq; i++)
 		a->dq[i] = 7.0f;
 	for (size_t i = 0; i < a->nk; i++)
 		a->dk[i] = a->dv[i] = -7.0f;
 	ops->attention_bwd(a->dq, a->dk, a->dv, a->dout, a->out, a->lse, a->q,
-			   a->k, a->v, a->pos, a->B, a->T, a->nh, a->nkv,
-			   a->hd, a->window, a->scale);
+			   a->k, a->v, a->pos, a->B, a->T, a->nh, a->nkv, a->hd,
+			   a->window, a->scale);
 }
 
 /* Forward against the reference, backward against finite differences. */
@@ -1074,15 +1056,13 @@ static void att_check(int B, int T, int nh, int nkv, int hd, int window,
 	att_free(&a);
 }
 
-static const int no_docs[4] = {0, 0, 0, 0};
-
 START_TEST(test_attention_causal)
 {
 	/* plain causal GQA, every gradient entry checked */
-	att_check(2, 9, 4, 2, 4, 0, no_docs, 100000, 31);
+	att_check(2, 9, 4, 2, 4, 0, NULL, 100000, 31);
 	/* MHA (group 1) and MQA (one kv head, serial path) */
-	att_check(1, 7, 3, 3, 4, 0, no_docs, 100000, 32);
-	att_check(1, 8, 2, 1, 6, 0, no_docs, 100000, 33);
+	att_check(1, 7, 3, 3, 4, 0, NULL, 100000, 32);
+	att_check(1, 8, 2, 1, 6, 0, NULL, 100000, 33);
 }
 END_TEST
 
@@ -1093,9 +1073,9 @@ START_TEST(test_attention_docs_window)
 
 	att_check(2, 12, 4, 2, 4, 0, docs, 100000, 34);
 	att_check(2, 12, 4, 2, 4, 3, docs, 100000, 35);
-	att_check(2, 12, 4, 2, 4, 3, no_docs, 100000, 36);
+	att_check(2, 12, 4, 2, 4, 3, NULL, 100000, 36);
 	/* window 1: each query sees only itself, out == v */
-	att_check(1, 6, 2, 1, 4, 1, no_docs, 100000, 37);
+	att_check(1, 6, 2, 1, 4, 1, NULL, 100000, 37);
 }
 END_TEST
 
@@ -1104,8 +1084,8 @@ START_TEST(test_attention_tiled)
 {
 	static const int docs[4] = {70, 33, 101, 50};
 
-	att_check(2, 150, 4, 2, 16, 0, no_docs, 24, 38);
-	att_check(2, 150, 4, 2, 16, 40, docs, 24, 39);
+	att_check(1, 150, 4, 2, 16, 0, NULL, 16, 38);
+	att_check(2, 150, 4, 2, 16, 40, docs, 8, 39);
 	att_check(1, 130, 2, 1, 64, 0, docs, 12, 40);
 }
 END_TEST
@@ -1114,15 +1094,15 @@ END_TEST
  * may attend: every other dk/dv entry (and dq of other queries) is zero. */
 START_TEST(test_attention_masked_grad)
 {
-	static const int docs[4] = {6, 10, 0, 0};
+	static const int docs[4] = {6, 10, 6, 10};
 	int B = 2, T = 16, nh = 4, nkv = 2, hd = 4, window = 4;
 	int qb = 1, qi = 9, qh = 3, kvh = qh / (nh / nkv);
 	struct att_case a;
 	int lo;
 
 	att_setup(&a, B, T, nh, nkv, hd, window, docs, 41);
-	/* row 1 starts with a document of length 10 then one of length 6
-	 * (doclens cycled from index b); query 9 sits in the first one. */
+	/* row 1 holds documents of length 10 and 6: query 9 is in the first
+	 * and its window (keys 6..9) does not reach the document start. */
 	ck_assert_int_eq(a.pos[qb * T + qi], 9);
 	memset(a.dout, 0, a.nq * sizeof(float));
 	for (int e = 0; e < hd; e++)
@@ -1134,15 +1114,19 @@ START_TEST(test_attention_masked_grad)
 		for (int j = 0; j < T; j++)
 			for (int g = 0; g < nkv; g++)
 				for (int e = 0; e < hd; e++) {
-					size_t o = ((size_t)b * T + j) * nkv * hd +
-						   g * hd + e;
+					size_t o =
+					    ((size_t)b * T + j) * nkv * hd +
+					    g * hd + e;
 					int live = b == qb && g == kvh &&
 						   j >= lo && j <= qi;
 					if (!live) {
-						ck_assert_float_eq(a.dk[o], 0.0f);
-						ck_assert_float_eq(a.dv[o], 0.0f);
+						ck_assert_float_eq(a.dk[o],
+								   0.0f);
+						ck_assert_float_eq(a.dv[o],
+								   0.0f);
 					} else {
-						ck_assert_float_ne(a.dv[o], 0.0f);
+						ck_assert_float_ne(a.dv[o],
+								   0.0f);
 					}
 				}
 	for (size_t i = 0; i < a.nq; i++) {

@@ -222,8 +222,8 @@ START_TEST(test_roundtrip)
 		hlen = hlen << 8 | bytes[i];
 	ck_assert_uint_eq(hlen % 8, 0);
 	ck_assert_int_eq(bytes[8], '{');
-	ck_assert_uint_eq(len, 8 + hlen + 24 + 16 + 4 + 30 + 14 + 16 + 6 + 24 +
-				       5);
+	ck_assert_uint_eq(len,
+			  8 + hlen + 24 + 16 + 4 + 30 + 14 + 16 + 6 + 24 + 5);
 
 	ck_assert_int_eq(taco_st_open(path, &f, &err), 0);
 	ck_assert_str_eq(taco_st_path(f), path);
@@ -274,17 +274,17 @@ END_TEST
 START_TEST(test_parse_valid_edges)
 {
 	static const char *const ok[] = {
-		"{}",
-		"{}       ",
-		"{\"__metadata__\":null}",
-		"{\"__metadata__\":{}}",
-		"{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}"
-		",\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]"
-		"}}",
-		/* gap between tensors and trailing bytes are allowed */
-		"{\"b\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[4,6]"
-		",\"extra\":1},\"a\":{\"dtype\":\"U8\",\"shape\":[],"
-		"\"data_offsets\":[1,2]}}",
+	    "{}",
+	    "{}       ",
+	    "{\"__metadata__\":null}",
+	    "{\"__metadata__\":{}}",
+	    "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}"
+	    ",\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]"
+	    "}}",
+	    /* gap between tensors and trailing bytes are allowed */
+	    "{\"b\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[4,6]"
+	    ",\"extra\":1},\"a\":{\"dtype\":\"U8\",\"shape\":[],"
+	    "\"data_offsets\":[1,2]}}",
 	};
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
 		size_t len;
@@ -297,8 +297,8 @@ START_TEST(test_parse_valid_edges)
 		if (i == 5) {
 			ck_assert_uint_eq(taco_st_count(f), 2);
 			ck_assert_str_eq(taco_st_get(f, 0)->name, "a");
-			ck_assert_ptr_eq(taco_st_get(f, 0)->data, b + 8 +
-					 strlen(ok[i]) + 1);
+			ck_assert_ptr_eq(taco_st_get(f, 0)->data,
+					 b + 8 + strlen(ok[i]) + 1);
 			ck_assert_int_eq(taco_st_get(f, 0)->ndim, 0);
 			ck_assert_uint_eq(taco_st_get(f, 0)->nbytes, 1);
 		}
@@ -324,65 +324,65 @@ START_TEST(test_malformed_headers)
 {
 	static char longname[1200];
 	static const struct bad_case cases[] = {
-		{"[1,2]", 0, "JSON header is not an object"},
-		{"\"x\"", 0, "JSON header is not an object"},
-		{"{", 0, "invalid JSON header"},
-		{"", 0, "invalid JSON header"},
-		{"{} x", 0, "invalid JSON header"},
-		{"{\"w\":1}", 0, "tensor 'w': entry is not an object"},
-		{T1("F33", "[1]", "[0,4]"), 4, "tensor 'w': unknown dtype 'F33'"},
-		{"{\"w\":{\"dtype\":7,\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
-		 "tensor 'w': dtype missing or not a string"},
-		{T1("F32", "[-1]", "[0,4]"), 4,
-		 "tensor 'w': shape[0] is not a non-negative integer"},
-		{T1("F32", "[2,1.0]", "[0,8]"), 8,
-		 "tensor 'w': shape[1] is not a non-negative integer"},
-		{T1("F32", "[\"2\"]", "[0,8]"), 8,
-		 "tensor 'w': shape[0] is not a non-negative integer"},
-		{T1("F32", "7", "[0,28]"), 28,
-		 "tensor 'w': shape missing or not an array"},
-		{T1("F32", "[1,1,1,1,1,1,1,1,1]", "[0,4]"), 4,
-		 "tensor 'w': shape has 9 dims, limit is 8"},
-		{T1("F32", "[4294967296,4294967296,2]", "[0,0]"), 0,
-		 "tensor 'w': shape element count overflows"},
-		{T1("F32", "[4611686018427387904]", "[0,0]"), 0,
-		 "tensor 'w': shape byte size overflows"},
-		{T1("F32", "[4]", "[0,16]"), 8,
-		 "tensor 'w': data_offsets end 16 beyond data region of 8 "
-		 "bytes"},
-		{T1("F32", "[1]", "[8,4]"), 8,
-		 "tensor 'w': data_offsets end 4 < begin 8"},
-		{T1("F32", "[3]", "[0,8]"), 16,
-		 "tensor 'w': data_offsets span 8 bytes but shape [3] of F32 "
-		 "needs 12"},
-		{T1("BF16", "[2,3]", "[0,6]"), 16,
-		 "tensor 'w': data_offsets span 6 bytes but shape [2, 3] of "
-		 "BF16 needs 12"},
-		{T1("F32", "[1]", "[0]"), 4,
-		 "tensor 'w': data_offsets missing or not a [begin, end] array"},
-		{T1("F32", "[1]", "[0,4.0]"), 4,
-		 "tensor 'w': data_offsets are not non-negative integers"},
-		{T1("F32", "[1]", "[-4,0]"), 4,
-		 "tensor 'w': data_offsets are not non-negative integers"},
-		{"{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4,
-		 "tensor 'w': data_offsets missing"},
-		{"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-		 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]"
-		 "}}",
-		 16, "tensors 'a' [0, 8) and 'b' [4, 12) overlap"},
-		{"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}"
-		 ",\"b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,8]"
-		 "}}",
-		 16, "tensors 'a' [0, 16) and 'b' [8, 8) overlap"},
-		{"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-		 "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}"
-		 "}",
-		 8, "duplicate name in JSON header"},
-		{"{\"__metadata__\":[1]}", 0, "__metadata__ is not an object"},
-		{"{\"__metadata__\":{\"k\":3}}", 0,
-		 "__metadata__ 'k': value is not a string"},
-		{"{\"w\\u0000x\":1}", 0, "invalid JSON header"},
-		{longname, 4, "name is 513 bytes, limit is 512"},
+	    {"[1,2]", 0, "JSON header is not an object"},
+	    {"\"x\"", 0, "JSON header is not an object"},
+	    {"{", 0, "invalid JSON header"},
+	    {"", 0, "invalid JSON header"},
+	    {"{} x", 0, "invalid JSON header"},
+	    {"{\"w\":1}", 0, "tensor 'w': entry is not an object"},
+	    {T1("F33", "[1]", "[0,4]"), 4, "tensor 'w': unknown dtype 'F33'"},
+	    {"{\"w\":{\"dtype\":7,\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+	     "tensor 'w': dtype missing or not a string"},
+	    {T1("F32", "[-1]", "[0,4]"), 4,
+	     "tensor 'w': shape[0] is not a non-negative integer"},
+	    {T1("F32", "[2,1.0]", "[0,8]"), 8,
+	     "tensor 'w': shape[1] is not a non-negative integer"},
+	    {T1("F32", "[\"2\"]", "[0,8]"), 8,
+	     "tensor 'w': shape[0] is not a non-negative integer"},
+	    {T1("F32", "7", "[0,28]"), 28,
+	     "tensor 'w': shape missing or not an array"},
+	    {T1("F32", "[1,1,1,1,1,1,1,1,1]", "[0,4]"), 4,
+	     "tensor 'w': shape has 9 dims, limit is 8"},
+	    {T1("F32", "[4294967296,4294967296,2]", "[0,0]"), 0,
+	     "tensor 'w': shape element count overflows"},
+	    {T1("F32", "[4611686018427387904]", "[0,0]"), 0,
+	     "tensor 'w': shape byte size overflows"},
+	    {T1("F32", "[4]", "[0,16]"), 8,
+	     "tensor 'w': data_offsets end 16 beyond data region of 8 "
+	     "bytes"},
+	    {T1("F32", "[1]", "[8,4]"), 8,
+	     "tensor 'w': data_offsets end 4 < begin 8"},
+	    {T1("F32", "[3]", "[0,8]"), 16,
+	     "tensor 'w': data_offsets span 8 bytes but shape [3] of F32 "
+	     "needs 12"},
+	    {T1("BF16", "[2,3]", "[0,6]"), 16,
+	     "tensor 'w': data_offsets span 6 bytes but shape [2, 3] of "
+	     "BF16 needs 12"},
+	    {T1("F32", "[1]", "[0]"), 4,
+	     "tensor 'w': data_offsets missing or not a [begin, end] array"},
+	    {T1("F32", "[1]", "[0,4.0]"), 4,
+	     "tensor 'w': data_offsets are not non-negative integers"},
+	    {T1("F32", "[1]", "[-4,0]"), 4,
+	     "tensor 'w': data_offsets are not non-negative integers"},
+	    {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4,
+	     "tensor 'w': data_offsets missing"},
+	    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+	     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]"
+	     "}}",
+	     16, "tensors 'a' [0, 8) and 'b' [4, 12) overlap"},
+	    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}"
+	     ",\"b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,8]"
+	     "}}",
+	     16, "tensors 'a' [0, 16) and 'b' [8, 8) overlap"},
+	    {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+	     "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}"
+	     "}",
+	     8, "duplicate name in JSON header"},
+	    {"{\"__metadata__\":[1]}", 0, "__metadata__ is not an object"},
+	    {"{\"__metadata__\":{\"k\":3}}", 0,
+	     "__metadata__ 'k': value is not a string"},
+	    {"{\"w\\u0000x\":1}", 0, "invalid JSON header"},
+	    {longname, 4, "name is 513 bytes, limit is 512"},
 	};
 	char hdr[1024];
 
@@ -423,7 +423,8 @@ START_TEST(test_malformed_lengths)
 
 	/* fewer than 8 bytes */
 	ck_assert_int_eq(taco_st_parse(b, 5, "t.st", &f, &err), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(err.msg, "t.st: file too short (5 bytes)"));
+	ck_assert_ptr_nonnull(
+	    strstr(err.msg, "t.st: file too short (5 bytes)"));
 	ck_assert_int_eq(taco_st_parse(NULL, 0, "t.st", &f, &err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "file too short"));
 	/* header length larger than the file */
@@ -479,7 +480,8 @@ START_TEST(test_open_errors)
 	ck_assert_ptr_nonnull(strstr(err.msg, "truncated"));
 	write_bytes(path, bytes, len - 1);
 	ck_assert_int_eq(taco_st_open(path, &f, &err), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(err.msg, "tensor 'mask': data_offsets end"));
+	ck_assert_ptr_nonnull(
+	    strstr(err.msg, "tensor 'mask': data_offsets end"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "beyond data region"));
 	ck_assert_ptr_null(f);
 
@@ -607,9 +609,9 @@ START_TEST(test_write_failures_leave_nothing)
 	ck_assert_int_eq(count_entries(dir, ".tmp."), 0);
 
 	/* target directory does not exist */
-	ck_assert_int_eq(taco_st_write(pjoin(dir, "nodir/x.safetensors"), &t, 1,
-				       NULL, &err),
-			 -ENOENT);
+	ck_assert_int_eq(
+	    taco_st_write(pjoin(dir, "nodir/x.safetensors"), &t, 1, NULL, &err),
+	    -ENOENT);
 	ck_assert_ptr_nonnull(strstr(err.msg, "nodir/x.safetensors: cannot "
 					      "create"));
 	rm_tree(dir);
@@ -702,9 +704,9 @@ START_TEST(test_sharded_roundtrip)
 	/* 3 x 64 bytes fit in 200, the 4th does not: 3 shards */
 	ck_assert_int_eq(taco_st_write_sharded(dir, sh, NS, 200, &err), 0);
 	ck_assert_int_eq(
-		access(pjoin(dir, "model-00001-of-00003.safetensors"), F_OK), 0);
+	    access(pjoin(dir, "model-00001-of-00003.safetensors"), F_OK), 0);
 	ck_assert_int_eq(
-		access(pjoin(dir, "model-00003-of-00003.safetensors"), F_OK), 0);
+	    access(pjoin(dir, "model-00003-of-00003.safetensors"), F_OK), 0);
 	ck_assert_int_ne(access(pjoin(dir, "model.safetensors"), F_OK), 0);
 	ck_assert_int_eq(count_entries(dir, ".tmp."), 0);
 	text = tu_read_file(idx, NULL);
@@ -801,7 +803,7 @@ static char *model_with_index(const char *index_text)
 	t[2] = mk("c", TK_F32, 1, s16, d[2]);
 	ck_assert_int_eq(taco_st_write_sharded(dir, t, 3, 128, &err), 0);
 	ck_assert_int_eq(
-		access(pjoin(dir, "model-00002-of-00002.safetensors"), F_OK), 0);
+	    access(pjoin(dir, "model-00002-of-00002.safetensors"), F_OK), 0);
 	if (index_text)
 		write_text(pjoin(dir, "model.safetensors.index.json"),
 			   index_text);
@@ -818,34 +820,33 @@ START_TEST(test_model_index_errors)
 		int rc;
 		const char *frag;
 	} cases[] = {
-		{"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"../" S1
-		 "\",\"c\":\"" S2 "\"}}",
-		 -EINVAL, "tensor 'b': shard '../" S1 "' is not a plain file"},
-		{"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"..\",\"c\":\"" S2
-		 "\"}}",
-		 -EINVAL, "shard '..' is not a plain file name"},
-		{"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"/etc/passwd\",\"c\":"
-		 "\"" S2 "\"}}",
-		 -EINVAL, "shard '/etc/passwd' is not a plain file name"},
-		{"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"" S1 "\",\"c\":\"" S2
-		 "\",\"ghost\":\"" S2 "\"}}",
-		 -EINVAL,
-		 "tensor 'ghost' listed for shard '" S2 "' but not found"},
-		{"{\"weight_map\":{\"a\":\"" S1 "\",\"c\":\"" S2 "\"}}", -EINVAL,
-		 S1 ": tensor 'b' is not listed in model.safetensors.index.json"},
-		{"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"" S2 "\",\"c\":\"" S2
-		 "\"}}",
-		 -EINVAL, "tensor 'b' listed for shard '" S2 "' but not found"},
-		{"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"" S1 "\",\"c\":"
-		 "\"model-00003-of-00002.safetensors\"}}",
-		 -ENOENT, "model-00003-of-00002.safetensors: cannot open"},
-		{"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":7}}", -EINVAL,
-		 "tensor 'b': shard is not a string"},
-		{"{\"weight_map\":{}}", -EINVAL, "weight_map lists 0 tensors"},
-		{"{\"metadata\":{}}", -EINVAL, "weight_map missing"},
-		{"{\"weight_map\":", -EINVAL, "invalid JSON"},
-		{"{\"weight_map\":{\"a\":\"" S1 "\",\"a\":\"" S1 "\"}}", -EINVAL,
-		 "duplicate object key"},
+	    {"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"../" S1 "\",\"c\":\"" S2
+	     "\"}}",
+	     -EINVAL, "tensor 'b': shard '../" S1 "' is not a plain file"},
+	    {"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"..\",\"c\":\"" S2
+	     "\"}}",
+	     -EINVAL, "shard '..' is not a plain file name"},
+	    {"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"/etc/passwd\",\"c\":"
+	     "\"" S2 "\"}}",
+	     -EINVAL, "shard '/etc/passwd' is not a plain file name"},
+	    {"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"" S1 "\",\"c\":\"" S2
+	     "\",\"ghost\":\"" S2 "\"}}",
+	     -EINVAL, "tensor 'ghost' listed for shard '" S2 "' but not found"},
+	    {"{\"weight_map\":{\"a\":\"" S1 "\",\"c\":\"" S2 "\"}}", -EINVAL,
+	     S1 ": tensor 'b' is not listed in model.safetensors.index.json"},
+	    {"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"" S2 "\",\"c\":\"" S2
+	     "\"}}",
+	     -EINVAL, "tensor 'b' listed for shard '" S2 "' but not found"},
+	    {"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"" S1 "\",\"c\":"
+	     "\"model-00003-of-00002.safetensors\"}}",
+	     -ENOENT, "model-00003-of-00002.safetensors: cannot open"},
+	    {"{\"weight_map\":{\"a\":\"" S1 "\",\"b\":7}}", -EINVAL,
+	     "tensor 'b': shard is not a string"},
+	    {"{\"weight_map\":{}}", -EINVAL, "weight_map lists 0 tensors"},
+	    {"{\"metadata\":{}}", -EINVAL, "weight_map missing"},
+	    {"{\"weight_map\":", -EINVAL, "invalid JSON"},
+	    {"{\"weight_map\":{\"a\":\"" S1 "\",\"a\":\"" S1 "\"}}", -EINVAL,
+	     "duplicate object key"},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

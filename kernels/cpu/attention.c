@@ -243,7 +243,7 @@ static void att_bwd_block(float *dq, float *dk, float *dv, const float *dout,
 			int klo = tile_klo(pb, i0, i1, d->window);
 			int kn = i1 - klo;
 
-			/* S [rows, kn] = scale * q k^T, then P = exp(S - lse) */
+			/* S [rows, kn] = scale q k^T; P = exp(S - lse) */
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
 				    rows, kn, hd, d->scale,
 				    qb + (size_t)i0 * ldq, ldq,

@@ -37,17 +37,16 @@ void tk_cpu_bias_fwd(float *y, const float *bias, int rows, int C);
 void tk_cpu_bias_bwd(float *dbias, const float *dy, int rows, int C);
 
 /* embedding.c */
-void tk_cpu_embedding_fwd(float *out, const float *table,
-			  const int32_t *tokens, int n, int H);
+void tk_cpu_embedding_fwd(float *out, const float *table, const int32_t *tokens,
+			  int n, int H);
 void tk_cpu_embedding_bwd(float *dtable, const float *dout,
 			  const int32_t *tokens, int n, int H);
 
 /* rmsnorm.c */
-void tk_cpu_rmsnorm_fwd(float *out, float *rstd, const float *x,
-			const float *w, int n, int H, float eps);
-void tk_cpu_rmsnorm_bwd(float *dx, float *dw, const float *dout,
-			const float *x, const float *w, const float *rstd,
-			int n, int H);
+void tk_cpu_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w,
+			int n, int H, float eps);
+void tk_cpu_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x,
+			const float *w, const float *rstd, int n, int H);
 
 /* rope.c */
 void tk_cpu_rope_fwd(float *x, const float *cos, const float *sin,

@@ -11,8 +11,8 @@
 #define EMB_COLS 256
 
 /* out [n, H] = table [V, H] [tokens[i], :] */
-void tk_cpu_embedding_fwd(float *out, const float *table,
-			  const int32_t *tokens, int n, int H)
+void tk_cpu_embedding_fwd(float *out, const float *table, const int32_t *tokens,
+			  int n, int H)
 {
 	int i;
 

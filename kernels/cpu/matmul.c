@@ -18,8 +18,9 @@ void tk_cpu_matmul(int transa, int transb, int M, int N, int K, float alpha,
 		for (int i = 0; i < M; i++)
 			for (int j = 0; j < N; j++)
 				C[(size_t)i * ldc + j] =
-				    beta == 0.0f ? 0.0f
-						 : beta * C[(size_t)i * ldc + j];
+				    beta == 0.0f
+					? 0.0f
+					: beta * C[(size_t)i * ldc + j];
 		return;
 	}
 	cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,

@@ -10,8 +10,8 @@
 #define RMS_COLS 64
 
 /* out [n, H], rstd [n], x [n, H], w [H] */
-void tk_cpu_rmsnorm_fwd(float *out, float *rstd, const float *x,
-			const float *w, int n, int H, float eps)
+void tk_cpu_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w,
+			int n, int H, float eps)
 {
 #pragma omp parallel for if ((long long)n * H >= TK_CPU_PAR_MIN)
 	for (int i = 0; i < n; i++) {
@@ -32,9 +32,8 @@ void tk_cpu_rmsnorm_fwd(float *out, float *rstd, const float *x,
 /* With xhat = x * rstd and g = dout * w:
  *   dx = rstd * (g - xhat * mean(g * xhat)),  dw += sum_rows dout * xhat.
  * dx [n, H] overwritten, dw [H] accumulates; dout, x [n, H], rstd [n]. */
-void tk_cpu_rmsnorm_bwd(float *dx, float *dw, const float *dout,
-			const float *x, const float *w, const float *rstd,
-			int n, int H)
+void tk_cpu_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x,
+			const float *w, const float *rstd, int n, int H)
 {
 	int par = (long long)n * H >= TK_CPU_PAR_MIN;
 	int nblk = (H + RMS_COLS - 1) / RMS_COLS;

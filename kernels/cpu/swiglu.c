@@ -7,8 +7,7 @@
 #include "cpu_ops.h"
 
 /* out, gate, up [n] */
-void tk_cpu_swiglu_fwd(float *out, const float *gate, const float *up,
-		       size_t n)
+void tk_cpu_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
 {
 	long long nn = (long long)n;
 
