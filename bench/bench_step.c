@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "model.h"
+#include "runtime.h"
 
 static double now(void)
 {
@@ -47,6 +48,7 @@ int main(int argc, char **argv)
 	taco_step_stats st = {0};
 	int32_t *tok, *tgt;
 
+	taco_runtime_init(argv);
 	if (argc < 3) {
 		fprintf(stderr, "usage: bench_step MODEL_DIR BATCH_JSON "
 				"[ITERS]\n");

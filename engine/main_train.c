@@ -1,238 +1,159 @@
-/* taco-train: runs the engine in the foreground.
- *
- * This first version loads a Hugging Face model directory and runs forward
- * and backward on a pre-tokenized batch (batch.json with "input_ids" and
- * "targets", or "labels" in the Hugging Face unshifted convention), printing
- * the loss, the gradient norm and the step time. Optimizers and jobs come
- * with the training loop. */
+/* taco-train: runs one fine-tuning job in the foreground. */
 #include <getopt.h>
-#include <jansson.h>
-#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
-#include "model.h"
+#include "job.h"
+#include "runtime.h"
+#include "train.h"
 
-#define MAX_BATCH_BYTES (64u << 20)
+enum {
+	EXIT_OK = 0,
+	EXIT_FAILED = 1,
+	EXIT_USAGE = 2,
+	EXIT_STOPPED = 3,
+};
+
+static volatile sig_atomic_t stop_requested;
+
+/* First signal: finish the step, checkpoint, exit 3. Second: exit now. */
+static void on_signal(int sig)
+{
+	if (stop_requested)
+		_exit(128 + sig);
+	stop_requested = 1;
+}
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: taco-train --model DIR --batch FILE [--steps N]\n"
+		"Usage: taco-train [OPTIONS] JOB.json\n"
 		"\n"
-		"Runs forward and backward of a Hugging Face model (Llama, "
-		"Mistral,\n"
-		"Qwen2, Qwen3) on the CPU backend for a pre-tokenized batch and "
-		"prints\n"
-		"the loss, the gradient norm and the time of each step.\n"
+		"Runs the fine-tuning job described by JOB.json (docs/job.md) "
+		"in the\n"
+		"foreground on the CPU backend: trains, evaluates, writes "
+		"checkpoints\n"
+		"and exports the model to OUTPUT_DIR/model.\n"
 		"\n"
-		"  --model DIR    model directory: config.json and "
-		"*.safetensors\n"
-		"  --batch FILE   JSON object with \"input_ids\": [[ids]] and\n"
-		"                 \"targets\" (shifted; -100 = no loss) or\n"
-		"                 \"labels\" (Hugging Face convention, "
-		"unshifted)\n"
-		"  --steps N      repeat the step N times (default 1, at most "
-		"1000000)\n"
-		"  -h, --help     this text\n");
+		"Options:\n"
+		"  --resume         continue from the newest complete "
+		"checkpoint in\n"
+		"                   OUTPUT_DIR/checkpoints (start fresh if "
+		"there is none)\n"
+		"  --events-fd N    write one JSON object per line to file "
+		"descriptor N\n"
+		"                   (docs/events.md)\n"
+		"  --no-progress    no live progress line, even on a "
+		"terminal\n"
+		"  --check          validate JOB.json, print the problems, "
+		"and exit\n"
+		"  -h, --help       this text\n"
+		"\n"
+		"SIGTERM or SIGINT: finish the current step, write a "
+		"checkpoint, exit 3.\n"
+		"A second signal exits at once.\n"
+		"\n"
+		"Exit status: 0 finished, 1 failed, 2 bad usage or invalid "
+		"job,\n"
+		"3 stopped by a signal after a checkpoint.\n");
 }
 
-static double now(void)
+static int parse_fd(const char *s, int *out)
 {
-	struct timespec ts;
+	char *end;
+	long v = strtol(s, &end, 10);
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* rows[B][T] of integers into out; every row of the same length. */
-static int read_rows(json_t *rows, const char *file, const char *field, int *B,
-		     int *T, int32_t **out)
-{
-	size_t b, t;
-	json_t *row, *v;
-	int32_t *x;
-
-	if (!json_is_array(rows) || json_array_size(rows) == 0 ||
-	    !json_is_array(json_array_get(rows, 0))) {
-		fprintf(stderr, "%s: field '%s' must be a non-empty array of "
-				"arrays\n",
-			file, field);
+	if (*end || v < 0 || v > 65535)
 		return -1;
-	}
-	*B = (int)json_array_size(rows);
-	*T = (int)json_array_size(json_array_get(rows, 0));
-	if (*T == 0 || (int64_t)*B * *T > TACO_MAX_TOKENS) {
-		fprintf(stderr, "%s: field '%s': %d x %d tokens (limit %d)\n",
-			file, field, *B, *T, TACO_MAX_TOKENS);
-		return -1;
-	}
-	x = malloc(sizeof(*x) * (size_t)*B * (size_t)*T);
-	if (!x)
-		return -1;
-	json_array_foreach(rows, b, row)
-	{
-		if (!json_is_array(row) || json_array_size(row) != (size_t)*T) {
-			fprintf(stderr, "%s: %s[%zu] must have %d entries\n",
-				file, field, b, *T);
-			free(x);
-			return -1;
-		}
-		json_array_foreach(row, t, v)
-		{
-			if (!json_is_integer(v) ||
-			    json_integer_value(v) < INT32_MIN ||
-			    json_integer_value(v) > INT32_MAX) {
-				fprintf(stderr,
-					"%s: %s[%zu][%zu] is not an integer\n",
-					file, field, b, t);
-				free(x);
-				return -1;
-			}
-			x[b * (size_t)*T + t] = (int32_t)json_integer_value(v);
-		}
-	}
-	*out = x;
-	return 0;
-}
-
-static int load_batch(const char *file, taco_batch *b, int32_t **tok,
-		      int32_t **tgt)
-{
-	json_error_t jerr;
-	json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &jerr);
-	json_t *targets, *labels;
-	int B2, T2, r = -1;
-
-	*tok = *tgt = NULL;
-	if (!root) {
-		fprintf(stderr, "%s: line %d: %s\n", file, jerr.line,
-			jerr.text);
-		return -1;
-	}
-	targets = json_object_get(root, "targets");
-	labels = json_object_get(root, "labels");
-	if (read_rows(json_object_get(root, "input_ids"), file, "input_ids",
-		      &b->B, &b->T, tok))
-		goto out;
-	if (targets) {
-		if (read_rows(targets, file, "targets", &B2, &T2, tgt))
-			goto out;
-	} else if (labels) {
-		if (read_rows(labels, file, "labels", &B2, &T2, tgt))
-			goto out;
-		for (int i = 0; i < B2; i++) {
-			for (int t = 0; t + 1 < T2; t++)
-				(*tgt)[i * T2 + t] = (*tgt)[i * T2 + t + 1];
-			(*tgt)[i * T2 + T2 - 1] = -100;
-		}
-	} else {
-		fprintf(stderr, "%s: needs 'targets' or 'labels'\n", file);
-		goto out;
-	}
-	if (B2 != b->B || T2 != b->T) {
-		fprintf(stderr, "%s: input_ids is %d x %d but the targets are "
-				"%d x %d\n",
-			file, b->B, b->T, B2, T2);
-		goto out;
-	}
-	b->tokens = *tok;
-	b->targets = *tgt;
-	b->pos = NULL;
-	r = 0;
-out:
-	if (r) {
-		free(*tok);
-		free(*tgt);
-		*tok = *tgt = NULL;
-	}
-	json_decref(root);
-	return r;
-}
-
-static int sum_squares(void *ctx, taco_model *m, int id, float *grad)
-{
-	double *acc = ctx;
-	const float *g = grad; /* CPU backend: host memory */
-
-	for (size_t i = 0; i < m->tensors[id].numel; i++)
-		*acc += (double)g[i] * g[i];
+	*out = (int)v;
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"model", required_argument, NULL, 'm'},
-		{"batch", required_argument, NULL, 'b'},
-		{"steps", required_argument, NULL, 's'},
+		{"resume", no_argument, NULL, 'r'},
+		{"events-fd", required_argument, NULL, 'e'},
+		{"no-progress", no_argument, NULL, 'p'},
+		{"check", no_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *model_dir = NULL, *batch_file = NULL;
-	long steps = 1;
-	taco_model *m = NULL;
-	taco_batch b = {0};
-	int32_t *tok = NULL, *tgt = NULL;
+	taco_train_opts to = {.events_fd = -1, .stop = &stop_requested};
+	int c, check = 0, no_progress = 0, r;
+	taco_job job;
+	taco_job_problems probs;
 	taco_err err = {{0}};
-	int c, rc = 1;
+	struct sigaction sa;
 
+	taco_runtime_init(argv);
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		char *end;
 		switch (c) {
-		case 'm':
-			model_dir = optarg;
+		case 'r':
+			to.resume = 1;
 			break;
-		case 'b':
-			batch_file = optarg;
-			break;
-		case 's':
-			steps = strtol(optarg, &end, 10);
-			if (*end || steps < 1 || steps > 1000000) {
-				fprintf(stderr, "taco-train: --steps must be "
-						"an integer in [1, 1000000]\n");
-				return 2;
+		case 'e':
+			if (parse_fd(optarg, &to.events_fd)) {
+				fprintf(stderr, "taco-train: --events-fd: "
+						"'%s' is not a file "
+						"descriptor\n",
+					optarg);
+				return EXIT_USAGE;
 			}
+			break;
+		case 'p':
+			no_progress = 1;
+			break;
+		case 'c':
+			check = 1;
 			break;
 		case 'h':
 			usage(stdout);
-			return 0;
+			return EXIT_OK;
 		default:
 			usage(stderr);
-			return 2;
+			return EXIT_USAGE;
 		}
 	}
-	if (!model_dir || !batch_file || optind != argc) {
+	if (optind != argc - 1) {
 		usage(stderr);
-		return 2;
+		return EXIT_USAGE;
 	}
-	if (taco_model_load(model_dir, tk_cpu_ops(), &m, &err)) {
+	if (taco_job_load(argv[optind], &job, &probs)) {
+		int shown = probs.n < 64 ? probs.n : 64;
+		fprintf(stderr, "taco-train: %s: %d problem%s:\n", argv[optind],
+			probs.n, probs.n == 1 ? "" : "s");
+		for (int i = 0; i < shown; i++)
+			fprintf(stderr, "  %s\n", probs.msg[i]);
+		if (probs.n > shown)
+			fprintf(stderr, "  ... and %d more\n", probs.n - shown);
+		taco_job_free(&job);
+		return EXIT_USAGE;
+	}
+	if (check) {
+		printf("%s: valid\n", argv[optind]);
+		taco_job_free(&job);
+		return EXIT_OK;
+	}
+	to.progress = !no_progress && isatty(STDERR_FILENO);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	r = taco_train_run(&job, &to, &err);
+	taco_job_free(&job);
+	if (r < 0) {
 		fprintf(stderr, "taco-train: %s\n", err.msg);
-		return 1;
+		return EXIT_FAILED;
 	}
-	if (load_batch(batch_file, &b, &tok, &tgt))
-		goto out;
-	printf("model %s: %s, %zu parameters, %d layers\n", model_dir,
-	       taco_arch_name(m->cfg.arch), taco_model_param_count(m),
-	       m->cfg.layers);
-	for (long s = 1; s <= steps; s++) {
-		taco_step_stats st;
-		double g2 = 0, t0 = now();
-		if (taco_model_step(m, &b, 0, sum_squares, &g2, &st, &err)) {
-			fprintf(stderr, "taco-train: %s\n", err.msg);
-			goto out;
-		}
-		printf("step %ld: loss %.6f over %lld targets, grad norm %.6g, "
-		       "%.3f s\n",
-		       s, st.loss, (long long)st.n_targets, sqrt(g2),
-		       now() - t0);
+	if (r == TACO_TRAIN_STOPPED) {
+		fprintf(stderr, "taco-train: stopped after a checkpoint; "
+				"continue with --resume\n");
+		return EXIT_STOPPED;
 	}
-	rc = 0;
-out:
-	free(tok);
-	free(tgt);
-	taco_model_free(m);
-	return rc;
+	return EXIT_OK;
 }

@@ -29,6 +29,25 @@ enum tk_dtype {
 
 size_t tk_dtype_size(int dtype);
 
+/* Arguments of one TACO update (shared/docs/taco.md). */
+typedef struct tk_taco_args {
+	int R, C;         /* W and G are [R, C] row-major; column j = W[:, j] */
+	int k;            /* slots per column, 1..16 */
+	float lr;         /* this step's learning rate (after the schedule) */
+	float beta;       /* EMA decay of slot values */
+	float weight_decay;
+	int stochastic;   /* bf16 weights: 1 stochastic rounding, 0 nearest */
+	uint64_t seed;    /* job seed */
+	uint64_t tensor_index; /* position in the sorted tensor-name list */
+	uint64_t step;    /* optimizer step, from 1 */
+} tk_taco_args;
+
+/* Arguments of one AdamW update (PyTorch semantics, bias-corrected). */
+typedef struct tk_adamw_args {
+	float lr, beta1, beta2, eps, weight_decay;
+	uint64_t step; /* from 1 */
+} tk_adamw_args;
+
 typedef struct tk_ops tk_ops;
 
 struct tk_ops {
@@ -119,6 +138,19 @@ struct tk_ops {
 	void (*cross_entropy)(float *logits, const int32_t *targets, int n,
 			      int V, float grad_scale, double *loss_sum,
 			      int *n_correct);
+
+	/* TACO update of W [R, C] (dtype F32, BF16 or F16) from the fp32
+	 * gradient G [R, C]. State, column-major, column j's slots contiguous:
+	 * idx [C * k] (uint16_t when R <= 65535, else uint32_t; all ones =
+	 * empty slot), q [C * k] FP8 E4M3 codes, scale [C]. Bit-exact across
+	 * backends: see shared/docs/taco.md. */
+	void (*taco_update)(void *W, int dtype, const float *G, void *idx,
+			    uint8_t *q, float *scale, const tk_taco_args *a);
+	/* AdamW of n elements: master (fp32 copy), m, v updated in place and
+	 * p (dtype) = master rounded to nearest even. */
+	void (*adamw_update)(void *p, int dtype, float *master, float *m,
+			     float *v, const float *g, size_t n,
+			     const tk_adamw_args *a);
 };
 
 /* The CPU backend: fp32 reference kernels, OpenBLAS GEMM. */

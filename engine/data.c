@@ -1,0 +1,269 @@
+/* data.c: pre-tokenized JSONL and batching. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+
+static int grow(taco_data *d, size_t need)
+{
+	size_t cap = d->cap ? d->cap : 4096;
+	int32_t *t, *l;
+
+	if (need <= d->cap)
+		return 0;
+	while (cap < need)
+		cap *= 2;
+	t = realloc(d->tokens, cap * sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	d->tokens = t;
+	l = realloc(d->labels, cap * sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	d->labels = l;
+	d->cap = cap;
+	return 0;
+}
+
+/* Appends the integers of array a (input_ids or labels) at d->n_tokens. */
+static int read_ids(json_t *a, const char *path, size_t line, const char *key,
+		    int vocab, int allow_masked, int32_t *dst, taco_err *err)
+{
+	size_t i;
+	json_t *v;
+
+	json_array_foreach(a, i, v)
+	{
+		json_int_t x = json_is_integer(v) ? json_integer_value(v) : -1;
+		if (!json_is_integer(v) ||
+		    !((x >= 0 && x < vocab) || (allow_masked && x == -100)))
+			return taco_err_set(err, -EINVAL,
+					    "%s:%zu: %s[%zu] must be a token "
+					    "id in [0, %d)%s",
+					    path, line, key, i, vocab,
+					    allow_masked ? " or -100" : "");
+		dst[i] = (int32_t)x;
+	}
+	return 0;
+}
+
+static int parse_line(taco_data *d, const char *buf, size_t len,
+		      const char *path, size_t line, int vocab, taco_err *err)
+{
+	json_error_t jerr;
+	json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	json_t *ids, *labels;
+	size_t n;
+	int r;
+
+	if (!root)
+		return taco_err_set(err, -EINVAL, "%s:%zu: invalid JSON: %s",
+				    path, line, jerr.text);
+	ids = json_object_get(root, "input_ids");
+	labels = json_object_get(root, "labels");
+	if (!json_is_object(root) || !json_is_array(ids) ||
+	    json_array_size(ids) < 2) {
+		r = taco_err_set(err, -EINVAL,
+				 "%s:%zu: needs \"input_ids\": an array of at "
+				 "least 2 token ids",
+				 path, line);
+		goto out;
+	}
+	n = json_array_size(ids);
+	if (n > TACO_DATA_MAX_TOKENS) {
+		r = taco_err_set(err, -EINVAL,
+				 "%s:%zu: %zu tokens, more than the limit of %u",
+				 path, line, n, TACO_DATA_MAX_TOKENS);
+		goto out;
+	}
+	if (labels && (!json_is_array(labels) || json_array_size(labels) != n)) {
+		r = taco_err_set(err, -EINVAL,
+				 "%s:%zu: \"labels\" must be an array as long "
+				 "as \"input_ids\"",
+				 path, line);
+		goto out;
+	}
+	if ((r = grow(d, d->n_tokens + n))) {
+		taco_err_set(err, r, "%s:%zu: out of memory", path, line);
+		goto out;
+	}
+	if ((r = read_ids(ids, path, line, "input_ids", vocab, 0,
+			  d->tokens + d->n_tokens, err)))
+		goto out;
+	if (labels)
+		r = read_ids(labels, path, line, "labels", vocab, 1,
+			     d->labels + d->n_tokens, err);
+	else
+		memcpy(d->labels + d->n_tokens, d->tokens + d->n_tokens,
+		       n * sizeof(int32_t));
+	if (!r)
+		d->n_tokens += n;
+out:
+	json_decref(root);
+	return r;
+}
+
+int taco_data_load_pretok(const char *path, int vocab, int64_t max_examples,
+			  taco_data **out, taco_err *err)
+{
+	FILE *f = fopen(path, "rb");
+	taco_data *d = NULL;
+	char *line = NULL;
+	size_t cap = 0, lineno = 0, offcap = 0;
+	ssize_t len;
+	int r = 0;
+
+	if (!f)
+		return taco_err_set(err, -errno, "%s: %s", path,
+				    strerror(errno));
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		r = taco_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	while ((len = getline(&line, &cap, f)) >= 0) {
+		lineno++;
+		if ((size_t)len > TACO_DATA_MAX_LINE) {
+			r = taco_err_set(err, -EINVAL,
+					 "%s:%zu: line longer than %u bytes",
+					 path, lineno, TACO_DATA_MAX_LINE);
+			goto out;
+		}
+		if (strspn(line, " \t\r\n") == (size_t)len)
+			continue; /* blank line */
+		if ((int64_t)d->n >= max_examples) {
+			r = taco_err_set(err, -EINVAL,
+					 "%s:%zu: more than %lld examples",
+					 path, lineno, (long long)max_examples);
+			goto out;
+		}
+		if (d->n + 2 > offcap) {
+			size_t nc = offcap ? offcap * 2 : 1024;
+			size_t *o = realloc(d->off, nc * sizeof(*o));
+			if (!o) {
+				r = taco_err_set(err, -ENOMEM,
+						 "out of memory");
+				goto out;
+			}
+			d->off = o;
+			offcap = nc;
+		}
+		d->off[d->n] = d->n_tokens;
+		if ((r = parse_line(d, line, (size_t)len, path, lineno, vocab,
+				    err)))
+			goto out;
+		d->n++;
+		d->off[d->n] = d->n_tokens;
+	}
+	if (ferror(f)) {
+		r = taco_err_set(err, -EIO, "%s: read error", path);
+		goto out;
+	}
+	if (d->n == 0)
+		r = taco_err_set(err, -EINVAL, "%s: no examples", path);
+out:
+	free(line);
+	fclose(f);
+	if (r) {
+		taco_data_free(d);
+		return r;
+	}
+	*out = d;
+	return 0;
+}
+
+void taco_data_free(taco_data *d)
+{
+	if (!d)
+		return;
+	free(d->off);
+	free(d->tokens);
+	free(d->labels);
+	free(d);
+}
+
+/* Row of one example: tokens truncated to T and padded; shifted targets. */
+static void fill_row(const taco_data *d, size_t ex, int T, int32_t *tok,
+		     int32_t *tgt)
+{
+	size_t o = d->off[ex], n = d->off[ex + 1] - o;
+
+	for (int t = 0; t < T; t++) {
+		tok[t] = (size_t)t < n ? d->tokens[o + t] : 0;
+		tgt[t] = (size_t)t + 1 < n ? d->labels[o + t + 1] : -100;
+	}
+}
+
+int64_t taco_data_count_targets(const taco_data *d, int seq_len)
+{
+	int64_t n = 0;
+
+	for (size_t e = 0; e < d->n; e++) {
+		size_t o = d->off[e], len = d->off[e + 1] - o;
+		/* position t predicts label t + 1: j = t + 1 in [1, min(len-1, T)] */
+		for (size_t j = 1; j < len && j <= (size_t)seq_len; j++)
+			n += d->labels[o + j] != -100;
+	}
+	return n;
+}
+
+static uint64_t splitmix64(uint64_t x)
+{
+	uint64_t z = x + 0x9E3779B97F4A7C15ull;
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+void taco_data_epoch_order(const taco_data *d, uint64_t seed, uint64_t epoch,
+			   size_t *order)
+{
+	uint64_t s = splitmix64(seed ^ splitmix64(epoch));
+
+	for (size_t i = 0; i < d->n; i++)
+		order[i] = i;
+	for (size_t i = d->n; i > 1; i--) {
+		size_t j;
+		s = splitmix64(s);
+		j = (size_t)(s % i);
+		size_t t = order[i - 1];
+		order[i - 1] = order[j];
+		order[j] = t;
+	}
+}
+
+void taco_data_next_batch(const taco_data *d, uint64_t seed, taco_cursor *cur,
+			  size_t *order, uint64_t *order_epoch, int B, int T,
+			  int32_t *tokens, int32_t *targets)
+{
+	for (int b = 0; b < B; b++) {
+		if (cur->index >= d->n) {
+			cur->epoch++;
+			cur->index = 0;
+		}
+		if (*order_epoch != cur->epoch) {
+			taco_data_epoch_order(d, seed, cur->epoch, order);
+			*order_epoch = cur->epoch;
+		}
+		fill_row(d, order[cur->index], T, tokens + (size_t)b * T,
+			 targets + (size_t)b * T);
+		cur->index++;
+	}
+}
+
+void taco_data_rows(const taco_data *d, size_t first, int B, int T,
+		    int32_t *tokens, int32_t *targets)
+{
+	for (int b = 0; b < B; b++) {
+		int32_t *tok = tokens + (size_t)b * T;
+		int32_t *tgt = targets + (size_t)b * T;
+		if (first + (size_t)b < d->n) {
+			fill_row(d, first + (size_t)b, T, tok, tgt);
+		} else {
+			for (int t = 0; t < T; t++)
+				tok[t] = 0, tgt[t] = -100;
+		}
+	}
+}

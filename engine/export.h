@@ -1,0 +1,17 @@
+/* export.h: the fine-tuned model as a Hugging Face directory. */
+#ifndef TACO_EXPORT_H
+#define TACO_EXPORT_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "taco_err.h"
+
+/* Writes out_dir: config.json, generation_config.json and tokenizer files
+ * copied from base_dir, and the weights in their dtype (the base model's),
+ * sharded above shard_bytes. Assembled under a temporary name and renamed,
+ * replacing an earlier export. */
+int taco_export(const taco_model *m, const char *base_dir, const char *out_dir,
+		uint64_t shard_bytes, taco_err *err);
+
+#endif

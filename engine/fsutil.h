@@ -1,0 +1,20 @@
+/* fsutil.h: durable file-system operations. Whatever is persisted is written
+ * to a temporary name, fsynced, then renamed, and the directory fsynced. */
+#ifndef TACO_FSUTIL_H
+#define TACO_FSUTIL_H
+
+#include <stddef.h>
+
+#include "taco_err.h"
+
+int taco_write_file_atomic(const char *path, const void *data, size_t len,
+			   taco_err *err);
+int taco_fsync_dir(const char *dir, taco_err *err);
+/* mkdir -p with mode 0755 */
+int taco_mkdir_p(const char *path, taco_err *err);
+/* Removes a directory and the plain files in it (no recursion deeper). */
+int taco_remove_flat_dir(const char *dir, taco_err *err);
+/* Copies a regular file atomically. */
+int taco_copy_file(const char *src, const char *dst, taco_err *err);
+
+#endif

@@ -1,0 +1,469 @@
+/* train.c: the training loop. */
+#include "train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "checkpoint.h"
+#include "data.h"
+#include "events.h"
+#include "export.h"
+#include "model.h"
+#include "optim.h"
+
+typedef struct trainer {
+	const taco_job *job;
+	const taco_train_opts *opts;
+	taco_model *m;
+	taco_optim *o;
+	taco_data *train, *val;
+	uint8_t *frozen;
+	float **dense; /* accumulated gradients (grad_accum > 1) */
+	int32_t *tokens, *targets; /* [A, B, T] */
+	size_t *order;
+	uint64_t order_epoch;
+	taco_cursor cur;
+	int64_t step, total, start_step;
+	int64_t tokens_seen;
+	double t_start, loss;
+	taco_events ev;
+	/* gradient consumer state of the running step */
+	int micro;
+	float lr;
+} trainer;
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int64_t taco_train_total_steps(const taco_job *job, size_t n_examples)
+{
+	double per_step = (double)job->batch_size * job->grad_accum;
+
+	if (job->steps)
+		return job->steps;
+	return (int64_t)ceil(job->epochs * (double)n_examples / per_step);
+}
+
+static int set_frozen(trainer *tr, taco_err *err)
+{
+	const taco_model *m = tr->m;
+
+	tr->frozen = calloc((size_t)m->n_tensors, 1);
+	if (!tr->frozen)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	for (int f = 0; f < tr->job->n_freeze; f++) {
+		const char *p = tr->job->freeze[f];
+		int hits = 0;
+		for (int i = 0; i < m->n_tensors; i++) {
+			if (strncmp(m->tensors[i].name, p, strlen(p)) == 0) {
+				tr->frozen[i] = 1;
+				hits++;
+			}
+		}
+		if (!hits)
+			return taco_err_set(err, -EINVAL,
+					    "freeze[%d]: '%s' matches no tensor "
+					    "of the model",
+					    f, p);
+	}
+	return 0;
+}
+
+/* Gradient consumer: update at once (A = 1) or accumulate (A > 1). */
+static int on_grad(void *ctx, taco_model *m, int id, float *grad)
+{
+	trainer *tr = ctx;
+	size_t bytes = m->tensors[id].numel * sizeof(float);
+
+	if (tr->frozen[id])
+		return 0;
+	if (!tr->dense)
+		return taco_optim_apply(tr->o, id, grad, tr->lr);
+	if (tr->micro == 0)
+		m->ops->upload(tr->dense[id], grad, bytes); /* CPU: a copy */
+	else
+		m->ops->add(tr->dense[id], grad, m->tensors[id].numel);
+	return 0;
+}
+
+static int alloc_dense(trainer *tr, taco_err *err)
+{
+	taco_model *m = tr->m;
+
+	tr->dense = calloc((size_t)m->n_tensors, sizeof(float *));
+	if (!tr->dense)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	for (int i = 0; i < m->n_tensors; i++) {
+		if (tr->frozen[i])
+			continue;
+		tr->dense[i] = m->ops->alloc(m->tensors[i].numel * 4);
+		if (!tr->dense[i])
+			return taco_err_set(err, -ENOMEM,
+					    "cannot allocate the gradient "
+					    "accumulation buffer of '%s'",
+					    m->tensors[i].name);
+	}
+	return 0;
+}
+
+static void free_trainer(trainer *tr)
+{
+	if (tr->dense)
+		for (int i = 0; i < tr->m->n_tensors; i++)
+			if (tr->dense[i])
+				tr->m->ops->free(tr->dense[i],
+						 tr->m->tensors[i].numel * 4);
+	free(tr->dense);
+	taco_optim_free(tr->o);
+	taco_model_free(tr->m);
+	taco_data_free(tr->train);
+	taco_data_free(tr->val);
+	free(tr->frozen);
+	free(tr->tokens);
+	free(tr->targets);
+	free(tr->order);
+	taco_events_close(&tr->ev);
+}
+
+/* One optimizer step over grad_accum micro-batches. */
+static int train_step(trainer *tr, taco_err *err)
+{
+	const taco_job *j = tr->job;
+	size_t rows = (size_t)j->batch_size * j->seq_len;
+	int64_t norm = 0;
+	double loss = 0;
+	int r;
+
+	for (int a = 0; a < j->grad_accum; a++)
+		taco_data_next_batch(tr->train, j->optim.seed, &tr->cur,
+				     tr->order, &tr->order_epoch,
+				     j->batch_size, j->seq_len,
+				     tr->tokens + a * rows,
+				     tr->targets + a * rows);
+	for (size_t i = 0; i < rows * (size_t)j->grad_accum; i++)
+		norm += tr->targets[i] != -100;
+	tr->lr = (float)taco_job_lr(j, tr->step + 1, tr->total);
+	taco_optim_begin_step(tr->o);
+	for (tr->micro = 0; tr->micro < j->grad_accum; tr->micro++) {
+		taco_batch b = {j->batch_size, j->seq_len,
+				tr->tokens + tr->micro * rows,
+				tr->targets + tr->micro * rows, NULL};
+		taco_step_stats st;
+		if ((r = taco_model_step(tr->m, &b, norm, on_grad, tr, &st,
+					 err)))
+			return r;
+		loss += st.loss_sum;
+	}
+	if (tr->dense)
+		for (int i = 0; i < tr->m->n_tensors; i++)
+			if (tr->dense[i])
+				taco_optim_apply(tr->o, i, tr->dense[i],
+						 tr->lr);
+	tr->step++;
+	tr->tokens_seen += (int64_t)rows * j->grad_accum;
+	tr->loss = norm ? loss / (double)norm : 0.0;
+	return 0;
+}
+
+static int evaluate(trainer *tr, taco_err *err)
+{
+	const taco_job *j = tr->job;
+	double loss = 0;
+	int64_t n = 0, correct = 0;
+	int r;
+
+	for (size_t first = 0; first < tr->val->n; first += j->batch_size) {
+		taco_step_stats st;
+		taco_data_rows(tr->val, first, j->batch_size, j->seq_len,
+			       tr->tokens, tr->targets);
+		if ((r = taco_model_eval(tr->m,
+					 &(taco_batch){j->batch_size,
+						       j->seq_len, tr->tokens,
+						       tr->targets, NULL},
+					 &st, err)))
+			return r;
+		loss += st.loss_sum;
+		n += st.n_targets;
+		correct += st.n_correct;
+	}
+	taco_events_emit(&tr->ev, "eval",
+			 json_pack("{sI sf sf sI}", "step", (json_int_t)tr->step,
+				   "val_loss", n ? loss / (double)n : 0.0,
+				   "val_token_accuracy",
+				   n ? (double)correct / (double)n : 0.0,
+				   "val_targets", (json_int_t)n));
+	if (tr->opts->progress)
+		fprintf(stderr, "\neval at step %lld: loss %.4f, token "
+				"accuracy %.4f\n",
+			(long long)tr->step, n ? loss / (double)n : 0.0,
+			n ? (double)correct / (double)n : 0.0);
+	return 0;
+}
+
+/* The options a checkpoint must agree with to be resumed. */
+static json_t *job_identity(const taco_job *j)
+{
+	return json_pack("{ss ss si si si ss si sf sI}", "model", j->model,
+			 "train", j->train, "batch_size", j->batch_size,
+			 "seq_len", j->seq_len, "grad_accum", j->grad_accum,
+			 "optimizer", j->optim.all_adamw ? "adamw" : "taco",
+			 "taco_k", j->optim.k, "taco_beta",
+			 (double)j->optim.beta, "seed",
+			 (json_int_t)j->optim.seed);
+}
+
+static int checkpoint(trainer *tr, taco_err *err)
+{
+	char path[4400];
+	json_t *t = json_pack("{sI sI sI sI sI so}", "step",
+			      (json_int_t)tr->step, "epoch",
+			      (json_int_t)tr->cur.epoch, "index",
+			      (json_int_t)tr->cur.index, "tokens_seen",
+			      (json_int_t)tr->tokens_seen, "total_steps",
+			      (json_int_t)tr->total, "job",
+			      job_identity(tr->job));
+	int r;
+
+	if (!t)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	r = taco_ckpt_save(tr->job->output_dir, tr->step, tr->m, tr->o, t,
+			   tr->job->keep_checkpoints, path, sizeof(path), err);
+	json_decref(t);
+	if (r)
+		return r;
+	taco_events_emit(&tr->ev, "checkpoint",
+			 json_pack("{sI ss}", "step", (json_int_t)tr->step,
+				   "path", path));
+	return 0;
+}
+
+static int resume(trainer *tr, taco_err *err)
+{
+	char dir[4400];
+	int64_t step;
+	json_t *t = NULL, *want, *have;
+	const char *key;
+	json_t *v;
+	int r;
+
+	r = taco_ckpt_latest(tr->job->output_dir, dir, sizeof(dir), &step,
+			     err);
+	if (r == -ENOENT)
+		return 0; /* nothing to resume: start at step 0 */
+	if (r || (r = taco_ckpt_load(dir, tr->m, tr->o, &t, err)))
+		return r;
+	want = job_identity(tr->job);
+	have = json_object_get(t, "job");
+	json_object_foreach(want, key, v)
+	{
+		if (!json_equal(v, json_object_get(have, key))) {
+			r = taco_err_set(err, -EINVAL,
+					 "%s: checkpoint was made with a "
+					 "different '%s'; resume with the "
+					 "same job",
+					 dir, key);
+			break;
+		}
+	}
+	json_decref(want);
+	if (!r) {
+		tr->step = json_integer_value(json_object_get(t, "step"));
+		tr->cur.epoch = (uint64_t)json_integer_value(
+			json_object_get(t, "epoch"));
+		tr->cur.index = (uint64_t)json_integer_value(
+			json_object_get(t, "index"));
+		tr->tokens_seen =
+			json_integer_value(json_object_get(t, "tokens_seen"));
+		if (tr->step != step || tr->o->step != (uint64_t)step)
+			r = taco_err_set(err, -EINVAL,
+					 "%s: step in trainer.json and "
+					 "optimizer state disagree",
+					 dir);
+	}
+	json_decref(t);
+	return r;
+}
+
+static void fmt_time(char *buf, size_t len, double s)
+{
+	long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+
+	if (t >= 3600)
+		snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60,
+			 t % 60);
+	else
+		snprintf(buf, len, "%02ld:%02ld", t / 60, t % 60);
+}
+
+static void progress(trainer *tr)
+{
+	const taco_job *j = tr->job;
+	double el = now() - tr->t_start;
+	int64_t done = tr->step - tr->start_step;
+	double tok = (double)done * j->batch_size * j->seq_len * j->grad_accum;
+	double tps = el > 0 ? tok / el : 0;
+	double eta = done > 0 ? el / (double)done * (double)(tr->total - tr->step)
+			      : 0;
+	char e1[32], e2[32];
+
+	if (tr->step % j->log_every == 0 || tr->step == tr->total)
+		taco_events_emit(
+			&tr->ev, "progress",
+			json_pack("{sI sI sf sf sI sf sf sf sI sI}", "step",
+				  (json_int_t)tr->step, "total_steps",
+				  (json_int_t)tr->total, "loss", tr->loss, "lr",
+				  (double)tr->lr, "tokens",
+				  (json_int_t)tr->tokens_seen, "tokens_per_s",
+				  tps, "elapsed_s", el, "eta_s", eta,
+				  "mem_bytes",
+				  (json_int_t)tr->m->ops->mem_current(),
+				  "mem_peak_bytes",
+				  (json_int_t)tr->m->ops->mem_peak()));
+	if (!tr->opts->progress)
+		return;
+	fmt_time(e1, sizeof(e1), el);
+	fmt_time(e2, sizeof(e2), eta);
+	fprintf(stderr,
+		"\rstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %s "
+		"elapsed | ETA %s   ",
+		(long long)tr->step, (long long)tr->total, tr->loss,
+		(double)tr->lr, tps, e1, e2);
+	fflush(stderr);
+}
+
+static int setup(trainer *tr, taco_err *err)
+{
+	const taco_job *j = tr->job;
+	size_t rows = (size_t)j->batch_size * j->seq_len * j->grad_accum;
+	int r;
+
+	if ((r = taco_model_load(j->model, tk_cpu_ops(), &tr->m, err)))
+		return r;
+	if ((r = taco_data_load_pretok(j->train, tr->m->cfg.vocab,
+				       j->max_examples, &tr->train, err)))
+		return r;
+	if (j->validation[0] &&
+	    (r = taco_data_load_pretok(j->validation, tr->m->cfg.vocab,
+				       j->max_examples, &tr->val, err)))
+		return r;
+	if ((r = set_frozen(tr, err)))
+		return r;
+	if ((r = taco_optim_create(tr->m, &j->optim, tr->frozen, &tr->o, err)))
+		return r;
+	if (j->grad_accum > 1 && (r = alloc_dense(tr, err)))
+		return r;
+	tr->tokens = malloc(rows * sizeof(int32_t));
+	tr->targets = malloc(rows * sizeof(int32_t));
+	tr->order = malloc(tr->train->n * sizeof(size_t));
+	if (!tr->tokens || !tr->targets || !tr->order)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	tr->order_epoch = UINT64_MAX;
+	tr->total = taco_train_total_steps(j, tr->train->n);
+	if (tr->opts->resume && (r = resume(tr, err)))
+		return r;
+	tr->start_step = tr->step;
+	return 0;
+}
+
+static void started(trainer *tr)
+{
+	const taco_job *j = tr->job;
+
+	taco_events_emit(
+		&tr->ev, "started",
+		json_pack("{ss ss sI sI sI sI ss sI sI si si si}", "model",
+			  j->model, "architecture",
+			  taco_arch_name(tr->m->cfg.arch), "parameters",
+			  (json_int_t)taco_model_param_count(tr->m),
+			  "total_steps", (json_int_t)tr->total, "start_step",
+			  (json_int_t)tr->step, "train_examples",
+			  (json_int_t)tr->train->n, "optimizer",
+			  j->optim.all_adamw ? "adamw" : "taco",
+			  "optimizer_state_bytes",
+			  (json_int_t)tr->o->state_bytes, "tokens_per_step",
+			  (json_int_t)((int64_t)j->batch_size * j->seq_len *
+				       j->grad_accum),
+			  "batch_size", j->batch_size, "seq_len", j->seq_len,
+			  "grad_accum", j->grad_accum));
+}
+
+static int finish(trainer *tr, taco_err *err)
+{
+	char out[4200];
+	int r;
+
+	if (tr->val && (r = evaluate(tr, err)))
+		return r;
+	snprintf(out, sizeof(out), "%s/model", tr->job->output_dir);
+	if ((r = taco_export(tr->m, tr->job->model, out,
+			     tr->job->export_shard_bytes, err)))
+		return r;
+	taco_events_emit(&tr->ev, "exported", json_pack("{ss}", "path", out));
+	return 0;
+}
+
+int taco_train_run(const taco_job *job, const taco_train_opts *opts,
+		   taco_err *err)
+{
+	trainer tr;
+	int r, end = TACO_TRAIN_FINISHED;
+
+	memset(&tr, 0, sizeof(tr));
+	tr.job = job;
+	tr.opts = opts;
+	if (taco_events_open(&tr.ev, opts->events_fd)) {
+		r = taco_err_set(err, -EBADF, "--events-fd %d: not open",
+				 opts->events_fd);
+		goto out;
+	}
+	if ((r = setup(&tr, err)))
+		goto out;
+	started(&tr);
+	tr.t_start = now();
+	while (tr.step < tr.total) {
+		if (opts->stop && *opts->stop) {
+			end = TACO_TRAIN_STOPPED;
+			break;
+		}
+		if ((r = train_step(&tr, err)))
+			goto out;
+		progress(&tr);
+		if (tr.val && job->eval_every && tr.step % job->eval_every == 0 &&
+		    tr.step < tr.total && (r = evaluate(&tr, err)))
+			goto out;
+		if (job->checkpoint_every && tr.step % job->checkpoint_every == 0 &&
+		    (r = checkpoint(&tr, err)))
+			goto out;
+	}
+	if (opts->progress)
+		fputc('\n', stderr);
+	if (end == TACO_TRAIN_STOPPED) {
+		if (!(job->checkpoint_every &&
+		      tr.step % job->checkpoint_every == 0 && tr.step > 0) &&
+		    (r = checkpoint(&tr, err)))
+			goto out;
+	} else if ((r = finish(&tr, err))) {
+		goto out;
+	}
+	taco_events_emit(&tr.ev, "finished",
+			 json_pack("{ss sI sf sf}", "status",
+				   end == TACO_TRAIN_STOPPED ? "stopped"
+							     : "succeeded",
+				   "step", (json_int_t)tr.step, "loss", tr.loss,
+				   "elapsed_s", now() - tr.t_start));
+	r = end;
+out:
+	if (r < 0)
+		taco_events_emit(&tr.ev, "error",
+				 json_pack("{ss}", "message", err->msg));
+	free_trainer(&tr);
+	return r;
+}
