@@ -51,7 +51,7 @@ int main(int argc, char **argv)
 	taco_runtime_init(argv);
 	if (argc < 3) {
 		fprintf(stderr, "usage: bench_step MODEL_DIR BATCH_JSON "
-				"[ITERS]\n");
+				"[ITERS [keep]]\n");
 		return 2;
 	}
 	if (argc > 3)
@@ -62,6 +62,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_step: %s\n", err.msg);
 		return 1;
 	}
+	m->keep_activations = argc > 4 && strcmp(argv[4], "keep") == 0;
 	root = json_load_file(argv[2], 0, &jerr);
 	if (!root) {
 		fprintf(stderr, "bench_step: %s: %s\n", argv[2], jerr.text);

@@ -62,6 +62,11 @@ typedef struct taco_model {
 	/* Logit elements per cross-entropy chunk; 0 = the default (4 Mi).
 	 * Set it before a step (or release the work) to change it. */
 	size_t ce_chunk_elems;
+	/* 0 (default): activation checkpointing, forward keeps each layer's
+	 * input and backward recomputes one layer at a time. 1: every layer's
+	 * intermediates are kept, trading memory for the recompute (about a
+	 * quarter of the step's work). */
+	int keep_activations;
 } taco_model;
 
 /* One micro-batch. targets[i] is the token that position i must predict

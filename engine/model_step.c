@@ -133,39 +133,40 @@ static void forward_layer(taco_model *m, int l, const float *x, float *out,
 	const tk_ops *o = m->ops;
 	const taco_config *c = &m->cfg;
 	taco_work *w = m->work;
+	taco_layer_acts *a = &w->acts[w->n_acts > 1 ? l : 0];
 	int B = w->B, T = w->T, N = B * T, H = c->hidden, I = c->intermediate;
 	int hd = c->head_dim, D = c->heads * hd, Dkv = c->kv_heads * hd;
-	float *qd = c->qk_norm ? w->q_pre : w->q;
-	float *kd = c->qk_norm ? w->k_pre : w->k;
+	float *qd = c->qk_norm ? a->q_pre : a->q;
+	float *kd = c->qk_norm ? a->k_pre : a->k;
 
 	layer_weights(m, l, W);
-	o->rmsnorm_fwd(w->ln1, w->rstd1, x, W[TACO_L_ATTN_NORM], N, H,
+	o->rmsnorm_fwd(a->ln1, a->rstd1, x, W[TACO_L_ATTN_NORM], N, H,
 		       c->rms_eps);
-	linear_fwd(o, qd, w->ln1, W[TACO_L_Q], W[TACO_L_Q_BIAS], N, H, D);
-	linear_fwd(o, kd, w->ln1, W[TACO_L_K], W[TACO_L_K_BIAS], N, H, Dkv);
-	linear_fwd(o, w->v, w->ln1, W[TACO_L_V], W[TACO_L_V_BIAS], N, H, Dkv);
+	linear_fwd(o, qd, a->ln1, W[TACO_L_Q], W[TACO_L_Q_BIAS], N, H, D);
+	linear_fwd(o, kd, a->ln1, W[TACO_L_K], W[TACO_L_K_BIAS], N, H, Dkv);
+	linear_fwd(o, a->v, a->ln1, W[TACO_L_V], W[TACO_L_V_BIAS], N, H, Dkv);
 	if (c->qk_norm) {
-		o->rmsnorm_fwd(w->q, w->rstd_q, w->q_pre, W[TACO_L_Q_NORM],
+		o->rmsnorm_fwd(a->q, a->rstd_q, a->q_pre, W[TACO_L_Q_NORM],
 			       N * c->heads, hd, c->rms_eps);
-		o->rmsnorm_fwd(w->k, w->rstd_k, w->k_pre, W[TACO_L_K_NORM],
+		o->rmsnorm_fwd(a->k, a->rstd_k, a->k_pre, W[TACO_L_K_NORM],
 			       N * c->kv_heads, hd, c->rms_eps);
 	}
-	o->rope_fwd(w->q, w->rope_cos, w->rope_sin, w->pos, N, c->heads, hd);
-	o->rope_fwd(w->k, w->rope_cos, w->rope_sin, w->pos, N, c->kv_heads,
+	o->rope_fwd(a->q, w->rope_cos, w->rope_sin, w->pos, N, c->heads, hd);
+	o->rope_fwd(a->k, w->rope_cos, w->rope_sin, w->pos, N, c->kv_heads,
 		    hd);
-	o->attention_fwd(w->att, w->lse, w->q, w->k, w->v, w->pos, B, T,
+	o->attention_fwd(a->att, a->lse, a->q, a->k, a->v, w->pos, B, T,
 			 c->heads, c->kv_heads, hd, c->sliding_window,
 			 1.0f / sqrtf((float)hd));
-	linear_fwd(o, w->x_mid, w->att, W[TACO_L_O], W[TACO_L_O_BIAS], N, D,
+	linear_fwd(o, a->x_mid, a->att, W[TACO_L_O], W[TACO_L_O_BIAS], N, D,
 		   H);
-	o->add(w->x_mid, x, (size_t)N * H);
-	o->rmsnorm_fwd(w->ln2, w->rstd2, w->x_mid, W[TACO_L_MLP_NORM], N, H,
+	o->add(a->x_mid, x, (size_t)N * H);
+	o->rmsnorm_fwd(a->ln2, a->rstd2, a->x_mid, W[TACO_L_MLP_NORM], N, H,
 		       c->rms_eps);
-	linear_fwd(o, w->gate, w->ln2, W[TACO_L_GATE], NULL, N, H, I);
-	linear_fwd(o, w->up, w->ln2, W[TACO_L_UP], NULL, N, H, I);
-	o->swiglu_fwd(w->act, w->gate, w->up, (size_t)N * I);
-	linear_fwd(o, out, w->act, W[TACO_L_DOWN], NULL, N, I, H);
-	o->add(out, w->x_mid, (size_t)N * H);
+	linear_fwd(o, a->gate, a->ln2, W[TACO_L_GATE], NULL, N, H, I);
+	linear_fwd(o, a->up, a->ln2, W[TACO_L_UP], NULL, N, H, I);
+	o->swiglu_fwd(a->act, a->gate, a->up, (size_t)N * I);
+	linear_fwd(o, out, a->act, W[TACO_L_DOWN], NULL, N, I, H);
+	o->add(out, a->x_mid, (size_t)N * H);
 }
 
 typedef struct grad_sink {
@@ -227,6 +228,7 @@ static void backward_layer(taco_model *m, int l, const float *x,
 	const tk_ops *o = m->ops;
 	const taco_config *c = &m->cfg;
 	taco_work *w = m->work;
+	taco_layer_acts *a = &w->acts[w->n_acts > 1 ? l : 0];
 	const int *id = m->layer[l];
 	int B = w->B, T = w->T, N = B * T, H = c->hidden, I = c->intermediate;
 	int hd = c->head_dim, D = c->heads * hd, Dkv = c->kv_heads * hd;
@@ -234,48 +236,48 @@ static void backward_layer(taco_model *m, int l, const float *x,
 
 	/* MLP */
 	linear_bwd_x(o, w->dact, w->dx, W[TACO_L_DOWN], N, I, H, 0.0f);
-	weight_grad(m, g, id[TACO_L_DOWN], w->dx, w->act, N, I, H);
-	o->swiglu_bwd(w->dgate, w->dup, w->dact, w->gate, w->up,
+	weight_grad(m, g, id[TACO_L_DOWN], w->dx, a->act, N, I, H);
+	o->swiglu_bwd(w->dgate, w->dup, w->dact, a->gate, a->up,
 		      (size_t)N * I);
 	linear_bwd_x(o, w->dtmp, w->dgate, W[TACO_L_GATE], N, H, I, 0.0f);
 	linear_bwd_x(o, w->dtmp, w->dup, W[TACO_L_UP], N, H, I, 1.0f);
-	weight_grad(m, g, id[TACO_L_GATE], w->dgate, w->ln2, N, H, I);
-	weight_grad(m, g, id[TACO_L_UP], w->dup, w->ln2, N, H, I);
+	weight_grad(m, g, id[TACO_L_GATE], w->dgate, a->ln2, N, H, I);
+	weight_grad(m, g, id[TACO_L_UP], w->dup, a->ln2, N, H, I);
 	/* ln2 is free now: it takes the norm's input gradient. */
-	norm_bwd(m, g, id[TACO_L_MLP_NORM], w->ln2, w->dtmp, w->x_mid,
-		 W[TACO_L_MLP_NORM], w->rstd2, N, H);
-	o->add(w->dx, w->ln2, (size_t)N * H);
+	norm_bwd(m, g, id[TACO_L_MLP_NORM], a->ln2, w->dtmp, a->x_mid,
+		 W[TACO_L_MLP_NORM], a->rstd2, N, H);
+	o->add(w->dx, a->ln2, (size_t)N * H);
 
 	/* attention */
 	linear_bwd_x(o, w->datt, w->dx, W[TACO_L_O], N, D, H, 0.0f);
-	weight_grad(m, g, id[TACO_L_O], w->dx, w->att, N, D, H);
+	weight_grad(m, g, id[TACO_L_O], w->dx, a->att, N, D, H);
 	bias_grad(m, g, id[TACO_L_O_BIAS], w->dx, N, H);
-	o->attention_bwd(w->dq, w->dk, w->dv, w->datt, w->att, w->lse, w->q,
-			 w->k, w->v, w->pos, B, T, c->heads, c->kv_heads, hd,
+	o->attention_bwd(w->dq, w->dk, w->dv, w->datt, a->att, a->lse, a->q,
+			 a->k, a->v, w->pos, B, T, c->heads, c->kv_heads, hd,
 			 c->sliding_window, 1.0f / sqrtf((float)hd));
 	o->rope_bwd(w->dq, w->rope_cos, w->rope_sin, w->pos, N, c->heads, hd);
 	o->rope_bwd(w->dk, w->rope_cos, w->rope_sin, w->pos, N, c->kv_heads,
 		    hd);
 	if (c->qk_norm) {
-		norm_bwd(m, g, id[TACO_L_Q_NORM], w->dq2, w->dq, w->q_pre,
-			 W[TACO_L_Q_NORM], w->rstd_q, N * c->heads, hd);
-		norm_bwd(m, g, id[TACO_L_K_NORM], w->dk2, w->dk, w->k_pre,
-			 W[TACO_L_K_NORM], w->rstd_k, N * c->kv_heads, hd);
+		norm_bwd(m, g, id[TACO_L_Q_NORM], w->dq2, w->dq, a->q_pre,
+			 W[TACO_L_Q_NORM], a->rstd_q, N * c->heads, hd);
+		norm_bwd(m, g, id[TACO_L_K_NORM], w->dk2, w->dk, a->k_pre,
+			 W[TACO_L_K_NORM], a->rstd_k, N * c->kv_heads, hd);
 		dqf = w->dq2;
 		dkf = w->dk2;
 	}
 	linear_bwd_x(o, w->dtmp, dqf, W[TACO_L_Q], N, H, D, 0.0f);
 	linear_bwd_x(o, w->dtmp, dkf, W[TACO_L_K], N, H, Dkv, 1.0f);
 	linear_bwd_x(o, w->dtmp, w->dv, W[TACO_L_V], N, H, Dkv, 1.0f);
-	weight_grad(m, g, id[TACO_L_Q], dqf, w->ln1, N, H, D);
+	weight_grad(m, g, id[TACO_L_Q], dqf, a->ln1, N, H, D);
 	bias_grad(m, g, id[TACO_L_Q_BIAS], dqf, N, D);
-	weight_grad(m, g, id[TACO_L_K], dkf, w->ln1, N, H, Dkv);
+	weight_grad(m, g, id[TACO_L_K], dkf, a->ln1, N, H, Dkv);
 	bias_grad(m, g, id[TACO_L_K_BIAS], dkf, N, Dkv);
-	weight_grad(m, g, id[TACO_L_V], w->dv, w->ln1, N, H, Dkv);
+	weight_grad(m, g, id[TACO_L_V], w->dv, a->ln1, N, H, Dkv);
 	bias_grad(m, g, id[TACO_L_V_BIAS], w->dv, N, Dkv);
-	norm_bwd(m, g, id[TACO_L_ATTN_NORM], w->ln1, w->dtmp, x,
-		 W[TACO_L_ATTN_NORM], w->rstd1, N, H);
-	o->add(w->dx, w->ln1, (size_t)N * H);
+	norm_bwd(m, g, id[TACO_L_ATTN_NORM], a->ln1, w->dtmp, x,
+		 W[TACO_L_ATTN_NORM], a->rstd1, N, H);
+	o->add(w->dx, a->ln1, (size_t)N * H);
 }
 
 /* Embedding and every layer; the last layer's output is xs[L]. */
@@ -391,7 +393,12 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 		 weight(m, m->final_norm, w->w_final), w->rstd_f, N, H);
 	for (int l = c->layers - 1; l >= 0 && !g.err; l--) {
 		const float *x = w->xs + (size_t)l * NH;
-		forward_layer(m, l, x, w->xs + (size_t)(l + 1) * NH, W);
+		/* The last layer's intermediates are still in place from the
+		 * forward pass; kept activations need no recompute at all. */
+		if (w->n_acts > 1 || l == c->layers - 1)
+			layer_weights(m, l, W);
+		else
+			forward_layer(m, l, x, w->xs + (size_t)(l + 1) * NH, W);
 		backward_layer(m, l, x, W, &g);
 	}
 	if (!g.err) {

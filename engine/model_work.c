@@ -12,7 +12,14 @@ typedef struct work_buf {
 	size_t esize;
 } work_buf;
 
-#define WB_MAX (48 + TACO_L_COUNT)
+/* fixed buffers + per-layer activation sets */
+#define WB_FIXED (32 + TACO_L_COUNT)
+#define WB_PER_SET 17
+
+static size_t work_list_cap(int n_acts)
+{
+	return WB_FIXED + (size_t)WB_PER_SET * (size_t)n_acts;
+}
 
 static int work_list(taco_model *m, taco_work *w, int B, int T,
 		     work_buf *list)
@@ -34,23 +41,29 @@ static int work_list(taco_model *m, taco_work *w, int B, int T,
 	ADD(rope_cos, (size_t)T * half);
 	ADD(rope_sin, (size_t)T * half);
 	ADD(xs, (L + 1) * N * H);
-	ADD(ln1, N * H);
-	ADD(rstd1, N);
-	ADD(q, N * D);
-	ADD(k, N * Dkv);
-	ADD(v, N * Dkv);
-	ADD(q_pre, q ? N * D : 0);
-	ADD(k_pre, q ? N * Dkv : 0);
-	ADD(rstd_q, q ? N * c->heads : 0);
-	ADD(rstd_k, q ? N * c->kv_heads : 0);
-	ADD(att, N * D);
-	ADD(lse, N * c->heads);
-	ADD(x_mid, N * H);
-	ADD(ln2, N * H);
-	ADD(rstd2, N);
-	ADD(gate, N * I);
-	ADD(up, N * I);
-	ADD(act, N * I);
+	for (int a = 0; a < w->n_acts; a++) {
+		taco_layer_acts *x = &w->acts[a];
+#define ADDA(field, count)                                                     \
+	list[n++] = (work_buf){(void **)&x->field, (count), sizeof(*x->field)}
+		ADDA(ln1, N * H);
+		ADDA(rstd1, N);
+		ADDA(q, N * D);
+		ADDA(k, N * Dkv);
+		ADDA(v, N * Dkv);
+		ADDA(q_pre, q ? N * D : 0);
+		ADDA(k_pre, q ? N * Dkv : 0);
+		ADDA(rstd_q, q ? N * c->heads : 0);
+		ADDA(rstd_k, q ? N * c->kv_heads : 0);
+		ADDA(att, N * D);
+		ADDA(lse, N * c->heads);
+		ADDA(x_mid, N * H);
+		ADDA(ln2, N * H);
+		ADDA(rstd2, N);
+		ADDA(gate, N * I);
+		ADDA(up, N * I);
+		ADDA(act, N * I);
+#undef ADDA
+	}
 	ADD(dx, N * H);
 	ADD(dtmp, N * H);
 	ADD(dq, N * D);
@@ -92,15 +105,25 @@ int taco_work_chunk_rows(const taco_model *m, int N)
 	return C < 1 ? 1 : (C > (size_t)N ? N : (int)C);
 }
 
+int taco_work_act_sets(const taco_model *m)
+{
+	return m->keep_activations ? m->cfg.layers : 1;
+}
+
 static void work_free(taco_model *m, taco_work *w)
 {
-	work_buf list[WB_MAX];
-	int n = work_list(m, w, w->B, w->T, list);
+	work_buf *list = calloc(work_list_cap(w->n_acts), sizeof(*list));
+	int n;
 
-	for (int i = 0; i < n; i++)
-		if (*list[i].slot)
-			m->ops->free(*list[i].slot,
-				     list[i].elems * list[i].esize);
+	if (list) { /* without the list the buffers leak, never corrupt */
+		n = work_list(m, w, w->B, w->T, list);
+		for (int i = 0; i < n; i++)
+			if (*list[i].slot)
+				m->ops->free(*list[i].slot,
+					     list[i].elems * list[i].esize);
+	}
+	free(list);
+	free(w->acts);
 	free(w);
 }
 
@@ -114,20 +137,30 @@ void taco_model_release_work(taco_model *m)
 
 int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
 {
-	work_buf list[WB_MAX];
+	work_buf *list;
 	taco_work *w;
-	int n;
+	int n, sets = taco_work_act_sets(m);
 
 	if (m->work && m->work->B == B && m->work->T == T &&
-	    m->work->C == taco_work_chunk_rows(m, B * T))
+	    m->work->C == taco_work_chunk_rows(m, B * T) &&
+	    m->work->n_acts == sets)
 		return 0;
 	taco_model_release_work(m);
 	w = calloc(1, sizeof(*w));
-	if (!w)
+	list = calloc(work_list_cap(sets), sizeof(*list));
+	if (w)
+		w->acts = calloc((size_t)sets, sizeof(*w->acts));
+	if (!w || !list || !w->acts) {
+		if (w)
+			free(w->acts);
+		free(w);
+		free(list);
 		return taco_err_set(err, -ENOMEM, "out of memory");
+	}
 	w->B = B;
 	w->T = T;
 	w->C = taco_work_chunk_rows(m, B * T);
+	w->n_acts = sets;
 	n = work_list(m, w, B, T, list);
 	for (int i = 0; i < n; i++) {
 		size_t bytes = list[i].elems * list[i].esize;
@@ -135,6 +168,7 @@ int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
 			continue;
 		*list[i].slot = m->ops->alloc(bytes);
 		if (!*list[i].slot) {
+			free(list);
 			work_free(m, w);
 			return taco_err_set(err, -ENOMEM,
 					    "cannot allocate %zu bytes of step "
@@ -143,6 +177,7 @@ int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
 		}
 		w->bytes += bytes;
 	}
+	free(list);
 	m->work = w;
 	return 0;
 }

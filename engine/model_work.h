@@ -13,21 +13,28 @@
  * chunk to 16 MiB of fp32. */
 #define TACO_CE_CHUNK_ELEMS (1 << 22)
 
+/* What backward needs of one layer's forward. */
+typedef struct taco_layer_acts {
+	float *ln1, *rstd1;     /* [N, H], [N] */
+	float *q, *k, *v;       /* [N, D], [N, Dkv], [N, Dkv] after norm/rope */
+	float *q_pre, *k_pre;   /* [N, D], [N, Dkv] before q/k-norm (Qwen3) */
+	float *rstd_q, *rstd_k; /* [N * heads], [N * kv_heads] */
+	float *att, *lse;       /* [N, D], [B, heads, T] */
+	float *x_mid;           /* [N, H] after the attention residual */
+	float *ln2, *rstd2;     /* [N, H], [N] */
+	float *gate, *up, *act; /* [N, I] */
+} taco_layer_acts;
+
 struct taco_work {
 	int B, T, C;   /* batch shape and loss chunk rows of the buffers */
 	size_t bytes;  /* total backend bytes held */
 	int32_t *tokens, *targets, *pos; /* [N] */
 	float *rope_cos, *rope_sin;      /* [T, hd/2] */
 	float *xs;     /* [(L+1), N, H] layer inputs, checkpointed */
-	/* one layer's forward, recomputed in backward */
-	float *ln1, *rstd1;   /* [N, H], [N] */
-	float *q, *k, *v;     /* [N, D], [N, Dkv], [N, Dkv] after norm/rope */
-	float *q_pre, *k_pre; /* [N, D], [N, Dkv] before q/k-norm (Qwen3) */
-	float *rstd_q, *rstd_k; /* [N * heads], [N * kv_heads] */
-	float *att, *lse;     /* [N, D], [B, heads, T] */
-	float *x_mid;         /* [N, H] after the attention residual */
-	float *ln2, *rstd2;   /* [N, H], [N] */
-	float *gate, *up, *act; /* [N, I] */
+	/* layer intermediates: one set, recomputed in backward, or one per
+	 * layer when the model keeps activations */
+	struct taco_layer_acts *acts;
+	int n_acts;
 	/* backward */
 	float *dx, *dtmp;     /* [N, H] */
 	float *dq, *dk, *dv;  /* [N, D], [N, Dkv], [N, Dkv] */
@@ -51,5 +58,8 @@ int taco_work_chunk_rows(const taco_model *m, int N);
 
 /* Makes sure m->work fits the batch shape. */
 int taco_work_ensure(taco_model *m, int B, int T, taco_err *err);
+
+/* Activation sets a step needs: 1 with checkpointing, else one per layer. */
+int taco_work_act_sets(const taco_model *m);
 
 #endif

@@ -5,12 +5,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "data.h"
 #include "events.h"
 #include "export.h"
+#include "fsutil.h"
 #include "model.h"
 #include "optim.h"
 
@@ -339,12 +342,30 @@ static void progress(trainer *tr)
 	fflush(stderr);
 }
 
+/* Fail before any work when the output cannot be written. */
+static int check_output_dir(const char *dir, taco_err *err)
+{
+	struct stat st;
+	int r = taco_mkdir_p(dir, err);
+
+	if (r)
+		return r;
+	if (stat(dir, &st) || !S_ISDIR(st.st_mode) || access(dir, W_OK))
+		return taco_err_set(err, -ENOTDIR,
+				    "output_dir '%s' is not a writable "
+				    "directory",
+				    dir);
+	return 0;
+}
+
 static int setup(trainer *tr, taco_err *err)
 {
 	const taco_job *j = tr->job;
 	size_t rows = (size_t)j->batch_size * j->seq_len * j->grad_accum;
 	int r;
 
+	if ((r = check_output_dir(j->output_dir, err)))
+		return r;
 	if ((r = taco_model_load(j->model, tk_cpu_ops(), &tr->m, err)))
 		return r;
 	if ((r = taco_data_load_pretok(j->train, tr->m->cfg.vocab,

@@ -135,7 +135,8 @@ static void grads_free(grads *gs, const taco_model *m)
 
 /* scribble: overwrite weights in the gradient callback. chunk: rows per
  * cross-entropy chunk (0 = default, one chunk for these fixtures). */
-static void check_fixture(const char *name, int scribble, int chunk)
+static void check_fixture(const char *name, int scribble, int chunk,
+			  int keep)
 {
 	fixture f;
 	taco_err err = {{0}};
@@ -146,6 +147,7 @@ static void check_fixture(const char *name, int scribble, int chunk)
 
 	fixture_load(&f, name);
 	f.m->ce_chunk_elems = (size_t)chunk * f.m->cfg.vocab;
+	f.m->keep_activations = keep;
 	b = (taco_batch){f.B, f.T, f.tokens, f.targets, NULL};
 
 	if (!scribble) {
@@ -195,20 +197,27 @@ static void check_fixture(const char *name, int scribble, int chunk)
 
 START_TEST(test_fixture)
 {
-	check_fixture(fixtures[_i], 0, 0);
+	check_fixture(fixtures[_i], 0, 0, 0);
 }
 END_TEST
 
 /* 5 rows per chunk: 7 chunks, the last one short. */
 START_TEST(test_fixture_chunked_loss)
 {
-	check_fixture(fixtures[_i], 0, 5);
+	check_fixture(fixtures[_i], 0, 5, 0);
 }
 END_TEST
 
 START_TEST(test_fixture_weights_change_in_callback)
 {
-	check_fixture(fixtures[_i], 1, 0);
+	check_fixture(fixtures[_i], 1, 0, 0);
+}
+END_TEST
+
+/* Every layer's intermediates kept: no recompute, same results. */
+START_TEST(test_fixture_keep_activations)
+{
+	check_fixture(fixtures[_i], 1, 0, 1);
 }
 END_TEST
 
@@ -324,6 +333,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_fixture, 0, n);
 	tcase_add_loop_test(tc, test_fixture_chunked_loss, 0, n);
 	tcase_add_loop_test(tc, test_fixture_weights_change_in_callback, 0, n);
+	tcase_add_loop_test(tc, test_fixture_keep_activations, 0, n);
 	tcase_add_loop_test(tc, test_packing, 0, 2);
 	tcase_add_test(tc, test_bad_batch);
 	suite_add_tcase(s, tc);

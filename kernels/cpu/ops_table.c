@@ -40,6 +40,8 @@ static const tk_ops cpu_ops = {
     .swiglu_fwd = tk_cpu_swiglu_fwd,
     .swiglu_bwd = tk_cpu_swiglu_bwd,
     .cross_entropy = tk_cpu_cross_entropy,
+    .taco_update = tk_cpu_taco_update,
+    .adamw_update = tk_cpu_adamw_update,
 };
 
 const tk_ops *tk_cpu_ops(void)

@@ -1,0 +1,475 @@
+/* taco.c: one TACO optimizer step on the CPU (shared/docs/taco.md).
+ *
+ * Every column j of W [R, C] is independent: decode its k slots, track them
+ * with this step's gradient, propose the k largest untracked rows, merge,
+ * step the selected entry of W, requantize. The arithmetic is exactly the
+ * spec's (fp32, each operation rounded on its own; the build has
+ * -ffp-contract=off, and every product is written as its own expression).
+ *
+ * Choices the spec leaves open, which every backend (CUDA included) and the
+ * Python reference (tests/reference/taco_ref.py) make the same way:
+ *
+ * - Slot order after the merge: the kept slots come first, sorted by |value|
+ *   (the fp32 value before requantization) descending, equal |value| by
+ *   smaller row first; then the empty slots. So slot 0 is always s*. (Which
+ *   slots are kept uses the spec's merge tie rule, tracked before proposed
+ *   then smaller row; only their order afterwards ignores tracked/proposed.)
+ * - An empty slot has idx all ones (0xFFFF or 0xFFFFFFFF) and q = 0; a
+ *   column with every slot empty has scale 0.
+ * - A kept slot whose value requantizes to zero (|v / scale| <= 2^-10) keeps
+ *   its row with code 0x00 or 0x80 (signed zero); next step it decodes to 0,
+ *   is tracked like any slot, and is dropped if its value is still 0.
+ * - On reading the state, a slot whose idx is not all ones but is >= R
+ *   (corrupt state) counts as empty.
+ * - Non-finite input: a column whose gradient G[:, j] holds a NaN or an
+ *   infinity anywhere, or in which a tracked or proposed value is not finite
+ *   (overflow, or a corrupt scale / NaN code in the state), is skipped: its
+ *   slots, codes, scale and weights are left exactly as they were. Other
+ *   columns are updated normally.
+ * - If amax / 448 underflows to 0, v / scale is +-inf and encodes to +-448
+ *   (saturation), as the spec's formula gives.
+ * - F16 weights: the spec defines stochastic rounding for bf16 only; F16
+ *   weights always round to nearest even, whatever a->stochastic says. F32
+ *   weights ignore a->stochastic.
+ *
+ * CPU layout: G is row-major, so a column is strided. Columns are processed
+ * in blocks of TACO_CB, rows outer: one pass over the rows keeps, for each
+ * column of the block, a sorted list of its k best untracked rows and the
+ * k-th best |G| as a threshold; a row enters the slow path only when some
+ * column's |G| beats its threshold (or is not finite). Blocks run in
+ * parallel; the result does not depend on the number of threads.
+ */
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "cpu_ops.h"
+#include "fp8.h"
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#define TACO_KMAX 16
+#define TACO_GROUP 64	/* columns per scan mask */
+#define TACO_PREFETCH 8 /* columns of tracked-row prefetch */
+
+/* One entry of the merge: a tracked slot or a proposal. */
+typedef struct {
+	float v;   /* value */
+	float mag; /* |v| */
+	uint32_t row;
+	int proposed; /* 0 tracked, 1 proposed */
+} taco_ent;
+
+/* Scan state of a range of nb columns (column c of the range at [c], its
+ * lists at [c * k ...]). */
+typedef struct {
+	int k;
+	float *thr;	    /* a row is offered iff !(|G| <= thr) */
+	uint64_t *filt;	    /* bit (row & 63) set for every tracked row */
+	int *ncand;	    /* candidates so far, <= k */
+	int *ntrk;	    /* tracked (non-empty) slots */
+	unsigned char *bad; /* a non-finite G seen */
+	uint32_t *crow;	    /* candidates, |G| descending */
+	float *cmag;	    /* their |G| */
+	float *cval;	    /* their G */
+	uint32_t *trow;	    /* tracked rows and their decoded values */
+	float *tval;
+} taco_block;
+
+/* Fallback storage for TACO_GROUP columns when malloc fails. */
+typedef struct {
+	float thr[TACO_GROUP];
+	uint64_t filt[TACO_GROUP];
+	int ncand[TACO_GROUP], ntrk[TACO_GROUP];
+	unsigned char bad[TACO_GROUP];
+	uint32_t crow[TACO_GROUP * TACO_KMAX], trow[TACO_GROUP * TACO_KMAX];
+	float cmag[TACO_GROUP * TACO_KMAX], cval[TACO_GROUP * TACO_KMAX];
+	float tval[TACO_GROUP * TACO_KMAX];
+} taco_block_small;
+
+static uint32_t idx_get(const void *idx, int wide, size_t i)
+{
+	return wide ? ((const uint32_t *)idx)[i] : ((const uint16_t *)idx)[i];
+}
+
+static void idx_set(void *idx, int wide, size_t i, uint32_t row)
+{
+	if (wide)
+		((uint32_t *)idx)[i] = row;
+	else
+		((uint16_t *)idx)[i] = (uint16_t)row;
+}
+
+/* Row r of column c offers its gradient g, |g| = m > thr[c] (or m not
+ * finite). */
+static void offer(taco_block *b, int c, uint32_t r, float g, float m)
+{
+	const int k = b->k;
+	const size_t o = (size_t)c * (size_t)k;
+	uint32_t *crow = b->crow + o;
+	float *cmag = b->cmag + o, *cval = b->cval + o;
+	int n, pos, i;
+
+	if (!(m <= FLT_MAX)) { /* NaN or infinity: the column is skipped */
+		b->bad[c] = 1;
+		b->thr[c] = INFINITY;
+		return;
+	}
+	if ((b->filt[c] >> (r & 63u)) & 1u) {
+		const uint32_t *trow = b->trow + o;
+
+		for (i = 0; i < b->ntrk[c]; i++)
+			if (trow[i] == r)
+				return;
+	}
+	/* Position: after every candidate with |G| >= m (unused entries hold
+	 * -1). Rows arrive in increasing order, so an equal |G| (a smaller
+	 * row) stays in front. */
+	n = b->ncand[c];
+	pos = 0;
+#pragma omp simd reduction(+ : pos)
+	for (i = 0; i < k; i++)
+		pos += cmag[i] >= m;
+	if (pos >= k)
+		return;
+	if (n == k)
+		n--; /* the last candidate falls off */
+	if (n > pos) {
+		size_t mv = (size_t)(n - pos);
+
+		memmove(cmag + pos + 1, cmag + pos, mv * sizeof(float));
+		memmove(cval + pos + 1, cval + pos, mv * sizeof(float));
+		memmove(crow + pos + 1, crow + pos, mv * sizeof(uint32_t));
+	}
+	cmag[pos] = m;
+	cval[pos] = g;
+	crow[pos] = r;
+	b->ncand[c] = n + 1;
+	b->thr[c] = b->ncand[c] == k ? cmag[k - 1] : 0.0f;
+}
+
+/* Bit c set iff column c of this row must be offered: !(|g[c]| <= thr[c]),
+ * i.e. |g| beats the threshold or is NaN. nb <= 64. */
+static uint64_t scan_row(const float *g, const float *thr, int nb)
+{
+	uint64_t hit = 0;
+	int c = 0;
+
+#ifdef __SSE2__
+	const __m128 absmask = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
+
+	for (; c + 4 <= nb; c += 4) {
+		__m128 x = _mm_and_ps(_mm_loadu_ps(g + c), absmask);
+		__m128 y = _mm_cmpnle_ps(x, _mm_loadu_ps(thr + c));
+
+		hit |= (uint64_t)_mm_movemask_ps(y) << c;
+	}
+#endif
+	for (; c < nb; c++)
+		if (!(fabsf(g[c]) <= thr[c]))
+			hit |= 1ull << c;
+	return hit;
+}
+
+/* Merge order: |value| desc, tracked before proposed, smaller row. */
+static int merge_before(const taco_ent *x, const taco_ent *y)
+{
+	if (x->mag != y->mag)
+		return x->mag > y->mag;
+	if (x->proposed != y->proposed)
+		return x->proposed < y->proposed;
+	return x->row < y->row;
+}
+
+/* Slot order: |value| desc, smaller row. */
+static int slot_before(const taco_ent *x, const taco_ent *y)
+{
+	if (x->mag != y->mag)
+		return x->mag > y->mag;
+	return x->row < y->row;
+}
+
+static void sort_ents(taco_ent *e, int n,
+		      int (*before)(const taco_ent *, const taco_ent *))
+{
+	for (int i = 1; i < n; i++) {
+		taco_ent x = e[i];
+		int p = i;
+
+		while (p > 0 && before(&x, &e[p - 1])) {
+			e[p] = e[p - 1];
+			p--;
+		}
+		e[p] = x;
+	}
+}
+
+/* Steps W[r, j] by -lr * sign(v) with decoupled decay (spec step 5). */
+static void step_weight(void *W, int dtype, size_t at, float v,
+			const tk_taco_args *a, float decay, uint64_t hbase,
+			int j)
+{
+	float w, x, nw;
+
+	switch (dtype) {
+	case TK_F32:
+		w = ((float *)W)[at];
+		break;
+	case TK_BF16:
+		w = tk_bf16_f32(((uint16_t *)W)[at]);
+		break;
+	default:
+		w = tk_f16_f32(((uint16_t *)W)[at]);
+		break;
+	}
+	x = w * decay;
+	nw = v > 0.0f ? x - a->lr : x + a->lr;
+	switch (dtype) {
+	case TK_F32:
+		((float *)W)[at] = nw;
+		break;
+	case TK_BF16:
+		if (a->stochastic) {
+			uint32_t h =
+			    (uint32_t)tk_splitmix64(hbase ^ (uint64_t)j);
+			((uint16_t *)W)[at] = tk_f32_bf16_sr(nw, h);
+		} else {
+			((uint16_t *)W)[at] = tk_f32_bf16_rne(nw);
+		}
+		break;
+	default: /* F16: nearest even only (the spec has no stochastic f16) */
+		((uint16_t *)W)[at] = tk_f32_f16_rne(nw);
+		break;
+	}
+}
+
+/* Tracks, merges, steps and requantizes column j (block column c) after
+ * the scan. */
+static void finish_column(void *W, int dtype, const float *G, void *idx,
+			  uint8_t *q, float *scale, const tk_taco_args *a,
+			  int wide, const taco_block *b, int c, int j,
+			  float decay, uint64_t hbase)
+{
+	const size_t C = (size_t)a->C;
+	const int k = a->k;
+	const float beta = a->beta;
+	const float omb = 1.0f - beta;
+	const uint32_t empty = wide ? 0xFFFFFFFFu : 0xFFFFu;
+	taco_ent e[2 * TACO_KMAX];
+	int ne = 0, nkeep, s;
+	float amax, sc;
+
+	if (b->bad[c])
+		return;
+	for (s = 0; s < b->ntrk[c]; s++) { /* 2. track */
+		uint32_t r = b->trow[(size_t)c * k + s];
+		float g = G[(size_t)r * C + (size_t)j];
+		float t1 = beta * b->tval[(size_t)c * k + s];
+		float t2 = omb * g;
+		float v = t1 + t2;
+
+		if (!(fabsf(v) <= FLT_MAX))
+			return;
+		if (v != 0.0f)
+			e[ne++] = (taco_ent){v, fabsf(v), r, 0};
+	}
+	for (s = 0; s < b->ncand[c]; s++) { /* 3. propose */
+		uint32_t r = b->crow[(size_t)c * k + s];
+		float u = omb * b->cval[(size_t)c * k + s];
+
+		if (!(fabsf(u) <= FLT_MAX))
+			return;
+		if (u != 0.0f)
+			e[ne++] = (taco_ent){u, fabsf(u), r, 1};
+	}
+	/* 4. merge: keep the k first in merge order, then order them as
+	 * slots (slot 0 = s*). */
+	sort_ents(e, ne, merge_before);
+	nkeep = ne < k ? ne : k;
+	sort_ents(e, nkeep, slot_before);
+
+	/* 5. select and step */
+	if (nkeep > 0)
+		step_weight(W, dtype, (size_t)e[0].row * C + (size_t)j, e[0].v,
+			    a, decay, hbase, j);
+
+	/* 6. requantize */
+	amax = nkeep > 0 ? e[0].mag : 0.0f;
+	sc = amax / 448.0f;
+	for (s = 0; s < k; s++) {
+		size_t at = (size_t)j * (size_t)k + (size_t)s;
+
+		if (s < nkeep) {
+			idx_set(idx, wide, at, e[s].row);
+			q[at] = tk_fp8_e4m3_encode(e[s].v / sc);
+		} else {
+			idx_set(idx, wide, at, empty);
+			q[at] = 0;
+		}
+	}
+	scale[j] = nkeep > 0 ? sc : 0.0f;
+}
+
+/* Runs columns [j0, j0 + nb) with the scan state in b. */
+static void run_range(void *W, int dtype, const float *G, void *idx, uint8_t *q,
+		      float *scale, const tk_taco_args *a, int j0, int nb,
+		      float decay, uint64_t hbase, taco_block *b)
+{
+	const int R = a->R, k = a->k, wide = a->R > 65535;
+	const size_t C = (size_t)a->C;
+	const uint32_t empty = wide ? 0xFFFFFFFFu : 0xFFFFu;
+	int c, r;
+
+	/* 1. decode the state */
+	for (c = 0; c < nb; c++) {
+		const size_t j = (size_t)(j0 + c);
+		int n = 0;
+
+		b->thr[c] = 0.0f;
+		b->filt[c] = 0;
+		b->ncand[c] = 0;
+		b->bad[c] = 0;
+		for (int s = 0; s < k; s++)
+			b->cmag[(size_t)c * k + s] = -1.0f;
+		for (int s = 0; s < k; s++) {
+			uint32_t row = idx_get(idx, wide, j * (size_t)k + s);
+			float d;
+
+			if (row == empty || row >= (uint32_t)R)
+				continue;
+			d = tk_fp8_e4m3_decode(q[j * (size_t)k + s]);
+			b->trow[(size_t)c * k + n] = row;
+			b->filt[c] |= 1ull << (row & 63u);
+			b->tval[(size_t)c * k + n] = d * scale[j];
+			n++;
+		}
+		b->ntrk[c] = n;
+	}
+
+	/* Scan: candidates for the proposals, and non-finite detection. One
+	 * pass over the rows, each row's slice of the range read in order. */
+	for (r = 0; r < R; r++) {
+		const float *g = G + (size_t)r * C + (size_t)j0;
+
+		for (int c0 = 0; c0 < nb; c0 += TACO_GROUP) {
+			int w = nb - c0 < TACO_GROUP ? nb - c0 : TACO_GROUP;
+			uint64_t hit = scan_row(g + c0, b->thr + c0, w);
+
+			while (hit) {
+				c = c0 + __builtin_ctzll(hit);
+				hit &= hit - 1;
+				offer(b, c, (uint32_t)r, g[c], fabsf(g[c]));
+			}
+		}
+	}
+
+	/* The tracked rows' gradients are scattered reads: prefetch them a
+	 * few columns ahead. */
+	for (c = 0; c < nb; c++) {
+		int cp = c + TACO_PREFETCH;
+
+		if (cp < nb)
+			for (int s = 0; s < b->ntrk[cp]; s++)
+				__builtin_prefetch(
+				    G +
+				    (size_t)b->trow[(size_t)cp * k + s] * C +
+				    (size_t)(j0 + cp));
+		finish_column(W, dtype, G, idx, q, scale, a, wide, b, c, j0 + c,
+			      decay, hbase);
+	}
+}
+
+/* Runs columns [j0, j0 + nb): with heap scan state, or TACO_GROUP columns
+ * at a time with stack state if the allocation fails. */
+static void run_block(void *W, int dtype, const float *G, void *idx, uint8_t *q,
+		      float *scale, const tk_taco_args *a, int j0, int nb,
+		      float decay, uint64_t hbase)
+{
+	const size_t n = (size_t)nb, nk = n * (size_t)a->k;
+	char *mem = malloc(
+	    n * (sizeof(uint64_t) + sizeof(float) + 2 * sizeof(int) + 1) +
+	    nk * (2 * sizeof(uint32_t) + 3 * sizeof(float)));
+	taco_block b = {.k = a->k};
+
+	if (mem) {
+		/* 8-byte, then 4-byte arrays, the byte array last: aligned */
+		b.filt = (uint64_t *)mem;
+		b.thr = (float *)(b.filt + n);
+		b.ncand = (int *)(b.thr + n);
+		b.ntrk = b.ncand + n;
+		b.crow = (uint32_t *)(b.ntrk + n);
+		b.trow = b.crow + nk;
+		b.cmag = (float *)(b.trow + nk);
+		b.cval = b.cmag + nk;
+		b.tval = b.cval + nk;
+		b.bad = (unsigned char *)(b.tval + nk);
+		run_range(W, dtype, G, idx, q, scale, a, j0, nb, decay, hbase,
+			  &b);
+		free(mem);
+		return;
+	}
+	for (int c0 = 0; c0 < nb; c0 += TACO_GROUP) {
+		taco_block_small sm;
+
+		b.thr = sm.thr;
+		b.filt = sm.filt;
+		b.cval = sm.cval;
+		b.ncand = sm.ncand;
+		b.ntrk = sm.ntrk;
+		b.bad = sm.bad;
+		b.crow = sm.crow;
+		b.trow = sm.trow;
+		b.cmag = sm.cmag;
+		b.tval = sm.tval;
+		run_range(W, dtype, G, idx, q, scale, a, j0 + c0,
+			  nb - c0 < TACO_GROUP ? nb - c0 : TACO_GROUP, decay,
+			  hbase, &b);
+	}
+}
+
+void tk_cpu_taco_update(void *W, int dtype, const float *G, void *idx,
+			uint8_t *q, float *scale, const tk_taco_args *a)
+{
+	long long ngroups, nblocks, per, blk;
+	float decay, t;
+	uint64_t hbase;
+
+	if (!a || a->R <= 0 || a->C <= 0 || a->k < 1 || a->k > TACO_KMAX)
+		return;
+	if (dtype != TK_F32 && dtype != TK_BF16 && dtype != TK_F16)
+		return;
+	t = a->lr * a->weight_decay;
+	decay = 1.0f - t;
+	hbase =
+	    tk_splitmix64(tk_splitmix64(a->seed ^ a->tensor_index) ^ a->step);
+
+	/* One block of whole TACO_GROUPs per thread: wide blocks read long
+	 * contiguous runs of each row. Columns are independent, so the
+	 * blocking never changes the result. */
+	ngroups = ((long long)a->C + TACO_GROUP - 1) / TACO_GROUP;
+	nblocks = (long long)a->R * a->C >= TK_CPU_PAR_MIN
+		      ? omp_get_max_threads()
+		      : 1;
+	if (nblocks > ngroups)
+		nblocks = ngroups;
+	if (nblocks < 1)
+		nblocks = 1;
+	per = (ngroups + nblocks - 1) / nblocks * TACO_GROUP;
+	nblocks = (a->C + per - 1) / per;
+
+#pragma omp parallel for schedule(static) if (nblocks > 1)
+	for (blk = 0; blk < nblocks; blk++) {
+		long long j0 = blk * per;
+		long long nb = a->C - j0 < per ? a->C - j0 : per;
+
+		run_block(W, dtype, G, idx, q, scale, a, (int)j0, (int)nb,
+			  decay, hbase);
+	}
+}

@@ -1,0 +1,502 @@
+/* test_train.c: taco-train end to end: learning, checkpoints, exact resume
+ * after SIGKILL, SIGTERM, gradient accumulation, export. */
+#include <check.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "model.h"
+#include "model_io.h"
+#include "optim.h"
+#include "testutil.h"
+
+static char tmpdir[256];
+
+static void make_tmpdir(void)
+{
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/taco-train-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void rm_tmpdir(void)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static const char *bin(void)
+{
+	static char path[4096];
+	const char *d = getenv("TACO_BIN_DIR");
+
+	snprintf(path, sizeof(path), "%s/taco-train", d ? d : ".");
+	return path;
+}
+
+/* Writes a job file for the count task; extra is spliced into the object. */
+static const char *write_job(const char *name, const char *model,
+			     const char *extra)
+{
+	static char path[512];
+	char out[400];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s.json", tmpdir, name);
+	snprintf(out, sizeof(out), "%s/%s", tmpdir, name);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f,
+		"{\"model\": \"%s/models/%s\", \"train\": "
+		"\"%s/data/count_train.jsonl\", \"validation\": "
+		"\"%s/data/count_val.jsonl\", \"output_dir\": \"%s\", "
+		"\"seq_len\": 24, \"log_every\": 1, "
+		"\"schedule\": \"linear\"%s%s}\n",
+		tu_fixture(""), model, tu_fixture(""), tu_fixture(""), out,
+		extra[0] ? ", " : "", extra);
+	fclose(f);
+	return path;
+}
+
+/* Events of one run, parsed. */
+typedef struct run {
+	int status; /* exit status, or 128 + signal */
+	json_t *events; /* array */
+} run;
+
+/* Runs taco-train; when kill_event is set, sends sig once that event (with
+ * that step, if step > 0) has been read. */
+static run run_train(const char *job, int resume, const char *kill_event,
+		     int64_t kill_step, int sig)
+{
+	int p[2];
+	pid_t pid;
+	run r = {0, NULL};
+	int st, killed = 0;
+	FILE *f;
+	char *line = NULL;
+	size_t cap = 0;
+
+	ck_assert_int_eq(pipe(p), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char fd[16];
+		close(p[0]);
+		snprintf(fd, sizeof(fd), "%d", p[1]);
+		if (resume)
+			execl(bin(), "taco-train", "--no-progress", "--resume",
+			      "--events-fd", fd, job, (char *)NULL);
+		else
+			execl(bin(), "taco-train", "--no-progress",
+			      "--events-fd", fd, job, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	r.events = json_array();
+	f = fdopen(p[0], "r");
+	while (getline(&line, &cap, f) > 0) {
+		json_t *e = json_loads(line, 0, NULL);
+		const char *name;
+		ck_assert_msg(e != NULL, "bad event line: %s", line);
+		json_array_append_new(r.events, e);
+		name = json_string_value(json_object_get(e, "event"));
+		if (kill_event && !killed && strcmp(name, kill_event) == 0 &&
+		    (kill_step <= 0 ||
+		     json_integer_value(json_object_get(e, "step")) ==
+			     kill_step)) {
+			kill(pid, sig);
+			killed = 1;
+		}
+	}
+	free(line);
+	fclose(f);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	return r;
+}
+
+/* Loss of each step, from progress events, indexed by step. */
+static void losses(const run *r, double *out, int n)
+{
+	size_t i;
+	json_t *e;
+
+	json_array_foreach(r->events, i, e)
+	{
+		if (strcmp(json_string_value(json_object_get(e, "event")),
+			   "progress"))
+			continue;
+		json_int_t s = json_integer_value(json_object_get(e, "step"));
+		if (s >= 1 && s <= n)
+			out[s] = json_real_value(json_object_get(e, "loss"));
+	}
+}
+
+static json_t *last_event(const run *r, const char *name)
+{
+	json_t *found = NULL, *e;
+	size_t i;
+
+	json_array_foreach(r->events, i, e)
+		if (!strcmp(json_string_value(json_object_get(e, "event")),
+			    name))
+			found = e;
+	return found;
+}
+
+static char *slurp(const char *dir, const char *file, size_t *len)
+{
+	char path[1024];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	return tu_read_file(path, len);
+}
+
+/* The loss falls well below its start: TACO, and AdamW for comparison. */
+static void check_learning(const char *model, const char *extra,
+			   double max_final)
+{
+	double l[401] = {0};
+	run r;
+	json_t *ev;
+
+	make_tmpdir();
+	r = run_train(write_job("learn", model, extra), 0, NULL, 0, 0);
+	ck_assert_int_eq(r.status, 0);
+	losses(&r, l, 400);
+	ev = last_event(&r, "eval");
+	ck_assert_ptr_nonnull(ev);
+	fprintf(stderr, "learning %s (%s): loss %.4f at step 1, %.4f at the "
+			"end; val loss %.4f, token accuracy %.3f\n",
+		model, extra, l[1], json_real_value(json_object_get(
+					    last_event(&r, "finished"), "loss")),
+		json_real_value(json_object_get(ev, "val_loss")),
+		json_real_value(json_object_get(ev, "val_token_accuracy")));
+	ck_assert(l[1] > 4.5);
+	ck_assert_msg(json_real_value(json_object_get(ev, "val_loss")) <
+			      max_final,
+		      "validation loss %.4f not below %.2f",
+		      json_real_value(json_object_get(ev, "val_loss")),
+		      max_final);
+	json_decref(r.events);
+	rm_tmpdir();
+}
+
+START_TEST(test_learns_taco)
+{
+	check_learning("llama_gqa",
+		       "\"steps\": 300, \"lr\": 0.03, \"batch_size\": 8, "
+		       "\"optimizer\": \"taco\"",
+		       2.0);
+}
+END_TEST
+
+START_TEST(test_learns_taco_bf16)
+{
+	check_learning("llama_bf16",
+		       "\"steps\": 300, \"lr\": 0.03, \"batch_size\": 8, "
+		       "\"optimizer\": \"taco\"",
+		       2.0);
+}
+END_TEST
+
+START_TEST(test_learns_adamw)
+{
+	check_learning("llama_gqa",
+		       "\"steps\": 300, \"lr\": 0.003, \"optimizer\": "
+		       "\"adamw\"",
+		       1.0);
+}
+END_TEST
+
+/* N steps straight == k steps, SIGKILL, resume to N: same losses, weights
+ * and optimizer state, bit for bit. */
+static void check_resume(const char *model)
+{
+	const char *extra = "\"steps\": 12, \"lr\": 0.01, "
+			    "\"checkpoint_every\": 4, \"keep_checkpoints\": 5";
+	double la[13] = {0}, lb[13] = {0};
+	char a_dir[400], b_dir[400];
+	run a, b1, b2;
+	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+
+	make_tmpdir();
+	a = run_train(write_job("a", model, extra), 0, NULL, 0, 0);
+	ck_assert_int_eq(a.status, 0);
+	b1 = run_train(write_job("b", model, extra), 0, "checkpoint", 4,
+		       SIGKILL);
+	ck_assert_int_eq(b1.status, 128 + SIGKILL);
+	b2 = run_train(write_job("b", model, extra), 1, NULL, 0, 0);
+	ck_assert_int_eq(b2.status, 0);
+	ck_assert_int_eq(json_integer_value(json_object_get(
+				 last_event(&b2, "started"), "start_step")),
+			 4);
+	losses(&a, la, 12);
+	losses(&b1, lb, 4);
+	losses(&b2, lb, 12);
+	for (int s = 1; s <= 12; s++)
+		ck_assert_msg(la[s] == lb[s] && la[s] > 0,
+			      "step %d: loss %.9g straight, %.9g resumed", s,
+			      la[s], lb[s]);
+	snprintf(a_dir, sizeof(a_dir), "%s/a/checkpoints/step-00000012",
+		 tmpdir);
+	snprintf(b_dir, sizeof(b_dir), "%s/b/checkpoints/step-00000012",
+		 tmpdir);
+	for (int i = 0; i < 2; i++) {
+		size_t na, nb;
+		char *x = slurp(a_dir, files[i], &na);
+		char *y = slurp(b_dir, files[i], &nb);
+		ck_assert_ptr_nonnull(x);
+		ck_assert_ptr_nonnull(y);
+		ck_assert_uint_eq(na, nb);
+		ck_assert_msg(memcmp(x, y, na) == 0, "%s differs", files[i]);
+		free(x);
+		free(y);
+	}
+	json_decref(a.events);
+	json_decref(b1.events);
+	json_decref(b2.events);
+	rm_tmpdir();
+}
+
+START_TEST(test_resume_after_sigkill)
+{
+	check_resume(_i == 0 ? "llama_gqa" : "llama_bf16");
+}
+END_TEST
+
+/* SIGTERM: the step finishes, a checkpoint is written, exit status 3. */
+START_TEST(test_sigterm_checkpoints)
+{
+	const char *job;
+	run r, r2;
+	json_t *ck;
+	char path[512];
+	struct stat st;
+
+	make_tmpdir();
+	job = write_job("t", "llama_gqa", "\"steps\": 200, \"lr\": 0.01");
+	r = run_train(job, 0, "progress", 2, SIGTERM);
+	ck_assert_int_eq(r.status, 3);
+	ck = last_event(&r, "checkpoint");
+	ck_assert_ptr_nonnull(ck);
+	ck_assert_str_eq(json_string_value(json_object_get(
+				 last_event(&r, "finished"), "status")),
+			 "stopped");
+	snprintf(path, sizeof(path), "%s/trainer.json",
+		 json_string_value(json_object_get(ck, "path")));
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_int_ge(json_integer_value(json_object_get(ck, "step")), 2);
+	/* resume finishes the job and exports */
+	r2 = run_train(job, 1, NULL, 0, 0);
+	ck_assert_int_eq(r2.status, 0);
+	ck_assert_int_eq(json_integer_value(json_object_get(
+				 last_event(&r2, "started"), "start_step")),
+			 json_integer_value(json_object_get(ck, "step")));
+	ck_assert_ptr_nonnull(last_event(&r2, "exported"));
+	json_decref(r.events);
+	json_decref(r2.events);
+	rm_tmpdir();
+}
+END_TEST
+
+/* An invalid job lists every problem and exits 2; a run that cannot write
+ * its output fails with the path in the error. */
+START_TEST(test_cli_errors)
+{
+	const char *job;
+	run r;
+	json_t *e;
+	FILE *f;
+	char path[512];
+
+	make_tmpdir();
+	snprintf(path, sizeof(path), "%s/bad.json", tmpdir);
+	f = fopen(path, "w");
+	fprintf(f, "{\"model\": 1, \"lr\": -1, \"bogus\": true}");
+	fclose(f);
+	r = run_train(path, 0, NULL, 0, 0);
+	ck_assert_int_eq(r.status, 2);
+	json_decref(r.events);
+
+	job = write_job("x", "llama_gqa", "\"steps\": 2, \"lr\": 0.01");
+	snprintf(path, sizeof(path), "%s/x", tmpdir);
+	f = fopen(path, "w"); /* output_dir is a file */
+	fclose(f);
+	r = run_train(job, 0, NULL, 0, 0);
+	ck_assert_int_eq(r.status, 1);
+	e = last_event(&r, "error");
+	ck_assert_ptr_nonnull(e);
+	ck_assert_ptr_nonnull(
+		strstr(json_string_value(json_object_get(e, "message")), path));
+	json_decref(r.events);
+	rm_tmpdir();
+}
+END_TEST
+
+/* A checkpoint that cannot be written (file size limit, as on a full disk)
+ * fails with a clear error and leaves the previous checkpoint intact. */
+START_TEST(test_checkpoint_disk_full)
+{
+	taco_model *m = NULL;
+	taco_optim *o = NULL;
+	taco_optim_opts opts;
+	taco_err err = {{0}};
+	char dir[512], path[600], model_dir[512];
+	json_t *t = json_pack("{sI}", "step", (json_int_t)1);
+	pid_t pid;
+	int st;
+	size_t n1, n2;
+	char *before, *after;
+
+	make_tmpdir();
+	snprintf(model_dir, sizeof(model_dir), "%s", tu_fixture("models/llama_gqa"));
+	ck_assert_int_eq(taco_model_load(model_dir, tk_cpu_ops(), &m, &err), 0);
+	taco_optim_defaults(&opts);
+	ck_assert_int_eq(taco_optim_create(m, &opts, NULL, &o, &err), 0);
+	ck_assert_int_eq(taco_ckpt_save(tmpdir, 1, m, o, t, 3, dir,
+					sizeof(dir), &err),
+			 0);
+	before = slurp(dir, "model.safetensors", &n1);
+	pid = fork();
+	if (pid == 0) {
+		struct rlimit rl = {100000, 100000};
+		signal(SIGXFSZ, SIG_IGN);
+		setrlimit(RLIMIT_FSIZE, &rl);
+		taco_err e2 = {{0}};
+		int r = taco_ckpt_save(tmpdir, 2, m, o, t, 1, NULL, 0, &e2);
+		_exit(r == -EFBIG && strstr(e2.msg, "step-00000002") ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	after = slurp(dir, "model.safetensors", &n2);
+	ck_assert_uint_eq(n1, n2);
+	ck_assert_mem_eq(before, after, n1);
+	snprintf(path, sizeof(path), "%s/checkpoints", tmpdir);
+	{
+		/* only the complete step 1 remains: no temporaries */
+		char cmd[700];
+		snprintf(cmd, sizeof(cmd), "test \"$(ls '%s')\" = step-00000001",
+			 path);
+		ck_assert_int_eq(system(cmd), 0);
+	}
+	free(before);
+	free(after);
+	json_decref(t);
+	taco_optim_free(o);
+	taco_model_free(m);
+	rm_tmpdir();
+}
+END_TEST
+
+/* The export reloads with the same loss and carries the base files. */
+START_TEST(test_export_reloads)
+{
+	const char *job;
+	run r;
+	taco_model *m = NULL;
+	taco_err err = {{0}};
+	char dir[512];
+	struct stat st;
+	json_t *ev;
+
+	make_tmpdir();
+	job = write_job("e", "qwen3_tied",
+			"\"steps\": 5, \"lr\": 0.01, \"export_shard_bytes\": "
+			"1048576, \"checkpoint_every\": 5");
+	r = run_train(job, 0, NULL, 0, 0);
+	ck_assert_int_eq(r.status, 0);
+	ev = last_event(&r, "exported");
+	ck_assert_ptr_nonnull(ev);
+	snprintf(dir, sizeof(dir), "%s", json_string_value(json_object_get(ev, "path")));
+	ck_assert_int_eq(taco_model_load(dir, tk_cpu_ops(), &m, &err), 0);
+	{
+		/* identical to the final checkpoint's weights */
+		char ck[600];
+		taco_model *c = NULL;
+		snprintf(ck, sizeof(ck), "%s/e/checkpoints/step-00000005", tmpdir);
+		ck_assert_int_eq(taco_model_load(tu_fixture("models/qwen3_tied"),
+						 tk_cpu_ops(), &c, &err),
+				 0);
+		strcat(ck, "/model.safetensors");
+		ck_assert_int_eq(taco_model_load_weights(c, ck, &err), 0);
+		for (int i = 0; i < m->n_tensors; i++)
+			ck_assert_mem_eq(m->tensors[i].data, c->tensors[i].data,
+					 m->tensors[i].numel *
+						 tk_dtype_size(m->tensors[i].dtype));
+		taco_model_free(c);
+	}
+	snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/config.json");
+	ck_assert_int_eq(stat(dir, &st), 0);
+	taco_model_free(m);
+	json_decref(r.events);
+	rm_tmpdir();
+}
+END_TEST
+
+/* grad_accum 2 x batch 4 sees the same examples as 1 x 8 and the same mean
+ * gradient, up to summation order. */
+START_TEST(test_grad_accum_matches_big_batch)
+{
+	double l1[4] = {0}, l2[4] = {0};
+	run a, b;
+
+	make_tmpdir();
+	a = run_train(write_job("g1", "llama_gqa",
+				"\"steps\": 3, \"lr\": 0.003, \"optimizer\": "
+				"\"adamw\", \"batch_size\": 8"),
+		      0, NULL, 0, 0);
+	b = run_train(write_job("g2", "llama_gqa",
+				"\"steps\": 3, \"lr\": 0.003, \"optimizer\": "
+				"\"adamw\", \"batch_size\": 4, \"grad_accum\": "
+				"2"),
+		      0, NULL, 0, 0);
+	ck_assert_int_eq(a.status, 0);
+	ck_assert_int_eq(b.status, 0);
+	losses(&a, l1, 3);
+	losses(&b, l2, 3);
+	ck_assert_double_eq_tol(l1[1], l2[1], 1e-6 * l1[1]);
+	for (int s = 2; s <= 3; s++)
+		ck_assert_msg(fabs(l1[s] - l2[s]) < 1e-3 * l1[s],
+			      "step %d: %.6f vs %.6f", s, l1[s], l2[s]);
+	json_decref(a.events);
+	json_decref(b.events);
+	rm_tmpdir();
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("train");
+	TCase *tc = tcase_create("train");
+	SRunner *sr;
+	int failed;
+
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, test_learns_taco);
+	tcase_add_test(tc, test_learns_taco_bf16);
+	tcase_add_test(tc, test_learns_adamw);
+	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 2);
+	tcase_add_test(tc, test_sigterm_checkpoints);
+	tcase_add_test(tc, test_cli_errors);
+	tcase_add_test(tc, test_checkpoint_disk_full);
+	tcase_add_test(tc, test_export_reloads);
+	tcase_add_test(tc, test_grad_accum_matches_big_batch);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
