@@ -46,8 +46,10 @@ static void usage(FILE *f)
 		"  --events-fd N    write one JSON object per line to file "
 		"descriptor N\n"
 		"                   (docs/events.md)\n"
-		"  --no-progress    no live progress line, even on a "
-		"terminal\n"
+		"  --no-progress    print no progress (by default: a live line "
+		"on a\n"
+		"                   terminal, else a line every log_every "
+		"steps)\n"
 		"  --check          validate JOB.json, print the problems, "
 		"and exit\n"
 		"  -h, --help       this text\n"
@@ -138,7 +140,9 @@ int main(int argc, char **argv)
 		taco_job_free(&job);
 		return EXIT_OK;
 	}
-	to.progress = !no_progress && isatty(STDERR_FILENO);
+	to.progress = no_progress		 ? TACO_PROGRESS_NONE
+		      : isatty(STDERR_FILENO) ? TACO_PROGRESS_TTY
+					       : TACO_PROGRESS_LINES;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);

@@ -204,8 +204,9 @@ static int evaluate(trainer *tr, taco_err *err)
 				   n ? (double)correct / (double)n : 0.0,
 				   "val_targets", (json_int_t)n));
 	if (tr->opts->progress)
-		fprintf(stderr, "\neval at step %lld: loss %.4f, token "
+		fprintf(stderr, "%seval at step %lld: loss %.4f, token "
 				"accuracy %.4f\n",
+			tr->opts->progress == TACO_PROGRESS_TTY ? "\n" : "",
 			(long long)tr->step, n ? loss / (double)n : 0.0,
 			n ? (double)correct / (double)n : 0.0);
 	return 0;
@@ -242,6 +243,10 @@ static int checkpoint(trainer *tr, taco_err *err)
 	json_decref(t);
 	if (r)
 		return r;
+	if (tr->opts->progress)
+		fprintf(stderr, "%scheckpoint %s\n",
+			tr->opts->progress == TACO_PROGRESS_TTY ? "\n" : "",
+			path);
 	taco_events_emit(&tr->ev, "checkpoint",
 			 json_pack("{sI ss}", "step", (json_int_t)tr->step,
 				   "path", path));
@@ -330,15 +335,19 @@ static void progress(trainer *tr)
 				  (json_int_t)tr->m->ops->mem_current(),
 				  "mem_peak_bytes",
 				  (json_int_t)tr->m->ops->mem_peak()));
-	if (!tr->opts->progress)
+	if (!tr->opts->progress ||
+	    (tr->opts->progress == TACO_PROGRESS_LINES &&
+	     tr->step % j->log_every && tr->step != tr->total))
 		return;
 	fmt_time(e1, sizeof(e1), el);
 	fmt_time(e2, sizeof(e2), eta);
 	fprintf(stderr,
-		"\rstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %s "
-		"elapsed | ETA %s   ",
+		"%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %s "
+		"elapsed | ETA %s%s",
+		tr->opts->progress == TACO_PROGRESS_TTY ? "\r" : "",
 		(long long)tr->step, (long long)tr->total, tr->loss,
-		(double)tr->lr, tps, e1, e2);
+		(double)tr->lr, tps, e1, e2,
+		tr->opts->progress == TACO_PROGRESS_TTY ? "   " : "\n");
 	fflush(stderr);
 }
 
@@ -427,6 +436,8 @@ static int finish(trainer *tr, taco_err *err)
 	if ((r = taco_export(tr->m, tr->job->model, out,
 			     tr->job->export_shard_bytes, err)))
 		return r;
+	if (tr->opts->progress)
+		fprintf(stderr, "exported %s\n", out);
 	taco_events_emit(&tr->ev, "exported", json_pack("{ss}", "path", out));
 	return 0;
 }
@@ -464,7 +475,7 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 		    (r = checkpoint(&tr, err)))
 			goto out;
 	}
-	if (opts->progress)
+	if (opts->progress == TACO_PROGRESS_TTY)
 		fputc('\n', stderr);
 	if (end == TACO_TRAIN_STOPPED) {
 		if (!(job->checkpoint_every &&

@@ -11,9 +11,16 @@
 typedef struct taco_train_opts {
 	int resume;      /* continue from the newest complete checkpoint */
 	int events_fd;   /* -1: no events */
-	int progress;    /* 1: a live progress line on stderr */
+	int progress;    /* on stderr: 0 none, TACO_PROGRESS_TTY a live line,
+			    TACO_PROGRESS_LINES a line every log_every */
 	const volatile sig_atomic_t *stop; /* set: checkpoint and stop */
 } taco_train_opts;
+
+enum {
+	TACO_PROGRESS_NONE = 0,
+	TACO_PROGRESS_TTY = 1,
+	TACO_PROGRESS_LINES = 2,
+};
 
 /* What a run ended with. */
 enum taco_train_end {

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds tacod's engine and runs it on the bundled example: one training step
-# (forward and backward) of a tiny Llama on the CPU backend.
+# Builds tacod's engine and runs the bundled example job: TACO fine-tunes a
+# tiny bf16 Llama on the "count" task on the CPU, evaluates it, writes
+# checkpoints and exports the model to build/demo/model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)"
-example=tests/fixtures/models/llama_gqa
-exec ./build/taco-train --model "$example" --batch "$example/batch.json" --steps 3 "$@"
+exec ./build/taco-train "$@" examples/count/job.json

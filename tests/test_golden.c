@@ -322,6 +322,49 @@ START_TEST(test_bad_batch)
 }
 END_TEST
 
+/* transformers loaded what taco-train exported and computed this loss
+ * (tests/fixtures/gen_export.py); the engine agrees. */
+START_TEST(test_export_matches_transformers)
+{
+	taco_model *m = NULL;
+	taco_err err = {{0}};
+	json_t *batch, *exp;
+	taco_step_stats st;
+	int B, T, r;
+	int32_t *tok, *lab, *tgt;
+	double want;
+
+	r = taco_model_load(tu_fixture("export/llama_bf16_taco"), tk_cpu_ops(),
+			    &m, &err);
+	ck_assert_msg(r == 0, "%s", err.msg);
+	for (int i = 0; i < m->n_tensors; i++)
+		ck_assert_int_eq(m->tensors[i].dtype, TK_BF16);
+	batch = json_load_file(tu_fixture("models/llama_bf16/batch.json"), 0,
+			       NULL);
+	exp = json_load_file(tu_fixture("export/llama_bf16_taco.json"), 0,
+			     NULL);
+	ck_assert_ptr_nonnull(batch);
+	ck_assert_ptr_nonnull(exp);
+	tok = int_matrix(json_object_get(batch, "input_ids"), &B, &T);
+	lab = int_matrix(json_object_get(batch, "labels"), &B, &T);
+	tgt = malloc(sizeof(int32_t) * (size_t)B * (size_t)T);
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++)
+			tgt[b * T + t] = t + 1 < T ? lab[b * T + t + 1] : -100;
+	r = taco_model_eval(m, &(taco_batch){B, T, tok, tgt, NULL}, &st, &err);
+	ck_assert_msg(r == 0, "%s", err.msg);
+	want = json_real_value(json_object_get(exp, "loss"));
+	ck_assert_msg(fabs(st.loss - want) < 1e-5 * want,
+		      "export: loss %.9g, transformers %.9g", st.loss, want);
+	free(tok);
+	free(lab);
+	free(tgt);
+	json_decref(batch);
+	json_decref(exp);
+	taco_model_free(m);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("golden");
@@ -336,6 +379,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_fixture_keep_activations, 0, n);
 	tcase_add_loop_test(tc, test_packing, 0, 2);
 	tcase_add_test(tc, test_bad_batch);
+	tcase_add_test(tc, test_export_matches_transformers);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

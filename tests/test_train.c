@@ -2,6 +2,7 @@
  * after SIGKILL, SIGTERM, gradient accumulation, export. */
 #include <check.h>
 #include <fcntl.h>
+#include <pty.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -476,6 +477,41 @@ START_TEST(test_grad_accum_matches_big_batch)
 }
 END_TEST
 
+/* On a terminal: a live progress line rewritten in place. */
+START_TEST(test_progress_on_terminal)
+{
+	const char *job;
+	int fd, st;
+	pid_t pid;
+	char buf[65536];
+	size_t n = 0;
+	ssize_t k;
+
+	make_tmpdir();
+	job = write_job("p", "llama_gqa", "\"steps\": 5, \"lr\": 0.01");
+	pid = forkpty(&fd, NULL, NULL, NULL);
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execl(bin(), "taco-train", job, (char *)NULL);
+		_exit(127);
+	}
+	while (n < sizeof(buf) - 1 &&
+	       (k = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+		n += (size_t)k;
+	buf[n] = 0;
+	close(fd);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_msg(strstr(buf, "\rstep 1/5 | loss ") != NULL, "%s", buf);
+	ck_assert_ptr_nonnull(strstr(buf, "\rstep 5/5 | loss "));
+	ck_assert_ptr_nonnull(strstr(buf, "tok/s"));
+	ck_assert_ptr_nonnull(strstr(buf, "ETA "));
+	ck_assert_ptr_nonnull(strstr(buf, "eval at step 5"));
+	ck_assert_ptr_nonnull(strstr(buf, "exported "));
+	rm_tmpdir();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("train");
@@ -493,6 +529,7 @@ int main(void)
 	tcase_add_test(tc, test_checkpoint_disk_full);
 	tcase_add_test(tc, test_export_reloads);
 	tcase_add_test(tc, test_grad_accum_matches_big_batch);
+	tcase_add_test(tc, test_progress_on_terminal);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
