@@ -303,7 +303,7 @@ int taco_job_parse(const char *json, size_t len, const char *dir,
 		&job->checkpoint_every, p);
 	get_int(root, "", "keep_checkpoints", 1, 1000, &job->keep_checkpoints,
 		p);
-	get_i64(root, "", "export_shard_bytes", 1 << 20, INT64_MAX, &shard, p);
+	get_i64(root, "", "export_shard_bytes", 4096, INT64_MAX, &shard, p);
 	job->export_shard_bytes = (uint64_t)shard;
 	get_i64(root, "", "log_every", 1, 1000000000, &job->log_every, p);
 	get_i64(root, "", "max_examples", 1, 100000000, &job->max_examples, p);

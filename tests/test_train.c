@@ -61,9 +61,9 @@ static const char *write_job(const char *name, const char *model,
 		"{\"model\": \"%s/models/%s\", \"train\": "
 		"\"%s/data/count_train.jsonl\", \"validation\": "
 		"\"%s/data/count_val.jsonl\", \"output_dir\": \"%s\", "
-		"\"seq_len\": 24, \"log_every\": 1, "
-		"\"schedule\": \"linear\"%s%s}\n",
+		"%s\"log_every\": 1, \"schedule\": \"linear\"%s%s}\n",
 		tu_fixture(""), model, tu_fixture(""), tu_fixture(""), out,
+		strstr(extra, "seq_len") ? "" : "\"seq_len\": 24, ",
 		extra[0] ? ", " : "", extra);
 	fclose(f);
 	return path;
@@ -312,6 +312,45 @@ START_TEST(test_sigterm_checkpoints)
 }
 END_TEST
 
+/* A second signal exits at once. */
+START_TEST(test_second_signal_exits_at_once)
+{
+	const char *job;
+	int p[2], st;
+	pid_t pid;
+	char buf[4096];
+
+	make_tmpdir();
+	/* long steps (padding up to 1024 tokens), so the second signal
+	 * arrives while the first one's step is still running */
+	job = write_job("s", "llama_gqa",
+			"\"steps\": 100000, \"lr\": 0.01, \"batch_size\": 32, "
+			"\"seq_len\": 1024");
+	ck_assert_int_eq(pipe(p), 0);
+	pid = fork();
+	if (pid == 0) {
+		char fd[16];
+		close(p[0]);
+		snprintf(fd, sizeof(fd), "%d", p[1]);
+		execl(bin(), "taco-train", "--no-progress", "--events-fd", fd,
+		      job, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	/* wait for the first event: the handlers are installed */
+	ck_assert_int_gt(read(p[0], buf, sizeof(buf)), 0);
+	usleep(500000); /* into the first step (it takes seconds) */
+	kill(pid, SIGTERM);
+	usleep(200000); /* two pending SIGTERMs would merge into one */
+	kill(pid, SIGTERM);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 128 + SIGTERM);
+	close(p[0]);
+	rm_tmpdir();
+}
+END_TEST
+
 /* An invalid job lists every problem and exits 2; a run that cannot write
  * its output fails with the path in the error. */
 START_TEST(test_cli_errors)
@@ -415,7 +454,8 @@ START_TEST(test_export_reloads)
 	make_tmpdir();
 	job = write_job("e", "qwen3_tied",
 			"\"steps\": 5, \"lr\": 0.01, \"export_shard_bytes\": "
-			"1048576, \"checkpoint_every\": 5");
+			"100000, \"checkpoint_every\": 1, "
+			"\"keep_checkpoints\": 2");
 	r = run_train(job, 0, NULL, 0, 0);
 	ck_assert_int_eq(r.status, 0);
 	ev = last_event(&r, "exported");
@@ -438,8 +478,22 @@ START_TEST(test_export_reloads)
 						 tk_dtype_size(m->tensors[i].dtype));
 		taco_model_free(c);
 	}
-	snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/config.json");
-	ck_assert_int_eq(stat(dir, &st), 0);
+	{
+		/* sharded, with the base model's files; two checkpoints kept */
+		char p[700];
+		const char *want[] = {"config.json", "generation_config.json",
+				      "model.safetensors.index.json",
+				      "model-00001-of-00004.safetensors"};
+		for (int i = 0; i < 4; i++) {
+			snprintf(p, sizeof(p), "%s/%s", dir, want[i]);
+			ck_assert_msg(stat(p, &st) == 0, "%s missing", p);
+		}
+		snprintf(p, sizeof(p), "test \"$(ls '%s/e/checkpoints' | tr "
+				       "'\\n' ' ')\" = 'step-00000004 "
+				       "step-00000005 '",
+			 tmpdir);
+		ck_assert_int_eq(system(p), 0);
+	}
 	taco_model_free(m);
 	json_decref(r.events);
 	rm_tmpdir();
@@ -526,6 +580,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 2);
 	tcase_add_test(tc, test_sigterm_checkpoints);
 	tcase_add_test(tc, test_cli_errors);
+	tcase_add_test(tc, test_second_signal_exits_at_once);
 	tcase_add_test(tc, test_checkpoint_disk_full);
 	tcase_add_test(tc, test_export_reloads);
 	tcase_add_test(tc, test_grad_accum_matches_big_batch);

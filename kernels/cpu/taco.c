@@ -184,7 +184,7 @@ static int merge_before(const taco_ent *x, const taco_ent *y)
 	if (x->mag != y->mag)
 		return x->mag > y->mag;
 	if (x->proposed != y->proposed)
-		return x->proposed < y->proposed;
+		return x->proposed > y->proposed;
 	return x->row < y->row;
 }
 
