@@ -232,6 +232,7 @@ static void defaults(taco_job *job)
 	job->export_shard_bytes = 5000000000ull;
 	job->log_every = 1;
 	job->max_examples = 10000000;
+	job->activation_checkpointing = 1;
 }
 
 int taco_job_parse(const char *json, size_t len, const char *dir,
@@ -243,7 +244,7 @@ int taco_job_parse(const char *json, size_t len, const char *dir,
 		"schedule", "warmup_steps", "min_lr_ratio", "optimizer", "taco",
 		"adamw", "freeze", "seed", "eval_every", "checkpoint_every",
 		"keep_checkpoints", "export_shard_bytes", "log_every",
-		"max_examples", NULL};
+		"max_examples", "activation_checkpointing", NULL};
 	static const char *const optimizers[] = {"taco", "adamw", NULL};
 	json_error_t jerr;
 	json_t *root;
@@ -307,6 +308,13 @@ int taco_job_parse(const char *json, size_t len, const char *dir,
 	job->export_shard_bytes = (uint64_t)shard;
 	get_i64(root, "", "log_every", 1, 1000000000, &job->log_every, p);
 	get_i64(root, "", "max_examples", 1, 100000000, &job->max_examples, p);
+	if ((v = json_object_get(root, "activation_checkpointing"))) {
+		if (json_is_boolean(v))
+			job->activation_checkpointing = json_is_true(v);
+		else
+			problem(p, "activation_checkpointing: must be true or "
+				   "false");
+	}
 	json_decref(root);
 	return p->n ? -EINVAL : 0;
 }

@@ -41,6 +41,7 @@ typedef struct taco_job {
 	uint64_t export_shard_bytes;
 	int64_t log_every;
 	int64_t max_examples; /* limit on examples read from a data file */
+	int activation_checkpointing; /* 0: keep every layer's activations */
 } taco_job;
 
 /* A problem list: every problem found, each naming its option. */

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "job.h"
+#include "plan.h"
 #include "runtime.h"
 #include "train.h"
 
@@ -52,6 +53,19 @@ static void usage(FILE *f)
 		"steps)\n"
 		"  --check          validate JOB.json, print the problems, "
 		"and exit\n"
+		"  --plan           print the memory plan of the job, term by "
+		"term, and\n"
+		"                   whether it fits; exit 0 if it fits, else "
+		"1\n"
+		"  --backend B      the backend --plan plans for: cpu "
+		"(default) or cuda\n"
+		"  --memory-budget SIZE\n"
+		"                   memory the job may use, e.g. 80GB, 80GiB, "
+		"512MB\n"
+		"                   (default: this machine's physical "
+		"memory); a job\n"
+		"                   whose plan exceeds it is refused before "
+		"it loads\n"
 		"  -h, --help       this text\n"
 		"\n"
 		"SIGTERM or SIGINT: finish the current step, write a "
@@ -61,6 +75,50 @@ static void usage(FILE *f)
 		"Exit status: 0 finished, 1 failed, 2 bad usage or invalid "
 		"job,\n"
 		"3 stopped by a signal after a checkpoint.\n");
+}
+
+/* taco-train --plan */
+static int print_plan(const taco_job *job, int backend, uint64_t budget)
+{
+	taco_plan p;
+	taco_plan_input in;
+	taco_model *shapes = NULL;
+	uint8_t *frozen = NULL;
+	taco_err err = {{0}};
+	int r;
+
+	if (!budget)
+		budget = backend == TACO_BACKEND_CPU ? taco_plan_host_memory()
+						     : 80000000000ull;
+	if (taco_plan_job(job, backend, &p, &in, &shapes, &err)) {
+		fprintf(stderr, "taco-train: %s\n", err.msg);
+		return EXIT_FAILED;
+	}
+	printf("Memory plan: %s, %s backend, weights %s, batch %d x %d, "
+	       "grad_accum %d, %s\n",
+	       taco_arch_name(shapes->cfg.arch),
+	       backend == TACO_BACKEND_CPU ? "CPU" : "CUDA",
+	       in.weight_dtype == TK_F32    ? "F32"
+	       : in.weight_dtype == TK_BF16 ? "BF16"
+					    : "F16",
+	       in.B, in.T, in.A,
+	       in.optim.all_adamw ? "AdamW" : "TACO");
+	taco_plan_print(&p, stdout);
+	if (p.total <= budget) {
+		printf("fits: %.3f GB of %.3f GB\n", (double)p.total / 1e9,
+		       (double)budget / 1e9);
+		r = EXIT_OK;
+	} else {
+		if (!taco_job_frozen(job, shapes, &frozen, &err)) {
+			in.frozen = frozen;
+			taco_plan_refuse(shapes, &in, &p, budget, &err);
+		}
+		printf("does not fit: %s\n", err.msg);
+		r = EXIT_FAILED;
+	}
+	free(frozen);
+	taco_model_free(shapes);
+	return r;
 }
 
 static int parse_fd(const char *s, int *out)
@@ -81,11 +139,15 @@ int main(int argc, char **argv)
 		{"events-fd", required_argument, NULL, 'e'},
 		{"no-progress", no_argument, NULL, 'p'},
 		{"check", no_argument, NULL, 'c'},
+		{"plan", no_argument, NULL, 'P'},
+		{"backend", required_argument, NULL, 'B'},
+		{"memory-budget", required_argument, NULL, 'M'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	taco_train_opts to = {.events_fd = -1, .stop = &stop_requested};
-	int c, check = 0, no_progress = 0, r;
+	int c, check = 0, no_progress = 0, plan = 0, r;
+	int backend = TACO_BACKEND_CPU;
 	taco_job job;
 	taco_job_problems probs;
 	taco_err err = {{0}};
@@ -112,6 +174,27 @@ int main(int argc, char **argv)
 		case 'c':
 			check = 1;
 			break;
+		case 'P':
+			plan = 1;
+			break;
+		case 'B':
+			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+				fprintf(stderr, "taco-train: --backend must be "
+						"cpu or cuda\n");
+				return EXIT_USAGE;
+			}
+			backend = strcmp(optarg, "cpu") ? TACO_BACKEND_CUDA
+							: TACO_BACKEND_CPU;
+			break;
+		case 'M':
+			if (taco_parse_bytes(optarg, &to.memory_budget) ||
+			    !to.memory_budget) {
+				fprintf(stderr, "taco-train: --memory-budget: "
+						"'%s' is not a size like 80GB\n",
+					optarg);
+				return EXIT_USAGE;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return EXIT_OK;
@@ -134,6 +217,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "  ... and %d more\n", probs.n - shown);
 		taco_job_free(&job);
 		return EXIT_USAGE;
+	}
+	if (plan) {
+		r = print_plan(&job, backend, to.memory_budget);
+		taco_job_free(&job);
+		return r;
 	}
 	if (check) {
 		printf("%s: valid\n", argv[optind]);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "model_work.h"
+#include "plan.h"
 
 /* Every buffer of struct taco_work with its element count and size, so that
  * allocation and release walk one list. */
@@ -10,6 +11,7 @@ typedef struct work_buf {
 	void **slot;
 	size_t elems;
 	size_t esize;
+	int term; /* enum taco_plan_term */
 } work_buf;
 
 /* fixed buffers + per-layer activation sets */
@@ -21,7 +23,7 @@ static size_t work_list_cap(int n_acts)
 	return WB_FIXED + (size_t)WB_PER_SET * (size_t)n_acts;
 }
 
-static int work_list(taco_model *m, taco_work *w, int B, int T,
+static int work_list(const taco_model *m, taco_work *w, int B, int T,
 		     work_buf *list)
 {
 	const taco_config *c = &m->cfg;
@@ -33,51 +35,54 @@ static int work_list(taco_model *m, taco_work *w, int B, int T,
 	int n = 0, q = c->qk_norm;
 	const taco_tensor *head = &m->tensors[m->lm_head];
 
-#define ADD(field, count)                                                      \
-	list[n++] = (work_buf){(void **)&w->field, (count), sizeof(*w->field)}
-	ADD(tokens, N);
-	ADD(targets, N);
-	ADD(pos, N);
-	ADD(rope_cos, (size_t)T * half);
-	ADD(rope_sin, (size_t)T * half);
-	ADD(xs, (L + 1) * N * H);
+#define ADD(field, count, term)                                                \
+	list[n++] = (work_buf){(void **)&w->field, (count), sizeof(*w->field), \
+			       TACO_PLAN_##term}
+	ADD(tokens, N, BATCH);
+	ADD(targets, N, BATCH);
+	ADD(pos, N, BATCH);
+	ADD(rope_cos, (size_t)T * half, BATCH);
+	ADD(rope_sin, (size_t)T * half, BATCH);
+	ADD(xs, (L + 1) * N * H, LAYER_INPUTS);
 	for (int a = 0; a < w->n_acts; a++) {
 		taco_layer_acts *x = &w->acts[a];
-#define ADDA(field, count)                                                     \
-	list[n++] = (work_buf){(void **)&x->field, (count), sizeof(*x->field)}
-		ADDA(ln1, N * H);
-		ADDA(rstd1, N);
-		ADDA(q, N * D);
-		ADDA(k, N * Dkv);
-		ADDA(v, N * Dkv);
-		ADDA(q_pre, q ? N * D : 0);
-		ADDA(k_pre, q ? N * Dkv : 0);
-		ADDA(rstd_q, q ? N * c->heads : 0);
-		ADDA(rstd_k, q ? N * c->kv_heads : 0);
-		ADDA(att, N * D);
-		ADDA(lse, N * c->heads);
-		ADDA(x_mid, N * H);
-		ADDA(ln2, N * H);
-		ADDA(rstd2, N);
-		ADDA(gate, N * I);
-		ADDA(up, N * I);
-		ADDA(act, N * I);
+#define ADDA(field, count, term)                                               \
+	list[n++] = (work_buf){(void **)&x->field, (count), sizeof(*x->field), \
+			       w->n_acts > 1 ? TACO_PLAN_LAYER_INPUTS          \
+					     : TACO_PLAN_##term}
+		ADDA(ln1, N * H, LAYER_WORK);
+		ADDA(rstd1, N, LAYER_WORK);
+		ADDA(q, N * D, LAYER_WORK);
+		ADDA(k, N * Dkv, LAYER_WORK);
+		ADDA(v, N * Dkv, LAYER_WORK);
+		ADDA(q_pre, q ? N * D : 0, LAYER_WORK);
+		ADDA(k_pre, q ? N * Dkv : 0, LAYER_WORK);
+		ADDA(rstd_q, q ? N * c->heads : 0, LAYER_WORK);
+		ADDA(rstd_k, q ? N * c->kv_heads : 0, LAYER_WORK);
+		ADDA(att, N * D, LAYER_WORK);
+		ADDA(lse, N * c->heads, ATTENTION);
+		ADDA(x_mid, N * H, LAYER_WORK);
+		ADDA(ln2, N * H, LAYER_WORK);
+		ADDA(rstd2, N, LAYER_WORK);
+		ADDA(gate, N * I, LAYER_WORK);
+		ADDA(up, N * I, LAYER_WORK);
+		ADDA(act, N * I, LAYER_WORK);
 #undef ADDA
 	}
-	ADD(dx, N * H);
-	ADD(dtmp, N * H);
-	ADD(dq, N * D);
-	ADD(dk, N * Dkv);
-	ADD(dv, N * Dkv);
-	ADD(dq2, q ? N * D : 0);
-	ADD(dk2, q ? N * Dkv : 0);
-	ADD(datt, N * D);
-	ADD(dgate, N * I);
-	ADD(dup, N * I);
-	ADD(dact, N * I);
-	ADD(hf, N * H);
-	ADD(rstd_f, N);
-	ADD(logits, C * V);
+	ADD(dx, N * H, LAYER_WORK);
+	ADD(dtmp, N * H, LAYER_WORK);
+	ADD(dq, N * D, LAYER_WORK);
+	ADD(dk, N * Dkv, LAYER_WORK);
+	ADD(dv, N * Dkv, LAYER_WORK);
+	ADD(dq2, q ? N * D : 0, LAYER_WORK);
+	ADD(dk2, q ? N * Dkv : 0, LAYER_WORK);
+	ADD(datt, N * D, LAYER_WORK);
+	ADD(dgate, N * I, LAYER_WORK);
+	ADD(dup, N * I, LAYER_WORK);
+	ADD(dact, N * I, LAYER_WORK);
+	ADD(hf, N * H, LOSS_CHUNK);
+	ADD(rstd_f, N, LOSS_CHUNK);
+	ADD(logits, C * V, LOSS_CHUNK);
 	for (int s = 0; s < TACO_L_COUNT; s++) {
 		int id = m->layer[0][s], conv = 0;
 		size_t e = id >= 0 ? m->tensors[id].numel : 0;
@@ -86,14 +91,37 @@ static int work_list(taco_model *m, taco_work *w, int B, int T,
 		/* Checkpoints may mix dtypes across layers. */
 		for (size_t l = 0; l < L && id >= 0; l++)
 			conv |= m->tensors[m->layer[l][s]].dtype != TK_F32;
-		ADD(wl[s], conv ? e : 0);
+		ADD(wl[s], conv ? e : 0, WEIGHT_SCRATCH);
 	}
-	ADD(w_head, head->dtype == TK_F32 ? 0 : V * H);
-	ADD(w_final, m->tensors[m->final_norm].dtype == TK_F32 ? 0 : H);
-	ADD(g_layer, glayer);
-	ADD(g_head, V * H);
+	ADD(w_head, head->dtype == TK_F32 ? 0 : V * H, WEIGHT_SCRATCH);
+	ADD(w_final, m->tensors[m->final_norm].dtype == TK_F32 ? 0 : H, WEIGHT_SCRATCH);
+	ADD(g_layer, glayer, GRAD_BUFFER);
+	ADD(g_head, V * H, HEAD_GRAD);
 #undef ADD
 	return n;
+}
+
+int taco_work_plan(const taco_model *m, int B, int T, uint64_t *term)
+{
+	taco_work w;
+	work_buf *list;
+	int n;
+
+	memset(&w, 0, sizeof(w));
+	w.n_acts = taco_work_act_sets(m);
+	w.acts = calloc((size_t)w.n_acts, sizeof(*w.acts));
+	list = calloc(work_list_cap(w.n_acts), sizeof(*list));
+	if (!w.acts || !list) {
+		free(w.acts);
+		free(list);
+		return -ENOMEM;
+	}
+	n = work_list(m, &w, B, T, list);
+	for (int i = 0; i < n; i++)
+		term[list[i].term] += list[i].elems * list[i].esize;
+	free(w.acts);
+	free(list);
+	return 0;
 }
 
 int taco_work_chunk_rows(const taco_model *m, int N)

@@ -59,6 +59,10 @@ int taco_work_chunk_rows(const taco_model *m, int N);
 /* Makes sure m->work fits the batch shape. */
 int taco_work_ensure(taco_model *m, int B, int T, taco_err *err);
 
+/* Adds the bytes of the step buffers for a B x T batch to term[] (indexed by
+ * enum taco_plan_term), allocating nothing. */
+int taco_work_plan(const taco_model *m, int B, int T, uint64_t *term);
+
 /* Activation sets a step needs: 1 with checkpointing, else one per layer. */
 int taco_work_act_sets(const taco_model *m);
 

@@ -16,6 +16,7 @@
 #include "fsutil.h"
 #include "model.h"
 #include "optim.h"
+#include "plan.h"
 
 typedef struct trainer {
 	const taco_job *job;
@@ -33,6 +34,7 @@ typedef struct trainer {
 	int64_t tokens_seen;
 	double t_start, loss;
 	taco_events ev;
+	taco_plan plan;
 	/* gradient consumer state of the running step */
 	int micro;
 	float lr;
@@ -53,31 +55,6 @@ int64_t taco_train_total_steps(const taco_job *job, size_t n_examples)
 	if (job->steps)
 		return job->steps;
 	return (int64_t)ceil(job->epochs * (double)n_examples / per_step);
-}
-
-static int set_frozen(trainer *tr, taco_err *err)
-{
-	const taco_model *m = tr->m;
-
-	tr->frozen = calloc((size_t)m->n_tensors, 1);
-	if (!tr->frozen)
-		return taco_err_set(err, -ENOMEM, "out of memory");
-	for (int f = 0; f < tr->job->n_freeze; f++) {
-		const char *p = tr->job->freeze[f];
-		int hits = 0;
-		for (int i = 0; i < m->n_tensors; i++) {
-			if (strncmp(m->tensors[i].name, p, strlen(p)) == 0) {
-				tr->frozen[i] = 1;
-				hits++;
-			}
-		}
-		if (!hits)
-			return taco_err_set(err, -EINVAL,
-					    "freeze[%d]: '%s' matches no tensor "
-					    "of the model",
-					    f, p);
-	}
-	return 0;
 }
 
 /* Gradient consumer: update at once (A = 1) or accumulate (A > 1). */
@@ -367,6 +344,30 @@ static int check_output_dir(const char *dir, taco_err *err)
 	return 0;
 }
 
+/* The plan must fit the memory budget before anything is loaded. */
+static int admit(trainer *tr, taco_err *err)
+{
+	uint64_t budget = tr->opts->memory_budget ? tr->opts->memory_budget
+						  : taco_plan_host_memory();
+	taco_model *shapes = NULL;
+	taco_plan_input in;
+	uint8_t *frozen = NULL;
+	int r;
+
+	if ((r = taco_plan_job(tr->job, TACO_BACKEND_CPU, &tr->plan, &in,
+			       &shapes, err)))
+		return r;
+	if (tr->plan.total > budget && budget) {
+		if (!(r = taco_job_frozen(tr->job, shapes, &frozen, err))) {
+			in.frozen = frozen;
+			r = taco_plan_refuse(shapes, &in, &tr->plan, budget, err);
+		}
+	}
+	free(frozen);
+	taco_model_free(shapes);
+	return r;
+}
+
 static int setup(trainer *tr, taco_err *err)
 {
 	const taco_job *j = tr->job;
@@ -375,8 +376,11 @@ static int setup(trainer *tr, taco_err *err)
 
 	if ((r = check_output_dir(j->output_dir, err)))
 		return r;
+	if ((r = admit(tr, err)))
+		return r;
 	if ((r = taco_model_load(j->model, tk_cpu_ops(), &tr->m, err)))
 		return r;
+	tr->m->keep_activations = !j->activation_checkpointing;
 	if ((r = taco_data_load_pretok(j->train, tr->m->cfg.vocab,
 				       j->max_examples, &tr->train, err)))
 		return r;
@@ -384,7 +388,7 @@ static int setup(trainer *tr, taco_err *err)
 	    (r = taco_data_load_pretok(j->validation, tr->m->cfg.vocab,
 				       j->max_examples, &tr->val, err)))
 		return r;
-	if ((r = set_frozen(tr, err)))
+	if ((r = taco_job_frozen(j, tr->m, &tr->frozen, err)))
 		return r;
 	if ((r = taco_optim_create(tr->m, &j->optim, tr->frozen, &tr->o, err)))
 		return r;
@@ -406,23 +410,21 @@ static int setup(trainer *tr, taco_err *err)
 static void started(trainer *tr)
 {
 	const taco_job *j = tr->job;
+	json_t *e = json_pack(
+		"{ss ss sI sI sI sI ss sI sI si si si sI}", "model", j->model,
+		"architecture", taco_arch_name(tr->m->cfg.arch), "parameters",
+		(json_int_t)taco_model_param_count(tr->m), "total_steps",
+		(json_int_t)tr->total, "start_step", (json_int_t)tr->step,
+		"train_examples", (json_int_t)tr->train->n, "optimizer",
+		j->optim.all_adamw ? "adamw" : "taco", "optimizer_state_bytes",
+		(json_int_t)tr->o->state_bytes, "tokens_per_step",
+		(json_int_t)((int64_t)j->batch_size * j->seq_len *
+			     j->grad_accum),
+		"batch_size", j->batch_size, "seq_len", j->seq_len,
+		"grad_accum", j->grad_accum, "planned_bytes",
+		(json_int_t)tr->plan.total);
 
-	taco_events_emit(
-		&tr->ev, "started",
-		json_pack("{ss ss sI sI sI sI ss sI sI si si si}", "model",
-			  j->model, "architecture",
-			  taco_arch_name(tr->m->cfg.arch), "parameters",
-			  (json_int_t)taco_model_param_count(tr->m),
-			  "total_steps", (json_int_t)tr->total, "start_step",
-			  (json_int_t)tr->step, "train_examples",
-			  (json_int_t)tr->train->n, "optimizer",
-			  j->optim.all_adamw ? "adamw" : "taco",
-			  "optimizer_state_bytes",
-			  (json_int_t)tr->o->state_bytes, "tokens_per_step",
-			  (json_int_t)((int64_t)j->batch_size * j->seq_len *
-				       j->grad_accum),
-			  "batch_size", j->batch_size, "seq_len", j->seq_len,
-			  "grad_accum", j->grad_accum));
+	taco_events_emit(&tr->ev, "started", e);
 }
 
 static int finish(trainer *tr, taco_err *err)

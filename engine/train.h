@@ -4,6 +4,7 @@
 #define TACO_TRAIN_H
 
 #include <signal.h>
+#include <stdint.h>
 
 #include "job.h"
 #include "taco_err.h"
@@ -14,6 +15,8 @@ typedef struct taco_train_opts {
 	int progress;    /* on stderr: 0 none, TACO_PROGRESS_TTY a live line,
 			    TACO_PROGRESS_LINES a line every log_every */
 	const volatile sig_atomic_t *stop; /* set: checkpoint and stop */
+	uint64_t memory_budget; /* bytes the plan must fit; 0: this machine's
+				   physical memory */
 } taco_train_opts;
 
 enum {

@@ -44,7 +44,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <omp.h>
 
@@ -74,9 +73,10 @@ typedef struct {
 	float *thr;	    /* a row is offered iff !(|G| <= thr) */
 	uint64_t *filt;	    /* bit (row & 63) set for every tracked row */
 	int *ncand;	    /* candidates so far, <= k */
+	int *worst;	    /* when ncand == k: the candidate to replace */
 	int *ntrk;	    /* tracked (non-empty) slots */
 	unsigned char *bad; /* a non-finite G seen */
-	uint32_t *crow;	    /* candidates, |G| descending */
+	uint32_t *crow;	    /* candidates (unsorted) */
 	float *cmag;	    /* their |G| */
 	float *cval;	    /* their G */
 	uint32_t *trow;	    /* tracked rows and their decoded values */
@@ -87,7 +87,7 @@ typedef struct {
 typedef struct {
 	float thr[TACO_GROUP];
 	uint64_t filt[TACO_GROUP];
-	int ncand[TACO_GROUP], ntrk[TACO_GROUP];
+	int ncand[TACO_GROUP], ntrk[TACO_GROUP], worst[TACO_GROUP];
 	unsigned char bad[TACO_GROUP];
 	uint32_t crow[TACO_GROUP * TACO_KMAX], trow[TACO_GROUP * TACO_KMAX];
 	float cmag[TACO_GROUP * TACO_KMAX], cval[TACO_GROUP * TACO_KMAX];
@@ -129,30 +129,28 @@ static void offer(taco_block *b, int c, uint32_t r, float g, float m)
 			if (trow[i] == r)
 				return;
 	}
-	/* Position: after every candidate with |G| >= m (unused entries hold
-	 * -1). Rows arrive in increasing order, so an equal |G| (a smaller
-	 * row) stays in front. */
+	/* The candidates are kept unsorted (the merge sorts them). While
+	 * fewer than k, r is appended; then r replaces the worst candidate:
+	 * the smallest |G|, of equal ones the largest row. Rows arrive in
+	 * increasing order, so r loses every tie (m == thr is never offered)
+	 * and the list ends as the k best by (|G| desc, row asc). */
 	n = b->ncand[c];
-	pos = 0;
-#pragma omp simd reduction(+ : pos)
-	for (i = 0; i < k; i++)
-		pos += cmag[i] >= m;
-	if (pos >= k)
-		return;
-	if (n == k)
-		n--; /* the last candidate falls off */
-	if (n > pos) {
-		size_t mv = (size_t)(n - pos);
-
-		memmove(cmag + pos + 1, cmag + pos, mv * sizeof(float));
-		memmove(cval + pos + 1, cval + pos, mv * sizeof(float));
-		memmove(crow + pos + 1, crow + pos, mv * sizeof(uint32_t));
-	}
+	pos = n < k ? n : b->worst[c];
 	cmag[pos] = m;
 	cval[pos] = g;
 	crow[pos] = r;
-	b->ncand[c] = n + 1;
-	b->thr[c] = b->ncand[c] == k ? cmag[k - 1] : 0.0f;
+	if (n < k)
+		b->ncand[c] = ++n;
+	if (n == k) {
+		int w = 0;
+
+		for (i = 1; i < k; i++)
+			if (cmag[i] < cmag[w] ||
+			    (cmag[i] == cmag[w] && crow[i] > crow[w]))
+				w = i;
+		b->worst[c] = w;
+		b->thr[c] = cmag[w];
+	}
 }
 
 /* Bit c set iff column c of this row must be offered: !(|g[c]| <= thr[c]),
@@ -184,7 +182,7 @@ static int merge_before(const taco_ent *x, const taco_ent *y)
 	if (x->mag != y->mag)
 		return x->mag > y->mag;
 	if (x->proposed != y->proposed)
-		return x->proposed > y->proposed;
+		return x->proposed < y->proposed;
 	return x->row < y->row;
 }
 
@@ -336,8 +334,6 @@ static void run_range(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 		b->filt[c] = 0;
 		b->ncand[c] = 0;
 		b->bad[c] = 0;
-		for (int s = 0; s < k; s++)
-			b->cmag[(size_t)c * k + s] = -1.0f;
 		for (int s = 0; s < k; s++) {
 			uint32_t row = idx_get(idx, wide, j * (size_t)k + s);
 			float d;
@@ -394,7 +390,7 @@ static void run_block(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 {
 	const size_t n = (size_t)nb, nk = n * (size_t)a->k;
 	char *mem = malloc(
-	    n * (sizeof(uint64_t) + sizeof(float) + 2 * sizeof(int) + 1) +
+	    n * (sizeof(uint64_t) + sizeof(float) + 3 * sizeof(int) + 1) +
 	    nk * (2 * sizeof(uint32_t) + 3 * sizeof(float)));
 	taco_block b = {.k = a->k};
 
@@ -404,7 +400,8 @@ static void run_block(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 		b.thr = (float *)(b.filt + n);
 		b.ncand = (int *)(b.thr + n);
 		b.ntrk = b.ncand + n;
-		b.crow = (uint32_t *)(b.ntrk + n);
+		b.worst = b.ntrk + n;
+		b.crow = (uint32_t *)(b.worst + n);
 		b.trow = b.crow + nk;
 		b.cmag = (float *)(b.trow + nk);
 		b.cval = b.cmag + nk;
@@ -421,6 +418,7 @@ static void run_block(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 		b.thr = sm.thr;
 		b.filt = sm.filt;
 		b.cval = sm.cval;
+		b.worst = sm.worst;
 		b.ncand = sm.ncand;
 		b.ntrk = sm.ntrk;
 		b.bad = sm.bad;

@@ -1,0 +1,183 @@
+/* test_plan.c: the memory plan against the allocator's measured peak of real
+ * training runs, refusals with advice, and the headline arithmetic. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "job.h"
+#include "plan.h"
+#include "testutil.h"
+#include "train.h"
+
+static double worst_error;
+
+/* A job on the count task: model, batch, sequence length, accumulation,
+ * optimizer, activation checkpointing. */
+static void make_job(taco_job *job, const char *model, int B, int T, int A,
+		     int adamw, int ckpt, const char *out)
+{
+	char text[2048];
+	taco_job_problems p;
+	int r;
+
+	snprintf(text, sizeof(text),
+		 "{\"model\": \"%s/models/%s\", \"train\": "
+		 "\"%s/data/count_train.jsonl\", \"output_dir\": \"%s\", "
+		 "\"steps\": 2, \"batch_size\": %d, \"seq_len\": %d, "
+		 "\"grad_accum\": %d, \"lr\": 0.01, \"optimizer\": \"%s\", "
+		 "\"activation_checkpointing\": %s}",
+		 tu_fixture(""), model, tu_fixture(""), out, B, T, A,
+		 adamw ? "adamw" : "taco", ckpt ? "true" : "false");
+	r = taco_job_parse(text, strlen(text), NULL, job, &p);
+	ck_assert_msg(r == 0, "%s", p.msg[0]);
+}
+
+static const struct {
+	const char *model;
+	int B, T, A, adamw, ckpt;
+} matrix[] = {
+	{"llama_gqa", 2, 16, 1, 0, 1},  {"llama_gqa", 8, 24, 1, 0, 1},
+	{"llama_gqa", 4, 64, 4, 0, 1},  {"llama_gqa", 4, 24, 1, 1, 0},
+	{"qwen3_tied", 1, 128, 1, 0, 1}, {"qwen3_tied", 6, 24, 4, 1, 1},
+	{"qwen3_tied", 3, 32, 1, 0, 0}, {"llama_bf16", 8, 24, 1, 0, 1},
+	{"llama_bf16", 2, 256, 4, 0, 0}, {"mistral_sw", 4, 48, 1, 0, 1},
+	{"qwen2_bias", 16, 24, 1, 1, 1}, {"qwen2_bias", 2, 24, 4, 0, 0},
+};
+
+/* Runs two real training steps and compares the allocator's peak with the
+ * plan: within 5%. */
+START_TEST(test_plan_matches_measured_peak)
+{
+	const tk_ops *ops = tk_cpu_ops();
+	char out[] = "/tmp/taco-plan-XXXXXX", cmd[64];
+	taco_train_opts to = {.events_fd = -1};
+	taco_job job;
+	taco_plan p;
+	taco_err err = {{0}};
+	double rel;
+	uint64_t peak;
+	int r;
+
+	ck_assert_ptr_nonnull(mkdtemp(out));
+	make_job(&job, matrix[_i].model, matrix[_i].B, matrix[_i].T,
+		 matrix[_i].A, matrix[_i].adamw, matrix[_i].ckpt, out);
+	ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CPU, &p, NULL, NULL,
+				       &err),
+			 0);
+	ck_assert_uint_eq(ops->mem_current(), 0);
+	ops->mem_reset_peak();
+	r = taco_train_run(&job, &to, &err);
+	ck_assert_msg(r == 0, "%s", err.msg);
+	peak = ops->mem_peak();
+	ck_assert_uint_eq(ops->mem_current(), 0);
+	rel = fabs((double)peak - (double)p.total) / (double)peak;
+	if (rel > worst_error)
+		worst_error = rel;
+	fprintf(stderr,
+		"plan %-10s B=%-2d T=%-3d A=%d %-5s %-8s plan %9llu B, "
+		"measured %9llu B, error %.4f%%\n",
+		matrix[_i].model, matrix[_i].B, matrix[_i].T, matrix[_i].A,
+		matrix[_i].adamw ? "adamw" : "taco",
+		matrix[_i].ckpt ? "ckpt" : "keep",
+		(unsigned long long)p.total, (unsigned long long)peak,
+		100 * rel);
+	ck_assert_msg(rel < 0.05, "plan %llu vs measured %llu",
+		      (unsigned long long)p.total, (unsigned long long)peak);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", out);
+	ck_assert_int_eq(system(cmd), 0);
+	taco_job_free(&job);
+}
+END_TEST
+
+/* A job over budget is refused before it loads, saying by how much and
+ * what would fit. */
+START_TEST(test_refusal_and_advice)
+{
+	taco_train_opts to = {.events_fd = -1};
+	taco_job job;
+	taco_plan p, small;
+	taco_plan_input in;
+	taco_model *shapes = NULL;
+	taco_plan_advice a;
+	taco_err err = {{0}};
+	char out[] = "/tmp/taco-plan-XXXXXX", cmd[64];
+
+	ck_assert_ptr_nonnull(mkdtemp(out));
+	make_job(&job, "llama_gqa", 16, 256, 1, 0, 1, out);
+	ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CPU, &p, &in, &shapes,
+				       &err),
+			 0);
+	/* a budget between the plans of batch 4 and batch 5 */
+	in.B = 4;
+	ck_assert_int_eq(taco_plan_compute(shapes, &in, &small, &err), 0);
+	to.memory_budget = small.total + 1000;
+	ck_assert_int_eq(taco_train_run(&job, &to, &err), -ENOSPC);
+	ck_assert_ptr_nonnull(strstr(err.msg, "more than the"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "batch_size 4 fits"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "seq_len"));
+	in.B = 16;
+	ck_assert_int_eq(taco_plan_advise(shapes, &in, small.total + 1000, &a,
+					  &err),
+			 0);
+	ck_assert_int_eq(a.max_batch, 4);
+	ck_assert_int_gt(a.max_seq_len, 2);
+	ck_assert_int_lt(a.max_seq_len, 256);
+	ck_assert_int_eq(a.freeze_embeddings_fits, 0);
+	/* nothing fits in 1 kB */
+	ck_assert_int_eq(taco_plan_advise(shapes, &in, 1000, &a, &err), 0);
+	ck_assert_int_eq(a.max_batch, 0);
+	ck_assert_int_eq(a.max_seq_len, 0);
+	taco_model_free(shapes);
+	taco_job_free(&job);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", out);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(test_parse_bytes)
+{
+	uint64_t b;
+
+	ck_assert_int_eq(taco_parse_bytes("80GB", &b), 0);
+	ck_assert_uint_eq(b, 80000000000ull);
+	ck_assert_int_eq(taco_parse_bytes("80GiB", &b), 0);
+	ck_assert_uint_eq(b, 80ull << 30);
+	ck_assert_int_eq(taco_parse_bytes("512MB", &b), 0);
+	ck_assert_uint_eq(b, 512000000ull);
+	ck_assert_int_eq(taco_parse_bytes("1.5TB", &b), 0);
+	ck_assert_uint_eq(b, 1500000000000ull);
+	ck_assert_int_eq(taco_parse_bytes("12345", &b), 0);
+	ck_assert_uint_eq(b, 12345);
+	ck_assert_int_eq(taco_parse_bytes("80G", &b), -EINVAL);
+	ck_assert_int_eq(taco_parse_bytes("x", &b), -EINVAL);
+	ck_assert_int_eq(taco_parse_bytes("-1GB", &b), -EINVAL);
+	ck_assert_int_eq(taco_parse_bytes("1e30", &b), -EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("plan");
+	TCase *tc = tcase_create("plan");
+	SRunner *sr;
+	int failed;
+
+	tcase_set_timeout(tc, 600);
+	tcase_add_loop_test(tc, test_plan_matches_measured_peak, 0,
+			    sizeof(matrix) / sizeof(matrix[0]));
+	tcase_add_test(tc, test_refusal_and_advice);
+	tcase_add_test(tc, test_parse_bytes);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	/* one process, so worst_error is seen across the matrix */
+	srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	fprintf(stderr, "plan vs measured peak: worst error %.4f%%\n",
+		100 * worst_error);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
