@@ -15,6 +15,8 @@ static const struct {
 	{"MistralForCausalLM", "mistral", TACO_ARCH_MISTRAL},
 	{"Qwen2ForCausalLM", "qwen2", TACO_ARCH_QWEN2},
 	{"Qwen3ForCausalLM", "qwen3", TACO_ARCH_QWEN3},
+	{"OPTForCausalLM", "opt", TACO_ARCH_OPT},
+	{"GPTNeoXForCausalLM", "gpt_neox", TACO_ARCH_GPT_NEOX},
 };
 
 const char *taco_arch_name(int arch)
@@ -127,7 +129,9 @@ static int parse_arch(json_t *root, const char *name, taco_config *c,
 	return taco_err_set(err, -ENOTSUP,
 			    "%s: architecture '%s' is not supported (supported: "
 			    "LlamaForCausalLM, MistralForCausalLM, "
-			    "Qwen2ForCausalLM, Qwen3ForCausalLM)",
+			    "Qwen2ForCausalLM, Qwen3ForCausalLM; "
+			    "OPTForCausalLM and GPTNeoXForCausalLM for "
+			    "planning only)",
 			    name, want);
 }
 
@@ -260,6 +264,47 @@ static int refuse_unsupported(json_t *root, const char *name,
 	return 0;
 }
 
+/* OPT and GPT-NeoX: the shapes the planner needs, nothing more. */
+static int parse_shapes_only(json_t *root, const char *name, taco_config *c,
+			     taco_err *err)
+{
+	int opt = c->arch == TACO_ARCH_OPT, proj = 0, r;
+
+	c->shapes_only = 1;
+	if ((r = get_int(root, name, "hidden_size", &c->hidden, 1, 1,
+			 TACO_MAX_HIDDEN, err)) ||
+	    (r = get_int(root, name, opt ? "ffn_dim" : "intermediate_size",
+			 &c->intermediate, 1, 1, TACO_MAX_INTERMEDIATE, err)) ||
+	    (r = get_int(root, name, "num_hidden_layers", &c->layers, 1, 1,
+			 TACO_MAX_LAYERS, err)) ||
+	    (r = get_int(root, name, "num_attention_heads", &c->heads, 1, 1,
+			 TACO_MAX_HEADS, err)) ||
+	    (r = get_int(root, name, "vocab_size", &c->vocab, 1, 1,
+			 TACO_MAX_VOCAB, err)) ||
+	    (r = get_int(root, name, "max_position_embeddings", &c->max_pos,
+			 1, 1, 1 << 24, err)))
+		return r;
+	c->kv_heads = c->heads;
+	c->head_dim = c->hidden / c->heads;
+	c->qkv_bias = c->o_bias = 1;
+	c->tie_embeddings = opt; /* the defaults of each family */
+	if ((r = get_bool(root, name, "tie_word_embeddings",
+			  &c->tie_embeddings, err)))
+		return r;
+	if (opt) {
+		proj = c->hidden;
+		if ((r = get_int(root, name, "word_embed_proj_dim", &proj, 0, 1,
+				 TACO_MAX_HIDDEN, err)))
+			return r;
+		if (proj != c->hidden)
+			return taco_err_set(err, -ENOTSUP,
+					    "%s: word_embed_proj_dim != "
+					    "hidden_size is not supported",
+					    name);
+	}
+	return 0;
+}
+
 int taco_config_parse(const char *json, size_t len, const char *name,
 		      taco_config *out, taco_err *err)
 {
@@ -283,6 +328,13 @@ int taco_config_parse(const char *json, size_t len, const char *name,
 	}
 	if ((r = parse_arch(root, name, &c, err)))
 		goto out;
+	if (c.arch == TACO_ARCH_OPT || c.arch == TACO_ARCH_GPT_NEOX) {
+		r = parse_shapes_only(root, name, &c, err);
+		if (!r)
+			*out = c;
+		goto out;
+	}
+	c.gated_mlp = 1;
 	if ((r = get_int(root, name, "hidden_size", &c.hidden, 1, 1,
 			 TACO_MAX_HIDDEN, err)) ||
 	    (r = get_int(root, name, "intermediate_size", &c.intermediate, 1,

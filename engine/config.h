@@ -26,6 +26,10 @@ enum taco_arch {
 	TACO_ARCH_MISTRAL,
 	TACO_ARCH_QWEN2,
 	TACO_ARCH_QWEN3,
+	/* Shapes only: the planner sizes them for comparison (the TACO
+	 * preprint's OPT-13B, Pythia), the engine does not train them. */
+	TACO_ARCH_OPT,
+	TACO_ARCH_GPT_NEOX,
 };
 
 enum taco_rope_type {
@@ -56,6 +60,8 @@ typedef struct taco_config {
 	int o_bias;         /* o projection has a bias */
 	int qk_norm;        /* Qwen3 per-head RMSNorm of q and k */
 	int sliding_window; /* 0 = none */
+	int shapes_only;    /* OPT, GPT-NeoX: planned, not trained */
+	int gated_mlp;      /* SwiGLU (3 projections) rather than fc1/fc2 */
 } taco_config;
 
 /* Parses config.json text. name is used in error messages (a path). */

@@ -120,12 +120,73 @@ size_t taco_model_param_count(const taco_model *m)
 	return n;
 }
 
+/* OPT and GPT-NeoX tensors, as Hugging Face names them: shapes for the
+ * planner. Returns the count. */
+static int other_tensors(const taco_config *c, taco_tensor *t)
+{
+	int64_t H = c->hidden, F = c->intermediate, V = c->vocab;
+	int n = 0, opt = c->arch == TACO_ARCH_OPT;
+	char name[TACO_NAME_MAX];
+	static const char *const opt_layer[][2] = {
+		{"self_attn.q_proj", "HH"},	 {"self_attn.k_proj", "HH"},
+		{"self_attn.v_proj", "HH"},	 {"self_attn.out_proj", "HH"},
+		{"self_attn_layer_norm", "H"}, {"fc1", "FH"},
+		{"fc2", "HF"},		 {"final_layer_norm", "H"},
+	};
+	static const char *const neox_layer[][2] = {
+		{"input_layernorm", "H"},	   {"post_attention_layernorm", "H"},
+		{"attention.query_key_value", "QH"}, {"attention.dense", "HH"},
+		{"mlp.dense_h_to_4h", "FH"},	   {"mlp.dense_4h_to_h", "HF"},
+	};
+	const char *const(*layer)[2] = opt ? opt_layer : neox_layer;
+	int per = opt ? 8 : 6;
+
+	if (opt) {
+		add_tensor(t, &n, "model.decoder.embed_tokens.weight", 2, V, H);
+		/* learned positions carry an offset of 2 */
+		add_tensor(t, &n, "model.decoder.embed_positions.weight", 2,
+			   c->max_pos + 2, H);
+		add_tensor(t, &n, "model.decoder.final_layer_norm.weight", 1, H,
+			   0);
+		add_tensor(t, &n, "model.decoder.final_layer_norm.bias", 1, H,
+			   0);
+	} else {
+		add_tensor(t, &n, "gpt_neox.embed_in.weight", 2, V, H);
+		add_tensor(t, &n, "gpt_neox.final_layer_norm.weight", 1, H, 0);
+		add_tensor(t, &n, "gpt_neox.final_layer_norm.bias", 1, H, 0);
+		if (!c->tie_embeddings)
+			add_tensor(t, &n, "embed_out.weight", 2, V, H);
+	}
+	for (int l = 0; l < c->layers; l++) {
+		for (int i = 0; i < per; i++) {
+			const char *d = layer[i][1];
+			int64_t rows = d[0] == 'H' ? H : d[0] == 'F' ? F : 3 * H;
+			int64_t cols = d[1] == 'F' ? F : H;
+			const char *pre = opt ? "model.decoder.layers"
+					      : "gpt_neox.layers";
+			if (d[1]) { /* a Linear: weight [rows, cols], bias */
+				snprintf(name, sizeof(name), "%s.%d.%s.weight",
+					 pre, l, layer[i][0]);
+				add_tensor(t, &n, name, 2, rows, cols);
+			} else { /* a LayerNorm: weight and bias */
+				snprintf(name, sizeof(name), "%s.%d.%s.weight",
+					 pre, l, layer[i][0]);
+				add_tensor(t, &n, name, 1, rows, 0);
+			}
+			snprintf(name, sizeof(name), "%s.%d.%s.bias", pre, l,
+				 layer[i][0]);
+			add_tensor(t, &n, name, 1, rows, 0);
+		}
+	}
+	return n;
+}
+
 /* Builds the sorted tensor list (no data yet) for cfg. */
 static int model_skeleton(const taco_config *cfg, const tk_ops *ops,
 			  taco_model **out, taco_err *err)
 {
 	taco_model *m = calloc(1, sizeof(*m));
-	int cap = 3 + cfg->layers * TACO_L_COUNT, n = 0;
+	int cap = 6 + cfg->layers * (TACO_L_COUNT + 4), n = 0;
 	char name[TACO_NAME_MAX];
 
 	if (!m)
@@ -138,6 +199,10 @@ static int model_skeleton(const taco_config *cfg, const tk_ops *ops,
 	if (!m->tensors || !m->layer || !m->inv_freq) {
 		taco_model_free(m);
 		return taco_err_set(err, -ENOMEM, "out of memory");
+	}
+	if (cfg->shapes_only) {
+		n = other_tensors(cfg, m->tensors);
+		goto sort;
 	}
 	add_tensor(m->tensors, &n, "model.embed_tokens.weight", 2, cfg->vocab,
 		   cfg->hidden);
@@ -157,17 +222,31 @@ static int model_skeleton(const taco_config *cfg, const tk_ops *ops,
 				   shape[1]);
 		}
 	}
+sort:
 	m->n_tensors = n;
 	qsort(m->tensors, (size_t)n, sizeof(*m->tensors), cmp_tensor);
-	m->embed = taco_model_find(m, "model.embed_tokens.weight");
-	m->final_norm = taco_model_find(m, "model.norm.weight");
+	if (cfg->arch == TACO_ARCH_OPT) {
+		m->embed = taco_model_find(m, "model.decoder.embed_tokens.weight");
+		m->final_norm = taco_model_find(
+			m, "model.decoder.final_layer_norm.weight");
+	} else if (cfg->arch == TACO_ARCH_GPT_NEOX) {
+		m->embed = taco_model_find(m, "gpt_neox.embed_in.weight");
+		m->final_norm =
+			taco_model_find(m, "gpt_neox.final_layer_norm.weight");
+	} else {
+		m->embed = taco_model_find(m, "model.embed_tokens.weight");
+		m->final_norm = taco_model_find(m, "model.norm.weight");
+	}
 	m->lm_head = cfg->tie_embeddings ? m->embed
-					 : taco_model_find(m, "lm_head.weight");
+		     : cfg->arch == TACO_ARCH_GPT_NEOX
+			     ? taco_model_find(m, "embed_out.weight")
+			     : taco_model_find(m, "lm_head.weight");
 	for (int l = 0; l < cfg->layers; l++) {
 		for (int s = 0; s < TACO_L_COUNT; s++) {
 			snprintf(name, sizeof(name), "model.layers.%d.%s", l,
 				 layer_names[s]);
-			m->layer[l][s] = taco_model_find(m, name);
+			m->layer[l][s] =
+				cfg->shapes_only ? -1 : taco_model_find(m, name);
 		}
 	}
 	taco_config_inv_freq(cfg, m->inv_freq);
@@ -279,6 +358,16 @@ out:
 	return r;
 }
 
+static int refuse_shapes_only(const taco_config *c, const char *where,
+			      taco_err *err)
+{
+	return taco_err_set(err, -ENOTSUP,
+			    "%s: %s can be planned but not trained (supported: "
+			    "LlamaForCausalLM, MistralForCausalLM, "
+			    "Qwen2ForCausalLM, Qwen3ForCausalLM)",
+			    where, taco_arch_name(c->arch));
+}
+
 int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
 		    taco_err *err)
 {
@@ -294,6 +383,8 @@ int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
 	r = taco_config_load(path, &cfg, err);
 	if (r)
 		return r;
+	if (cfg.shapes_only)
+		return refuse_shapes_only(&cfg, path, err);
 	r = model_skeleton(&cfg, ops, &m, err);
 	if (r)
 		return r;
@@ -332,6 +423,8 @@ int taco_model_init_random(const taco_config *cfg, const tk_ops *ops,
 	size_t chunk = 1 << 20;
 	int r;
 
+	if (cfg->shapes_only)
+		return refuse_shapes_only(cfg, "config", err);
 	r = model_skeleton(cfg, ops, &m, err);
 	if (r)
 		return r;

@@ -95,6 +95,7 @@ static int cpu_terms(const taco_model *shapes, const taco_plan_input *in,
 #define CUDA_LOGIT_BYTES (64u << 20) /* fp32 logits of one chunk */
 #define CUDA_GEMM_WORKSPACE (32u << 20)
 #define CUDA_CONTEXT (512u << 20) /* context + cuBLAS/cuBLASLt handles */
+#define CUDA_MARGIN_FIXED (64u << 20)
 
 static void cuda_terms(const taco_model *s, const taco_plan_input *in,
 		       uint64_t *term)
@@ -119,9 +120,13 @@ static void cuda_terms(const taco_model *s, const taco_plan_input *in,
 	if (!c->tie_embeddings)
 		term[TACO_PLAN_HEAD_GRAD] += (N < V ? N : V) * H * 4;
 	/* one layer's activations (bf16) and their gradients (bf16) */
-	act = N * (2 * H + D + 2 * Dkv + D + H + 3 * I) +
+	uint64_t mlp = c->gated_mlp ? 3 * I : 2 * I; /* gate, up, act */
+
+	act = N * (2 * H + D + 2 * Dkv + D + H + mlp) +
 	      (q ? N * (D + Dkv) : 0);
-	grads = N * (2 * H + 2 * D + 2 * Dkv + 3 * I);
+	/* dx, dtmp, dq, datt, dk, dv, and d(act): the SwiGLU backward writes
+	 * d(gate) and d(up) over gate and up, which it has read */
+	grads = N * (2 * H + 2 * D + 2 * Dkv + I);
 	if (in->keep_activations)
 		term[TACO_PLAN_LAYER_INPUTS] += L * act * 2;
 	else
@@ -155,6 +160,11 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 	memset(&p, 0, sizeof(p));
 	model_terms(shapes, in, p.term);
 	if (in->backend == TACO_BACKEND_CPU) {
+		if (shapes->cfg.shapes_only)
+			return taco_err_set(err, -ENOTSUP,
+					    "%s is planned for the CUDA backend "
+					    "only",
+					    taco_arch_name(shapes->cfg.arch));
 		if ((r = cpu_terms(shapes, in, p.term, err)))
 			return r;
 		/* Everything is allocated before the first step and held. */
@@ -164,8 +174,10 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 		for (int t = 0; t < TACO_PLAN_TERMS; t++)
 			if (t != TACO_PLAN_BACKEND_FIXED)
 				dynamic += p.term[t];
-		/* caching-allocator fragmentation: 1% of what it serves */
-		p.term[TACO_PLAN_MARGIN] = dynamic / 100;
+		/* Every buffer comes from arenas allocated once before the
+		 * first step: the margin covers their 2 MiB granularity and
+		 * alignment, not a caching allocator's fragmentation. */
+		p.term[TACO_PLAN_MARGIN] = CUDA_MARGIN_FIXED + dynamic / 1000;
 		p.peak_phase = "backward of the first layer";
 	}
 	for (int t = 0; t < TACO_PLAN_TERMS; t++)

@@ -21,6 +21,8 @@ static const struct {
 	{"qwen3-0.6b.json", 596049920ull, 595984384ull, 65536},
 	{"llama-3.1-8b.json", 8030261248ull, 8029995008ull, 266240},
 	{"mistral-7b-v0.1.json", 7241732096ull, 7241465856ull, 266240},
+	{"opt-13b.json", 12853473280ull, 12850800640ull, 2672640},
+	{"pythia-1b.json", 1011781632ull, 1011351552ull, 430080},
 };
 
 START_TEST(test_reference_param_counts)
@@ -94,19 +96,29 @@ START_TEST(test_reference_fields)
 }
 END_TEST
 
-START_TEST(test_refuses_other_architectures)
+/* OPT and GPT-NeoX are shapes for the planner: parsed, never trained. */
+START_TEST(test_shapes_only_architectures)
 {
 	taco_config c;
+	taco_model *m = NULL;
 	taco_err err = {{0}};
 
 	ck_assert_int_eq(taco_config_load(tu_fixture("configs/opt-13b.json"),
 					  &c, &err),
+			 0);
+	ck_assert_int_eq(c.arch, TACO_ARCH_OPT);
+	ck_assert_int_eq(c.shapes_only, 1);
+	ck_assert_int_eq(c.tie_embeddings, 1);
+	ck_assert_int_eq(c.gated_mlp, 0);
+	ck_assert_int_eq(taco_model_init_random(&c, tk_cpu_ops(), TK_BF16, 1,
+						&m, &err),
 			 -ENOTSUP);
-	ck_assert_ptr_nonnull(strstr(err.msg, "OPTForCausalLM"));
-	ck_assert_ptr_nonnull(strstr(err.msg, "opt-13b.json"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "planned but not trained"));
 	ck_assert_int_eq(taco_config_load(tu_fixture("configs/pythia-1b.json"),
 					  &c, &err),
-			 -ENOTSUP);
+			 0);
+	ck_assert_int_eq(c.arch, TACO_ARCH_GPT_NEOX);
+	ck_assert_int_eq(c.tie_embeddings, 0);
 }
 END_TEST
 
@@ -209,7 +221,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_reference_param_counts, 0,
 			    sizeof(ref_counts) / sizeof(ref_counts[0]));
 	tcase_add_test(tc, test_reference_fields);
-	tcase_add_test(tc, test_refuses_other_architectures);
+	tcase_add_test(tc, test_shapes_only_architectures);
 	tcase_add_loop_test(tc, test_bad_configs, 0,
 			    sizeof(bad) / sizeof(bad[0]));
 	tcase_add_test(tc, test_defaults_and_ignored_fields);

@@ -137,6 +137,46 @@ START_TEST(test_refusal_and_advice)
 }
 END_TEST
 
+/* The headline: Qwen3-32B at batch 4 x 1024 planned under 72 GB on a bf16
+ * GPU; OPT-13B's optimizer state under 0.13 GB. */
+START_TEST(test_headline_plans)
+{
+	taco_config c;
+	taco_model *m = NULL;
+	taco_plan p;
+	taco_plan_input in;
+	taco_err err = {{0}};
+
+	memset(&in, 0, sizeof(in));
+	in.backend = TACO_BACKEND_CUDA;
+	in.weight_dtype = TK_BF16;
+	in.B = 4;
+	in.T = 1024;
+	in.A = 1;
+	taco_optim_defaults(&in.optim);
+	ck_assert_int_eq(taco_config_load(tu_fixture("configs/qwen3-32b.json"),
+					  &c, &err),
+			 0);
+	ck_assert_int_eq(taco_model_shapes(&c, &m, &err), 0);
+	ck_assert_int_eq(taco_plan_compute(m, &in, &p, &err), 0);
+	ck_assert_uint_eq(p.term[TACO_PLAN_WEIGHTS], 2 * 32762123264ull);
+	ck_assert_uint_lt(p.total, 72000000000ull);
+	/* the CPU plan refuses shapes-only models, not these */
+	taco_model_free(m);
+	ck_assert_int_eq(taco_config_load(tu_fixture("configs/opt-13b.json"),
+					  &c, &err),
+			 0);
+	ck_assert_int_eq(taco_model_shapes(&c, &m, &err), 0);
+	ck_assert_int_eq(taco_plan_compute(m, &in, &p, &err), 0);
+	ck_assert_uint_eq(p.term[TACO_PLAN_TACO_STATE] +
+				  p.term[TACO_PLAN_ADAMW_STATE],
+			  128450560ull);
+	in.backend = TACO_BACKEND_CPU;
+	ck_assert_int_eq(taco_plan_compute(m, &in, &p, &err), -ENOTSUP);
+	taco_model_free(m);
+}
+END_TEST
+
 START_TEST(test_parse_bytes)
 {
 	uint64_t b;
@@ -170,6 +210,7 @@ int main(void)
 			    sizeof(matrix) / sizeof(matrix[0]));
 	tcase_add_test(tc, test_refusal_and_advice);
 	tcase_add_test(tc, test_parse_bytes);
+	tcase_add_test(tc, test_headline_plans);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	/* one process, so worst_error is seen across the matrix */
