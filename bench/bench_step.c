@@ -33,7 +33,7 @@ static int32_t *rows(json_t *a, int B, int T)
 	for (int b = 0; x && b < B; b++)
 		for (int t = 0; t < T; t++)
 			x[b * T + t] = (int32_t)json_integer_value(
-				json_array_get(json_array_get(a, b), t));
+			    json_array_get(json_array_get(a, b), t));
 	return x;
 }
 
@@ -70,7 +70,7 @@ int main(int argc, char **argv)
 	}
 	B = (int)json_array_size(json_object_get(root, "input_ids"));
 	T = (int)json_array_size(
-		json_array_get(json_object_get(root, "input_ids"), 0));
+	    json_array_get(json_object_get(root, "input_ids"), 0));
 	tok = rows(json_object_get(root, "input_ids"), B, T);
 	tgt = rows(json_object_get(root, "targets"), B, T);
 	for (int i = 0; i < warmup + iters; i++) {

@@ -69,22 +69,19 @@ static int row(const char *dir, const char *file)
 		return -1;
 	}
 	params = taco_model_param_count(m);
-	printf("| %s | %.2f | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | "
-	       "%.2f | %.2f | %.2f | %.2f | %.2f | **%.2f** | %.2f | %.2f |\n",
-	       file, (double)params / 1e9, gb(p.term[TACO_PLAN_WEIGHTS]),
-	       gb(p.term[TACO_PLAN_TACO_STATE]),
-	       gb(p.term[TACO_PLAN_ADAMW_STATE]),
-	       gb(p.term[TACO_PLAN_GRAD_BUFFER]),
-	       gb(p.term[TACO_PLAN_HEAD_GRAD]),
-	       gb(p.term[TACO_PLAN_LAYER_INPUTS]),
-	       gb(p.term[TACO_PLAN_LAYER_WORK]),
-	       gb(p.term[TACO_PLAN_LOSS_CHUNK]),
-	       gb(p.term[TACO_PLAN_ATTENTION] + p.term[TACO_PLAN_BATCH]),
-	       gb(p.term[TACO_PLAN_GEMM_WORKSPACE]),
-	       gb(p.term[TACO_PLAN_BACKEND_FIXED]),
-	       gb(p.term[TACO_PLAN_MARGIN]), gb(p.total),
-	       gb(baseline(&p, params, 2.0 + 8.0 / 2048)),
-	       gb(baseline(&p, params, 8.0)));
+	printf(
+	    "| %s | %.2f | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | "
+	    "%.2f | %.2f | %.2f | %.2f | %.2f | **%.2f** | %.2f | %.2f |\n",
+	    file, (double)params / 1e9, gb(p.term[TACO_PLAN_WEIGHTS]),
+	    gb(p.term[TACO_PLAN_TACO_STATE]), gb(p.term[TACO_PLAN_ADAMW_STATE]),
+	    gb(p.term[TACO_PLAN_GRAD_BUFFER]), gb(p.term[TACO_PLAN_HEAD_GRAD]),
+	    gb(p.term[TACO_PLAN_LAYER_INPUTS]),
+	    gb(p.term[TACO_PLAN_LAYER_WORK]), gb(p.term[TACO_PLAN_LOSS_CHUNK]),
+	    gb(p.term[TACO_PLAN_ATTENTION] + p.term[TACO_PLAN_BATCH]),
+	    gb(p.term[TACO_PLAN_GEMM_WORKSPACE]),
+	    gb(p.term[TACO_PLAN_BACKEND_FIXED]), gb(p.term[TACO_PLAN_MARGIN]),
+	    gb(p.total), gb(baseline(&p, params, 2.0 + 8.0 / 2048)),
+	    gb(baseline(&p, params, 8.0)));
 	taco_model_free(m);
 	return 0;
 }

@@ -11,12 +11,12 @@ static const struct {
 	const char *model_type;
 	int id;
 } known_archs[] = {
-	{"LlamaForCausalLM", "llama", TACO_ARCH_LLAMA},
-	{"MistralForCausalLM", "mistral", TACO_ARCH_MISTRAL},
-	{"Qwen2ForCausalLM", "qwen2", TACO_ARCH_QWEN2},
-	{"Qwen3ForCausalLM", "qwen3", TACO_ARCH_QWEN3},
-	{"OPTForCausalLM", "opt", TACO_ARCH_OPT},
-	{"GPTNeoXForCausalLM", "gpt_neox", TACO_ARCH_GPT_NEOX},
+    {"LlamaForCausalLM", "llama", TACO_ARCH_LLAMA},
+    {"MistralForCausalLM", "mistral", TACO_ARCH_MISTRAL},
+    {"Qwen2ForCausalLM", "qwen2", TACO_ARCH_QWEN2},
+    {"Qwen3ForCausalLM", "qwen3", TACO_ARCH_QWEN3},
+    {"OPTForCausalLM", "opt", TACO_ARCH_OPT},
+    {"GPTNeoXForCausalLM", "gpt_neox", TACO_ARCH_GPT_NEOX},
 };
 
 const char *taco_arch_name(int arch)
@@ -57,8 +57,8 @@ static int get_int(json_t *root, const char *name, const char *key, int *out,
 	return 0;
 }
 
-static int get_num(json_t *root, const char *name, const char *key,
-		   double *out, double lo, double hi, taco_err *err)
+static int get_num(json_t *root, const char *name, const char *key, double *out,
+		   double lo, double hi, taco_err *err)
 {
 	json_t *v = json_object_get(root, key);
 	double x;
@@ -66,9 +66,8 @@ static int get_num(json_t *root, const char *name, const char *key,
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_number(v))
-		return taco_err_set(err, -EINVAL,
-				    "%s: field '%s' must be a number", name,
-				    key);
+		return taco_err_set(
+		    err, -EINVAL, "%s: field '%s' must be a number", name, key);
 	x = json_number_value(v);
 	if (!(x >= lo && x <= hi))
 		return taco_err_set(err, -EINVAL,
@@ -126,13 +125,14 @@ static int parse_arch(json_t *root, const char *name, taco_config *c,
 			return 0;
 		}
 	}
-	return taco_err_set(err, -ENOTSUP,
-			    "%s: architecture '%s' is not supported (supported: "
-			    "LlamaForCausalLM, MistralForCausalLM, "
-			    "Qwen2ForCausalLM, Qwen3ForCausalLM; "
-			    "OPTForCausalLM and GPTNeoXForCausalLM for "
-			    "planning only)",
-			    name, want);
+	return taco_err_set(
+	    err, -ENOTSUP,
+	    "%s: architecture '%s' is not supported (supported: "
+	    "LlamaForCausalLM, MistralForCausalLM, "
+	    "Qwen2ForCausalLM, Qwen3ForCausalLM; "
+	    "OPTForCausalLM and GPTNeoXForCausalLM for "
+	    "planning only)",
+	    name, want);
 }
 
 /* rope_scaling (transformers 4) or rope_parameters (transformers 5). */
@@ -157,8 +157,9 @@ static int parse_rope(json_t *root, const char *name, taco_config *c,
 	if (!rp || json_is_null(rp))
 		return 0;
 	if (!json_is_object(rp))
-		return taco_err_set(err, -EINVAL, "%s: field '%s' must be an object",
-				    name, where);
+		return taco_err_set(err, -EINVAL,
+				    "%s: field '%s' must be an object", name,
+				    where);
 	r = get_num(rp, name, "rope_theta", &c->rope_theta, 1.0, 1e12, err);
 	if (r)
 		return r;
@@ -180,7 +181,7 @@ static int parse_rope(json_t *root, const char *name, taco_config *c,
 				    name, where, type);
 	c->rope_type = TACO_ROPE_LLAMA3;
 	c->rope_factor = c->rope_low_freq_factor = c->rope_high_freq_factor =
-		NAN;
+	    NAN;
 	c->rope_original_max_pos = 0;
 	if ((r = get_num(rp, name, "factor", &c->rope_factor, 1e-3, 1e6,
 			 err)) ||
@@ -216,8 +217,8 @@ static int refuse_unsupported(json_t *root, const char *name,
 	v = json_object_get(root, "hidden_act");
 	if (!v)
 		v = json_object_get(root, "hidden_activation");
-	if (v && (!json_is_string(v) ||
-		  strcmp(json_string_value(v), "silu") != 0))
+	if (v &&
+	    (!json_is_string(v) || strcmp(json_string_value(v), "silu") != 0))
 		return taco_err_set(err, -ENOTSUP,
 				    "%s: hidden_act must be \"silu\"", name);
 	if ((r = get_bool(root, name, "mlp_bias", &flag, err)))
@@ -251,10 +252,10 @@ static int refuse_unsupported(json_t *root, const char *name,
 			if (!json_is_string(e) ||
 			    strcmp(json_string_value(e), "full_attention"))
 				return taco_err_set(
-					err, -ENOTSUP,
-					"%s: layer_types[%zu] must be "
-					"\"full_attention\"",
-					name, i);
+				    err, -ENOTSUP,
+				    "%s: layer_types[%zu] must be "
+				    "\"full_attention\"",
+				    name, i);
 		}
 	}
 	v = json_object_get(root, "pretraining_tp");
@@ -281,15 +282,15 @@ static int parse_shapes_only(json_t *root, const char *name, taco_config *c,
 			 TACO_MAX_HEADS, err)) ||
 	    (r = get_int(root, name, "vocab_size", &c->vocab, 1, 1,
 			 TACO_MAX_VOCAB, err)) ||
-	    (r = get_int(root, name, "max_position_embeddings", &c->max_pos,
-			 1, 1, 1 << 24, err)))
+	    (r = get_int(root, name, "max_position_embeddings", &c->max_pos, 1,
+			 1, 1 << 24, err)))
 		return r;
 	c->kv_heads = c->heads;
 	c->head_dim = c->hidden / c->heads;
 	c->qkv_bias = c->o_bias = 1;
 	c->tie_embeddings = opt; /* the defaults of each family */
-	if ((r = get_bool(root, name, "tie_word_embeddings",
-			  &c->tie_embeddings, err)))
+	if ((r = get_bool(root, name, "tie_word_embeddings", &c->tie_embeddings,
+			  err)))
 		return r;
 	if (opt) {
 		proj = c->hidden;
@@ -337,8 +338,8 @@ int taco_config_parse(const char *json, size_t len, const char *name,
 	c.gated_mlp = 1;
 	if ((r = get_int(root, name, "hidden_size", &c.hidden, 1, 1,
 			 TACO_MAX_HIDDEN, err)) ||
-	    (r = get_int(root, name, "intermediate_size", &c.intermediate, 1,
-			 1, TACO_MAX_INTERMEDIATE, err)) ||
+	    (r = get_int(root, name, "intermediate_size", &c.intermediate, 1, 1,
+			 TACO_MAX_INTERMEDIATE, err)) ||
 	    (r = get_int(root, name, "num_hidden_layers", &c.layers, 1, 1,
 			 TACO_MAX_LAYERS, err)) ||
 	    (r = get_int(root, name, "num_attention_heads", &c.heads, 1, 1,
@@ -376,8 +377,8 @@ int taco_config_parse(const char *json, size_t len, const char *name,
 	c.rms_eps = (float)eps;
 	if ((r = parse_rope(root, name, &c, err)))
 		goto out;
-	if ((r = get_bool(root, name, "tie_word_embeddings",
-			  &c.tie_embeddings, err)))
+	if ((r = get_bool(root, name, "tie_word_embeddings", &c.tie_embeddings,
+			  err)))
 		goto out;
 	if ((r = get_bool(root, name, "attention_bias", &bias, err)))
 		goto out;
@@ -450,9 +451,10 @@ void taco_config_inv_freq(const taco_config *c, float *inv_freq)
 			if (wl > lo_wl) {
 				f = f / c->rope_factor;
 			} else if (wl >= hi_wl) {
-				double s = (old / wl - c->rope_low_freq_factor) /
-					   (c->rope_high_freq_factor -
-					    c->rope_low_freq_factor);
+				double s =
+				    (old / wl - c->rope_low_freq_factor) /
+				    (c->rope_high_freq_factor -
+				     c->rope_low_freq_factor);
 				f = (1 - s) * f / c->rope_factor + s * f;
 			}
 		}

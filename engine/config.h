@@ -39,15 +39,15 @@ enum taco_rope_type {
 
 typedef struct taco_config {
 	int arch;
-	int hidden;       /* hidden_size */
+	int hidden;	  /* hidden_size */
 	int intermediate; /* intermediate_size */
-	int layers;       /* num_hidden_layers */
-	int heads;        /* num_attention_heads */
-	int kv_heads;     /* num_key_value_heads (GQA); = heads when absent */
-	int head_dim;     /* head_dim, else hidden / heads */
-	int vocab;        /* vocab_size */
-	int max_pos;      /* max_position_embeddings (informational) */
-	float rms_eps;    /* rms_norm_eps */
+	int layers;	  /* num_hidden_layers */
+	int heads;	  /* num_attention_heads */
+	int kv_heads;	  /* num_key_value_heads (GQA); = heads when absent */
+	int head_dim;	  /* head_dim, else hidden / heads */
+	int vocab;	  /* vocab_size */
+	int max_pos;	  /* max_position_embeddings (informational) */
+	float rms_eps;	  /* rms_norm_eps */
 	double rope_theta;
 	int rope_type;
 	/* llama3 rope scaling */
@@ -56,12 +56,12 @@ typedef struct taco_config {
 	double rope_high_freq_factor;
 	int rope_original_max_pos;
 	int tie_embeddings; /* tie_word_embeddings */
-	int qkv_bias;       /* q/k/v projections have biases */
-	int o_bias;         /* o projection has a bias */
-	int qk_norm;        /* Qwen3 per-head RMSNorm of q and k */
+	int qkv_bias;	    /* q/k/v projections have biases */
+	int o_bias;	    /* o projection has a bias */
+	int qk_norm;	    /* Qwen3 per-head RMSNorm of q and k */
 	int sliding_window; /* 0 = none */
 	int shapes_only;    /* OPT, GPT-NeoX: planned, not trained */
-	int gated_mlp;      /* SwiGLU (3 projections) rather than fc1/fc2 */
+	int gated_mlp;	    /* SwiGLU (3 projections) rather than fc1/fc2 */
 } taco_config;
 
 /* Parses config.json text. name is used in error messages (a path). */

@@ -73,12 +73,14 @@ static int parse_line(taco_data *d, const char *buf, size_t len,
 	}
 	n = json_array_size(ids);
 	if (n > TACO_DATA_MAX_TOKENS) {
-		r = taco_err_set(err, -EINVAL,
-				 "%s:%zu: %zu tokens, more than the limit of %u",
-				 path, line, n, TACO_DATA_MAX_TOKENS);
+		r = taco_err_set(
+		    err, -EINVAL,
+		    "%s:%zu: %zu tokens, more than the limit of %u", path, line,
+		    n, TACO_DATA_MAX_TOKENS);
 		goto out;
 	}
-	if (labels && (!json_is_array(labels) || json_array_size(labels) != n)) {
+	if (labels &&
+	    (!json_is_array(labels) || json_array_size(labels) != n)) {
 		r = taco_err_set(err, -EINVAL,
 				 "%s:%zu: \"labels\" must be an array as long "
 				 "as \"input_ids\"",
@@ -143,8 +145,7 @@ int taco_data_load_pretok(const char *path, int vocab, int64_t max_examples,
 			size_t nc = offcap ? offcap * 2 : 1024;
 			size_t *o = realloc(d->off, nc * sizeof(*o));
 			if (!o) {
-				r = taco_err_set(err, -ENOMEM,
-						 "out of memory");
+				r = taco_err_set(err, -ENOMEM, "out of memory");
 				goto out;
 			}
 			d->off = o;
@@ -202,7 +203,8 @@ int64_t taco_data_count_targets(const taco_data *d, int seq_len)
 
 	for (size_t e = 0; e < d->n; e++) {
 		size_t o = d->off[e], len = d->off[e + 1] - o;
-		/* position t predicts label t + 1: j = t + 1 in [1, min(len-1, T)] */
+		/* position t predicts label t + 1: j = t + 1 in [1, min(len-1,
+		 * T)] */
 		for (size_t j = 1; j < len && j <= (size_t)seq_len; j++)
 			n += d->labels[o + j] != -100;
 	}

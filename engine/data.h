@@ -13,12 +13,12 @@
 #include "model.h"
 #include "taco_err.h"
 
-#define TACO_DATA_MAX_LINE (64u << 20)   /* bytes in one JSONL line */
+#define TACO_DATA_MAX_LINE (64u << 20)	/* bytes in one JSONL line */
 #define TACO_DATA_MAX_TOKENS (1u << 20) /* tokens in one example */
 
 typedef struct taco_data {
-	size_t n;        /* examples */
-	size_t *off;     /* [n + 1] offsets into tokens/labels */
+	size_t n;	 /* examples */
+	size_t *off;	 /* [n + 1] offsets into tokens/labels */
 	int32_t *tokens; /* all examples, concatenated */
 	int32_t *labels;
 	size_t n_tokens, cap;

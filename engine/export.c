@@ -10,12 +10,18 @@
 
 /* Copied when the base model has them. */
 static const char *const copied[] = {
-	"config.json",		   "generation_config.json",
-	"tokenizer.json",	   "tokenizer_config.json",
-	"special_tokens_map.json", "tokenizer.model",
-	"vocab.json",		   "merges.txt",
-	"added_tokens.json",	   "chat_template.jinja",
-	"chat_template.json",	   NULL,
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    NULL,
 };
 
 int taco_export(const taco_model *m, const char *base_dir, const char *out_dir,

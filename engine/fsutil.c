@@ -110,8 +110,8 @@ int taco_remove_flat_dir(const char *dir, taco_err *err)
 
 	if (!d)
 		return errno == ENOENT ? 0
-				       : taco_err_set(err, -errno, "%s: %s", dir,
-						      strerror(errno));
+				       : taco_err_set(err, -errno, "%s: %s",
+						      dir, strerror(errno));
 	while ((e = readdir(d))) {
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;

@@ -11,7 +11,7 @@
 #include "job.h"
 
 static void problem(taco_job_problems *p, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 static void problem(taco_job_problems *p, const char *fmt, ...)
 {
@@ -27,8 +27,8 @@ static void problem(taco_job_problems *p, const char *fmt, ...)
 }
 
 /* Known keys of an object; anything else is a problem. */
-static void check_keys(json_t *obj, const char *where,
-		       const char *const *known, taco_job_problems *p)
+static void check_keys(json_t *obj, const char *where, const char *const *known,
+		       taco_job_problems *p)
 {
 	const char *key;
 	json_t *v;
@@ -72,9 +72,8 @@ static void get_path(json_t *o, const char *key, const char *dir, int required,
 	}
 }
 
-static void get_i64(json_t *o, const char *where, const char *key,
-		    int64_t lo, int64_t hi, int64_t *out,
-		    taco_job_problems *p)
+static void get_i64(json_t *o, const char *where, const char *key, int64_t lo,
+		    int64_t hi, int64_t *out, taco_job_problems *p)
 {
 	json_t *v = json_object_get(o, key);
 
@@ -116,9 +115,8 @@ static void get_num(json_t *o, const char *where, const char *key, double lo,
 	*out = x;
 }
 
-static void get_float(json_t *o, const char *where, const char *key,
-		      double lo, double hi, int open_lo, float *out,
-		      taco_job_problems *p)
+static void get_float(json_t *o, const char *where, const char *key, double lo,
+		      double hi, int open_lo, float *out, taco_job_problems *p)
 {
 	double x = *out;
 
@@ -135,7 +133,8 @@ static void get_enum(json_t *o, const char *where, const char *key,
 	if (!v || json_is_null(v))
 		return;
 	for (int i = 0; names[i]; i++) {
-		if (json_is_string(v) && strcmp(json_string_value(v), names[i]) == 0) {
+		if (json_is_string(v) &&
+		    strcmp(json_string_value(v), names[i]) == 0) {
 			*out = i;
 			return;
 		}
@@ -165,8 +164,8 @@ static void parse_taco(json_t *o, taco_job *job, taco_job_problems *p)
 	check_keys(o, "taco.", keys, p);
 	get_int(o, "taco.", "k", 1, 16, &job->optim.k, p);
 	get_float(o, "taco.", "beta", 0, 0.999999, 0, &job->optim.beta, p);
-	get_float(o, "taco.", "weight_decay", 0, 1, 0,
-		  &job->optim.weight_decay, p);
+	get_float(o, "taco.", "weight_decay", 0, 1, 0, &job->optim.weight_decay,
+		  p);
 	get_enum(o, "taco.", "rounding", rounding, &job->optim.stochastic, p);
 }
 
@@ -195,8 +194,9 @@ static void parse_freeze(json_t *o, taco_job *job, taco_job_problems *p)
 	json_t *v;
 
 	if (!json_is_array(o) || json_array_size(o) > TACO_JOB_MAX_FREEZE) {
-		problem(p, "freeze: must be an array of at most %d tensor-name "
-			   "prefixes",
+		problem(p,
+			"freeze: must be an array of at most %d tensor-name "
+			"prefixes",
 			TACO_JOB_MAX_FREEZE);
 		return;
 	}
@@ -209,8 +209,9 @@ static void parse_freeze(json_t *o, taco_job *job, taco_job_problems *p)
 	{
 		if (!json_is_string(v) || !json_string_length(v) ||
 		    json_string_length(v) >= 256) {
-			problem(p, "freeze[%zu]: must be a non-empty string "
-				   "under 256 bytes",
+			problem(p,
+				"freeze[%zu]: must be a non-empty string "
+				"under 256 bytes",
 				i);
 			continue;
 		}
@@ -235,16 +236,35 @@ static void defaults(taco_job *job)
 	job->activation_checkpointing = 1;
 }
 
-int taco_job_parse(const char *json, size_t len, const char *dir,
-		   taco_job *job, taco_job_problems *p)
+int taco_job_parse(const char *json, size_t len, const char *dir, taco_job *job,
+		   taco_job_problems *p)
 {
-	static const char *const keys[] = {
-		"model", "train", "validation", "output_dir", "steps",
-		"epochs", "batch_size", "seq_len", "grad_accum", "lr",
-		"schedule", "warmup_steps", "min_lr_ratio", "optimizer", "taco",
-		"adamw", "freeze", "seed", "eval_every", "checkpoint_every",
-		"keep_checkpoints", "export_shard_bytes", "log_every",
-		"max_examples", "activation_checkpointing", NULL};
+	static const char *const keys[] = {"model",
+					   "train",
+					   "validation",
+					   "output_dir",
+					   "steps",
+					   "epochs",
+					   "batch_size",
+					   "seq_len",
+					   "grad_accum",
+					   "lr",
+					   "schedule",
+					   "warmup_steps",
+					   "min_lr_ratio",
+					   "optimizer",
+					   "taco",
+					   "adamw",
+					   "freeze",
+					   "seed",
+					   "eval_every",
+					   "checkpoint_every",
+					   "keep_checkpoints",
+					   "export_shard_bytes",
+					   "log_every",
+					   "max_examples",
+					   "activation_checkpointing",
+					   NULL};
 	static const char *const optimizers[] = {"taco", "adamw", NULL};
 	json_error_t jerr;
 	json_t *root;
@@ -254,7 +274,8 @@ int taco_job_parse(const char *json, size_t len, const char *dir,
 	defaults(job);
 	memset(p, 0, sizeof(*p));
 	if (len > TACO_JOB_MAX_BYTES) {
-		problem(p, "job file: larger than %u bytes", TACO_JOB_MAX_BYTES);
+		problem(p, "job file: larger than %u bytes",
+			TACO_JOB_MAX_BYTES);
 		return -EINVAL;
 	}
 	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -283,8 +304,9 @@ int taco_job_parse(const char *json, size_t len, const char *dir,
 	get_int(root, "", "seq_len", 2, 1 << 17, &job->seq_len, p);
 	get_int(root, "", "grad_accum", 1, 4096, &job->grad_accum, p);
 	if ((int64_t)job->batch_size * job->seq_len > (1 << 20))
-		problem(p, "batch_size: batch_size x seq_len must be at most "
-			   "%d tokens",
+		problem(p,
+			"batch_size: batch_size x seq_len must be at most "
+			"%d tokens",
 			1 << 20);
 	get_num(root, "", "lr", 0, 10, 1, &job->lr, p);
 	get_enum(root, "", "schedule", schedules, &job->schedule, p);

@@ -23,8 +23,8 @@ typedef struct taco_job {
 	char train[TACO_PATH_MAX];
 	char validation[TACO_PATH_MAX]; /* "" = none */
 	char output_dir[TACO_PATH_MAX];
-	int64_t steps;   /* 0 = from epochs */
-	double epochs;   /* used when steps == 0 */
+	int64_t steps; /* 0 = from epochs */
+	double epochs; /* used when steps == 0 */
 	int batch_size;
 	int seq_len;
 	int grad_accum;
@@ -34,8 +34,8 @@ typedef struct taco_job {
 	double min_lr_ratio; /* the schedule decays to lr * min_lr_ratio */
 	taco_optim_opts optim;
 	int n_freeze;
-	char **freeze; /* tensor-name prefixes */
-	int64_t eval_every;       /* 0 = at the end only */
+	char **freeze;		  /* tensor-name prefixes */
+	int64_t eval_every;	  /* 0 = at the end only */
 	int64_t checkpoint_every; /* 0 = on stop signals only */
 	int keep_checkpoints;
 	uint64_t export_shard_bytes;

@@ -101,8 +101,7 @@ static int print_plan(const taco_job *job, int backend, uint64_t budget)
 	       in.weight_dtype == TK_F32    ? "F32"
 	       : in.weight_dtype == TK_BF16 ? "BF16"
 					    : "F16",
-	       in.B, in.T, in.A,
-	       in.optim.all_adamw ? "AdamW" : "TACO");
+	       in.B, in.T, in.A, in.optim.all_adamw ? "AdamW" : "TACO");
 	taco_plan_print(&p, stdout);
 	if (p.total <= budget) {
 		printf("fits: %.3f GB of %.3f GB\n", (double)p.total / 1e9,
@@ -135,15 +134,15 @@ static int parse_fd(const char *s, int *out)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"resume", no_argument, NULL, 'r'},
-		{"events-fd", required_argument, NULL, 'e'},
-		{"no-progress", no_argument, NULL, 'p'},
-		{"check", no_argument, NULL, 'c'},
-		{"plan", no_argument, NULL, 'P'},
-		{"backend", required_argument, NULL, 'B'},
-		{"memory-budget", required_argument, NULL, 'M'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"resume", no_argument, NULL, 'r'},
+	    {"events-fd", required_argument, NULL, 'e'},
+	    {"no-progress", no_argument, NULL, 'p'},
+	    {"check", no_argument, NULL, 'c'},
+	    {"plan", no_argument, NULL, 'P'},
+	    {"backend", required_argument, NULL, 'B'},
+	    {"memory-budget", required_argument, NULL, 'M'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	taco_train_opts to = {.events_fd = -1, .stop = &stop_requested};
 	int c, check = 0, no_progress = 0, plan = 0, r;
@@ -161,9 +160,10 @@ int main(int argc, char **argv)
 			break;
 		case 'e':
 			if (parse_fd(optarg, &to.events_fd)) {
-				fprintf(stderr, "taco-train: --events-fd: "
-						"'%s' is not a file "
-						"descriptor\n",
+				fprintf(stderr,
+					"taco-train: --events-fd: "
+					"'%s' is not a file "
+					"descriptor\n",
 					optarg);
 				return EXIT_USAGE;
 			}
@@ -189,8 +189,9 @@ int main(int argc, char **argv)
 		case 'M':
 			if (taco_parse_bytes(optarg, &to.memory_budget) ||
 			    !to.memory_budget) {
-				fprintf(stderr, "taco-train: --memory-budget: "
-						"'%s' is not a size like 80GB\n",
+				fprintf(stderr,
+					"taco-train: --memory-budget: "
+					"'%s' is not a size like 80GB\n",
 					optarg);
 				return EXIT_USAGE;
 			}
@@ -228,9 +229,9 @@ int main(int argc, char **argv)
 		taco_job_free(&job);
 		return EXIT_OK;
 	}
-	to.progress = no_progress		 ? TACO_PROGRESS_NONE
+	to.progress = no_progress	      ? TACO_PROGRESS_NONE
 		      : isatty(STDERR_FILENO) ? TACO_PROGRESS_TTY
-					       : TACO_PROGRESS_LINES;
+					      : TACO_PROGRESS_LINES;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);

@@ -40,7 +40,7 @@ enum taco_layer_slot {
 typedef struct taco_tensor {
 	char name[TACO_NAME_MAX];
 	int dtype;
-	int ndim;         /* 1 or 2 */
+	int ndim;	  /* 1 or 2 */
 	int64_t shape[2]; /* [rows, cols] for 2-D, [n] for 1-D */
 	size_t numel;
 	void *data; /* backend memory, numel elements of dtype */
@@ -53,8 +53,8 @@ typedef struct taco_model {
 	const tk_ops *ops;
 	taco_tensor *tensors; /* sorted by name */
 	int n_tensors;
-	int embed;      /* model.embed_tokens.weight */
-	int lm_head;    /* lm_head.weight, or embed when tied */
+	int embed;	/* model.embed_tokens.weight */
+	int lm_head;	/* lm_head.weight, or embed when tied */
 	int final_norm; /* model.norm.weight */
 	int (*layer)[TACO_L_COUNT];
 	float *inv_freq; /* host, head_dim / 2 */
@@ -90,7 +90,7 @@ typedef struct taco_step_stats {
 	double loss_sum;   /* sum of token losses */
 	int64_t n_targets; /* tokens with a target */
 	int64_t n_correct; /* targets that are the argmax */
-	double loss;       /* loss_sum / n_targets */
+	double loss;	   /* loss_sum / n_targets */
 } taco_step_stats;
 
 /* Loads config.json and the safetensors weights of a Hugging Face model
@@ -101,14 +101,12 @@ int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
 
 /* A model of the config's shapes with deterministic random weights (normal
  * std 0.02, norms 1), for benchmarks and the planner. */
-int taco_model_init_random(const taco_config *cfg, const tk_ops *ops,
-			   int dtype, uint64_t seed, taco_model **out,
-			   taco_err *err);
+int taco_model_init_random(const taco_config *cfg, const tk_ops *ops, int dtype,
+			   uint64_t seed, taco_model **out, taco_err *err);
 
 /* The tensor list and shapes of cfg without weights (every data NULL, ops
  * NULL): what the planner and parameter counts need, at any model size. */
-int taco_model_shapes(const taco_config *cfg, taco_model **out,
-		      taco_err *err);
+int taco_model_shapes(const taco_config *cfg, taco_model **out, taco_err *err);
 
 void taco_model_free(taco_model *m);
 

@@ -89,10 +89,11 @@ int taco_model_load_weights(taco_model *m, const char *path, taco_err *err)
 		const taco_st_tensor *s = taco_st_find(f, t->name);
 		if (!s || s->dtype != t->dtype || s->ndim != t->ndim ||
 		    s->nbytes != t->numel * tk_dtype_size(t->dtype)) {
-			r = taco_err_set(err, -EINVAL,
-					 "%s: tensor '%s' is missing or differs "
-					 "in dtype or shape",
-					 path, t->name);
+			r = taco_err_set(
+			    err, -EINVAL,
+			    "%s: tensor '%s' is missing or differs "
+			    "in dtype or shape",
+			    path, t->name);
 			goto out;
 		}
 	}

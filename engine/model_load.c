@@ -11,21 +11,21 @@
 #include "safetensors.h"
 
 static const char *const layer_names[TACO_L_COUNT] = {
-	[TACO_L_ATTN_NORM] = "input_layernorm.weight",
-	[TACO_L_Q] = "self_attn.q_proj.weight",
-	[TACO_L_K] = "self_attn.k_proj.weight",
-	[TACO_L_V] = "self_attn.v_proj.weight",
-	[TACO_L_O] = "self_attn.o_proj.weight",
-	[TACO_L_Q_BIAS] = "self_attn.q_proj.bias",
-	[TACO_L_K_BIAS] = "self_attn.k_proj.bias",
-	[TACO_L_V_BIAS] = "self_attn.v_proj.bias",
-	[TACO_L_O_BIAS] = "self_attn.o_proj.bias",
-	[TACO_L_Q_NORM] = "self_attn.q_norm.weight",
-	[TACO_L_K_NORM] = "self_attn.k_norm.weight",
-	[TACO_L_MLP_NORM] = "post_attention_layernorm.weight",
-	[TACO_L_GATE] = "mlp.gate_proj.weight",
-	[TACO_L_UP] = "mlp.up_proj.weight",
-	[TACO_L_DOWN] = "mlp.down_proj.weight",
+    [TACO_L_ATTN_NORM] = "input_layernorm.weight",
+    [TACO_L_Q] = "self_attn.q_proj.weight",
+    [TACO_L_K] = "self_attn.k_proj.weight",
+    [TACO_L_V] = "self_attn.v_proj.weight",
+    [TACO_L_O] = "self_attn.o_proj.weight",
+    [TACO_L_Q_BIAS] = "self_attn.q_proj.bias",
+    [TACO_L_K_BIAS] = "self_attn.k_proj.bias",
+    [TACO_L_V_BIAS] = "self_attn.v_proj.bias",
+    [TACO_L_O_BIAS] = "self_attn.o_proj.bias",
+    [TACO_L_Q_NORM] = "self_attn.q_norm.weight",
+    [TACO_L_K_NORM] = "self_attn.k_norm.weight",
+    [TACO_L_MLP_NORM] = "post_attention_layernorm.weight",
+    [TACO_L_GATE] = "mlp.gate_proj.weight",
+    [TACO_L_UP] = "mlp.up_proj.weight",
+    [TACO_L_DOWN] = "mlp.down_proj.weight",
 };
 
 /* Shape of a layer slot, or ndim 0 when the config has no such tensor. */
@@ -128,15 +128,22 @@ static int other_tensors(const taco_config *c, taco_tensor *t)
 	int n = 0, opt = c->arch == TACO_ARCH_OPT;
 	char name[TACO_NAME_MAX];
 	static const char *const opt_layer[][2] = {
-		{"self_attn.q_proj", "HH"},	 {"self_attn.k_proj", "HH"},
-		{"self_attn.v_proj", "HH"},	 {"self_attn.out_proj", "HH"},
-		{"self_attn_layer_norm", "H"}, {"fc1", "FH"},
-		{"fc2", "HF"},		 {"final_layer_norm", "H"},
+	    {"self_attn.q_proj", "HH"},
+	    {"self_attn.k_proj", "HH"},
+	    {"self_attn.v_proj", "HH"},
+	    {"self_attn.out_proj", "HH"},
+	    {"self_attn_layer_norm", "H"},
+	    {"fc1", "FH"},
+	    {"fc2", "HF"},
+	    {"final_layer_norm", "H"},
 	};
 	static const char *const neox_layer[][2] = {
-		{"input_layernorm", "H"},	   {"post_attention_layernorm", "H"},
-		{"attention.query_key_value", "QH"}, {"attention.dense", "HH"},
-		{"mlp.dense_h_to_4h", "FH"},	   {"mlp.dense_4h_to_h", "HF"},
+	    {"input_layernorm", "H"},
+	    {"post_attention_layernorm", "H"},
+	    {"attention.query_key_value", "QH"},
+	    {"attention.dense", "HH"},
+	    {"mlp.dense_h_to_4h", "FH"},
+	    {"mlp.dense_4h_to_h", "HF"},
 	};
 	const char *const(*layer)[2] = opt ? opt_layer : neox_layer;
 	int per = opt ? 8 : 6;
@@ -160,10 +167,12 @@ static int other_tensors(const taco_config *c, taco_tensor *t)
 	for (int l = 0; l < c->layers; l++) {
 		for (int i = 0; i < per; i++) {
 			const char *d = layer[i][1];
-			int64_t rows = d[0] == 'H' ? H : d[0] == 'F' ? F : 3 * H;
+			int64_t rows = d[0] == 'H'   ? H
+				       : d[0] == 'F' ? F
+						     : 3 * H;
 			int64_t cols = d[1] == 'F' ? F : H;
-			const char *pre = opt ? "model.decoder.layers"
-					      : "gpt_neox.layers";
+			const char *pre =
+			    opt ? "model.decoder.layers" : "gpt_neox.layers";
 			if (d[1]) { /* a Linear: weight [rows, cols], bias */
 				snprintf(name, sizeof(name), "%s.%d.%s.weight",
 					 pre, l, layer[i][0]);
@@ -226,27 +235,28 @@ sort:
 	m->n_tensors = n;
 	qsort(m->tensors, (size_t)n, sizeof(*m->tensors), cmp_tensor);
 	if (cfg->arch == TACO_ARCH_OPT) {
-		m->embed = taco_model_find(m, "model.decoder.embed_tokens.weight");
-		m->final_norm = taco_model_find(
-			m, "model.decoder.final_layer_norm.weight");
+		m->embed =
+		    taco_model_find(m, "model.decoder.embed_tokens.weight");
+		m->final_norm =
+		    taco_model_find(m, "model.decoder.final_layer_norm.weight");
 	} else if (cfg->arch == TACO_ARCH_GPT_NEOX) {
 		m->embed = taco_model_find(m, "gpt_neox.embed_in.weight");
 		m->final_norm =
-			taco_model_find(m, "gpt_neox.final_layer_norm.weight");
+		    taco_model_find(m, "gpt_neox.final_layer_norm.weight");
 	} else {
 		m->embed = taco_model_find(m, "model.embed_tokens.weight");
 		m->final_norm = taco_model_find(m, "model.norm.weight");
 	}
 	m->lm_head = cfg->tie_embeddings ? m->embed
 		     : cfg->arch == TACO_ARCH_GPT_NEOX
-			     ? taco_model_find(m, "embed_out.weight")
-			     : taco_model_find(m, "lm_head.weight");
+			 ? taco_model_find(m, "embed_out.weight")
+			 : taco_model_find(m, "lm_head.weight");
 	for (int l = 0; l < cfg->layers; l++) {
 		for (int s = 0; s < TACO_L_COUNT; s++) {
 			snprintf(name, sizeof(name), "model.layers.%d.%s", l,
 				 layer_names[s]);
 			m->layer[l][s] =
-				cfg->shapes_only ? -1 : taco_model_find(m, name);
+			    cfg->shapes_only ? -1 : taco_model_find(m, name);
 		}
 	}
 	taco_config_inv_freq(cfg, m->inv_freq);
@@ -254,14 +264,12 @@ sort:
 	return 0;
 }
 
-int taco_model_shapes(const taco_config *cfg, taco_model **out,
-		      taco_err *err)
+int taco_model_shapes(const taco_config *cfg, taco_model **out, taco_err *err)
 {
 	return model_skeleton(cfg, NULL, out, err);
 }
 
-static int alloc_tensor(taco_model *m, taco_tensor *t, int dtype,
-			taco_err *err)
+static int alloc_tensor(taco_model *m, taco_tensor *t, int dtype, taco_err *err)
 {
 	size_t bytes = t->numel * tk_dtype_size(dtype);
 
@@ -294,7 +302,7 @@ static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
 	o += (size_t)snprintf(buf, len, "[");
 	for (int i = 0; i < ndim && o < len; i++)
 		o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "",
-				       (long long)shape[i]);
+				      (long long)shape[i]);
 	if (o < len)
 		snprintf(buf + o, len - o, "]");
 }
@@ -413,9 +421,8 @@ static float randn(uint64_t *s)
 	return (float)(sqrt(-2.0 * log(u1)) * cos(2 * M_PI * u2));
 }
 
-int taco_model_init_random(const taco_config *cfg, const tk_ops *ops,
-			   int dtype, uint64_t seed, taco_model **out,
-			   taco_err *err)
+int taco_model_init_random(const taco_config *cfg, const tk_ops *ops, int dtype,
+			   uint64_t seed, taco_model **out, taco_err *err)
 {
 	taco_model *m = NULL;
 	float *host = NULL;
@@ -442,13 +449,13 @@ int taco_model_init_random(const taco_config *cfg, const tk_ops *ops,
 		if ((r = alloc_tensor(m, t, dtype, err)))
 			goto fail;
 		for (size_t off = 0; off < t->numel; off += chunk) {
-			size_t n = t->numel - off < chunk ? t->numel - off
-							  : chunk;
+			size_t n =
+			    t->numel - off < chunk ? t->numel - off : chunk;
 			for (size_t j = 0; j < n; j++)
-				host[j] = t->ndim == 1 ? (strstr(t->name, "bias")
-								  ? 0.0f
-								  : 1.0f)
-						       : 0.02f * randn(&s);
+				host[j] = t->ndim == 1
+					      ? (strstr(t->name, "bias") ? 0.0f
+									 : 1.0f)
+					      : 0.02f * randn(&s);
 			taco_f32_to_dtype(conv, host, n, dtype);
 			ops->upload((char *)t->data + off * es, conv, n * es);
 		}
@@ -472,10 +479,10 @@ void taco_model_free(taco_model *m)
 	if (m->tensors)
 		for (int i = 0; i < m->n_tensors; i++)
 			if (m->tensors[i].data)
-				m->ops->free(m->tensors[i].data,
-					     m->tensors[i].numel *
-						     tk_dtype_size(
-							     m->tensors[i].dtype));
+				m->ops->free(
+				    m->tensors[i].data,
+				    m->tensors[i].numel *
+					tk_dtype_size(m->tensors[i].dtype));
 	free(m->tensors);
 	free(m->layer);
 	free(m->inv_freq);

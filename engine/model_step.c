@@ -34,15 +34,15 @@ int taco_batch_check(const taco_model *m, const taco_batch *b,
 		n += y != -100;
 		if (b->pos) {
 			int p = b->pos[i];
-			int ok = p == 0 ||
-				 (i % b->T > 0 && p == b->pos[i - 1] + 1);
+			int ok =
+			    p == 0 || (i % b->T > 0 && p == b->pos[i - 1] + 1);
 			if (!ok)
 				return taco_err_set(
-					err, -EINVAL,
-					"batch row %d position %d: document "
-					"position %d must be 0 or follow %d",
-					i / b->T, i % b->T, p,
-					i % b->T ? b->pos[i - 1] : -1);
+				    err, -EINVAL,
+				    "batch row %d position %d: document "
+				    "position %d must be 0 or follow %d",
+				    i / b->T, i % b->T, p,
+				    i % b->T ? b->pos[i - 1] : -1);
 		}
 	}
 	*n_targets = n;
@@ -109,7 +109,7 @@ static int prepare_batch(taco_model *m, const taco_batch *b, taco_err *err)
 			float a = (float)p * m->inv_freq[i];
 			cs[(size_t)p * half + i] = (float)cos((double)a);
 			cs[(size_t)(b->T + p) * half + i] =
-				(float)sin((double)a);
+			    (float)sin((double)a);
 		}
 	}
 	m->ops->upload(w->rope_cos, cs, (size_t)b->T * half * sizeof(float));
@@ -152,13 +152,11 @@ static void forward_layer(taco_model *m, int l, const float *x, float *out,
 			       N * c->kv_heads, hd, c->rms_eps);
 	}
 	o->rope_fwd(a->q, w->rope_cos, w->rope_sin, w->pos, N, c->heads, hd);
-	o->rope_fwd(a->k, w->rope_cos, w->rope_sin, w->pos, N, c->kv_heads,
-		    hd);
+	o->rope_fwd(a->k, w->rope_cos, w->rope_sin, w->pos, N, c->kv_heads, hd);
 	o->attention_fwd(a->att, a->lse, a->q, a->k, a->v, w->pos, B, T,
 			 c->heads, c->kv_heads, hd, c->sliding_window,
 			 1.0f / sqrtf((float)hd));
-	linear_fwd(o, a->x_mid, a->att, W[TACO_L_O], W[TACO_L_O_BIAS], N, D,
-		   H);
+	linear_fwd(o, a->x_mid, a->att, W[TACO_L_O], W[TACO_L_O_BIAS], N, D, H);
 	o->add(a->x_mid, x, (size_t)N * H);
 	o->rmsnorm_fwd(a->ln2, a->rstd2, a->x_mid, W[TACO_L_MLP_NORM], N, H,
 		       c->rms_eps);
@@ -237,8 +235,7 @@ static void backward_layer(taco_model *m, int l, const float *x,
 	/* MLP */
 	linear_bwd_x(o, w->dact, w->dx, W[TACO_L_DOWN], N, I, H, 0.0f);
 	weight_grad(m, g, id[TACO_L_DOWN], w->dx, a->act, N, I, H);
-	o->swiglu_bwd(w->dgate, w->dup, w->dact, a->gate, a->up,
-		      (size_t)N * I);
+	o->swiglu_bwd(w->dgate, w->dup, w->dact, a->gate, a->up, (size_t)N * I);
 	linear_bwd_x(o, w->dtmp, w->dgate, W[TACO_L_GATE], N, H, I, 0.0f);
 	linear_bwd_x(o, w->dtmp, w->dup, W[TACO_L_UP], N, H, I, 1.0f);
 	weight_grad(m, g, id[TACO_L_GATE], w->dgate, a->ln2, N, H, I);
@@ -295,7 +292,6 @@ static void forward_all(taco_model *m)
 		forward_layer(m, l, w->xs + l * NH, w->xs + (l + 1) * NH, W);
 }
 
-
 /* Final norm, then logits chunk by chunk: loss statistics, and when
  * grad_scale != 0 the head gradient (into g_head) and the gradient of the
  * final norm output (into dtmp). host_logits, if set, receives all logits. */
@@ -312,8 +308,8 @@ static void loss_chunks(taco_model *m, float grad_scale, int want_grad,
 	double loss = 0;
 	int64_t correct = 0;
 
-	o->rmsnorm_fwd(w->hf, w->rstd_f, w->xs + (size_t)c->layers * N * H,
-		       wf, N, H, c->rms_eps);
+	o->rmsnorm_fwd(w->hf, w->rstd_f, w->xs + (size_t)c->layers * N * H, wf,
+		       N, H, c->rms_eps);
 	if (want_grad)
 		o->memset0(w->g_head, (size_t)V * H * sizeof(float));
 	for (int r0 = 0; r0 < N; r0 += C) {
@@ -321,8 +317,8 @@ static void loss_chunks(taco_model *m, float grad_scale, int want_grad,
 		double part = 0;
 		float *hrows = w->hf + (size_t)r0 * H;
 
-		o->matmul(0, 1, n, V, H, 1.0f, hrows, H, wh, H, 0.0f,
-			  w->logits, V);
+		o->matmul(0, 1, n, V, H, 1.0f, hrows, H, wh, H, 0.0f, w->logits,
+			  V);
 		if (host_logits)
 			o->download(host_logits + (size_t)r0 * V, w->logits,
 				    (size_t)n * V * sizeof(float));
@@ -409,8 +405,8 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 		emit(m, &g, m->embed, w->g_head);
 	}
 	if (g.err)
-		return taco_err_set(err, g.err,
-				    "gradient consumer failed (%d)", g.err);
+		return taco_err_set(err, g.err, "gradient consumer failed (%d)",
+				    g.err);
 	finish_stats(&st);
 	*stats = st;
 	return 0;

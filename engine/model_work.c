@@ -94,7 +94,8 @@ static int work_list(const taco_model *m, taco_work *w, int B, int T,
 		ADD(wl[s], conv ? e : 0, WEIGHT_SCRATCH);
 	}
 	ADD(w_head, head->dtype == TK_F32 ? 0 : V * H, WEIGHT_SCRATCH);
-	ADD(w_final, m->tensors[m->final_norm].dtype == TK_F32 ? 0 : H, WEIGHT_SCRATCH);
+	ADD(w_final, m->tensors[m->final_norm].dtype == TK_F32 ? 0 : H,
+	    WEIGHT_SCRATCH);
 	ADD(g_layer, glayer, GRAD_BUFFER);
 	ADD(g_head, V * H, HEAD_GRAD);
 #undef ADD
@@ -126,8 +127,8 @@ int taco_work_plan(const taco_model *m, int B, int T, uint64_t *term)
 
 int taco_work_chunk_rows(const taco_model *m, int N)
 {
-	size_t elems = m->ce_chunk_elems ? m->ce_chunk_elems
-					 : TACO_CE_CHUNK_ELEMS;
+	size_t elems =
+	    m->ce_chunk_elems ? m->ce_chunk_elems : TACO_CE_CHUNK_ELEMS;
 	size_t C = elems / (size_t)m->cfg.vocab;
 
 	return C < 1 ? 1 : (C > (size_t)N ? N : (int)C);

@@ -20,8 +20,7 @@ void taco_optim_defaults(taco_optim_opts *o)
 	o->adam_weight_decay = 0.0f;
 }
 
-size_t taco_optim_tensor_bytes(int kind, int ndim, int64_t R, int64_t C,
-			       int k)
+size_t taco_optim_tensor_bytes(int kind, int ndim, int64_t R, int64_t C, int k)
 {
 	size_t idx_bytes = R <= 65535 ? 2 : 4;
 
@@ -63,8 +62,8 @@ static int init_tensor(taco_optim *o, int id, int kind, taco_err *err)
 	s->kind = kind;
 	if (kind == TACO_OPT_TACO) {
 		s->idx_bytes = t->shape[0] <= 65535 ? 2 : 4;
-		s->idx = zalloc(ops, C * k * (size_t)s->idx_bytes,
-				&s->state_bytes);
+		s->idx =
+		    zalloc(ops, C * k * (size_t)s->idx_bytes, &s->state_bytes);
 		s->q = zalloc(ops, C * k, &s->state_bytes);
 		s->scale = zalloc(ops, C * sizeof(float), &s->state_bytes);
 		if (!s->idx || !s->q || !s->scale)
@@ -90,9 +89,8 @@ static int init_tensor(taco_optim *o, int id, int kind, taco_err *err)
 	o->state_bytes += s->state_bytes;
 	return 0;
 nomem:
-	return taco_err_set(err, -ENOMEM,
-			    "cannot allocate optimizer state for '%s'",
-			    t->name);
+	return taco_err_set(
+	    err, -ENOMEM, "cannot allocate optimizer state for '%s'", t->name);
 }
 
 static void free_tensor(const tk_ops *ops, const taco_tensor *t,
@@ -168,27 +166,27 @@ int taco_optim_apply(taco_optim *o, int id, const float *grad, float lr)
 
 	if (s->kind == TACO_OPT_TACO) {
 		tk_taco_args a = {
-			.R = (int)t->shape[0],
-			.C = (int)t->shape[1],
-			.k = o->opts.k,
-			.lr = lr,
-			.beta = o->opts.beta,
-			.weight_decay = o->opts.weight_decay,
-			.stochastic = o->opts.stochastic,
-			.seed = o->opts.seed,
-			.tensor_index = (uint64_t)id,
-			.step = o->step,
+		    .R = (int)t->shape[0],
+		    .C = (int)t->shape[1],
+		    .k = o->opts.k,
+		    .lr = lr,
+		    .beta = o->opts.beta,
+		    .weight_decay = o->opts.weight_decay,
+		    .stochastic = o->opts.stochastic,
+		    .seed = o->opts.seed,
+		    .tensor_index = (uint64_t)id,
+		    .step = o->step,
 		};
 		ops->taco_update(t->data, t->dtype, grad, s->idx, s->q,
 				 s->scale, &a);
 	} else if (s->kind == TACO_OPT_ADAMW) {
 		tk_adamw_args a = {
-			.lr = lr,
-			.beta1 = o->opts.adam_beta1,
-			.beta2 = o->opts.adam_beta2,
-			.eps = o->opts.adam_eps,
-			.weight_decay = o->opts.adam_weight_decay,
-			.step = o->step,
+		    .lr = lr,
+		    .beta1 = o->opts.adam_beta1,
+		    .beta2 = o->opts.adam_beta2,
+		    .eps = o->opts.adam_eps,
+		    .weight_decay = o->opts.adam_weight_decay,
+		    .step = o->step,
 		};
 		ops->adamw_update(t->data, t->dtype, s->master, s->m, s->v,
 				  grad, t->numel, &a);
@@ -227,8 +225,8 @@ static int state_list(const taco_optim *o, state_buf **out, size_t *n_out)
 		b[n].ndim = (nd);                                              \
 		b[n].shape[0] = (d0);                                          \
 		b[n].shape[1] = (d1);                                          \
-		b[n].bytes = (size_t)(d0) * (size_t)((nd) == 2 ? (d1) : 1) *   \
-			     (es);                                             \
+		b[n].bytes =                                                   \
+		    (size_t)(d0) * (size_t)((nd) == 2 ? (d1) : 1) * (es);      \
 		n++;                                                           \
 	} while (0)
 		if (s->kind == TACO_OPT_TACO) {
@@ -273,16 +271,18 @@ int taco_optim_save(const taco_optim *o, const char *path, taco_err *err)
 			goto out;
 		}
 		ops->download(host, b[i].dev, b[i].bytes);
-		st[i] = (taco_st_tensor){.name = b[i].name,
-					 .dtype = b[i].dtype,
-					 .ndim = b[i].ndim,
-					 .shape = {b[i].shape[0], b[i].shape[1]},
-					 .nbytes = b[i].bytes,
-					 .data = host};
+		st[i] =
+		    (taco_st_tensor){.name = b[i].name,
+				     .dtype = b[i].dtype,
+				     .ndim = b[i].ndim,
+				     .shape = {b[i].shape[0], b[i].shape[1]},
+				     .nbytes = b[i].bytes,
+				     .data = host};
 	}
 	snprintf(step, sizeof(step), "%" PRIu64, o->step);
 	snprintf(k, sizeof(k), "%d", o->opts.k);
-	snprintf(kind, sizeof(kind), "%s", o->opts.all_adamw ? "adamw" : "taco");
+	snprintf(kind, sizeof(kind), "%s",
+		 o->opts.all_adamw ? "adamw" : "taco");
 	r = taco_st_write(path, st, n, meta, err);
 out:
 	for (size_t i = 0; st && i < n; i++)

@@ -18,7 +18,7 @@ enum taco_optim_kind {
 
 typedef struct taco_optim_opts {
 	int all_adamw; /* 1: AdamW for every tensor (the comparison baseline) */
-	int k;         /* TACO slots per column, 1..16 */
+	int k;	       /* TACO slots per column, 1..16 */
 	float beta;
 	float weight_decay;
 	int stochastic; /* bf16 rounding of TACO updates */
@@ -46,15 +46,14 @@ typedef struct taco_optim {
 	taco_model *model;
 	taco_optim_opts opts;
 	taco_optim_tensor *t; /* one per model tensor */
-	uint64_t step;        /* optimizer steps taken */
+	uint64_t step;	      /* optimizer steps taken */
 	size_t state_bytes;
 } taco_optim;
 
 /* Bytes of optimizer state for one tensor of the given shape and kind:
  * TACO C * (k * idx_bytes + k + 4), idx_bytes 2 when R <= 65535 else 4;
  * AdamW 12 per element. */
-size_t taco_optim_tensor_bytes(int kind, int ndim, int64_t R, int64_t C,
-			       int k);
+size_t taco_optim_tensor_bytes(int kind, int ndim, int64_t R, int64_t C, int k);
 
 /* Which optimizer a tensor gets. */
 int taco_optim_kind_of(const taco_tensor *t, const taco_optim_opts *o,

@@ -9,20 +9,20 @@
 #include "optim.h"
 
 static const char *const term_names[TACO_PLAN_TERMS] = {
-	[TACO_PLAN_WEIGHTS] = "weights",
-	[TACO_PLAN_TACO_STATE] = "TACO state",
-	[TACO_PLAN_ADAMW_STATE] = "AdamW state",
-	[TACO_PLAN_GRAD_BUFFER] = "gradient buffer",
-	[TACO_PLAN_HEAD_GRAD] = "LM-head gradient",
-	[TACO_PLAN_LAYER_INPUTS] = "checkpointed activations",
-	[TACO_PLAN_LAYER_WORK] = "one layer's recompute + backward",
-	[TACO_PLAN_LOSS_CHUNK] = "cross-entropy chunk",
-	[TACO_PLAN_ATTENTION] = "attention workspace",
-	[TACO_PLAN_BATCH] = "batch and RoPE tables",
-	[TACO_PLAN_WEIGHT_SCRATCH] = "fp32 weight scratch",
-	[TACO_PLAN_GEMM_WORKSPACE] = "GEMM workspace",
-	[TACO_PLAN_BACKEND_FIXED] = "backend fixed overhead",
-	[TACO_PLAN_MARGIN] = "allocator margin",
+    [TACO_PLAN_WEIGHTS] = "weights",
+    [TACO_PLAN_TACO_STATE] = "TACO state",
+    [TACO_PLAN_ADAMW_STATE] = "AdamW state",
+    [TACO_PLAN_GRAD_BUFFER] = "gradient buffer",
+    [TACO_PLAN_HEAD_GRAD] = "LM-head gradient",
+    [TACO_PLAN_LAYER_INPUTS] = "checkpointed activations",
+    [TACO_PLAN_LAYER_WORK] = "one layer's recompute + backward",
+    [TACO_PLAN_LOSS_CHUNK] = "cross-entropy chunk",
+    [TACO_PLAN_ATTENTION] = "attention workspace",
+    [TACO_PLAN_BATCH] = "batch and RoPE tables",
+    [TACO_PLAN_WEIGHT_SCRATCH] = "fp32 weight scratch",
+    [TACO_PLAN_GEMM_WORKSPACE] = "GEMM workspace",
+    [TACO_PLAN_BACKEND_FIXED] = "backend fixed overhead",
+    [TACO_PLAN_MARGIN] = "allocator margin",
 };
 
 const char *taco_plan_term_name(int term)
@@ -52,10 +52,11 @@ static void model_terms(const taco_model *s, const taco_plan_input *in,
 		const taco_tensor *t = &s->tensors[i];
 		int frozen = in->frozen ? in->frozen[i] : 0;
 		int kind = taco_optim_kind_of(t, &in->optim, frozen);
-		uint64_t st = taco_optim_tensor_bytes(kind, t->ndim, t->shape[0],
-						      t->shape[1], in->optim.k);
+		uint64_t st = taco_optim_tensor_bytes(
+		    kind, t->ndim, t->shape[0], t->shape[1], in->optim.k);
 
-		term[TACO_PLAN_WEIGHTS] += t->numel * tk_dtype_size(in->weight_dtype);
+		term[TACO_PLAN_WEIGHTS] +=
+		    t->numel * tk_dtype_size(in->weight_dtype);
 		term[kind == TACO_OPT_TACO ? TACO_PLAN_TACO_STATE
 					   : TACO_PLAN_ADAMW_STATE] += st;
 		if (in->A > 1 && !frozen)
@@ -91,7 +92,7 @@ static int cpu_terms(const taco_model *shapes, const taco_plan_input *in,
 /* The bf16 CUDA engine of docs/memory-budget: bf16 activations, one fp32
  * weight-gradient buffer reused per tensor, the LM head processed in
  * vocabulary chunks so its gradient never exists whole. */
-#define CUDA_VOCAB_CHUNK 8192        /* rows of the head per chunk */
+#define CUDA_VOCAB_CHUNK 8192	     /* rows of the head per chunk */
 #define CUDA_LOGIT_BYTES (64u << 20) /* fp32 logits of one chunk */
 #define CUDA_GEMM_WORKSPACE (32u << 20)
 #define CUDA_CONTEXT (512u << 20) /* context + cuBLAS/cuBLASLt handles */
@@ -122,8 +123,7 @@ static void cuda_terms(const taco_model *s, const taco_plan_input *in,
 	/* one layer's activations (bf16) and their gradients (bf16) */
 	uint64_t mlp = c->gated_mlp ? 3 * I : 2 * I; /* gate, up, act */
 
-	act = N * (2 * H + D + 2 * Dkv + D + H + mlp) +
-	      (q ? N * (D + Dkv) : 0);
+	act = N * (2 * H + D + 2 * Dkv + D + H + mlp) + (q ? N * (D + Dkv) : 0);
 	/* dx, dtmp, dq, datt, dk, dv, and d(act): the SwiGLU backward writes
 	 * d(gate) and d(up) over gate and up, which it has read */
 	grads = N * (2 * H + 2 * D + 2 * Dkv + I);
@@ -135,15 +135,18 @@ static void cuda_terms(const taco_model *s, const taco_plan_input *in,
 	term[TACO_PLAN_LAYER_INPUTS] += (L + 1) * N * H * 2;
 	/* final norm output (bf16), its gradient (bf16), per-token
 	 * log-sum-exp (fp32), logits of one chunk (fp32) */
-	rows = CUDA_LOGIT_BYTES / (4 * (V < CUDA_VOCAB_CHUNK ? V : CUDA_VOCAB_CHUNK));
+	rows = CUDA_LOGIT_BYTES /
+	       (4 * (V < CUDA_VOCAB_CHUNK ? V : CUDA_VOCAB_CHUNK));
 	if (rows > N)
 		rows = N;
-	term[TACO_PLAN_LOSS_CHUNK] += N * H * 2 * 2 + N * 4 +
-				      rows * (V < CUDA_VOCAB_CHUNK ? V : CUDA_VOCAB_CHUNK) * 4;
+	term[TACO_PLAN_LOSS_CHUNK] +=
+	    N * H * 2 * 2 + N * 4 +
+	    rows * (V < CUDA_VOCAB_CHUNK ? V : CUDA_VOCAB_CHUNK) * 4;
 	/* flash attention keeps only the log-sum-exp per query and head */
-	term[TACO_PLAN_ATTENTION] += N * (uint64_t)c->heads * 4 *
-				     (in->keep_activations ? L : 1);
-	term[TACO_PLAN_BATCH] += 3 * N * 4 + 2 * (uint64_t)in->T * (c->head_dim / 2) * 4;
+	term[TACO_PLAN_ATTENTION] +=
+	    N * (uint64_t)c->heads * 4 * (in->keep_activations ? L : 1);
+	term[TACO_PLAN_BATCH] +=
+	    3 * N * 4 + 2 * (uint64_t)in->T * (c->head_dim / 2) * 4;
 	term[TACO_PLAN_GEMM_WORKSPACE] += CUDA_GEMM_WORKSPACE;
 	term[TACO_PLAN_BACKEND_FIXED] += CUDA_CONTEXT;
 }
@@ -161,10 +164,11 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 	model_terms(shapes, in, p.term);
 	if (in->backend == TACO_BACKEND_CPU) {
 		if (shapes->cfg.shapes_only)
-			return taco_err_set(err, -ENOTSUP,
-					    "%s is planned for the CUDA backend "
-					    "only",
-					    taco_arch_name(shapes->cfg.arch));
+			return taco_err_set(
+			    err, -ENOTSUP,
+			    "%s is planned for the CUDA backend "
+			    "only",
+			    taco_arch_name(shapes->cfg.arch));
 		if ((r = cpu_terms(shapes, in, p.term, err)))
 			return r;
 		/* Everything is allocated before the first step and held. */
@@ -186,8 +190,8 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 	return 0;
 }
 
-static int fits(const taco_model *s, const taco_plan_input *in,
-		uint64_t budget, int *ok, taco_err *err)
+static int fits(const taco_model *s, const taco_plan_input *in, uint64_t budget,
+		int *ok, taco_err *err)
 {
 	taco_plan p;
 	int r = taco_plan_compute(s, in, &p, err);

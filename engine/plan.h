@@ -16,21 +16,21 @@
 #include "taco_err.h"
 
 enum taco_plan_term {
-	TACO_PLAN_WEIGHTS = 0,    /* parameters, in their stored dtype */
-	TACO_PLAN_TACO_STATE,     /* TACO slots of 2-D tensors */
-	TACO_PLAN_ADAMW_STATE,    /* master, m, v of AdamW tensors */
-	TACO_PLAN_GRAD_BUFFER,    /* one tensor's gradient, or all (accum) */
-	TACO_PLAN_HEAD_GRAD,      /* LM-head / embedding gradient */
-	TACO_PLAN_LAYER_INPUTS,   /* checkpointed layer inputs (or all
+	TACO_PLAN_WEIGHTS = 0,	  /* parameters, in their stored dtype */
+	TACO_PLAN_TACO_STATE,	  /* TACO slots of 2-D tensors */
+	TACO_PLAN_ADAMW_STATE,	  /* master, m, v of AdamW tensors */
+	TACO_PLAN_GRAD_BUFFER,	  /* one tensor's gradient, or all (accum) */
+	TACO_PLAN_HEAD_GRAD,	  /* LM-head / embedding gradient */
+	TACO_PLAN_LAYER_INPUTS,	  /* checkpointed layer inputs (or all
 				     activations when they are kept) */
-	TACO_PLAN_LAYER_WORK,     /* one layer's recompute and backward */
-	TACO_PLAN_LOSS_CHUNK,     /* final norm output, logits of a chunk */
-	TACO_PLAN_ATTENTION,      /* attention statistics and workspace */
-	TACO_PLAN_BATCH,          /* token ids, targets, positions, RoPE */
+	TACO_PLAN_LAYER_WORK,	  /* one layer's recompute and backward */
+	TACO_PLAN_LOSS_CHUNK,	  /* final norm output, logits of a chunk */
+	TACO_PLAN_ATTENTION,	  /* attention statistics and workspace */
+	TACO_PLAN_BATCH,	  /* token ids, targets, positions, RoPE */
 	TACO_PLAN_WEIGHT_SCRATCH, /* fp32 copies of one layer's weights */
 	TACO_PLAN_GEMM_WORKSPACE, /* BLAS / cuBLASLt workspace */
 	TACO_PLAN_BACKEND_FIXED,  /* CUDA context, library handles */
-	TACO_PLAN_MARGIN,         /* allocator fragmentation */
+	TACO_PLAN_MARGIN,	  /* allocator fragmentation */
 	TACO_PLAN_TERMS
 };
 
@@ -41,8 +41,8 @@ enum taco_plan_backend {
 
 typedef struct taco_plan_input {
 	int backend;
-	int weight_dtype;  /* how the weights are stored (TK_F32, TK_BF16) */
-	int B, T, A;       /* batch, sequence length, gradient accumulation */
+	int weight_dtype; /* how the weights are stored (TK_F32, TK_BF16) */
+	int B, T, A;	  /* batch, sequence length, gradient accumulation */
 	int keep_activations;
 	taco_optim_opts optim;
 	const uint8_t *frozen; /* NULL or a flag per tensor of the shapes */

@@ -25,10 +25,11 @@ int taco_job_frozen(const taco_job *job, const taco_model *m, uint8_t **out,
 		}
 		if (!hits) {
 			free(frozen);
-			return taco_err_set(err, -EINVAL,
-					    "freeze[%d]: '%s' matches no tensor "
-					    "of the model",
-					    f, p);
+			return taco_err_set(
+			    err, -EINVAL,
+			    "freeze[%d]: '%s' matches no tensor "
+			    "of the model",
+			    f, p);
 		}
 	}
 	*out = frozen;
@@ -54,7 +55,8 @@ static int stored_dtype(const char *dir, int *dtype, taco_err *err)
 	t = taco_st_model_find(st, "model.embed_tokens.weight");
 	if (!t || !taco_st_dtype_supported(t->dtype))
 		r = taco_err_set(err, -EINVAL,
-				 "%s: no usable model.embed_tokens.weight", dir);
+				 "%s: no usable model.embed_tokens.weight",
+				 dir);
 	else
 		*dtype = t->dtype;
 	taco_st_model_close(st);
@@ -115,8 +117,7 @@ int taco_plan_refuse(const taco_model *shapes, const taco_plan_input *in,
 			 "; batch_size %d fits at this seq_len", a.max_batch);
 	if (a.max_seq_len > 0)
 		snprintf(what + strlen(what), sizeof(what) - strlen(what),
-			 "; seq_len %d fits at this batch_size",
-			 a.max_seq_len);
+			 "; seq_len %d fits at this batch_size", a.max_seq_len);
 	snprintf(what + strlen(what), sizeof(what) - strlen(what),
 		 "; freezing the embeddings and LM head %s (%.2f GB)",
 		 a.freeze_embeddings_fits ? "fits" : "does not fit",

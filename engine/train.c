@@ -25,7 +25,7 @@ typedef struct trainer {
 	taco_optim *o;
 	taco_data *train, *val;
 	uint8_t *frozen;
-	float **dense; /* accumulated gradients (grad_accum > 1) */
+	float **dense;		   /* accumulated gradients (grad_accum > 1) */
 	int32_t *tokens, *targets; /* [A, B, T] */
 	size_t *order;
 	uint64_t order_epoch;
@@ -124,9 +124,8 @@ static int train_step(trainer *tr, taco_err *err)
 
 	for (int a = 0; a < j->grad_accum; a++)
 		taco_data_next_batch(tr->train, j->optim.seed, &tr->cur,
-				     tr->order, &tr->order_epoch,
-				     j->batch_size, j->seq_len,
-				     tr->tokens + a * rows,
+				     tr->order, &tr->order_epoch, j->batch_size,
+				     j->seq_len, tr->tokens + a * rows,
 				     tr->targets + a * rows);
 	for (size_t i = 0; i < rows * (size_t)j->grad_accum; i++)
 		norm += tr->targets[i] != -100;
@@ -174,15 +173,16 @@ static int evaluate(trainer *tr, taco_err *err)
 		n += st.n_targets;
 		correct += st.n_correct;
 	}
-	taco_events_emit(&tr->ev, "eval",
-			 json_pack("{sI sf sf sI}", "step", (json_int_t)tr->step,
-				   "val_loss", n ? loss / (double)n : 0.0,
-				   "val_token_accuracy",
-				   n ? (double)correct / (double)n : 0.0,
-				   "val_targets", (json_int_t)n));
+	taco_events_emit(
+	    &tr->ev, "eval",
+	    json_pack("{sI sf sf sI}", "step", (json_int_t)tr->step, "val_loss",
+		      n ? loss / (double)n : 0.0, "val_token_accuracy",
+		      n ? (double)correct / (double)n : 0.0, "val_targets",
+		      (json_int_t)n));
 	if (tr->opts->progress)
-		fprintf(stderr, "%seval at step %lld: loss %.4f, token "
-				"accuracy %.4f\n",
+		fprintf(stderr,
+			"%seval at step %lld: loss %.4f, token "
+			"accuracy %.4f\n",
 			tr->opts->progress == TACO_PROGRESS_TTY ? "\n" : "",
 			(long long)tr->step, n ? loss / (double)n : 0.0,
 			n ? (double)correct / (double)n : 0.0);
@@ -204,13 +204,11 @@ static json_t *job_identity(const taco_job *j)
 static int checkpoint(trainer *tr, taco_err *err)
 {
 	char path[4400];
-	json_t *t = json_pack("{sI sI sI sI sI so}", "step",
-			      (json_int_t)tr->step, "epoch",
-			      (json_int_t)tr->cur.epoch, "index",
-			      (json_int_t)tr->cur.index, "tokens_seen",
-			      (json_int_t)tr->tokens_seen, "total_steps",
-			      (json_int_t)tr->total, "job",
-			      job_identity(tr->job));
+	json_t *t = json_pack(
+	    "{sI sI sI sI sI so}", "step", (json_int_t)tr->step, "epoch",
+	    (json_int_t)tr->cur.epoch, "index", (json_int_t)tr->cur.index,
+	    "tokens_seen", (json_int_t)tr->tokens_seen, "total_steps",
+	    (json_int_t)tr->total, "job", job_identity(tr->job));
 	int r;
 
 	if (!t)
@@ -224,9 +222,9 @@ static int checkpoint(trainer *tr, taco_err *err)
 		fprintf(stderr, "%scheckpoint %s\n",
 			tr->opts->progress == TACO_PROGRESS_TTY ? "\n" : "",
 			path);
-	taco_events_emit(&tr->ev, "checkpoint",
-			 json_pack("{sI ss}", "step", (json_int_t)tr->step,
-				   "path", path));
+	taco_events_emit(
+	    &tr->ev, "checkpoint",
+	    json_pack("{sI ss}", "step", (json_int_t)tr->step, "path", path));
 	return 0;
 }
 
@@ -239,8 +237,7 @@ static int resume(trainer *tr, taco_err *err)
 	json_t *v;
 	int r;
 
-	r = taco_ckpt_latest(tr->job->output_dir, dir, sizeof(dir), &step,
-			     err);
+	r = taco_ckpt_latest(tr->job->output_dir, dir, sizeof(dir), &step, err);
 	if (r == -ENOENT)
 		return 0; /* nothing to resume: start at step 0 */
 	if (r || (r = taco_ckpt_load(dir, tr->m, tr->o, &t, err)))
@@ -261,12 +258,12 @@ static int resume(trainer *tr, taco_err *err)
 	json_decref(want);
 	if (!r) {
 		tr->step = json_integer_value(json_object_get(t, "step"));
-		tr->cur.epoch = (uint64_t)json_integer_value(
-			json_object_get(t, "epoch"));
-		tr->cur.index = (uint64_t)json_integer_value(
-			json_object_get(t, "index"));
+		tr->cur.epoch =
+		    (uint64_t)json_integer_value(json_object_get(t, "epoch"));
+		tr->cur.index =
+		    (uint64_t)json_integer_value(json_object_get(t, "index"));
 		tr->tokens_seen =
-			json_integer_value(json_object_get(t, "tokens_seen"));
+		    json_integer_value(json_object_get(t, "tokens_seen"));
 		if (tr->step != step || tr->o->step != (uint64_t)step)
 			r = taco_err_set(err, -EINVAL,
 					 "%s: step in trainer.json and "
@@ -295,23 +292,21 @@ static void progress(trainer *tr)
 	int64_t done = tr->step - tr->start_step;
 	double tok = (double)done * j->batch_size * j->seq_len * j->grad_accum;
 	double tps = el > 0 ? tok / el : 0;
-	double eta = done > 0 ? el / (double)done * (double)(tr->total - tr->step)
-			      : 0;
+	double eta =
+	    done > 0 ? el / (double)done * (double)(tr->total - tr->step) : 0;
 	char e1[32], e2[32];
 
 	if (tr->step % j->log_every == 0 || tr->step == tr->total)
 		taco_events_emit(
-			&tr->ev, "progress",
-			json_pack("{sI sI sf sf sI sf sf sf sI sI}", "step",
-				  (json_int_t)tr->step, "total_steps",
-				  (json_int_t)tr->total, "loss", tr->loss, "lr",
-				  (double)tr->lr, "tokens",
-				  (json_int_t)tr->tokens_seen, "tokens_per_s",
-				  tps, "elapsed_s", el, "eta_s", eta,
-				  "mem_bytes",
-				  (json_int_t)tr->m->ops->mem_current(),
-				  "mem_peak_bytes",
-				  (json_int_t)tr->m->ops->mem_peak()));
+		    &tr->ev, "progress",
+		    json_pack(
+			"{sI sI sf sf sI sf sf sf sI sI}", "step",
+			(json_int_t)tr->step, "total_steps",
+			(json_int_t)tr->total, "loss", tr->loss, "lr",
+			(double)tr->lr, "tokens", (json_int_t)tr->tokens_seen,
+			"tokens_per_s", tps, "elapsed_s", el, "eta_s", eta,
+			"mem_bytes", (json_int_t)tr->m->ops->mem_current(),
+			"mem_peak_bytes", (json_int_t)tr->m->ops->mem_peak()));
 	if (!tr->opts->progress ||
 	    (tr->opts->progress == TACO_PROGRESS_LINES &&
 	     tr->step % j->log_every && tr->step != tr->total))
@@ -360,7 +355,8 @@ static int admit(trainer *tr, taco_err *err)
 	if (tr->plan.total > budget && budget) {
 		if (!(r = taco_job_frozen(tr->job, shapes, &frozen, err))) {
 			in.frozen = frozen;
-			r = taco_plan_refuse(shapes, &in, &tr->plan, budget, err);
+			r = taco_plan_refuse(shapes, &in, &tr->plan, budget,
+					     err);
 		}
 	}
 	free(frozen);
@@ -411,18 +407,16 @@ static void started(trainer *tr)
 {
 	const taco_job *j = tr->job;
 	json_t *e = json_pack(
-		"{ss ss sI sI sI sI ss sI sI si si si sI}", "model", j->model,
-		"architecture", taco_arch_name(tr->m->cfg.arch), "parameters",
-		(json_int_t)taco_model_param_count(tr->m), "total_steps",
-		(json_int_t)tr->total, "start_step", (json_int_t)tr->step,
-		"train_examples", (json_int_t)tr->train->n, "optimizer",
-		j->optim.all_adamw ? "adamw" : "taco", "optimizer_state_bytes",
-		(json_int_t)tr->o->state_bytes, "tokens_per_step",
-		(json_int_t)((int64_t)j->batch_size * j->seq_len *
-			     j->grad_accum),
-		"batch_size", j->batch_size, "seq_len", j->seq_len,
-		"grad_accum", j->grad_accum, "planned_bytes",
-		(json_int_t)tr->plan.total);
+	    "{ss ss sI sI sI sI ss sI sI si si si sI}", "model", j->model,
+	    "architecture", taco_arch_name(tr->m->cfg.arch), "parameters",
+	    (json_int_t)taco_model_param_count(tr->m), "total_steps",
+	    (json_int_t)tr->total, "start_step", (json_int_t)tr->step,
+	    "train_examples", (json_int_t)tr->train->n, "optimizer",
+	    j->optim.all_adamw ? "adamw" : "taco", "optimizer_state_bytes",
+	    (json_int_t)tr->o->state_bytes, "tokens_per_step",
+	    (json_int_t)((int64_t)j->batch_size * j->seq_len * j->grad_accum),
+	    "batch_size", j->batch_size, "seq_len", j->seq_len, "grad_accum",
+	    j->grad_accum, "planned_bytes", (json_int_t)tr->plan.total);
 
 	taco_events_emit(&tr->ev, "started", e);
 }
@@ -470,10 +464,12 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 		if ((r = train_step(&tr, err)))
 			goto out;
 		progress(&tr);
-		if (tr.val && job->eval_every && tr.step % job->eval_every == 0 &&
-		    tr.step < tr.total && (r = evaluate(&tr, err)))
+		if (tr.val && job->eval_every &&
+		    tr.step % job->eval_every == 0 && tr.step < tr.total &&
+		    (r = evaluate(&tr, err)))
 			goto out;
-		if (job->checkpoint_every && tr.step % job->checkpoint_every == 0 &&
+		if (job->checkpoint_every &&
+		    tr.step % job->checkpoint_every == 0 &&
 		    (r = checkpoint(&tr, err)))
 			goto out;
 	}
@@ -487,12 +483,12 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 	} else if ((r = finish(&tr, err))) {
 		goto out;
 	}
-	taco_events_emit(&tr.ev, "finished",
-			 json_pack("{ss sI sf sf}", "status",
-				   end == TACO_TRAIN_STOPPED ? "stopped"
-							     : "succeeded",
-				   "step", (json_int_t)tr.step, "loss", tr.loss,
-				   "elapsed_s", now() - tr.t_start));
+	taco_events_emit(
+	    &tr.ev, "finished",
+	    json_pack("{ss sI sf sf}", "status",
+		      end == TACO_TRAIN_STOPPED ? "stopped" : "succeeded",
+		      "step", (json_int_t)tr.step, "loss", tr.loss, "elapsed_s",
+		      now() - tr.t_start));
 	r = end;
 out:
 	if (r < 0)

@@ -10,10 +10,10 @@
 #include "taco_err.h"
 
 typedef struct taco_train_opts {
-	int resume;      /* continue from the newest complete checkpoint */
-	int events_fd;   /* -1: no events */
-	int progress;    /* on stderr: 0 none, TACO_PROGRESS_TTY a live line,
-			    TACO_PROGRESS_LINES a line every log_every */
+	int resume;    /* continue from the newest complete checkpoint */
+	int events_fd; /* -1: no events */
+	int progress;  /* on stderr: 0 none, TACO_PROGRESS_TTY a live line,
+			  TACO_PROGRESS_LINES a line every log_every */
 	const volatile sig_atomic_t *stop; /* set: checkpoint and stop */
 	uint64_t memory_budget; /* bytes the plan must fit; 0: this machine's
 				   physical memory */

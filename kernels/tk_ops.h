@@ -8,7 +8,8 @@
  * - Pointers passed to ops are backend memory (obtained from ops->alloc).
  * - Activations are fp32, row-major. N = number of tokens (B * T), rows of an
  *   activation matrix are tokens.
- * - q/k/v layout: [N, heads * hd], head h of token t at t * heads * hd + h * hd.
+ * - q/k/v layout: [N, heads * hd], head h of token t at t * heads * hd + h *
+ * hd.
  * - "pos" arrays hold each token's position inside its document: a document
  *   starts where pos == 0, and attention never crosses a document start.
  *   Positions therefore restart at each boundary (packing).
@@ -31,15 +32,15 @@ size_t tk_dtype_size(int dtype);
 
 /* Arguments of one TACO update (shared/docs/taco.md). */
 typedef struct tk_taco_args {
-	int R, C;         /* W and G are [R, C] row-major; column j = W[:, j] */
-	int k;            /* slots per column, 1..16 */
-	float lr;         /* this step's learning rate (after the schedule) */
-	float beta;       /* EMA decay of slot values */
+	int R, C;   /* W and G are [R, C] row-major; column j = W[:, j] */
+	int k;	    /* slots per column, 1..16 */
+	float lr;   /* this step's learning rate (after the schedule) */
+	float beta; /* EMA decay of slot values */
 	float weight_decay;
-	int stochastic;   /* bf16 weights: 1 stochastic rounding, 0 nearest */
-	uint64_t seed;    /* job seed */
+	int stochastic; /* bf16 weights: 1 stochastic rounding, 0 nearest */
+	uint64_t seed;	/* job seed */
 	uint64_t tensor_index; /* position in the sorted tensor-name list */
-	uint64_t step;    /* optimizer step, from 1 */
+	uint64_t step;	       /* optimizer step, from 1 */
 } tk_taco_args;
 
 /* Arguments of one AdamW update (PyTorch semantics, bias-corrected). */
@@ -113,8 +114,8 @@ struct tk_ops {
 	 * Query head h uses kv head h / (nh / nkv). */
 	void (*attention_fwd)(float *out, float *lse, const float *q,
 			      const float *k, const float *v,
-			      const int32_t *pos, int B, int T, int nh,
-			      int nkv, int hd, int window, float scale);
+			      const int32_t *pos, int B, int T, int nh, int nkv,
+			      int hd, int window, float scale);
 	/* dq overwritten, dk/dv overwritten (GQA sums over the group). */
 	void (*attention_bwd)(float *dq, float *dk, float *dv,
 			      const float *dout, const float *out,

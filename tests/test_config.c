@@ -14,15 +14,15 @@ static const struct {
 	const char *file;
 	uint64_t total, in2d, in1d;
 } ref_counts[] = {
-	{"qwen3-32b.json", 32762123264ull, 32761446400ull, 676864},
-	{"qwen3-14b.json", 14768307200ull, 14767882240ull, 424960},
-	{"qwen3-8b.json", 8190735360ull, 8190427136ull, 308224},
-	{"qwen3-1.7b.json", 1720574976ull, 1720451072ull, 123904},
-	{"qwen3-0.6b.json", 596049920ull, 595984384ull, 65536},
-	{"llama-3.1-8b.json", 8030261248ull, 8029995008ull, 266240},
-	{"mistral-7b-v0.1.json", 7241732096ull, 7241465856ull, 266240},
-	{"opt-13b.json", 12853473280ull, 12850800640ull, 2672640},
-	{"pythia-1b.json", 1011781632ull, 1011351552ull, 430080},
+    {"qwen3-32b.json", 32762123264ull, 32761446400ull, 676864},
+    {"qwen3-14b.json", 14768307200ull, 14767882240ull, 424960},
+    {"qwen3-8b.json", 8190735360ull, 8190427136ull, 308224},
+    {"qwen3-1.7b.json", 1720574976ull, 1720451072ull, 123904},
+    {"qwen3-0.6b.json", 596049920ull, 595984384ull, 65536},
+    {"llama-3.1-8b.json", 8030261248ull, 8029995008ull, 266240},
+    {"mistral-7b-v0.1.json", 7241732096ull, 7241465856ull, 266240},
+    {"opt-13b.json", 12853473280ull, 12850800640ull, 2672640},
+    {"pythia-1b.json", 1011781632ull, 1011351552ull, 430080},
 };
 
 START_TEST(test_reference_param_counts)
@@ -47,9 +47,9 @@ START_TEST(test_reference_param_counts)
 			in1d += m->tensors[i].numel;
 		ck_assert_ptr_null(m->tensors[i].data);
 		if (i)
-			ck_assert_int_lt(strcmp(m->tensors[i - 1].name,
-						m->tensors[i].name),
-					 0);
+			ck_assert_int_lt(
+			    strcmp(m->tensors[i - 1].name, m->tensors[i].name),
+			    0);
 	}
 	ck_assert_uint_eq(total, ref_counts[_i].total);
 	ck_assert_uint_eq(in2d, ref_counts[_i].in2d);
@@ -64,9 +64,9 @@ START_TEST(test_reference_fields)
 	taco_err err = {{0}};
 	float inv[64];
 
-	ck_assert_int_eq(taco_config_load(tu_fixture("configs/qwen3-32b.json"),
-					  &c, &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_config_load(tu_fixture("configs/qwen3-32b.json"), &c, &err),
+	    0);
 	ck_assert_int_eq(c.arch, TACO_ARCH_QWEN3);
 	ck_assert_int_eq(c.head_dim, 128);
 	ck_assert_int_eq(c.heads * c.head_dim, 8192);
@@ -75,22 +75,21 @@ START_TEST(test_reference_fields)
 	ck_assert_int_eq(c.kv_heads, 8);
 	ck_assert_int_eq(c.tie_embeddings, 0);
 
-	ck_assert_int_eq(taco_config_load(
-				 tu_fixture("configs/llama-3.1-8b.json"), &c,
-				 &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_config_load(tu_fixture("configs/llama-3.1-8b.json"), &c, &err),
+	    0);
 	ck_assert_int_eq(c.rope_type, TACO_ROPE_LLAMA3);
 	ck_assert_int_eq(c.rope_original_max_pos, 8192);
 	taco_config_inv_freq(&c, inv);
 	/* Highest frequency untouched, lowest divided by the factor. */
 	ck_assert_float_eq_tol(inv[0], 1.0f, 1e-7f);
 	ck_assert_float_eq_tol(
-		inv[63], (float)(pow(500000.0, -126.0 / 128.0) / 8.0), 1e-12f);
+	    inv[63], (float)(pow(500000.0, -126.0 / 128.0) / 8.0), 1e-12f);
 
-	ck_assert_int_eq(taco_config_load(
-				 tu_fixture("configs/mistral-7b-v0.1.json"),
-				 &c, &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_config_load(tu_fixture("configs/mistral-7b-v0.1.json"), &c,
+			     &err),
+	    0);
 	ck_assert_int_eq(c.sliding_window, 4096);
 	ck_assert_int_eq(c.head_dim, 128);
 }
@@ -103,20 +102,19 @@ START_TEST(test_shapes_only_architectures)
 	taco_model *m = NULL;
 	taco_err err = {{0}};
 
-	ck_assert_int_eq(taco_config_load(tu_fixture("configs/opt-13b.json"),
-					  &c, &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_config_load(tu_fixture("configs/opt-13b.json"), &c, &err), 0);
 	ck_assert_int_eq(c.arch, TACO_ARCH_OPT);
 	ck_assert_int_eq(c.shapes_only, 1);
 	ck_assert_int_eq(c.tie_embeddings, 1);
 	ck_assert_int_eq(c.gated_mlp, 0);
-	ck_assert_int_eq(taco_model_init_random(&c, tk_cpu_ops(), TK_BF16, 1,
-						&m, &err),
-			 -ENOTSUP);
+	ck_assert_int_eq(
+	    taco_model_init_random(&c, tk_cpu_ops(), TK_BF16, 1, &m, &err),
+	    -ENOTSUP);
 	ck_assert_ptr_nonnull(strstr(err.msg, "planned but not trained"));
-	ck_assert_int_eq(taco_config_load(tu_fixture("configs/pythia-1b.json"),
-					  &c, &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_config_load(tu_fixture("configs/pythia-1b.json"), &c, &err),
+	    0);
 	ck_assert_int_eq(c.arch, TACO_ARCH_GPT_NEOX);
 	ck_assert_int_eq(c.tie_embeddings, 0);
 }
@@ -132,37 +130,34 @@ static const struct {
 	int code;
 	const char *fragment;
 } bad[] = {
-	{"[1,2]", -EINVAL, "not a JSON object"},
-	{"{\"a\":1,", -EINVAL, "line 1"},
-	{"{" BASE ",\"hidden_size\":1}", -EINVAL, "duplicate"},
-	{"{\"hidden_size\":64}", -EINVAL, "architectures"},
-	{"{\"architectures\":[\"GPT2LMHeadModel\"]}", -ENOTSUP, "GPT2LMHead"},
-	{"{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64}",
-	 -EINVAL, "intermediate_size"},
-	{"{" BASE ",\"num_key_value_heads\":3}", -EINVAL, "multiple"},
-	{"{" BASE ",\"head_dim\":15}", -EINVAL, "head_dim"},
-	{"{" BASE ",\"hidden_act\":\"gelu\"}", -ENOTSUP, "hidden_act"},
-	{"{" BASE ",\"mlp_bias\":true}", -ENOTSUP, "mlp_bias"},
-	{"{" BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}",
-	 -ENOTSUP, "yarn"},
-	{"{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\"}}", -EINVAL,
-	 "original_max_position_embeddings"},
-	{"{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\","
-	 "\"original_max_position_embeddings\":16}}",
-	 -EINVAL, "factor"},
-	{"{" BASE ",\"vocab_size\":-1}", -EINVAL, "vocab_size"},
-	{"{" BASE ",\"num_hidden_layers\":100000}", -EINVAL,
-	 "num_hidden_layers"},
-	{"{" BASE ",\"rms_norm_eps\":\"x\"}", -EINVAL, "rms_norm_eps"},
-	{"{" BASE ",\"attention_dropout\":0.1}", -ENOTSUP,
-	 "attention_dropout"},
-	{"{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":64,"
-	 "\"intermediate_size\":128,\"num_hidden_layers\":2,"
-	 "\"num_attention_heads\":4,\"vocab_size\":100,"
-	 "\"use_sliding_window\":true}",
-	 -ENOTSUP, "use_sliding_window"},
-	{"{" BASE ",\"tie_word_embeddings\":1}", -EINVAL,
-	 "tie_word_embeddings"},
+    {"[1,2]", -EINVAL, "not a JSON object"},
+    {"{\"a\":1,", -EINVAL, "line 1"},
+    {"{" BASE ",\"hidden_size\":1}", -EINVAL, "duplicate"},
+    {"{\"hidden_size\":64}", -EINVAL, "architectures"},
+    {"{\"architectures\":[\"GPT2LMHeadModel\"]}", -ENOTSUP, "GPT2LMHead"},
+    {"{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64}", -EINVAL,
+     "intermediate_size"},
+    {"{" BASE ",\"num_key_value_heads\":3}", -EINVAL, "multiple"},
+    {"{" BASE ",\"head_dim\":15}", -EINVAL, "head_dim"},
+    {"{" BASE ",\"hidden_act\":\"gelu\"}", -ENOTSUP, "hidden_act"},
+    {"{" BASE ",\"mlp_bias\":true}", -ENOTSUP, "mlp_bias"},
+    {"{" BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}",
+     -ENOTSUP, "yarn"},
+    {"{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\"}}", -EINVAL,
+     "original_max_position_embeddings"},
+    {"{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\","
+     "\"original_max_position_embeddings\":16}}",
+     -EINVAL, "factor"},
+    {"{" BASE ",\"vocab_size\":-1}", -EINVAL, "vocab_size"},
+    {"{" BASE ",\"num_hidden_layers\":100000}", -EINVAL, "num_hidden_layers"},
+    {"{" BASE ",\"rms_norm_eps\":\"x\"}", -EINVAL, "rms_norm_eps"},
+    {"{" BASE ",\"attention_dropout\":0.1}", -ENOTSUP, "attention_dropout"},
+    {"{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":64,"
+     "\"intermediate_size\":128,\"num_hidden_layers\":2,"
+     "\"num_attention_heads\":4,\"vocab_size\":100,"
+     "\"use_sliding_window\":true}",
+     -ENOTSUP, "use_sliding_window"},
+    {"{" BASE ",\"tie_word_embeddings\":1}", -EINVAL, "tie_word_embeddings"},
 };
 
 START_TEST(test_bad_configs)

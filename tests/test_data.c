@@ -45,14 +45,14 @@ static const struct {
 	const char *text;
 	const char *fragment;
 } bad[] = {
-	{"{\"input_ids\":[1,2]}\n{oops\n", ":2: invalid JSON"},
-	{"{\"input_ids\":[1,2,300]}\n", ":1: input_ids[2] must be a token id"},
-	{"{\"input_ids\":[1]}\n", ":1: needs \"input_ids\""},
-	{"{\"input_ids\":[1,2],\"labels\":[1]}\n", "as long as"},
-	{"{\"input_ids\":[1,2],\"labels\":[1,-7]}\n", "labels[1]"},
-	{"\n\n", "no examples"},
-	{"[1,2,3]\n", ":1: needs"},
-	{"{\"input_ids\":[1,2],\"input_ids\":[3,4]}\n", "duplicate"},
+    {"{\"input_ids\":[1,2]}\n{oops\n", ":2: invalid JSON"},
+    {"{\"input_ids\":[1,2,300]}\n", ":1: input_ids[2] must be a token id"},
+    {"{\"input_ids\":[1]}\n", ":1: needs \"input_ids\""},
+    {"{\"input_ids\":[1,2],\"labels\":[1]}\n", "as long as"},
+    {"{\"input_ids\":[1,2],\"labels\":[1,-7]}\n", "labels[1]"},
+    {"\n\n", "no examples"},
+    {"[1,2,3]\n", ":1: needs"},
+    {"{\"input_ids\":[1,2],\"input_ids\":[3,4]}\n", "duplicate"},
 };
 
 START_TEST(test_bad_lines)
@@ -86,9 +86,9 @@ START_TEST(test_limits_and_missing)
 	ck_assert_uint_eq(d->n, 3);
 	taco_data_free(d);
 	unlink(path);
-	ck_assert_int_eq(taco_data_load_pretok("/nonexistent.jsonl", 256, 3, &d,
-					       &err),
-			 -ENOENT);
+	ck_assert_int_eq(
+	    taco_data_load_pretok("/nonexistent.jsonl", 256, 3, &d, &err),
+	    -ENOENT);
 }
 END_TEST
 
@@ -137,10 +137,10 @@ START_TEST(test_epochs_and_cursor)
 	taco_cursor c = {0, 0}, c2;
 	int32_t tok[3 * 24], tgt[3 * 24], tok2[3 * 24], tgt2[3 * 24];
 
-	ck_assert_int_eq(taco_data_load_pretok(
-				 tu_fixture("data/count_train.jsonl"), 256,
-				 1000, &d, &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_data_load_pretok(tu_fixture("data/count_train.jsonl"), 256,
+				  1000, &d, &err),
+	    0);
 	taco_data_epoch_order(d, 5, 0, o1);
 	taco_data_epoch_order(d, 5, 0, o2);
 	ck_assert_mem_eq(o1, o2, sizeof(o1));
@@ -176,7 +176,8 @@ int main(void)
 	int failed;
 
 	tcase_add_test(tc, test_count_task);
-	tcase_add_loop_test(tc, test_bad_lines, 0, sizeof(bad) / sizeof(bad[0]));
+	tcase_add_loop_test(tc, test_bad_lines, 0,
+			    sizeof(bad) / sizeof(bad[0]));
 	tcase_add_test(tc, test_limits_and_missing);
 	tcase_add_test(tc, test_batches);
 	tcase_add_test(tc, test_epochs_and_cursor);

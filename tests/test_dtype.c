@@ -19,8 +19,8 @@ START_TEST(test_all_patterns_round_trip)
 		if (!isnan(f))
 			ck_assert_uint_eq(taco_f32_to_f16(f), x);
 		else
-			ck_assert(isnan(f) && (taco_f32_to_f16(f) & 0x7C00) ==
-						      0x7C00);
+			ck_assert(isnan(f) &&
+				  (taco_f32_to_f16(f) & 0x7C00) == 0x7C00);
 		o->to_f32(&f, &x, TK_BF16, 1);
 		if (!isnan(f))
 			ck_assert_uint_eq(taco_f32_to_bf16(f), x);
@@ -35,8 +35,7 @@ START_TEST(test_rounding)
 	/* Ties to even: 1 + 2^-8 lies halfway between bf16 1 and 1 + 2^-7. */
 	ck_assert_uint_eq(taco_f32_to_bf16(1.0f + 0x1p-8f), 0x3F80);
 	ck_assert_uint_eq(taco_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82);
-	ck_assert_uint_eq(taco_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f),
-			  0x3F81);
+	ck_assert_uint_eq(taco_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3F81);
 	/* f16: halfway between 1 and 1 + 2^-10 goes to 1. */
 	ck_assert_uint_eq(taco_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);
 	ck_assert_uint_eq(taco_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02);

@@ -14,7 +14,7 @@
 #include "testutil.h"
 
 static const char *const fixtures[] = {
-	"llama_gqa", "qwen3_tied", "mistral_sw", "qwen2_bias", "llama_bf16",
+    "llama_gqa", "qwen3_tied", "mistral_sw", "qwen2_bias", "llama_bf16",
 };
 
 typedef struct fixture {
@@ -37,7 +37,7 @@ static int32_t *int_matrix(json_t *rows, int *B, int *T)
 	for (int b = 0; b < *B; b++)
 		for (int t = 0; t < *T; t++)
 			out[b * *T + t] = (int32_t)json_integer_value(
-				json_array_get(json_array_get(rows, b), t));
+			    json_array_get(json_array_get(rows, b), t));
 	return out;
 }
 
@@ -57,10 +57,10 @@ static void fixture_load(fixture *f, const char *name)
 	snprintf(path, sizeof(path), "%s/batch.json", dir);
 	batch = json_load_file(path, 0, &jerr);
 	ck_assert_msg(batch != NULL, "%s: %s", path, jerr.text);
-	f->tokens = int_matrix(json_object_get(batch, "input_ids"), &f->B,
-			       &f->T);
-	f->targets = int_matrix(json_object_get(batch, "targets"), &f->B,
-				&f->T);
+	f->tokens =
+	    int_matrix(json_object_get(batch, "input_ids"), &f->B, &f->T);
+	f->targets =
+	    int_matrix(json_object_get(batch, "targets"), &f->B, &f->T);
 	json_decref(batch);
 	snprintf(path, sizeof(path), "%s/expected.json", dir);
 	exp = json_load_file(path, 0, &jerr);
@@ -135,8 +135,7 @@ static void grads_free(grads *gs, const taco_model *m)
 
 /* scribble: overwrite weights in the gradient callback. chunk: rows per
  * cross-entropy chunk (0 = default, one chunk for these fixtures). */
-static void check_fixture(const char *name, int scribble, int chunk,
-			  int keep)
+static void check_fixture(const char *name, int scribble, int chunk, int keep)
 {
 	fixture f;
 	taco_err err = {{0}};
@@ -256,11 +255,11 @@ static void check_packing(const char *name)
 
 	grads_init(&gp, f.m, 0);
 	grads_init(&gu, f.m, 0);
-	r = taco_model_step(f.m, &(taco_batch){1, P, ptok, ptgt, ppos}, 0,
-			    grab, &gp, &sp, &err);
+	r = taco_model_step(f.m, &(taco_batch){1, P, ptok, ptgt, ppos}, 0, grab,
+			    &gp, &sp, &err);
 	ck_assert_msg(r == 0, "%s", err.msg);
-	r = taco_model_step(f.m, &(taco_batch){3, U, utok, utgt, NULL}, 0,
-			    grab, &gu, &su, &err);
+	r = taco_model_step(f.m, &(taco_batch){3, U, utok, utgt, NULL}, 0, grab,
+			    &gu, &su, &err);
 	ck_assert_msg(r == 0, "%s", err.msg);
 	ck_assert_int_eq(sp.n_targets, su.n_targets);
 	ck_assert_msg(fabs(sp.loss - su.loss) < 1e-6 * su.loss,
@@ -304,8 +303,7 @@ START_TEST(test_bad_batch)
 	ck_assert_int_eq(r, -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "target id -5"));
 	tgt[1] = 3;
-	r = taco_model_eval(f.m, &(taco_batch){1, 4, tok, tgt, pos}, &st,
-			    &err);
+	r = taco_model_eval(f.m, &(taco_batch){1, 4, tok, tgt, pos}, &st, &err);
 	ck_assert_int_eq(r, -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "position 2"));
 	r = taco_model_eval(f.m, &(taco_batch){0, 4, tok, tgt, NULL}, &st,
@@ -339,10 +337,10 @@ START_TEST(test_export_matches_transformers)
 	ck_assert_msg(r == 0, "%s", err.msg);
 	for (int i = 0; i < m->n_tensors; i++)
 		ck_assert_int_eq(m->tensors[i].dtype, TK_BF16);
-	batch = json_load_file(tu_fixture("models/llama_bf16/batch.json"), 0,
-			       NULL);
-	exp = json_load_file(tu_fixture("export/llama_bf16_taco.json"), 0,
-			     NULL);
+	batch =
+	    json_load_file(tu_fixture("models/llama_bf16/batch.json"), 0, NULL);
+	exp =
+	    json_load_file(tu_fixture("export/llama_bf16_taco.json"), 0, NULL);
 	ck_assert_ptr_nonnull(batch);
 	ck_assert_ptr_nonnull(exp);
 	tok = int_matrix(json_object_get(batch, "input_ids"), &B, &T);

@@ -21,16 +21,16 @@ static int has(const taco_job_problems *p, const char *fragment)
 START_TEST(test_full_job)
 {
 	const char *j =
-		"{\"model\":\"m\",\"train\":\"/d/t.jsonl\",\"validation\":"
-		"\"v.jsonl\",\"output_dir\":\"out\",\"steps\":300,"
-		"\"batch_size\":2,\"seq_len\":128,\"grad_accum\":4,\"lr\":2e-4,"
-		"\"schedule\":\"cosine\",\"warmup_steps\":10,\"min_lr_ratio\":"
-		"0.1,\"optimizer\":\"taco\",\"taco\":{\"k\":4,\"beta\":0.5,"
-		"\"weight_decay\":0.01,\"rounding\":\"nearest\"},\"adamw\":{"
-		"\"beta1\":0.8,\"beta2\":0.99,\"eps\":1e-6,\"weight_decay\":0.1}"
-		",\"freeze\":[\"model.embed_tokens\"],\"seed\":7,\"eval_every\":"
-		"50,\"checkpoint_every\":100,\"keep_checkpoints\":3,"
-		"\"export_shard_bytes\":1048576,\"log_every\":5}";
+	    "{\"model\":\"m\",\"train\":\"/d/t.jsonl\",\"validation\":"
+	    "\"v.jsonl\",\"output_dir\":\"out\",\"steps\":300,"
+	    "\"batch_size\":2,\"seq_len\":128,\"grad_accum\":4,\"lr\":2e-4,"
+	    "\"schedule\":\"cosine\",\"warmup_steps\":10,\"min_lr_ratio\":"
+	    "0.1,\"optimizer\":\"taco\",\"taco\":{\"k\":4,\"beta\":0.5,"
+	    "\"weight_decay\":0.01,\"rounding\":\"nearest\"},\"adamw\":{"
+	    "\"beta1\":0.8,\"beta2\":0.99,\"eps\":1e-6,\"weight_decay\":0.1}"
+	    ",\"freeze\":[\"model.embed_tokens\"],\"seed\":7,\"eval_every\":"
+	    "50,\"checkpoint_every\":100,\"keep_checkpoints\":3,"
+	    "\"export_shard_bytes\":1048576,\"log_every\":5}";
 	taco_job job;
 	taco_job_problems p;
 
@@ -110,8 +110,7 @@ START_TEST(test_bad_json)
 	ck_assert(has(&p, "line 1"));
 	ck_assert_int_eq(parse("[1]", &job, &p), -EINVAL);
 	ck_assert(has(&p, "JSON object"));
-	ck_assert_int_eq(parse("{\"steps\":1,\"steps\":2}", &job, &p),
-			 -EINVAL);
+	ck_assert_int_eq(parse("{\"steps\":1,\"steps\":2}", &job, &p), -EINVAL);
 	ck_assert(has(&p, "duplicate"));
 }
 END_TEST

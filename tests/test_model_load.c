@@ -21,9 +21,10 @@ static void setup_dir(void)
 	snprintf(dir, sizeof(dir), "/tmp/taco-load-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(cfg, sizeof(cfg), "%s/config.json", dir);
-	ck_assert_int_eq(taco_copy_file(tu_fixture("models/llama_gqa/config.json"),
-					cfg, NULL),
-			 0);
+	ck_assert_int_eq(
+	    taco_copy_file(tu_fixture("models/llama_gqa/config.json"), cfg,
+			   NULL),
+	    0);
 }
 
 static void cleanup_dir(void)
@@ -82,10 +83,10 @@ static void write_variant(int edit)
 }
 
 static const char *const expect[] = {
-	"tensor 'model.norm.weight' is missing",
-	"tensor 'model.norm.weight' has shape [32], the config needs [64]",
-	"tensor 'model.extra.weight' is not part of a LlamaForCausalLM",
-	"tensor 'model.norm.weight' has dtype I64",
+    "tensor 'model.norm.weight' is missing",
+    "tensor 'model.norm.weight' has shape [32], the config needs [64]",
+    "tensor 'model.extra.weight' is not part of a LlamaForCausalLM",
+    "tensor 'model.norm.weight' has dtype I64",
 };
 
 START_TEST(test_bad_directories)
@@ -122,12 +123,12 @@ START_TEST(test_sharded_same_loss)
 	ck_assert_int_eq(taco_model_load(dir, tk_cpu_ops(), &b, &err), 0);
 	for (int i = 0; i < 16; i++)
 		tok[i] = (i * 37) % 256, tgt[i] = (i * 41 + 3) % 256;
-	ck_assert_int_eq(taco_model_eval(a, &(taco_batch){1, 16, tok, tgt, NULL},
-					 &sa, &err),
-			 0);
-	ck_assert_int_eq(taco_model_eval(b, &(taco_batch){1, 16, tok, tgt, NULL},
-					 &sb, &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_model_eval(a, &(taco_batch){1, 16, tok, tgt, NULL}, &sa, &err),
+	    0);
+	ck_assert_int_eq(
+	    taco_model_eval(b, &(taco_batch){1, 16, tok, tgt, NULL}, &sb, &err),
+	    0);
 	ck_assert(sa.loss == sb.loss);
 	taco_model_free(a);
 	taco_model_free(b);
@@ -148,12 +149,10 @@ START_TEST(test_random_init_bf16)
 						     "config.json"),
 					  &c, &err),
 			 0);
-	ck_assert_int_eq(taco_model_init_random(&c, tk_cpu_ops(), TK_BF16, 3,
-						&a, &err),
-			 0);
-	ck_assert_int_eq(taco_model_init_random(&c, tk_cpu_ops(), TK_BF16, 3,
-						&b, &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_model_init_random(&c, tk_cpu_ops(), TK_BF16, 3, &a, &err), 0);
+	ck_assert_int_eq(
+	    taco_model_init_random(&c, tk_cpu_ops(), TK_BF16, 3, &b, &err), 0);
 	for (int i = 0; i < a->n_tensors; i++)
 		ck_assert_mem_eq(a->tensors[i].data, b->tensors[i].data,
 				 a->tensors[i].numel * 2);

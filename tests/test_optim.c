@@ -32,9 +32,9 @@ START_TEST(test_qwen3_32b_state_bytes)
 	taco_optim_opts o;
 	taco_err err = {{0}};
 
-	ck_assert_int_eq(taco_config_load(tu_fixture("configs/qwen3-32b.json"),
-					  &c, &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_config_load(tu_fixture("configs/qwen3-32b.json"), &c, &err),
+	    0);
 	ck_assert_int_eq(taco_model_shapes(&c, &m, &err), 0);
 	taco_optim_defaults(&o);
 	ck_assert_uint_eq(state_bytes_of(m, &o),
@@ -88,9 +88,8 @@ static taco_model *load(const char *name)
 	char rel[128];
 
 	snprintf(rel, sizeof(rel), "models/%s", name);
-	ck_assert_int_eq(taco_model_load(tu_fixture(rel), tk_cpu_ops(), &m,
-					 &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_model_load(tu_fixture(rel), tk_cpu_ops(), &m, &err), 0);
 	return m;
 }
 
@@ -110,7 +109,7 @@ START_TEST(test_kinds_and_frozen)
 	ck_assert_int_eq(taco_optim_create(m, &opts, frozen, &o, &err), 0);
 	for (int i = 0; i < m->n_tensors; i++) {
 		const taco_tensor *t = &m->tensors[i];
-		int want = i == m->embed ? TACO_OPT_FROZEN
+		int want = i == m->embed  ? TACO_OPT_FROZEN
 			   : t->ndim == 2 ? TACO_OPT_TACO
 					  : TACO_OPT_ADAMW;
 		ck_assert_int_eq(o->t[i].kind, want);
@@ -124,7 +123,8 @@ START_TEST(test_kinds_and_frozen)
 	/* a frozen tensor never changes */
 	for (size_t i = 0; i < m->tensors[m->embed].numel; i++)
 		g[i] = (float)i;
-	memcpy(before, m->tensors[m->embed].data, m->tensors[m->embed].numel * 4);
+	memcpy(before, m->tensors[m->embed].data,
+	       m->tensors[m->embed].numel * 4);
 	taco_optim_begin_step(o);
 	taco_optim_apply(o, m->embed, g, 0.1f);
 	ck_assert_mem_eq(before, m->tensors[m->embed].data,

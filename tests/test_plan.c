@@ -39,12 +39,12 @@ static const struct {
 	const char *model;
 	int B, T, A, adamw, ckpt;
 } matrix[] = {
-	{"llama_gqa", 2, 16, 1, 0, 1},  {"llama_gqa", 8, 24, 1, 0, 1},
-	{"llama_gqa", 4, 64, 4, 0, 1},  {"llama_gqa", 4, 24, 1, 1, 0},
-	{"qwen3_tied", 1, 128, 1, 0, 1}, {"qwen3_tied", 6, 24, 4, 1, 1},
-	{"qwen3_tied", 3, 32, 1, 0, 0}, {"llama_bf16", 8, 24, 1, 0, 1},
-	{"llama_bf16", 2, 256, 4, 0, 0}, {"mistral_sw", 4, 48, 1, 0, 1},
-	{"qwen2_bias", 16, 24, 1, 1, 1}, {"qwen2_bias", 2, 24, 4, 0, 0},
+    {"llama_gqa", 2, 16, 1, 0, 1},   {"llama_gqa", 8, 24, 1, 0, 1},
+    {"llama_gqa", 4, 64, 4, 0, 1},   {"llama_gqa", 4, 24, 1, 1, 0},
+    {"qwen3_tied", 1, 128, 1, 0, 1}, {"qwen3_tied", 6, 24, 4, 1, 1},
+    {"qwen3_tied", 3, 32, 1, 0, 0},  {"llama_bf16", 8, 24, 1, 0, 1},
+    {"llama_bf16", 2, 256, 4, 0, 0}, {"mistral_sw", 4, 48, 1, 0, 1},
+    {"qwen2_bias", 16, 24, 1, 1, 1}, {"qwen2_bias", 2, 24, 4, 0, 0},
 };
 
 /* Runs two real training steps and compares the allocator's peak with the
@@ -64,9 +64,8 @@ START_TEST(test_plan_matches_measured_peak)
 	ck_assert_ptr_nonnull(mkdtemp(out));
 	make_job(&job, matrix[_i].model, matrix[_i].B, matrix[_i].T,
 		 matrix[_i].A, matrix[_i].adamw, matrix[_i].ckpt, out);
-	ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CPU, &p, NULL, NULL,
-				       &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_plan_job(&job, TACO_BACKEND_CPU, &p, NULL, NULL, &err), 0);
 	ck_assert_uint_eq(ops->mem_current(), 0);
 	ops->mem_reset_peak();
 	r = taco_train_run(&job, &to, &err);
@@ -81,9 +80,8 @@ START_TEST(test_plan_matches_measured_peak)
 		"measured %9llu B, error %.4f%%\n",
 		matrix[_i].model, matrix[_i].B, matrix[_i].T, matrix[_i].A,
 		matrix[_i].adamw ? "adamw" : "taco",
-		matrix[_i].ckpt ? "ckpt" : "keep",
-		(unsigned long long)p.total, (unsigned long long)peak,
-		100 * rel);
+		matrix[_i].ckpt ? "ckpt" : "keep", (unsigned long long)p.total,
+		(unsigned long long)peak, 100 * rel);
 	ck_assert_msg(rel < 0.05, "plan %llu vs measured %llu",
 		      (unsigned long long)p.total, (unsigned long long)peak);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", out);
@@ -107,9 +105,8 @@ START_TEST(test_refusal_and_advice)
 
 	ck_assert_ptr_nonnull(mkdtemp(out));
 	make_job(&job, "llama_gqa", 16, 256, 1, 0, 1, out);
-	ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CPU, &p, &in, &shapes,
-				       &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_plan_job(&job, TACO_BACKEND_CPU, &p, &in, &shapes, &err), 0);
 	/* a budget between the plans of batch 4 and batch 5 */
 	in.B = 4;
 	ck_assert_int_eq(taco_plan_compute(shapes, &in, &small, &err), 0);
@@ -119,9 +116,8 @@ START_TEST(test_refusal_and_advice)
 	ck_assert_ptr_nonnull(strstr(err.msg, "batch_size 4 fits"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "seq_len"));
 	in.B = 16;
-	ck_assert_int_eq(taco_plan_advise(shapes, &in, small.total + 1000, &a,
-					  &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_plan_advise(shapes, &in, small.total + 1000, &a, &err), 0);
 	ck_assert_int_eq(a.max_batch, 4);
 	ck_assert_int_gt(a.max_seq_len, 2);
 	ck_assert_int_lt(a.max_seq_len, 256);
@@ -154,22 +150,21 @@ START_TEST(test_headline_plans)
 	in.T = 1024;
 	in.A = 1;
 	taco_optim_defaults(&in.optim);
-	ck_assert_int_eq(taco_config_load(tu_fixture("configs/qwen3-32b.json"),
-					  &c, &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_config_load(tu_fixture("configs/qwen3-32b.json"), &c, &err),
+	    0);
 	ck_assert_int_eq(taco_model_shapes(&c, &m, &err), 0);
 	ck_assert_int_eq(taco_plan_compute(m, &in, &p, &err), 0);
 	ck_assert_uint_eq(p.term[TACO_PLAN_WEIGHTS], 2 * 32762123264ull);
 	ck_assert_uint_lt(p.total, 72000000000ull);
 	/* the CPU plan refuses shapes-only models, not these */
 	taco_model_free(m);
-	ck_assert_int_eq(taco_config_load(tu_fixture("configs/opt-13b.json"),
-					  &c, &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_config_load(tu_fixture("configs/opt-13b.json"), &c, &err), 0);
 	ck_assert_int_eq(taco_model_shapes(&c, &m, &err), 0);
 	ck_assert_int_eq(taco_plan_compute(m, &in, &p, &err), 0);
 	ck_assert_uint_eq(p.term[TACO_PLAN_TACO_STATE] +
-				  p.term[TACO_PLAN_ADAMW_STATE],
+			      p.term[TACO_PLAN_ADAMW_STATE],
 			  128450560ull);
 	in.backend = TACO_BACKEND_CPU;
 	ck_assert_int_eq(taco_plan_compute(m, &in, &p, &err), -ENOTSUP);

@@ -2,9 +2,9 @@
  * after SIGKILL, SIGTERM, gradient accumulation, export. */
 #include <check.h>
 #include <fcntl.h>
-#include <pty.h>
 #include <jansson.h>
 #include <math.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +71,7 @@ static const char *write_job(const char *name, const char *model,
 
 /* Events of one run, parsed. */
 typedef struct run {
-	int status; /* exit status, or 128 + signal */
+	int status;	/* exit status, or 128 + signal */
 	json_t *events; /* array */
 } run;
 
@@ -113,9 +113,8 @@ static run run_train(const char *job, int resume, const char *kill_event,
 		json_array_append_new(r.events, e);
 		name = json_string_value(json_object_get(e, "event"));
 		if (kill_event && !killed && strcmp(name, kill_event) == 0 &&
-		    (kill_step <= 0 ||
-		     json_integer_value(json_object_get(e, "step")) ==
-			     kill_step)) {
+		    (kill_step <= 0 || json_integer_value(json_object_get(
+					   e, "step")) == kill_step)) {
 			kill(pid, sig);
 			killed = 1;
 		}
@@ -149,10 +148,10 @@ static json_t *last_event(const run *r, const char *name)
 	json_t *found = NULL, *e;
 	size_t i;
 
-	json_array_foreach(r->events, i, e)
-		if (!strcmp(json_string_value(json_object_get(e, "event")),
-			    name))
-			found = e;
+	json_array_foreach(
+	    r->events, i,
+	    e) if (!strcmp(json_string_value(json_object_get(e, "event")),
+			   name)) found = e;
 	return found;
 }
 
@@ -178,18 +177,19 @@ static void check_learning(const char *model, const char *extra,
 	losses(&r, l, 400);
 	ev = last_event(&r, "eval");
 	ck_assert_ptr_nonnull(ev);
-	fprintf(stderr, "learning %s (%s): loss %.4f at step 1, %.4f at the "
-			"end; val loss %.4f, token accuracy %.3f\n",
-		model, extra, l[1], json_real_value(json_object_get(
-					    last_event(&r, "finished"), "loss")),
+	fprintf(stderr,
+		"learning %s (%s): loss %.4f at step 1, %.4f at the "
+		"end; val loss %.4f, token accuracy %.3f\n",
+		model, extra, l[1],
+		json_real_value(
+		    json_object_get(last_event(&r, "finished"), "loss")),
 		json_real_value(json_object_get(ev, "val_loss")),
 		json_real_value(json_object_get(ev, "val_token_accuracy")));
 	ck_assert(l[1] > 4.5);
-	ck_assert_msg(json_real_value(json_object_get(ev, "val_loss")) <
-			      max_final,
-		      "validation loss %.4f not below %.2f",
-		      json_real_value(json_object_get(ev, "val_loss")),
-		      max_final);
+	ck_assert_msg(
+	    json_real_value(json_object_get(ev, "val_loss")) < max_final,
+	    "validation loss %.4f not below %.2f",
+	    json_real_value(json_object_get(ev, "val_loss")), max_final);
 	json_decref(r.events);
 	rm_tmpdir();
 }
@@ -241,7 +241,7 @@ static void check_resume(const char *model)
 	b2 = run_train(write_job("b", model, extra), 1, NULL, 0, 0);
 	ck_assert_int_eq(b2.status, 0);
 	ck_assert_int_eq(json_integer_value(json_object_get(
-				 last_event(&b2, "started"), "start_step")),
+			     last_event(&b2, "started"), "start_step")),
 			 4);
 	losses(&a, la, 12);
 	losses(&b1, lb, 4);
@@ -293,7 +293,7 @@ START_TEST(test_sigterm_checkpoints)
 	ck = last_event(&r, "checkpoint");
 	ck_assert_ptr_nonnull(ck);
 	ck_assert_str_eq(json_string_value(json_object_get(
-				 last_event(&r, "finished"), "status")),
+			     last_event(&r, "finished"), "status")),
 			 "stopped");
 	snprintf(path, sizeof(path), "%s/trainer.json",
 		 json_string_value(json_object_get(ck, "path")));
@@ -303,7 +303,7 @@ START_TEST(test_sigterm_checkpoints)
 	r2 = run_train(job, 1, NULL, 0, 0);
 	ck_assert_int_eq(r2.status, 0);
 	ck_assert_int_eq(json_integer_value(json_object_get(
-				 last_event(&r2, "started"), "start_step")),
+			     last_event(&r2, "started"), "start_step")),
 			 json_integer_value(json_object_get(ck, "step")));
 	ck_assert_ptr_nonnull(last_event(&r2, "exported"));
 	json_decref(r.events);
@@ -379,7 +379,7 @@ START_TEST(test_cli_errors)
 	e = last_event(&r, "error");
 	ck_assert_ptr_nonnull(e);
 	ck_assert_ptr_nonnull(
-		strstr(json_string_value(json_object_get(e, "message")), path));
+	    strstr(json_string_value(json_object_get(e, "message")), path));
 	json_decref(r.events);
 	rm_tmpdir();
 }
@@ -401,13 +401,13 @@ START_TEST(test_checkpoint_disk_full)
 	char *before, *after;
 
 	make_tmpdir();
-	snprintf(model_dir, sizeof(model_dir), "%s", tu_fixture("models/llama_gqa"));
+	snprintf(model_dir, sizeof(model_dir), "%s",
+		 tu_fixture("models/llama_gqa"));
 	ck_assert_int_eq(taco_model_load(model_dir, tk_cpu_ops(), &m, &err), 0);
 	taco_optim_defaults(&opts);
 	ck_assert_int_eq(taco_optim_create(m, &opts, NULL, &o, &err), 0);
-	ck_assert_int_eq(taco_ckpt_save(tmpdir, 1, m, o, t, 3, dir,
-					sizeof(dir), &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_ckpt_save(tmpdir, 1, m, o, t, 3, dir, sizeof(dir), &err), 0);
 	before = slurp(dir, "model.safetensors", &n1);
 	pid = fork();
 	if (pid == 0) {
@@ -427,8 +427,8 @@ START_TEST(test_checkpoint_disk_full)
 	{
 		/* only the complete step 1 remains: no temporaries */
 		char cmd[700];
-		snprintf(cmd, sizeof(cmd), "test \"$(ls '%s')\" = step-00000001",
-			 path);
+		snprintf(cmd, sizeof(cmd),
+			 "test \"$(ls '%s')\" = step-00000001", path);
 		ck_assert_int_eq(system(cmd), 0);
 	}
 	free(before);
@@ -460,22 +460,26 @@ START_TEST(test_export_reloads)
 	ck_assert_int_eq(r.status, 0);
 	ev = last_event(&r, "exported");
 	ck_assert_ptr_nonnull(ev);
-	snprintf(dir, sizeof(dir), "%s", json_string_value(json_object_get(ev, "path")));
+	snprintf(dir, sizeof(dir), "%s",
+		 json_string_value(json_object_get(ev, "path")));
 	ck_assert_int_eq(taco_model_load(dir, tk_cpu_ops(), &m, &err), 0);
 	{
 		/* identical to the final checkpoint's weights */
 		char ck[600];
 		taco_model *c = NULL;
-		snprintf(ck, sizeof(ck), "%s/e/checkpoints/step-00000005", tmpdir);
-		ck_assert_int_eq(taco_model_load(tu_fixture("models/qwen3_tied"),
-						 tk_cpu_ops(), &c, &err),
-				 0);
+		snprintf(ck, sizeof(ck), "%s/e/checkpoints/step-00000005",
+			 tmpdir);
+		ck_assert_int_eq(
+		    taco_model_load(tu_fixture("models/qwen3_tied"),
+				    tk_cpu_ops(), &c, &err),
+		    0);
 		strcat(ck, "/model.safetensors");
 		ck_assert_int_eq(taco_model_load_weights(c, ck, &err), 0);
 		for (int i = 0; i < m->n_tensors; i++)
-			ck_assert_mem_eq(m->tensors[i].data, c->tensors[i].data,
-					 m->tensors[i].numel *
-						 tk_dtype_size(m->tensors[i].dtype));
+			ck_assert_mem_eq(
+			    m->tensors[i].data, c->tensors[i].data,
+			    m->tensors[i].numel *
+				tk_dtype_size(m->tensors[i].dtype));
 		taco_model_free(c);
 	}
 	{
@@ -488,9 +492,10 @@ START_TEST(test_export_reloads)
 			snprintf(p, sizeof(p), "%s/%s", dir, want[i]);
 			ck_assert_msg(stat(p, &st) == 0, "%s missing", p);
 		}
-		snprintf(p, sizeof(p), "test \"$(ls '%s/e/checkpoints' | tr "
-				       "'\\n' ' ')\" = 'step-00000004 "
-				       "step-00000005 '",
+		snprintf(p, sizeof(p),
+			 "test \"$(ls '%s/e/checkpoints' | tr "
+			 "'\\n' ' ')\" = 'step-00000004 "
+			 "step-00000005 '",
 			 tmpdir);
 		ck_assert_int_eq(system(p), 0);
 	}

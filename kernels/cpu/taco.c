@@ -4,7 +4,10 @@
  * with this step's gradient, propose the k largest untracked rows, merge,
  * step the selected entry of W, requantize. The arithmetic is exactly the
  * spec's (fp32, each operation rounded on its own; the build has
- * -ffp-contract=off, and every product is written as its own expression).
+ * -ffp-contract=off, and every product is written as its own expression):
+ * omb = 1 - beta; v = (beta * v) + (omb * g); u = omb * g;
+ * v = decode(q) * scale; a = w * (1 - lr * wd), then a - lr or a + lr;
+ * scale = amax / 448; q = encode(v / scale).
  *
  * Choices the spec leaves open, which every backend (CUDA included) and the
  * Python reference (tests/reference/taco_ref.py) make the same way:
@@ -18,7 +21,7 @@
  *   column with every slot empty has scale 0.
  * - A kept slot whose value requantizes to zero (|v / scale| <= 2^-10) keeps
  *   its row with code 0x00 or 0x80 (signed zero); next step it decodes to 0,
- *   is tracked like any slot, and is dropped if its value is still 0.
+ *   is tracked like any slot, and is dropped if its value is then 0.
  * - On reading the state, a slot whose idx is not all ones but is >= R
  *   (corrupt state) counts as empty.
  * - Non-finite input: a column whose gradient G[:, j] holds a NaN or an
@@ -32,12 +35,13 @@
  *   weights always round to nearest even, whatever a->stochastic says. F32
  *   weights ignore a->stochastic.
  *
- * CPU layout: G is row-major, so a column is strided. Columns are processed
- * in blocks of TACO_CB, rows outer: one pass over the rows keeps, for each
- * column of the block, a sorted list of its k best untracked rows and the
- * k-th best |G| as a threshold; a row enters the slow path only when some
- * column's |G| beats its threshold (or is not finite). Blocks run in
- * parallel; the result does not depend on the number of threads.
+ * CPU layout: G is row-major, so a column is strided. Each thread takes one
+ * contiguous range of columns and makes one pass over the rows, reading the
+ * range's slice of each row in order. Per column it keeps the k best
+ * untracked rows seen so far (unsorted) and the worst kept |G| as a
+ * threshold; a row is looked at further only where |G| beats the threshold
+ * (or is not finite), found 4 columns at a time with SSE2. Columns are
+ * independent, so the result does not depend on the number of threads.
  */
 #include <float.h>
 #include <math.h>
@@ -58,41 +62,40 @@
 #define TACO_GROUP 64	/* columns per scan mask */
 #define TACO_PREFETCH 8 /* columns of tracked-row prefetch */
 
-/* One entry of the merge: a tracked slot or a proposal. */
-typedef struct {
-	float v;   /* value */
-	float mag; /* |v| */
-	uint32_t row;
-	int proposed; /* 0 tracked, 1 proposed */
-} taco_ent;
-
-/* Scan state of a range of nb columns (column c of the range at [c], its
- * lists at [c * k ...]). */
+/* Scan state of a range of columns: column c of the range at [c], its
+ * lists at [c * TACO_KMAX ...]. Unused list entries hold row all ones and
+ * |G| = +inf, so that the SIMD searches can read all TACO_KMAX. */
 typedef struct {
 	int k;
 	float *thr;	    /* a row is offered iff !(|G| <= thr) */
-	uint64_t *filt;	    /* bit (row & 63) set for every tracked row */
 	int *ncand;	    /* candidates so far, <= k */
 	int *worst;	    /* when ncand == k: the candidate to replace */
 	int *ntrk;	    /* tracked (non-empty) slots */
-	unsigned char *bad; /* a non-finite G seen */
-	uint32_t *crow;	    /* candidates (unsorted) */
-	float *cmag;	    /* their |G| */
-	float *cval;	    /* their G */
-	uint32_t *trow;	    /* tracked rows and their decoded values */
+	unsigned char *bad; /* a non-finite value seen: skip the column */
+	uint32_t *crow;	    /* candidates (unsorted), their |G| and G */
+	float *cmag;
+	float *cval;
+	uint32_t *trow; /* tracked rows and their decoded values */
 	float *tval;
 } taco_block;
 
 /* Fallback storage for TACO_GROUP columns when malloc fails. */
 typedef struct {
 	float thr[TACO_GROUP];
-	uint64_t filt[TACO_GROUP];
-	int ncand[TACO_GROUP], ntrk[TACO_GROUP], worst[TACO_GROUP];
+	int ncand[TACO_GROUP], worst[TACO_GROUP], ntrk[TACO_GROUP];
 	unsigned char bad[TACO_GROUP];
-	uint32_t crow[TACO_GROUP * TACO_KMAX], trow[TACO_GROUP * TACO_KMAX];
+	uint32_t crow[TACO_GROUP * TACO_KMAX];
 	float cmag[TACO_GROUP * TACO_KMAX], cval[TACO_GROUP * TACO_KMAX];
+	uint32_t trow[TACO_GROUP * TACO_KMAX];
 	float tval[TACO_GROUP * TACO_KMAX];
 } taco_block_small;
+
+/* One entry of the merge: key orders it (larger first), v is its value. */
+typedef struct {
+	uint64_t key;
+	float v;
+	uint32_t row;
+} taco_ent;
 
 static uint32_t idx_get(const void *idx, int wide, size_t i)
 {
@@ -105,52 +108,6 @@ static void idx_set(void *idx, int wide, size_t i, uint32_t row)
 		((uint32_t *)idx)[i] = row;
 	else
 		((uint16_t *)idx)[i] = (uint16_t)row;
-}
-
-/* Row r of column c offers its gradient g, |g| = m > thr[c] (or m not
- * finite). */
-static void offer(taco_block *b, int c, uint32_t r, float g, float m)
-{
-	const int k = b->k;
-	const size_t o = (size_t)c * (size_t)k;
-	uint32_t *crow = b->crow + o;
-	float *cmag = b->cmag + o, *cval = b->cval + o;
-	int n, pos, i;
-
-	if (!(m <= FLT_MAX)) { /* NaN or infinity: the column is skipped */
-		b->bad[c] = 1;
-		b->thr[c] = INFINITY;
-		return;
-	}
-	if ((b->filt[c] >> (r & 63u)) & 1u) {
-		const uint32_t *trow = b->trow + o;
-
-		for (i = 0; i < b->ntrk[c]; i++)
-			if (trow[i] == r)
-				return;
-	}
-	/* The candidates are kept unsorted (the merge sorts them). While
-	 * fewer than k, r is appended; then r replaces the worst candidate:
-	 * the smallest |G|, of equal ones the largest row. Rows arrive in
-	 * increasing order, so r loses every tie (m == thr is never offered)
-	 * and the list ends as the k best by (|G| desc, row asc). */
-	n = b->ncand[c];
-	pos = n < k ? n : b->worst[c];
-	cmag[pos] = m;
-	cval[pos] = g;
-	crow[pos] = r;
-	if (n < k)
-		b->ncand[c] = ++n;
-	if (n == k) {
-		int w = 0;
-
-		for (i = 1; i < k; i++)
-			if (cmag[i] < cmag[w] ||
-			    (cmag[i] == cmag[w] && crow[i] > crow[w]))
-				w = i;
-		b->worst[c] = w;
-		b->thr[c] = cmag[w];
-	}
 }
 
 /* Bit c set iff column c of this row must be offered: !(|g[c]| <= thr[c]),
@@ -176,32 +133,126 @@ static uint64_t scan_row(const float *g, const float *thr, int nb)
 	return hit;
 }
 
-/* Merge order: |value| desc, tracked before proposed, smaller row. */
-static int merge_before(const taco_ent *x, const taco_ent *y)
+/* Is r one of the tracked rows trow[0 .. TACO_KMAX)? */
+static int is_tracked(const uint32_t *trow, uint32_t r)
 {
-	if (x->mag != y->mag)
-		return x->mag > y->mag;
-	if (x->proposed != y->proposed)
-		return x->proposed < y->proposed;
-	return x->row < y->row;
+#ifdef __SSE2__
+	const __m128i x = _mm_set1_epi32((int)r);
+	__m128i e0 = _mm_cmpeq_epi32(x, _mm_loadu_si128((const void *)trow));
+	__m128i e1 =
+	    _mm_cmpeq_epi32(x, _mm_loadu_si128((const void *)(trow + 4)));
+	__m128i e2 =
+	    _mm_cmpeq_epi32(x, _mm_loadu_si128((const void *)(trow + 8)));
+	__m128i e3 =
+	    _mm_cmpeq_epi32(x, _mm_loadu_si128((const void *)(trow + 12)));
+
+	return _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(e0, e1),
+					      _mm_or_si128(e2, e3))) != 0;
+#else
+	int hit = 0;
+
+	for (int i = 0; i < TACO_KMAX; i++)
+		hit |= trow[i] == r;
+	return hit;
+#endif
 }
 
-/* Slot order: |value| desc, smaller row. */
-static int slot_before(const taco_ent *x, const taco_ent *y)
+/* The candidate a new row replaces in a full list: the smallest |G|, of
+ * equal ones the largest row. */
+static int worst_of(const float *cmag, const uint32_t *crow)
 {
-	if (x->mag != y->mag)
-		return x->mag > y->mag;
-	return x->row < y->row;
+	unsigned eq;
+	int w, i;
+#ifdef __SSE2__
+	__m128 x0 = _mm_loadu_ps(cmag), x1 = _mm_loadu_ps(cmag + 4);
+	__m128 x2 = _mm_loadu_ps(cmag + 8), x3 = _mm_loadu_ps(cmag + 12);
+	__m128 mn = _mm_min_ps(_mm_min_ps(x0, x1), _mm_min_ps(x2, x3));
+
+	mn = _mm_min_ps(mn, _mm_shuffle_ps(mn, mn, _MM_SHUFFLE(1, 0, 3, 2)));
+	mn = _mm_min_ps(mn, _mm_shuffle_ps(mn, mn, _MM_SHUFFLE(2, 3, 0, 1)));
+	eq = (unsigned)_mm_movemask_ps(_mm_cmpeq_ps(x0, mn)) |
+	     (unsigned)_mm_movemask_ps(_mm_cmpeq_ps(x1, mn)) << 4 |
+	     (unsigned)_mm_movemask_ps(_mm_cmpeq_ps(x2, mn)) << 8 |
+	     (unsigned)_mm_movemask_ps(_mm_cmpeq_ps(x3, mn)) << 12;
+#else
+	float mv = cmag[0];
+
+	for (i = 1; i < TACO_KMAX; i++)
+		mv = cmag[i] < mv ? cmag[i] : mv;
+	eq = 0;
+	for (i = 0; i < TACO_KMAX; i++)
+		eq |= (unsigned)(cmag[i] == mv) << i;
+#endif
+	w = __builtin_ctz(eq);
+	for (eq &= eq - 1; eq; eq &= eq - 1) {
+		i = __builtin_ctz(eq);
+		if (crow[i] > crow[w])
+			w = i;
+	}
+	return w;
 }
 
-static void sort_ents(taco_ent *e, int n,
-		      int (*before)(const taco_ent *, const taco_ent *))
+/* Row r of column c offers its gradient g, |g| = m, where !(m <= thr[c]).
+ *
+ * The candidates are kept unsorted (the merge sorts them). While fewer than
+ * k, r is appended; then r replaces the worst candidate (worst_of). Rows
+ * arrive in increasing order, so r loses every tie (m == thr is never
+ * offered) and the list ends as the k best untracked rows by (|G| desc, row
+ * asc). Rows with G = 0 never enter (thr >= 0); their proposal would be 0
+ * and dropped by the merge anyway. */
+static void offer(taco_block *b, int c, uint32_t r, float g, float m)
+{
+	const int k = b->k;
+	const size_t o = (size_t)c * TACO_KMAX;
+	uint32_t *crow = b->crow + o;
+	float *cmag = b->cmag + o;
+	int n, pos;
+
+	if (!(m <= FLT_MAX)) { /* NaN or infinity: the column is skipped */
+		b->bad[c] = 1;
+		b->thr[c] = INFINITY;
+		return;
+	}
+	if (b->ntrk[c] && is_tracked(b->trow + o, r))
+		return;
+	n = b->ncand[c];
+	pos = n < k ? n : b->worst[c];
+	cmag[pos] = m;
+	b->cval[o + pos] = g;
+	crow[pos] = r;
+	if (n < k)
+		b->ncand[c] = ++n;
+	if (n == k) {
+		int w = worst_of(cmag, crow);
+
+		b->worst[c] = w;
+		b->thr[c] = cmag[w];
+	}
+}
+
+/* Sort keys, larger first. |value| is >= 0 and finite, so its bit pattern
+ * orders like the value. Merge: |value| desc, tracked before proposed,
+ * smaller row. Slots: |value| desc, smaller row. */
+static uint64_t merge_key(float mag, int proposed, uint32_t row)
+{
+	return (uint64_t)tk_f32_bits(mag) << 33 | (uint64_t)!proposed << 32 |
+	       (uint64_t)(0xFFFFFFFFu - row);
+}
+
+static uint64_t slot_key(const taco_ent *e)
+{
+	return (e->key >> 33) << 32 | (e->key & 0xFFFFFFFFu);
+}
+
+static void sort_ents(taco_ent *e, int n, int by_slot)
 {
 	for (int i = 1; i < n; i++) {
 		taco_ent x = e[i];
+		uint64_t kx = by_slot ? slot_key(&x) : x.key;
 		int p = i;
 
-		while (p > 0 && before(&x, &e[p - 1])) {
+		while (p > 0 &&
+		       kx > (by_slot ? slot_key(&e[p - 1]) : e[p - 1].key)) {
 			e[p] = e[p - 1];
 			p--;
 		}
@@ -248,14 +299,14 @@ static void step_weight(void *W, int dtype, size_t at, float v,
 	}
 }
 
-/* Tracks, merges, steps and requantizes column j (block column c) after
+/* Tracks, merges, steps and requantizes column j (range column c) after
  * the scan. */
 static void finish_column(void *W, int dtype, const float *G, void *idx,
 			  uint8_t *q, float *scale, const tk_taco_args *a,
 			  int wide, const taco_block *b, int c, int j,
 			  float decay, uint64_t hbase)
 {
-	const size_t C = (size_t)a->C;
+	const size_t C = (size_t)a->C, o = (size_t)c * TACO_KMAX;
 	const int k = a->k;
 	const float beta = a->beta;
 	const float omb = 1.0f - beta;
@@ -267,31 +318,31 @@ static void finish_column(void *W, int dtype, const float *G, void *idx,
 	if (b->bad[c])
 		return;
 	for (s = 0; s < b->ntrk[c]; s++) { /* 2. track */
-		uint32_t r = b->trow[(size_t)c * k + s];
+		uint32_t r = b->trow[o + s];
 		float g = G[(size_t)r * C + (size_t)j];
-		float t1 = beta * b->tval[(size_t)c * k + s];
+		float t1 = beta * b->tval[o + s];
 		float t2 = omb * g;
 		float v = t1 + t2;
 
 		if (!(fabsf(v) <= FLT_MAX))
 			return;
 		if (v != 0.0f)
-			e[ne++] = (taco_ent){v, fabsf(v), r, 0};
+			e[ne++] = (taco_ent){merge_key(fabsf(v), 0, r), v, r};
 	}
 	for (s = 0; s < b->ncand[c]; s++) { /* 3. propose */
-		uint32_t r = b->crow[(size_t)c * k + s];
-		float u = omb * b->cval[(size_t)c * k + s];
+		uint32_t r = b->crow[o + s];
+		float u = omb * b->cval[o + s];
 
 		if (!(fabsf(u) <= FLT_MAX))
 			return;
 		if (u != 0.0f)
-			e[ne++] = (taco_ent){u, fabsf(u), r, 1};
+			e[ne++] = (taco_ent){merge_key(fabsf(u), 1, r), u, r};
 	}
 	/* 4. merge: keep the k first in merge order, then order them as
-	 * slots (slot 0 = s*). */
-	sort_ents(e, ne, merge_before);
+	 * slots (slot 0 = s*, argmax |v| with ties to the smaller row). */
+	sort_ents(e, ne, 0);
 	nkeep = ne < k ? ne : k;
-	sort_ents(e, nkeep, slot_before);
+	sort_ents(e, nkeep, 1);
 
 	/* 5. select and step */
 	if (nkeep > 0)
@@ -299,7 +350,7 @@ static void finish_column(void *W, int dtype, const float *G, void *idx,
 			    a, decay, hbase, j);
 
 	/* 6. requantize */
-	amax = nkeep > 0 ? e[0].mag : 0.0f;
+	amax = nkeep > 0 ? fabsf(e[0].v) : 0.0f;
 	sc = amax / 448.0f;
 	for (s = 0; s < k; s++) {
 		size_t at = (size_t)j * (size_t)k + (size_t)s;
@@ -327,13 +378,20 @@ static void run_range(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 
 	/* 1. decode the state */
 	for (c = 0; c < nb; c++) {
-		const size_t j = (size_t)(j0 + c);
+		const size_t j = (size_t)(j0 + c), o = (size_t)c * TACO_KMAX;
 		int n = 0;
 
 		b->thr[c] = 0.0f;
-		b->filt[c] = 0;
 		b->ncand[c] = 0;
+		b->worst[c] = 0;
 		b->bad[c] = 0;
+		for (int s = 0; s < TACO_KMAX; s++) {
+			b->crow[o + s] = 0xFFFFFFFFu;
+			b->cmag[o + s] = INFINITY;
+			b->cval[o + s] = 0.0f;
+			b->trow[o + s] = 0xFFFFFFFFu;
+			b->tval[o + s] = 0.0f;
+		}
 		for (int s = 0; s < k; s++) {
 			uint32_t row = idx_get(idx, wide, j * (size_t)k + s);
 			float d;
@@ -341,16 +399,14 @@ static void run_range(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 			if (row == empty || row >= (uint32_t)R)
 				continue;
 			d = tk_fp8_e4m3_decode(q[j * (size_t)k + s]);
-			b->trow[(size_t)c * k + n] = row;
-			b->filt[c] |= 1ull << (row & 63u);
-			b->tval[(size_t)c * k + n] = d * scale[j];
+			b->trow[o + n] = row;
+			b->tval[o + n] = d * scale[j];
 			n++;
 		}
 		b->ntrk[c] = n;
 	}
 
-	/* Scan: candidates for the proposals, and non-finite detection. One
-	 * pass over the rows, each row's slice of the range read in order. */
+	/* Scan: candidates for the proposals, and non-finite detection. */
 	for (r = 0; r < R; r++) {
 		const float *g = G + (size_t)r * C + (size_t)j0;
 
@@ -375,7 +431,9 @@ static void run_range(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 			for (int s = 0; s < b->ntrk[cp]; s++)
 				__builtin_prefetch(
 				    G +
-				    (size_t)b->trow[(size_t)cp * k + s] * C +
+				    (size_t)b
+					    ->trow[(size_t)cp * TACO_KMAX + s] *
+					C +
 				    (size_t)(j0 + cp));
 		finish_column(W, dtype, G, idx, q, scale, a, wide, b, c, j0 + c,
 			      decay, hbase);
@@ -388,20 +446,18 @@ static void run_block(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 		      float *scale, const tk_taco_args *a, int j0, int nb,
 		      float decay, uint64_t hbase)
 {
-	const size_t n = (size_t)nb, nk = n * (size_t)a->k;
-	char *mem = malloc(
-	    n * (sizeof(uint64_t) + sizeof(float) + 3 * sizeof(int) + 1) +
-	    nk * (2 * sizeof(uint32_t) + 3 * sizeof(float)));
+	const size_t n = (size_t)nb, nk = n * TACO_KMAX;
+	char *mem = malloc(n * (sizeof(float) + 3 * sizeof(int) + 1) +
+			   nk * (2 * sizeof(uint32_t) + 3 * sizeof(float)));
 	taco_block b = {.k = a->k};
 
 	if (mem) {
-		/* 8-byte, then 4-byte arrays, the byte array last: aligned */
-		b.filt = (uint64_t *)mem;
-		b.thr = (float *)(b.filt + n);
+		/* 4-byte arrays first, the byte array last: all aligned */
+		b.thr = (float *)mem;
 		b.ncand = (int *)(b.thr + n);
-		b.ntrk = b.ncand + n;
-		b.worst = b.ntrk + n;
-		b.crow = (uint32_t *)(b.worst + n);
+		b.worst = b.ncand + n;
+		b.ntrk = b.worst + n;
+		b.crow = (uint32_t *)(b.ntrk + n);
 		b.trow = b.crow + nk;
 		b.cmag = (float *)(b.trow + nk);
 		b.cval = b.cmag + nk;
@@ -416,15 +472,14 @@ static void run_block(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 		taco_block_small sm;
 
 		b.thr = sm.thr;
-		b.filt = sm.filt;
-		b.cval = sm.cval;
-		b.worst = sm.worst;
 		b.ncand = sm.ncand;
+		b.worst = sm.worst;
 		b.ntrk = sm.ntrk;
 		b.bad = sm.bad;
 		b.crow = sm.crow;
-		b.trow = sm.trow;
 		b.cmag = sm.cmag;
+		b.cval = sm.cval;
+		b.trow = sm.trow;
 		b.tval = sm.tval;
 		run_range(W, dtype, G, idx, q, scale, a, j0 + c0,
 			  nb - c0 < TACO_GROUP ? nb - c0 : TACO_GROUP, decay,
@@ -448,9 +503,8 @@ void tk_cpu_taco_update(void *W, int dtype, const float *G, void *idx,
 	hbase =
 	    tk_splitmix64(tk_splitmix64(a->seed ^ a->tensor_index) ^ a->step);
 
-	/* One block of whole TACO_GROUPs per thread: wide blocks read long
-	 * contiguous runs of each row. Columns are independent, so the
-	 * blocking never changes the result. */
+	/* One range of whole TACO_GROUPs per thread: wide ranges read long
+	 * contiguous runs of each row. */
 	ngroups = ((long long)a->C + TACO_GROUP - 1) / TACO_GROUP;
 	nblocks = (long long)a->R * a->C >= TK_CPU_PAR_MIN
 		      ? omp_get_max_threads()
