@@ -210,8 +210,6 @@ int main(void)
 {
 	Suite *s = suite_create("config");
 	TCase *tc = tcase_create("config");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_loop_test(tc, test_reference_param_counts, 0,
 			    sizeof(ref_counts) / sizeof(ref_counts[0]));
@@ -222,9 +220,5 @@ int main(void)
 	tcase_add_test(tc, test_defaults_and_ignored_fields);
 	tcase_add_test(tc, test_model_load_errors);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run(s, 0);
 }

@@ -172,8 +172,6 @@ int main(void)
 {
 	Suite *s = suite_create("data");
 	TCase *tc = tcase_create("data");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_count_task);
 	tcase_add_loop_test(tc, test_bad_lines, 0,
@@ -182,9 +180,5 @@ int main(void)
 	tcase_add_test(tc, test_batches);
 	tcase_add_test(tc, test_epochs_and_cursor);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run(s, 0);
 }

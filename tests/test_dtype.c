@@ -1,5 +1,7 @@
 /* test_dtype.c: fp32 to bf16/f16 rounding, against the kernels' decoders. */
 #include <check.h>
+
+#include "testutil.h"
 #include <math.h>
 #include <string.h>
 
@@ -55,15 +57,9 @@ int main(void)
 {
 	Suite *s = suite_create("dtype");
 	TCase *tc = tcase_create("dtype");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_all_patterns_round_trip);
 	tcase_add_test(tc, test_rounding);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run(s, 0);
 }

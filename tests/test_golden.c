@@ -367,8 +367,7 @@ int main(void)
 {
 	Suite *s = suite_create("golden");
 	TCase *tc = tcase_create("golden");
-	SRunner *sr;
-	int failed, n = sizeof(fixtures) / sizeof(fixtures[0]);
+	int n = sizeof(fixtures) / sizeof(fixtures[0]);
 
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_fixture, 0, n);
@@ -379,9 +378,5 @@ int main(void)
 	tcase_add_test(tc, test_bad_batch);
 	tcase_add_test(tc, test_export_matches_transformers);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run(s, 0);
 }

@@ -1,5 +1,7 @@
 /* test_job.c: JOB.json validation and learning-rate schedules. */
 #include <check.h>
+
+#include "testutil.h"
 #include <math.h>
 #include <string.h>
 
@@ -143,8 +145,6 @@ int main(void)
 {
 	Suite *s = suite_create("job");
 	TCase *tc = tcase_create("job");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_full_job);
 	tcase_add_test(tc, test_defaults);
@@ -152,9 +152,5 @@ int main(void)
 	tcase_add_test(tc, test_bad_json);
 	tcase_add_test(tc, test_schedules);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run(s, 0);
 }

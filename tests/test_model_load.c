@@ -172,16 +172,10 @@ int main(void)
 {
 	Suite *s = suite_create("model_load");
 	TCase *tc = tcase_create("model_load");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_loop_test(tc, test_bad_directories, 0, 4);
 	tcase_add_test(tc, test_sharded_same_loss);
 	tcase_add_test(tc, test_random_init_bf16);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run(s, 0);
 }

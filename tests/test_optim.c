@@ -200,17 +200,11 @@ int main(void)
 {
 	Suite *s = suite_create("optim");
 	TCase *tc = tcase_create("optim");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_qwen3_32b_state_bytes);
 	tcase_add_test(tc, test_opt_13b_state_bytes);
 	tcase_add_test(tc, test_kinds_and_frozen);
 	tcase_add_test(tc, test_save_load);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run(s, 0);
 }

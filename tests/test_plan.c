@@ -197,7 +197,6 @@ int main(void)
 {
 	Suite *s = suite_create("plan");
 	TCase *tc = tcase_create("plan");
-	SRunner *sr;
 	int failed;
 
 	tcase_set_timeout(tc, 600);
@@ -207,13 +206,9 @@ int main(void)
 	tcase_add_test(tc, test_parse_bytes);
 	tcase_add_test(tc, test_headline_plans);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
 	/* one process, so worst_error is seen across the matrix */
-	srunner_set_fork_status(sr, CK_NOFORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
+	failed = tu_run(s, 1);
 	fprintf(stderr, "plan vs measured peak: worst error %.4f%%\n",
 		100 * worst_error);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return failed;
 }

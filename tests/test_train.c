@@ -575,8 +575,6 @@ int main(void)
 {
 	Suite *s = suite_create("train");
 	TCase *tc = tcase_create("train");
-	SRunner *sr;
-	int failed;
 
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, test_learns_taco);
@@ -591,9 +589,5 @@ int main(void)
 	tcase_add_test(tc, test_grad_accum_matches_big_batch);
 	tcase_add_test(tc, test_progress_on_terminal);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run(s, 0);
 }

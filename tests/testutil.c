@@ -1,5 +1,6 @@
 #include "testutil.h"
 
+#include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,4 +72,17 @@ char *tu_read_file(const char *path, size_t *len)
 	}
 	fclose(f);
 	return buf;
+}
+
+int tu_run(Suite *s, int no_fork)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	if (no_fork)
+		srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
 }

@@ -16,6 +16,11 @@ double tu_rel_err(const float *a, const float *ref, size_t n);
 /* Deterministic uniform values in [lo, hi) from a 64-bit state. */
 void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state);
 
+/* Runs a suite (forking per test unless no_fork) and returns the process
+ * exit status: 0 when every test passed. */
+struct Suite;
+int tu_run(struct Suite *s, int no_fork);
+
 /* Reads a whole file into a NUL-terminated malloc'd buffer (NULL on error). */
 char *tu_read_file(const char *path, size_t *len);
 
