@@ -110,7 +110,7 @@ int taco_ckpt_save(const char *output_dir, int64_t step, const taco_model *m,
 		   const taco_optim *o, json_t *trainer, int keep, char *path,
 		   size_t path_len, taco_err *err)
 {
-	char root[4200], tmp[4300], final[4300], file[4400], old[4400];
+	char root[4200], tmp[4300], final[4300], file[4400];
 	char *text = NULL;
 	int r;
 
@@ -141,16 +141,8 @@ int taco_ckpt_save(const char *output_dir, int64_t step, const taco_model *m,
 	if ((r = taco_fsync_dir(tmp, err)))
 		goto fail;
 	/* A checkpoint of the same step (a resumed run) is replaced. */
-	snprintf(old, sizeof(old), "%s.old-%d", final, (int)getpid());
-	if (rename(final, old) == 0)
-		taco_remove_flat_dir(old, NULL);
-	if (rename(tmp, final)) {
-		r = taco_err_set(err, -errno, "%s: rename: %s", final,
-				 strerror(errno));
+	if ((r = taco_replace_dir(tmp, final, err)))
 		goto fail;
-	}
-	if ((r = taco_fsync_dir(root, err)))
-		goto fail_final;
 	free(text);
 	prune(root, keep);
 	if (path)
@@ -158,7 +150,6 @@ int taco_ckpt_save(const char *output_dir, int64_t step, const taco_model *m,
 	return 0;
 fail:
 	taco_remove_flat_dir(tmp, NULL);
-fail_final:
 	free(text);
 	return r;
 }

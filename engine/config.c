@@ -1,4 +1,5 @@
 #include "config.h"
+#include "fsutil.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -411,26 +412,14 @@ out:
 
 int taco_config_load(const char *path, taco_config *out, taco_err *err)
 {
-	FILE *f = fopen(path, "rb");
 	char *buf = NULL;
-	size_t n;
-	int r;
+	size_t n = 0;
+	int r = taco_read_file(path, TACO_CONFIG_MAX_BYTES, &buf, &n, err);
 
-	if (!f)
-		return taco_err_set(err, -errno, "%s: %s", path,
-				    strerror(errno));
-	buf = malloc(TACO_CONFIG_MAX_BYTES + 1);
-	if (!buf) {
-		fclose(f);
-		return taco_err_set(err, -ENOMEM, "%s: out of memory", path);
-	}
-	n = fread(buf, 1, TACO_CONFIG_MAX_BYTES + 1, f);
-	if (ferror(f))
-		r = taco_err_set(err, -EIO, "%s: read error", path);
-	else
-		r = taco_config_parse(buf, n, path, out, err);
+	if (r)
+		return r;
+	r = taco_config_parse(buf, n, path, out, err);
 	free(buf);
-	fclose(f);
 	return r;
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "tk_hash.h"
 
 static int grow(taco_data *d, size_t need)
 {
@@ -211,24 +212,16 @@ int64_t taco_data_count_targets(const taco_data *d, int seq_len)
 	return n;
 }
 
-static uint64_t splitmix64(uint64_t x)
-{
-	uint64_t z = x + 0x9E3779B97F4A7C15ull;
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
 void taco_data_epoch_order(const taco_data *d, uint64_t seed, uint64_t epoch,
 			   size_t *order)
 {
-	uint64_t s = splitmix64(seed ^ splitmix64(epoch));
+	uint64_t s = tk_splitmix64(seed ^ tk_splitmix64(epoch));
 
 	for (size_t i = 0; i < d->n; i++)
 		order[i] = i;
 	for (size_t i = d->n; i > 1; i--) {
 		size_t j;
-		s = splitmix64(s);
+		s = tk_splitmix64(s);
 		j = (size_t)(s % i);
 		size_t t = order[i - 1];
 		order[i - 1] = order[j];

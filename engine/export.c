@@ -27,7 +27,7 @@ static const char *const copied[] = {
 int taco_export(const taco_model *m, const char *base_dir, const char *out_dir,
 		uint64_t shard_bytes, taco_err *err)
 {
-	char tmp[4200], src[4400], dst[4400], old[4300];
+	char tmp[4200], src[4400], dst[4400];
 	struct stat st;
 	int r;
 
@@ -49,16 +49,9 @@ int taco_export(const taco_model *m, const char *base_dir, const char *out_dir,
 	if ((r = taco_model_save_sharded(m, tmp, shard_bytes, err)) ||
 	    (r = taco_fsync_dir(tmp, err)))
 		goto fail;
-	snprintf(old, sizeof(old), "%s.old-%d", out_dir, (int)getpid());
-	if (rename(out_dir, old) == 0)
-		taco_remove_flat_dir(old, NULL);
-	if (rename(tmp, out_dir)) {
-		r = taco_err_set(err, -errno, "%s: rename: %s", out_dir,
-				 strerror(errno));
+	if ((r = taco_replace_dir(tmp, out_dir, err)))
 		goto fail;
-	}
-	snprintf(dst, sizeof(dst), "%s/..", out_dir);
-	return taco_fsync_dir(dst, err);
+	return 0;
 fail:
 	taco_remove_flat_dir(tmp, NULL);
 	return r;

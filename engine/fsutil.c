@@ -130,29 +130,63 @@ int taco_remove_flat_dir(const char *dir, taco_err *err)
 	return 0;
 }
 
-int taco_copy_file(const char *src, const char *dst, taco_err *err)
+int taco_read_file(const char *path, size_t max, char **out, size_t *len,
+		   taco_err *err)
 {
-	FILE *f = fopen(src, "rb");
-	char *buf = NULL;
-	long n;
-	int r;
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	size_t n;
+	int r = 0;
 
 	if (!f)
-		return taco_err_set(err, -errno, "%s: %s", src,
+		return taco_err_set(err, -errno, "%s: %s", path,
 				    strerror(errno));
-	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 ||
-	    (unsigned long long)n > COPY_MAX_BYTES || fseek(f, 0, SEEK_SET)) {
+	buf = malloc(max + 1);
+	if (!buf) {
 		fclose(f);
-		return taco_err_set(err, -EIO, "%s: cannot read its size", src);
+		return taco_err_set(err, -ENOMEM, "%s: out of memory", path);
 	}
-	buf = malloc((size_t)n + 1);
-	if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-		free(buf);
-		fclose(f);
-		return taco_err_set(err, -EIO, "%s: read error", src);
-	}
+	n = fread(buf, 1, max + 1, f);
+	if (ferror(f))
+		r = taco_err_set(err, -EIO, "%s: read error", path);
+	else if (n > max)
+		r = taco_err_set(err, -EFBIG, "%s: larger than %zu bytes", path,
+				 max);
 	fclose(f);
-	r = taco_write_file_atomic(dst, buf, (size_t)n, err);
+	if (r) {
+		free(buf);
+		return r;
+	}
+	buf[n] = 0;
+	*out = buf;
+	if (len)
+		*len = n;
+	return 0;
+}
+
+int taco_replace_dir(const char *tmp, const char *dir, taco_err *err)
+{
+	char old[4200], parent[4200];
+
+	snprintf(old, sizeof(old), "%s.old-%d", dir, (int)getpid());
+	if (rename(dir, old) == 0)
+		taco_remove_flat_dir(old, NULL);
+	if (rename(tmp, dir))
+		return taco_err_set(err, -errno, "%s: rename: %s", dir,
+				    strerror(errno));
+	dir_of(dir, parent, sizeof(parent));
+	return taco_fsync_dir(parent, err);
+}
+
+int taco_copy_file(const char *src, const char *dst, taco_err *err)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	int r = taco_read_file(src, COPY_MAX_BYTES, &buf, &n, err);
+
+	if (r)
+		return r;
+	r = taco_write_file_atomic(dst, buf, n, err);
 	free(buf);
 	return r;
 }

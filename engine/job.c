@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsutil.h"
 #include "job.h"
 
 static void problem(taco_job_problems *p, const char *fmt, ...)
@@ -343,25 +344,22 @@ int taco_job_parse(const char *json, size_t len, const char *dir, taco_job *job,
 
 int taco_job_load(const char *path, taco_job *job, taco_job_problems *p)
 {
-	FILE *f = fopen(path, "rb");
 	char *buf = NULL, dir[TACO_PATH_MAX];
 	const char *slash;
-	size_t n;
-	int r;
+	taco_err err;
+	size_t n = 0;
+	int r = taco_read_file(path, TACO_JOB_MAX_BYTES, &buf, &n, &err);
 
-	if (!f) {
+	if (r) {
 		defaults(job);
 		memset(p, 0, sizeof(*p));
-		problem(p, "%s: %s", path, strerror(errno));
-		return -errno;
+		problem(p, "%s", err.msg);
+		return r;
 	}
-	buf = malloc(TACO_JOB_MAX_BYTES + 1);
-	n = buf ? fread(buf, 1, TACO_JOB_MAX_BYTES + 1, f) : 0;
-	fclose(f);
 	slash = strrchr(path, '/');
 	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1,
 		 slash ? path : ".");
-	r = taco_job_parse(buf ? buf : "", n, dir, job, p);
+	r = taco_job_parse(buf, n, dir, job, p);
 	free(buf);
 	return r;
 }

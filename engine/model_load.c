@@ -9,6 +9,7 @@
 #include "model.h"
 #include "model_work.h"
 #include "safetensors.h"
+#include "tk_hash.h"
 
 static const char *const layer_names[TACO_L_COUNT] = {
     [TACO_L_ATTN_NORM] = "input_layernorm.weight",
@@ -405,19 +406,11 @@ int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
 	return 0;
 }
 
-static uint64_t splitmix64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
 /* Normal deviates by Box-Muller from splitmix64 uniforms. */
 static float randn(uint64_t *s)
 {
-	double u1 = ((double)(splitmix64(s) >> 11) + 1.0) * 0x1.0p-53;
-	double u2 = (double)(splitmix64(s) >> 11) * 0x1.0p-53;
+	double u1 = ((double)(tk_splitmix64_next(s) >> 11) + 1.0) * 0x1.0p-53;
+	double u2 = (double)(tk_splitmix64_next(s) >> 11) * 0x1.0p-53;
 	return (float)(sqrt(-2.0 * log(u1)) * cos(2 * M_PI * u2));
 }
 

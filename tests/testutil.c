@@ -1,4 +1,5 @@
 #include "testutil.h"
+#include "tk_hash.h"
 
 #include <check.h>
 #include <math.h>
@@ -33,18 +34,11 @@ double tu_rel_err(const float *a, const float *ref, size_t n)
 	return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
 void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state)
 {
 	for (size_t i = 0; i < n; i++) {
-		double u = (double)(splitmix(state) >> 11) * 0x1.0p-53;
+		double u =
+		    (double)(tk_splitmix64_next(state) >> 11) * 0x1.0p-53;
 		x[i] = (float)(lo + (hi - lo) * u);
 	}
 }
