@@ -186,16 +186,42 @@ void taco_data_free(taco_data *d)
 	free(d);
 }
 
-/* Row of one example: tokens truncated to T and padded; shifted targets. */
-static void fill_row(const taco_data *d, size_t ex, int T, int32_t *tok,
-		     int32_t *tgt)
+/* Example ex at row position `at`, at most n tokens of it: tokens, shifted
+ * targets (the last one -100: nothing follows inside the example) and
+ * positions restarting at 0. Returns the tokens written. */
+static int put_example(const taco_data *d, size_t ex, int n, int32_t *tok,
+		       int32_t *tgt, int32_t *pos)
 {
-	size_t o = d->off[ex], n = d->off[ex + 1] - o;
+	size_t o = d->off[ex], len = d->off[ex + 1] - o;
 
-	for (int t = 0; t < T; t++) {
-		tok[t] = (size_t)t < n ? d->tokens[o + t] : 0;
-		tgt[t] = (size_t)t + 1 < n ? d->labels[o + t + 1] : -100;
+	if ((size_t)n > len)
+		n = (int)len;
+	for (int t = 0; t < n; t++) {
+		tok[t] = d->tokens[o + t];
+		tgt[t] = (size_t)t + 1 < len && t + 1 < n ? d->labels[o + t + 1]
+							  : -100;
+		pos[t] = t;
 	}
+	/* truncated inside the example: the last kept token still has a
+	 * target */
+	if ((size_t)n < len && n > 0)
+		tgt[n - 1] = d->labels[o + n];
+	return n;
+}
+
+/* Padding: no loss, a document of its own. */
+static void pad(int from, int T, int32_t *tok, int32_t *tgt, int32_t *pos)
+{
+	for (int t = from; t < T; t++) {
+		tok[t] = 0;
+		tgt[t] = -100;
+		pos[t] = t - from;
+	}
+}
+
+static size_t example_len(const taco_data *d, size_t ex)
+{
+	return d->off[ex + 1] - d->off[ex];
 }
 
 int64_t taco_data_count_targets(const taco_data *d, int seq_len)
@@ -231,34 +257,50 @@ void taco_data_epoch_order(const taco_data *d, uint64_t seed, uint64_t epoch,
 
 void taco_data_next_batch(const taco_data *d, uint64_t seed, taco_cursor *cur,
 			  size_t *order, uint64_t *order_epoch, int B, int T,
-			  int32_t *tokens, int32_t *targets)
+			  int packing, int32_t *tokens, int32_t *targets,
+			  int32_t *pos)
 {
 	for (int b = 0; b < B; b++) {
-		if (cur->index >= d->n) {
-			cur->epoch++;
-			cur->index = 0;
+		size_t row = (size_t)b * T;
+		int fill = 0;
+
+		for (;;) {
+			size_t ex;
+			if (cur->index >= d->n) {
+				cur->epoch++;
+				cur->index = 0;
+			}
+			if (*order_epoch != cur->epoch) {
+				taco_data_epoch_order(d, seed, cur->epoch,
+						      order);
+				*order_epoch = cur->epoch;
+			}
+			ex = order[cur->index];
+			/* a row takes at least one example, truncated */
+			if (fill > 0 &&
+			    (!packing ||
+			     fill + (int64_t)example_len(d, ex) > T))
+				break;
+			fill +=
+			    put_example(d, ex, T - fill, tokens + row + fill,
+					targets + row + fill, pos + row + fill);
+			cur->index++;
+			if (!packing || fill == T)
+				break;
 		}
-		if (*order_epoch != cur->epoch) {
-			taco_data_epoch_order(d, seed, cur->epoch, order);
-			*order_epoch = cur->epoch;
-		}
-		fill_row(d, order[cur->index], T, tokens + (size_t)b * T,
-			 targets + (size_t)b * T);
-		cur->index++;
+		pad(fill, T, tokens + row, targets + row, pos + row);
 	}
 }
 
 void taco_data_rows(const taco_data *d, size_t first, int B, int T,
-		    int32_t *tokens, int32_t *targets)
+		    int32_t *tokens, int32_t *targets, int32_t *pos)
 {
 	for (int b = 0; b < B; b++) {
-		int32_t *tok = tokens + (size_t)b * T;
-		int32_t *tgt = targets + (size_t)b * T;
-		if (first + (size_t)b < d->n) {
-			fill_row(d, first + (size_t)b, T, tok, tgt);
-		} else {
-			for (int t = 0; t < T; t++)
-				tok[t] = 0, tgt[t] = -100;
-		}
+		size_t row = (size_t)b * T;
+		int n = 0;
+		if (first + (size_t)b < d->n)
+			n = put_example(d, first + (size_t)b, T, tokens + row,
+					targets + row, pos + row);
+		pad(n, T, tokens + row, targets + row, pos + row);
 	}
 }

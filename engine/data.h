@@ -46,17 +46,21 @@ void taco_data_epoch_order(const taco_data *d, uint64_t seed, uint64_t epoch,
 			   size_t *order);
 
 /* Fills one micro-batch of B rows x T tokens from the cursor (advancing it,
- * wrapping into the next epoch): each row is one example, truncated to T
- * tokens, padded with token 0 and target -100. targets[t] = labels[t + 1].
- * order caches the current epoch's order (d->n entries; *order_epoch tells
- * which epoch it holds, UINT64_MAX for none). */
+ * wrapping into the next epoch). Without packing each row is one example,
+ * truncated to T tokens; with packing a row takes examples while they fit
+ * whole (positions restart at each, so attention never crosses them). The
+ * rest of a row is padding: token 0, target -100. targets[t] is the label
+ * of t + 1 inside the same example. order caches the current epoch's order
+ * (d->n entries; *order_epoch says which epoch it holds, UINT64_MAX for
+ * none). */
 void taco_data_next_batch(const taco_data *d, uint64_t seed, taco_cursor *cur,
 			  size_t *order, uint64_t *order_epoch, int B, int T,
-			  int32_t *tokens, int32_t *targets);
+			  int packing, int32_t *tokens, int32_t *targets,
+			  int32_t *pos);
 
-/* Rows [first, first + B) of the data in file order (evaluation); rows past
- * the end are fully masked. */
+/* Rows [first, first + B) of the data in file order, one example a row
+ * (evaluation); rows past the end are fully masked. */
 void taco_data_rows(const taco_data *d, size_t first, int B, int T,
-		    int32_t *tokens, int32_t *targets);
+		    int32_t *tokens, int32_t *targets, int32_t *pos);
 
 #endif

@@ -125,6 +125,18 @@ static void get_float(json_t *o, const char *where, const char *key, double lo,
 	*out = (float)x;
 }
 
+static void get_bool(json_t *o, const char *key, int *out, taco_job_problems *p)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!v || json_is_null(v))
+		return;
+	if (json_is_boolean(v))
+		*out = json_is_true(v);
+	else
+		problem(p, "%s: must be true or false", key);
+}
+
 static void get_enum(json_t *o, const char *where, const char *key,
 		     const char *const *names, int *out, taco_job_problems *p)
 {
@@ -265,6 +277,7 @@ int taco_job_parse(const char *json, size_t len, const char *dir, taco_job *job,
 					   "log_every",
 					   "max_examples",
 					   "activation_checkpointing",
+					   "packing",
 					   NULL};
 	static const char *const optimizers[] = {"taco", "adamw", NULL};
 	json_error_t jerr;
@@ -331,13 +344,9 @@ int taco_job_parse(const char *json, size_t len, const char *dir, taco_job *job,
 	job->export_shard_bytes = (uint64_t)shard;
 	get_i64(root, "", "log_every", 1, 1000000000, &job->log_every, p);
 	get_i64(root, "", "max_examples", 1, 100000000, &job->max_examples, p);
-	if ((v = json_object_get(root, "activation_checkpointing"))) {
-		if (json_is_boolean(v))
-			job->activation_checkpointing = json_is_true(v);
-		else
-			problem(p, "activation_checkpointing: must be true or "
-				   "false");
-	}
+	get_bool(root, "activation_checkpointing",
+		 &job->activation_checkpointing, p);
+	get_bool(root, "packing", &job->packing, p);
 	json_decref(root);
 	return p->n ? -EINVAL : 0;
 }

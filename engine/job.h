@@ -42,6 +42,7 @@ typedef struct taco_job {
 	int64_t log_every;
 	int64_t max_examples; /* limit on examples read from a data file */
 	int activation_checkpointing; /* 0: keep every layer's activations */
+	int packing;		      /* several examples per sequence */
 } taco_job;
 
 /* A problem list: every problem found, each naming its option. */

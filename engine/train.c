@@ -25,8 +25,8 @@ typedef struct trainer {
 	taco_optim *o;
 	taco_data *train, *val;
 	uint8_t *frozen;
-	float **dense;		   /* accumulated gradients (grad_accum > 1) */
-	int32_t *tokens, *targets; /* [A, B, T] */
+	float **dense; /* accumulated gradients (grad_accum > 1) */
+	int32_t *tokens, *targets, *pos; /* [A, B, T] */
 	size_t *order;
 	uint64_t order_epoch;
 	taco_cursor cur;
@@ -109,6 +109,7 @@ static void free_trainer(trainer *tr)
 	free(tr->frozen);
 	free(tr->tokens);
 	free(tr->targets);
+	free(tr->pos);
 	free(tr->order);
 	taco_events_close(&tr->ev);
 }
@@ -123,18 +124,19 @@ static int train_step(trainer *tr, taco_err *err)
 	int r;
 
 	for (int a = 0; a < j->grad_accum; a++)
-		taco_data_next_batch(tr->train, j->optim.seed, &tr->cur,
-				     tr->order, &tr->order_epoch, j->batch_size,
-				     j->seq_len, tr->tokens + a * rows,
-				     tr->targets + a * rows);
+		taco_data_next_batch(
+		    tr->train, j->optim.seed, &tr->cur, tr->order,
+		    &tr->order_epoch, j->batch_size, j->seq_len, j->packing,
+		    tr->tokens + a * rows, tr->targets + a * rows,
+		    tr->pos + a * rows);
 	for (size_t i = 0; i < rows * (size_t)j->grad_accum; i++)
 		norm += tr->targets[i] != -100;
 	tr->lr = (float)taco_job_lr(j, tr->step + 1, tr->total);
 	taco_optim_begin_step(tr->o);
 	for (tr->micro = 0; tr->micro < j->grad_accum; tr->micro++) {
-		taco_batch b = {j->batch_size, j->seq_len,
-				tr->tokens + tr->micro * rows,
-				tr->targets + tr->micro * rows, NULL};
+		taco_batch b = {
+		    j->batch_size, j->seq_len, tr->tokens + tr->micro * rows,
+		    tr->targets + tr->micro * rows, tr->pos + tr->micro * rows};
 		taco_step_stats st;
 		if ((r = taco_model_step(tr->m, &b, norm, on_grad, tr, &st,
 					 err)))
@@ -162,11 +164,11 @@ static int evaluate(trainer *tr, taco_err *err)
 	for (size_t first = 0; first < tr->val->n; first += j->batch_size) {
 		taco_step_stats st;
 		taco_data_rows(tr->val, first, j->batch_size, j->seq_len,
-			       tr->tokens, tr->targets);
+			       tr->tokens, tr->targets, tr->pos);
 		if ((r = taco_model_eval(tr->m,
 					 &(taco_batch){j->batch_size,
 						       j->seq_len, tr->tokens,
-						       tr->targets, NULL},
+						       tr->targets, tr->pos},
 					 &st, err)))
 			return r;
 		loss += st.loss_sum;
@@ -192,13 +194,13 @@ static int evaluate(trainer *tr, taco_err *err)
 /* The options a checkpoint must agree with to be resumed. */
 static json_t *job_identity(const taco_job *j)
 {
-	return json_pack("{ss ss si si si ss si sf sI}", "model", j->model,
+	return json_pack("{ss ss si si si ss si sf sI sb}", "model", j->model,
 			 "train", j->train, "batch_size", j->batch_size,
 			 "seq_len", j->seq_len, "grad_accum", j->grad_accum,
 			 "optimizer", j->optim.all_adamw ? "adamw" : "taco",
 			 "taco_k", j->optim.k, "taco_beta",
 			 (double)j->optim.beta, "seed",
-			 (json_int_t)j->optim.seed);
+			 (json_int_t)j->optim.seed, "packing", j->packing);
 }
 
 static int checkpoint(trainer *tr, taco_err *err)
@@ -392,8 +394,9 @@ static int setup(trainer *tr, taco_err *err)
 		return r;
 	tr->tokens = malloc(rows * sizeof(int32_t));
 	tr->targets = malloc(rows * sizeof(int32_t));
+	tr->pos = malloc(rows * sizeof(int32_t));
 	tr->order = malloc(tr->train->n * sizeof(size_t));
-	if (!tr->tokens || !tr->targets || !tr->order)
+	if (!tr->tokens || !tr->targets || !tr->pos || !tr->order)
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	tr->order_epoch = UINT64_MAX;
 	tr->total = taco_train_total_steps(j, tr->train->n);

@@ -98,10 +98,10 @@ START_TEST(test_batches)
 	taco_err err = {{0}};
 	char *path = write_tmp("{\"input_ids\":[1,2,3,4,5],\"labels\":[-100,"
 			       "2,3,-100,5]}\n{\"input_ids\":[7,8]}\n");
-	int32_t tok[2 * 4], tgt[2 * 4];
+	int32_t tok[2 * 4], tgt[2 * 4], pos[2 * 4];
 
 	ck_assert_int_eq(taco_data_load_pretok(path, 256, 10, &d, &err), 0);
-	taco_data_rows(d, 0, 2, 4, tok, tgt);
+	taco_data_rows(d, 0, 2, 4, tok, tgt, pos);
 	/* truncated to 4: targets are labels 1..4 */
 	ck_assert_int_eq(tok[0], 1);
 	ck_assert_int_eq(tok[3], 4);
@@ -117,7 +117,7 @@ START_TEST(test_batches)
 	ck_assert_int_eq(tgt[5], -100);
 	ck_assert_int_eq(tgt[7], -100);
 	/* past the end: fully masked */
-	taco_data_rows(d, 1, 2, 4, tok, tgt);
+	taco_data_rows(d, 1, 2, 4, tok, tgt, pos);
 	ck_assert_int_eq(tgt[4], -100);
 	ck_assert_int_eq(tgt[4 + 3], -100);
 	taco_data_free(d);
@@ -136,6 +136,7 @@ START_TEST(test_epochs_and_cursor)
 	uint64_t oe = UINT64_MAX, oe2 = UINT64_MAX;
 	taco_cursor c = {0, 0}, c2;
 	int32_t tok[3 * 24], tgt[3 * 24], tok2[3 * 24], tgt2[3 * 24];
+	int32_t pos[3 * 24];
 
 	ck_assert_int_eq(
 	    taco_data_load_pretok(tu_fixture("data/count_train.jsonl"), 256,
@@ -155,16 +156,51 @@ START_TEST(test_epochs_and_cursor)
 
 	/* 171 batches of 3 cross into epoch 1 */
 	for (int i = 0; i < 171; i++)
-		taco_data_next_batch(d, 5, &c, order, &oe, 3, 24, tok, tgt);
+		taco_data_next_batch(d, 5, &c, order, &oe, 3, 24, 0, tok, tgt,
+				     pos);
 	ck_assert_uint_eq(c.epoch, 1);
 	ck_assert_uint_eq(c.index, 1);
 	c2 = c;
-	taco_data_next_batch(d, 5, &c, order, &oe, 3, 24, tok, tgt);
+	taco_data_next_batch(d, 5, &c, order, &oe, 3, 24, 0, tok, tgt, pos);
 	/* a fresh reader at the saved cursor gives the same batch */
-	taco_data_next_batch(d, 5, &c2, o2, &oe2, 3, 24, tok2, tgt2);
+	taco_data_next_batch(d, 5, &c2, o2, &oe2, 3, 24, 0, tok2, tgt2, pos);
 	ck_assert_mem_eq(tok, tok2, sizeof(tok));
 	ck_assert_mem_eq(tgt, tgt2, sizeof(tgt));
 	taco_data_free(d);
+}
+END_TEST
+
+/* Packing: whole examples while they fit, positions restarting, no target
+ * across a boundary; an example longer than a row is truncated alone. */
+START_TEST(test_packing)
+{
+	taco_data *d = NULL;
+	taco_err err = {{0}};
+	char *path =
+	    write_tmp("{\"input_ids\":[1,2,3]}\n{\"input_ids\":[4,5]}\n"
+		      "{\"input_ids\":[6,7,8,9,10,11,12]}\n"
+		      "{\"input_ids\":[13,14]}\n");
+	int32_t tok[2 * 6], tgt[2 * 6], pos[2 * 6];
+	size_t order[4];
+	uint64_t oe = UINT64_MAX;
+	taco_cursor c = {0, 0};
+	const int32_t want_tok[12] = {1, 2, 3, 4, 5, 0, 6, 7, 8, 9, 10, 11};
+	const int32_t want_tgt[12] = {2, 3, -100, 5,  -100, -100,
+				      7, 8, 9,	  10, 11,   12};
+	const int32_t want_pos[12] = {0, 1, 2, 0, 1, 0, 0, 1, 2, 3, 4, 5};
+
+	ck_assert_int_eq(taco_data_load_pretok(path, 256, 10, &d, &err), 0);
+	/* file order, to know what to expect: fake the epoch's order */
+	for (int i = 0; i < 4; i++)
+		order[i] = (size_t)i;
+	oe = 0;
+	taco_data_next_batch(d, 0, &c, order, &oe, 2, 6, 1, tok, tgt, pos);
+	ck_assert_mem_eq(tok, want_tok, sizeof(tok));
+	ck_assert_mem_eq(tgt, want_tgt, sizeof(tgt));
+	ck_assert_mem_eq(pos, want_pos, sizeof(pos));
+	ck_assert_uint_eq(c.index, 3);
+	taco_data_free(d);
+	unlink(path);
 }
 END_TEST
 
@@ -179,6 +215,7 @@ int main(void)
 	tcase_add_test(tc, test_limits_and_missing);
 	tcase_add_test(tc, test_batches);
 	tcase_add_test(tc, test_epochs_and_cursor);
+	tcase_add_test(tc, test_packing);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

@@ -212,6 +212,17 @@ START_TEST(test_learns_taco_bf16)
 }
 END_TEST
 
+/* Packed sequences: four 24-token examples per 96-token row. */
+START_TEST(test_learns_packed)
+{
+	check_learning("llama_gqa",
+		       "\"steps\": 300, \"lr\": 0.03, \"batch_size\": 2, "
+		       "\"seq_len\": 96, \"packing\": true, "
+		       "\"optimizer\": \"taco\"",
+		       2.0);
+}
+END_TEST
+
 START_TEST(test_learns_adamw)
 {
 	check_learning("llama_gqa",
@@ -580,6 +591,7 @@ int main(void)
 	tcase_add_test(tc, test_learns_taco);
 	tcase_add_test(tc, test_learns_taco_bf16);
 	tcase_add_test(tc, test_learns_adamw);
+	tcase_add_test(tc, test_learns_packed);
 	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 2);
 	tcase_add_test(tc, test_sigterm_checkpoints);
 	tcase_add_test(tc, test_cli_errors);
