@@ -130,6 +130,11 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 int taco_model_eval(taco_model *m, const taco_batch *b, taco_step_stats *stats,
 		    taco_err *err);
 
+/* Forward only: the log-likelihood of each row's targets, summed
+ * (row_sums[B], <= 0): how candidate completions are scored. */
+int taco_model_score(taco_model *m, const taco_batch *b, double *row_sums,
+		     taco_err *err);
+
 /* Forward only: all logits [B*T, V] into host memory (small models, tests). */
 int taco_model_logits(taco_model *m, const taco_batch *b, float *logits,
 		      taco_err *err);

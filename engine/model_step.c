@@ -293,10 +293,13 @@ static void forward_all(taco_model *m)
 }
 
 /* Final norm, then logits chunk by chunk: loss statistics, and when
- * grad_scale != 0 the head gradient (into g_head) and the gradient of the
- * final norm output (into dtmp). host_logits, if set, receives all logits. */
+ * want_grad the head gradient (into g_head) and the gradient of the final
+ * norm output (into dtmp). host_logits, if set, receives all logits;
+ * row_loss, if set (backend memory, one double per token), each token's
+ * loss. */
 static void loss_chunks(taco_model *m, float grad_scale, int want_grad,
-			taco_step_stats *st, float *host_logits)
+			taco_step_stats *st, float *host_logits,
+			double *row_loss)
 {
 	const tk_ops *o = m->ops;
 	const taco_config *c = &m->cfg;
@@ -323,7 +326,8 @@ static void loss_chunks(taco_model *m, float grad_scale, int want_grad,
 			o->download(host_logits + (size_t)r0 * V, w->logits,
 				    (size_t)n * V * sizeof(float));
 		o->cross_entropy(w->logits, w->targets + r0, n, V,
-				 want_grad ? grad_scale : 0.0f, &part, &nc);
+				 want_grad ? grad_scale : 0.0f, &part, &nc,
+				 row_loss ? row_loss + r0 : NULL);
 		loss += part;
 		correct += nc;
 		if (!want_grad)
@@ -381,7 +385,7 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 	NH = (size_t)N * H;
 	norm = norm_targets > 0 ? norm_targets : st.n_targets;
 	forward_all(m);
-	loss_chunks(m, norm ? 1.0f / (float)norm : 0.0f, 1, &st, NULL);
+	loss_chunks(m, norm ? 1.0f / (float)norm : 0.0f, 1, &st, NULL, NULL);
 	if (!c->tie_embeddings)
 		emit(m, &g, m->lm_head, w->g_head);
 	norm_bwd(m, &g, m->final_norm, w->dx, w->dtmp,
@@ -421,7 +425,7 @@ int taco_model_eval(taco_model *m, const taco_batch *b, taco_step_stats *stats,
 	if ((r = begin(m, b, &st, err)))
 		return r;
 	forward_all(m);
-	loss_chunks(m, 0.0f, 0, &st, NULL);
+	loss_chunks(m, 0.0f, 0, &st, NULL, NULL);
 	finish_stats(&st);
 	*stats = st;
 	return 0;
@@ -436,6 +440,39 @@ int taco_model_logits(taco_model *m, const taco_batch *b, float *logits,
 	if ((r = begin(m, b, &st, err)))
 		return r;
 	forward_all(m);
-	loss_chunks(m, 0.0f, 0, &st, logits);
+	loss_chunks(m, 0.0f, 0, &st, logits, NULL);
 	return 0;
+}
+
+int taco_model_score(taco_model *m, const taco_batch *b, double *row_sums,
+		     taco_err *err)
+{
+	taco_step_stats st;
+	size_t N = (size_t)b->B * b->T;
+	double *dev = NULL, *host = NULL;
+	int r;
+
+	if ((r = begin(m, b, &st, err)))
+		return r;
+	dev = m->ops->alloc(N * sizeof(double));
+	host = malloc(N * sizeof(double));
+	if (!dev || !host) {
+		r = taco_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	forward_all(m);
+	loss_chunks(m, 0.0f, 0, &st, NULL, dev);
+	m->ops->download(host, dev, N * sizeof(double));
+	for (int row = 0; row < b->B; row++) {
+		double sum = 0;
+		for (int t = 0; t < b->T; t++)
+			sum += host[(size_t)row * b->T + t];
+		row_sums[row] = -sum;
+	}
+	r = 0;
+out:
+	if (dev)
+		m->ops->free(dev, N * sizeof(double));
+	free(host);
+	return r;
 }

@@ -133,12 +133,13 @@ struct tk_ops {
 	 * logits [n, V] in; when grad_scale != 0 it is overwritten by
 	 * grad_scale * (softmax - onehot(target)) for rows whose target is
 	 * valid, and by 0 for rows whose target is -100.
-	 * Returns through loss_sum the sum of -log p(target) over valid rows
-	 * (double, so that chunk sums add up exactly enough), and through
-	 * n_correct (may be NULL) how many valid rows have argmax == target. */
+	 * Sets loss_sum to the sum of -log p(target) over valid rows (double,
+	 * rows added in order: deterministic), n_correct (may be NULL) to
+	 * how many valid rows have argmax == target, and row_loss[n] (may be
+	 * NULL) to each row's -log p(target), 0 for rows without a target. */
 	void (*cross_entropy)(float *logits, const int32_t *targets, int n,
 			      int V, float grad_scale, double *loss_sum,
-			      int *n_correct);
+			      int *n_correct, double *row_loss);
 
 	/* TACO update of W [R, C] (dtype F32, BF16 or F16) from the fp32
 	 * gradient G [R, C]. State, column-major, column j's slots contiguous:

@@ -780,18 +780,18 @@ START_TEST(test_cross_entropy_small)
 	}
 	/* grad_scale == 0: loss only, logits untouched */
 	x0 = fcopy(x, (size_t)n * V);
-	ops->cross_entropy(x, tgt, n, V, 0.0f, &loss, &nc);
+	ops->cross_entropy(x, tgt, n, V, 0.0f, &loss, &nc, NULL);
 	ck_assert_mem_eq(x, x0, (size_t)n * V * sizeof(float));
 	ck_assert_double_lt(fabs(loss - ref), 1e-5 * fabs(ref));
 	ck_assert_int_eq(nc, ncref);
-	ops->cross_entropy(x, tgt, n, V, 0.0f, &loss, NULL);
+	ops->cross_entropy(x, tgt, n, V, 0.0f, &loss, NULL, NULL);
 	ck_assert_double_lt(fabs(loss - ref), 1e-5 * fabs(ref));
 
 	/* with a gradient: scale * (softmax - onehot), zero for -100 rows */
 	g = x;
 	loss = -1;
 	nc = -1;
-	ops->cross_entropy(g, tgt, n, V, scale, &loss, &nc);
+	ops->cross_entropy(g, tgt, n, V, scale, &loss, &nc, NULL);
 	ck_assert_double_lt(fabs(loss - ref), 1e-5 * fabs(ref));
 	ck_assert_int_eq(nc, ncref);
 	for (int j = 0; j < V; j++) {
@@ -839,7 +839,7 @@ START_TEST(test_cross_entropy_large)
 		ncref += tgt[i] != -100 && am == tgt[i];
 	}
 	ref = ce_ref(xd, tgt, n, V);
-	ops->cross_entropy(x, tgt, n, V, scale, &loss, &nc);
+	ops->cross_entropy(x, tgt, n, V, scale, &loss, &nc, NULL);
 	ck_assert_double_lt(fabs(loss - ref), 1e-6 * fabs(ref));
 	ck_assert_int_eq(nc, ncref);
 	ck_assert_int_ge(nc, 6);

@@ -73,15 +73,15 @@ void tk_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout,
 
 /* cross_entropy.c */
 void tk_cpu_cross_entropy(float *logits, const int32_t *targets, int n, int V,
-			  float grad_scale, double *loss_sum, int *n_correct);
+			  float grad_scale, double *loss_sum, int *n_correct,
+			  double *row_loss);
 
 /* taco.c */
 void tk_cpu_taco_update(void *W, int dtype, const float *G, void *idx,
 			uint8_t *q, float *scale, const tk_taco_args *a);
 
 /* adamw.c */
-void tk_cpu_adamw_update(void *p, int dtype, float *master, float *m,
-			 float *v, const float *g, size_t n,
-			 const tk_adamw_args *a);
+void tk_cpu_adamw_update(void *p, int dtype, float *master, float *m, float *v,
+			 const float *g, size_t n, const tk_adamw_args *a);
 
 #endif

@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu_ops.h"
 
@@ -55,7 +56,8 @@ static double ce_row(float *x, int32_t target, int V, float grad_scale,
 
 /* logits [n, V] (gradient in place when grad_scale != 0), targets [n] */
 void tk_cpu_cross_entropy(float *logits, const int32_t *targets, int n, int V,
-			  float grad_scale, double *loss_sum, int *n_correct)
+			  float grad_scale, double *loss_sum, int *n_correct,
+			  double *row_loss)
 {
 	/* Per-row results, summed in row order: deterministic totals. */
 	double *loss = malloc((n > 0 ? (size_t)n : 1) * sizeof(*loss));
@@ -68,9 +70,12 @@ void tk_cpu_cross_entropy(float *logits, const int32_t *targets, int n, int V,
 		/* Out of memory for the scratch: same sums, one thread. */
 		for (int i = 0; i < n; i++) {
 			int c;
-			total += ce_row(logits + (size_t)i * V, targets[i], V,
-					grad_scale, &c);
+			double l = ce_row(logits + (size_t)i * V, targets[i], V,
+					  grad_scale, &c);
+			total += l;
 			nc += c;
+			if (row_loss)
+				row_loss[i] = l;
 		}
 	} else {
 #pragma omp parallel for if (par) schedule(dynamic, 4)
@@ -81,6 +86,8 @@ void tk_cpu_cross_entropy(float *logits, const int32_t *targets, int n, int V,
 			total += loss[i];
 			nc += corr[i];
 		}
+		if (row_loss)
+			memcpy(row_loss, loss, (size_t)n * sizeof(*loss));
 	}
 	free(loss);
 	free(corr);

@@ -37,17 +37,6 @@ static inline float tk_bits_f32(uint32_t u)
 	return f;
 }
 
-/* The standard splitmix64 finaliser (taco.md, "Rounding of the updated
- * entry"): a pure function of x. */
-static inline uint64_t tk_splitmix64(uint64_t x)
-{
-	uint64_t z = x + 0x9E3779B97F4A7C15ull;
-
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
 static inline float tk_bf16_f32(uint16_t h)
 {
 	return tk_bits_f32((uint32_t)h << 16);

@@ -53,6 +53,7 @@
 
 #include "cpu_ops.h"
 #include "fp8.h"
+#include "tk_hash.h"
 
 #ifdef __SSE2__
 #include <emmintrin.h>
