@@ -278,12 +278,9 @@ static int render_chat(int tmpl, const message *m, int n, const char *bos,
 
 /* ---- tokens and labels ------------------------------------------------- */
 
-/* Tokens of text[0..b) that the whole text's encoding shares: the index of
- * the first token at or after byte b. Where b falls inside a token the
- * common prefix ends before it, so that token counts as after b. */
-static int tokens_before(const taco_tok *tok, const char *text, size_t b,
-			 int add_special, const taco_tok_ids *full,
-			 taco_tok_ids *tmp, size_t *k, taco_err *err)
+int taco_tokens_before(const taco_tok *tok, const char *text, size_t b,
+		       int add_special, const taco_tok_ids *full,
+		       taco_tok_ids *tmp, size_t *k, taco_err *err)
 {
 	size_t i = 0;
 	int r = taco_tok_encode(tok, text, b, add_special, tmp, err);
@@ -377,10 +374,10 @@ static int finish_example(loader *L, int64_t line, const render *rd,
 		L->labels[i] = o->train_on_all ? L->ids.ids[i] : -100;
 	for (int s = 0; !o->train_on_all && s < rd->n_span; s += 2) {
 		size_t k0, k1;
-		if ((r = tokens_before(L->tok, rd->text, rd->span[s],
+		if ((r = taco_tokens_before(L->tok, rd->text, rd->span[s],
 				       add_special, &L->ids, &L->tmp, &k0,
 				       err)) ||
-		    (r = tokens_before(L->tok, rd->text, rd->span[s + 1],
+		    (r = taco_tokens_before(L->tok, rd->text, rd->span[s + 1],
 				       add_special, &L->ids, &L->tmp, &k1,
 				       err)))
 			return r;
@@ -817,4 +814,61 @@ out:
 	free(line);
 	fclose(f);
 	return r;
+}
+
+json_t *taco_dataset_report_json(const taco_dataset_report *rep,
+				 const char *file)
+{
+	json_t *codes = json_object(), *list = json_array();
+	json_t *o;
+
+	for (int c = 0; c < TACO_P_COUNT; c++)
+		if (rep->by_code[c])
+			json_object_set_new(codes, problem_names[c],
+					    json_integer(rep->by_code[c]));
+	for (int i = 0; i < rep->n_listed; i++) {
+		const taco_problem *p = &rep->listed[i];
+		json_array_append_new(
+			list, json_pack("{sI ss ss ss}", "line",
+					(json_int_t)p->line, "code",
+					problem_names[p->code], "severity",
+					p->error ? "error" : "warning",
+					"detail", p->detail));
+	}
+	o = json_pack("{ss sI sI sI sI sI sI sI sI sI so so ss}", "file", file,
+		      "lines", (json_int_t)rep->lines, "examples",
+		      (json_int_t)rep->examples, "kept", (json_int_t)rep->kept,
+		      "tokens", (json_int_t)rep->tokens, "trainable_tokens",
+		      (json_int_t)rep->trainable_tokens, "truncated",
+		      (json_int_t)rep->truncated, "dropped",
+		      (json_int_t)rep->dropped, "errors",
+		      (json_int_t)rep->errors, "warnings",
+		      (json_int_t)rep->warnings, "by_code", codes, "problems",
+		      list, "chat_template",
+		      taco_template_name(rep->template_id));
+	return o;
+}
+
+void taco_dataset_report_print(const taco_dataset_report *rep,
+			       const char *file, FILE *f)
+{
+	fprintf(f,
+		"%s: %lld lines, %lld examples, %lld kept; %lld tokens, %lld "
+		"trained; %lld truncated, %lld dropped; %lld errors, %lld "
+		"warnings\n",
+		file, (long long)rep->lines, (long long)rep->examples,
+		(long long)rep->kept, (long long)rep->tokens,
+		(long long)rep->trainable_tokens, (long long)rep->truncated,
+		(long long)rep->dropped, (long long)rep->errors,
+		(long long)rep->warnings);
+	for (int i = 0; i < rep->n_listed; i++)
+		fprintf(f, "  line %lld: %s %s: %s\n",
+			(long long)rep->listed[i].line,
+			rep->listed[i].error ? "error" : "warning",
+			problem_names[rep->listed[i].code],
+			rep->listed[i].detail);
+	if (rep->errors + rep->warnings > rep->n_listed)
+		fprintf(f, "  ... and %lld more\n",
+			(long long)(rep->errors + rep->warnings -
+				    rep->n_listed));
 }

@@ -9,7 +9,9 @@
 #ifndef TACO_DATASET_H
 #define TACO_DATASET_H
 
+#include <jansson.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "data.h"
 #include "taco_err.h"
@@ -99,5 +101,19 @@ int taco_template_detect(const char *model_dir, int *template_id,
 			 taco_err *err);
 
 const char *taco_template_name(int template_id);
+
+/* The report as a JSON object (events, tacod) and as text. */
+json_t *taco_dataset_report_json(const taco_dataset_report *rep,
+				 const char *file);
+void taco_dataset_report_print(const taco_dataset_report *rep,
+			       const char *file, FILE *f);
+
+/* Of full = encode(text), the tokens that encode(text[0..b)) shares: the
+ * index of the first token at or after byte b. Where b falls inside a
+ * token the common prefix ends before it, so that token counts as after b.
+ * tmp is scratch. */
+int taco_tokens_before(const taco_tok *tok, const char *text, size_t b,
+		       int add_special, const taco_tok_ids *full,
+		       taco_tok_ids *tmp, size_t *k, taco_err *err);
 
 #endif

@@ -278,8 +278,18 @@ int taco_job_parse(const char *json, size_t len, const char *dir, taco_job *job,
 					   "max_examples",
 					   "activation_checkpointing",
 					   "packing",
+					   "chat_template",
+					   "train_on",
+					   "overlength",
+					   "eval_multiple_choice",
 					   NULL};
 	static const char *const optimizers[] = {"taco", "adamw", NULL};
+	/* in the order of enum taco_template and enum taco_overlength */
+	static const char *const templates[] = {"auto", "chatml", "llama3",
+						"mistral", NULL};
+	static const char *const train_on[] = {"answers", "all", NULL};
+	static const char *const overlength[] = {"truncate", "drop", "error",
+						 NULL};
 	json_error_t jerr;
 	json_t *root;
 	int64_t seed = 0, shard = (int64_t)5000000000ll;
@@ -347,6 +357,11 @@ int taco_job_parse(const char *json, size_t len, const char *dir, taco_job *job,
 	get_bool(root, "activation_checkpointing",
 		 &job->activation_checkpointing, p);
 	get_bool(root, "packing", &job->packing, p);
+	get_enum(root, "", "chat_template", templates, &job->chat_template, p);
+	get_enum(root, "", "train_on", train_on, &job->train_on_all, p);
+	get_enum(root, "", "overlength", overlength, &job->overlength, p);
+	get_path(root, "eval_multiple_choice", dir, 0,
+		 job->eval_multiple_choice, p);
 	json_decref(root);
 	return p->n ? -EINVAL : 0;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "job.h"
+#include "job_data.h"
 #include "plan.h"
 #include "runtime.h"
 #include "train.h"
@@ -53,6 +54,11 @@ static void usage(FILE *f)
 		"steps)\n"
 		"  --check          validate JOB.json, print the problems, "
 		"and exit\n"
+		"  --validate       read the data files as training would and "
+		"print the\n"
+		"                   validation report (docs/datasets.md); "
+		"exit 0 without\n"
+		"                   errors, else 1\n"
 		"  --plan           print the memory plan of the job, term by "
 		"term, and\n"
 		"                   whether it fits; exit 0 if it fits, else "
@@ -75,6 +81,39 @@ static void usage(FILE *f)
 		"Exit status: 0 finished, 1 failed, 2 bad usage or invalid "
 		"job,\n"
 		"3 stopped by a signal after a checkpoint.\n");
+}
+
+/* taco-train --validate */
+static int print_validation(const taco_job *job)
+{
+	char path[TACO_PATH_MAX + 16];
+	taco_config cfg;
+	taco_job_data d;
+	taco_err err = {{0}};
+	int r;
+
+	snprintf(path, sizeof(path), "%s/config.json", job->model);
+	if (taco_config_load(path, &cfg, &err)) {
+		fprintf(stderr, "taco-train: %s\n", err.msg);
+		return EXIT_FAILED;
+	}
+	r = taco_job_data_load(job, cfg.vocab, &d, &err);
+	if (d.have_reports) {
+		taco_dataset_report_print(&d.train_report, job->train, stdout);
+		if (job->validation[0] && d.val_report.lines)
+			taco_dataset_report_print(&d.val_report,
+						  job->validation, stdout);
+	}
+	if (!r && d.train)
+		printf("%zu training examples: %lld optimizer steps of %d x "
+		       "%d x %d tokens\n",
+		       d.train->n,
+		       (long long)taco_train_total_steps(job, d.train->n),
+		       job->batch_size, job->grad_accum, job->seq_len);
+	if (r)
+		fprintf(stderr, "taco-train: %s\n", err.msg);
+	taco_job_data_free(&d);
+	return r ? EXIT_FAILED : EXIT_OK;
 }
 
 /* taco-train --plan */
@@ -145,7 +184,7 @@ int main(int argc, char **argv)
 	    {NULL, 0, NULL, 0},
 	};
 	taco_train_opts to = {.events_fd = -1, .stop = &stop_requested};
-	int c, check = 0, no_progress = 0, plan = 0, r;
+	int c, check = 0, no_progress = 0, plan = 0, validate = 0, r;
 	int backend = TACO_BACKEND_CPU;
 	taco_job job;
 	taco_job_problems probs;
@@ -176,6 +215,9 @@ int main(int argc, char **argv)
 			break;
 		case 'P':
 			plan = 1;
+			break;
+		case 'V':
+			validate = 1;
 			break;
 		case 'B':
 			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
@@ -218,6 +260,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "  ... and %d more\n", probs.n - shown);
 		taco_job_free(&job);
 		return EXIT_USAGE;
+	}
+	if (validate) {
+		r = print_validation(&job);
+		taco_job_free(&job);
+		return r;
 	}
 	if (plan) {
 		r = print_plan(&job, backend, to.memory_budget);

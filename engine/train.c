@@ -11,6 +11,7 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "job_data.h"
 #include "events.h"
 #include "export.h"
 #include "fsutil.h"
@@ -23,7 +24,8 @@ typedef struct trainer {
 	const taco_train_opts *opts;
 	taco_model *m;
 	taco_optim *o;
-	taco_data *train, *val;
+	taco_job_data data;
+	taco_data *train, *val; /* data.train, data.val */
 	uint8_t *frozen;
 	float **dense; /* accumulated gradients (grad_accum > 1) */
 	int32_t *tokens, *targets, *pos; /* [A, B, T] */
@@ -104,8 +106,7 @@ static void free_trainer(trainer *tr)
 	free(tr->dense);
 	taco_optim_free(tr->o);
 	taco_model_free(tr->m);
-	taco_data_free(tr->train);
-	taco_data_free(tr->val);
+	taco_job_data_free(&tr->data);
 	free(tr->frozen);
 	free(tr->tokens);
 	free(tr->targets);
@@ -159,9 +160,17 @@ static int evaluate(trainer *tr, taco_err *err)
 	const taco_job *j = tr->job;
 	double loss = 0;
 	int64_t n = 0, correct = 0;
+	json_t *ev;
 	int r;
 
-	for (size_t first = 0; first < tr->val->n; first += j->batch_size) {
+	double mc_acc = -1;
+
+	if (tr->data.mc &&
+	    (r = taco_mc_eval(tr->m, tr->data.mc, j->batch_size, j->seq_len,
+			      &mc_acc, err)))
+		return r;
+	for (size_t first = 0; tr->val && first < tr->val->n;
+	     first += j->batch_size) {
 		taco_step_stats st;
 		taco_data_rows(tr->val, first, j->batch_size, j->seq_len,
 			       tr->tokens, tr->targets, tr->pos);
@@ -175,19 +184,32 @@ static int evaluate(trainer *tr, taco_err *err)
 		n += st.n_targets;
 		correct += st.n_correct;
 	}
-	taco_events_emit(
-	    &tr->ev, "eval",
-	    json_pack("{sI sf sf sI}", "step", (json_int_t)tr->step, "val_loss",
-		      n ? loss / (double)n : 0.0, "val_token_accuracy",
-		      n ? (double)correct / (double)n : 0.0, "val_targets",
-		      (json_int_t)n));
-	if (tr->opts->progress)
-		fprintf(stderr,
-			"%seval at step %lld: loss %.4f, token "
-			"accuracy %.4f\n",
-			tr->opts->progress == TACO_PROGRESS_TTY ? "\n" : "",
-			(long long)tr->step, n ? loss / (double)n : 0.0,
+	ev = json_pack("{sI}", "step", (json_int_t)tr->step);
+	if (tr->val)
+		json_object_update_new(
+			ev, json_pack("{sf sf sI}", "val_loss",
+				      n ? loss / (double)n : 0.0,
+				      "val_token_accuracy",
+				      n ? (double)correct / (double)n : 0.0,
+				      "val_targets", (json_int_t)n));
+	if (tr->data.mc)
+		json_object_update_new(
+			ev, json_pack("{sf sI}", "mc_accuracy", mc_acc,
+				      "mc_examples",
+				      (json_int_t)tr->data.mc->n));
+	taco_events_emit(&tr->ev, "eval", ev);
+	if (!tr->opts->progress)
+		return 0;
+	fprintf(stderr, "%seval at step %lld:",
+		tr->opts->progress == TACO_PROGRESS_TTY ? "\n" : "",
+		(long long)tr->step);
+	if (tr->val)
+		fprintf(stderr, " loss %.4f, token accuracy %.4f",
+			n ? loss / (double)n : 0.0,
 			n ? (double)correct / (double)n : 0.0);
+	if (tr->data.mc)
+		fprintf(stderr, " multiple-choice accuracy %.4f", mc_acc);
+	fputc('\n', stderr);
 	return 0;
 }
 
@@ -366,6 +388,28 @@ static int admit(trainer *tr, taco_err *err)
 	return r;
 }
 
+/* The data validation reports, as events and on the terminal. */
+static void validated(trainer *tr)
+{
+	const taco_job_data *d = &tr->data;
+	const taco_job *j = tr->job;
+
+	if (!d->have_reports)
+		return;
+	taco_events_emit(&tr->ev, "validated",
+			 taco_dataset_report_json(&d->train_report, j->train));
+	if (tr->opts->progress)
+		taco_dataset_report_print(&d->train_report, j->train, stderr);
+	if (j->validation[0] && d->val_report.lines) {
+		taco_events_emit(
+			&tr->ev, "validated",
+			taco_dataset_report_json(&d->val_report, j->validation));
+		if (tr->opts->progress)
+			taco_dataset_report_print(&d->val_report,
+						  j->validation, stderr);
+	}
+}
+
 static int setup(trainer *tr, taco_err *err)
 {
 	const taco_job *j = tr->job;
@@ -379,13 +423,12 @@ static int setup(trainer *tr, taco_err *err)
 	if ((r = taco_model_load(j->model, tk_cpu_ops(), &tr->m, err)))
 		return r;
 	tr->m->keep_activations = !j->activation_checkpointing;
-	if ((r = taco_data_load_pretok(j->train, tr->m->cfg.vocab,
-				       j->max_examples, &tr->train, err)))
+	r = taco_job_data_load(j, tr->m->cfg.vocab, &tr->data, err);
+	validated(tr);
+	if (r)
 		return r;
-	if (j->validation[0] &&
-	    (r = taco_data_load_pretok(j->validation, tr->m->cfg.vocab,
-				       j->max_examples, &tr->val, err)))
-		return r;
+	tr->train = tr->data.train;
+	tr->val = tr->data.val;
 	if ((r = taco_job_frozen(j, tr->m, &tr->frozen, err)))
 		return r;
 	if ((r = taco_optim_create(tr->m, &j->optim, tr->frozen, &tr->o, err)))
@@ -429,7 +472,7 @@ static int finish(trainer *tr, taco_err *err)
 	char out[4200];
 	int r;
 
-	if (tr->val && (r = evaluate(tr, err)))
+	if ((tr->val || tr->data.mc) && (r = evaluate(tr, err)))
 		return r;
 	snprintf(out, sizeof(out), "%s/model", tr->job->output_dir);
 	if ((r = taco_export(tr->m, tr->job->model, out,
@@ -467,7 +510,7 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 		if ((r = train_step(&tr, err)))
 			goto out;
 		progress(&tr);
-		if (tr.val && job->eval_every &&
+		if ((tr.val || tr.data.mc) && job->eval_every &&
 		    tr.step % job->eval_every == 0 && tr.step < tr.total &&
 		    (r = evaluate(&tr, err)))
 			goto out;

@@ -1,0 +1,74 @@
+#include "job_data.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void opts_of(const taco_job *job, taco_dataset_opts *o)
+{
+	taco_dataset_defaults(o);
+	o->model_dir = job->model;
+	o->template_id = job->chat_template;
+	o->train_on_all = job->train_on_all;
+	o->seq_len = job->seq_len;
+	o->overlength = job->overlength;
+	o->max_examples = job->max_examples;
+}
+
+int taco_job_data_load(const taco_job *job, int vocab, taco_job_data *out,
+		       taco_err *err)
+{
+	char path[TACO_PATH_MAX + 32];
+	taco_dataset_opts o;
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	snprintf(path, sizeof(path), "%s/tokenizer.json", job->model);
+	if (access(path, F_OK)) {
+		if (job->eval_multiple_choice[0])
+			return taco_err_set(err, -EINVAL,
+					    "eval_multiple_choice: the model "
+					    "has no tokenizer.json to encode "
+					    "it with");
+		if ((r = taco_data_load_pretok(job->train, vocab,
+					       job->max_examples, &out->train,
+					       err)))
+			return r;
+		if (job->validation[0] &&
+		    (r = taco_data_load_pretok(job->validation, vocab,
+					       job->max_examples, &out->val,
+					       err)))
+			return r;
+		return 0;
+	}
+	if ((r = taco_tok_load(job->model, &out->tok, err)))
+		return r;
+	if (taco_tok_vocab_size(out->tok) > vocab)
+		return taco_err_set(err, -EINVAL,
+				    "%s: the tokenizer has %d tokens, the "
+				    "model's embedding only %d rows",
+				    path, taco_tok_vocab_size(out->tok), vocab);
+	opts_of(job, &o);
+	out->have_reports = 1;
+	if ((r = taco_dataset_load(job->train, out->tok, &o, &out->train,
+				   &out->train_report, err)))
+		return r;
+	if (job->validation[0] &&
+	    (r = taco_dataset_load(job->validation, out->tok, &o, &out->val,
+				   &out->val_report, err)))
+		return r;
+	if (job->eval_multiple_choice[0] &&
+	    (r = taco_mc_load(job->eval_multiple_choice, out->tok,
+			      job->max_examples, &out->mc, err)))
+		return r;
+	return 0;
+}
+
+void taco_job_data_free(taco_job_data *d)
+{
+	taco_tok_free(d->tok);
+	taco_data_free(d->train);
+	taco_data_free(d->val);
+	taco_mc_free(d->mc);
+	memset(d, 0, sizeof(*d));
+}
