@@ -112,6 +112,7 @@ int taco_template_detect(const char *model_dir, int *template_id,
 	char *text = NULL;
 	json_t *root = NULL, *t;
 	const char *tmpl = NULL;
+	char *jinja = NULL;
 	int r;
 
 	snprintf(path, sizeof(path), "%s/tokenizer_config.json", model_dir);
@@ -137,6 +138,12 @@ int taco_template_detect(const char *model_dir, int *template_id,
 					json_object_get(e, "template"));
 		}
 	}
+	if (!tmpl) { /* transformers 5 keeps it in a file of its own */
+		snprintf(path, sizeof(path), "%s/chat_template.jinja",
+			 model_dir);
+		if (taco_read_file(path, 16u << 20, &jinja, NULL, NULL) == 0)
+			tmpl = jinja;
+	}
 	r = 0;
 	if (tmpl && strstr(tmpl, "<|im_start|>"))
 		*template_id = TACO_TEMPLATE_CHATML;
@@ -153,6 +160,7 @@ int taco_template_detect(const char *model_dir, int *template_id,
 					"recognises"
 				      : "no chat_template");
 	json_decref(root);
+	free(jinja);
 	return r;
 }
 

@@ -213,7 +213,7 @@ static void fill_row(const taco_mc_set *s, size_t i, int T, int32_t *tok,
 }
 
 int taco_mc_eval(taco_model *m, const taco_mc_set *s, int B, int T,
-		 double *accuracy, taco_err *err)
+		 double *accuracy, double *row_scores, taco_err *err)
 {
 	int32_t *tok = malloc(sizeof(int32_t) * (size_t)B * (size_t)T);
 	int32_t *tgt = malloc(sizeof(int32_t) * (size_t)B * (size_t)T);
@@ -252,6 +252,8 @@ int taco_mc_eval(taco_model *m, const taco_mc_set *s, int B, int T,
 		right += (int)(best - s->first_row[e]) == s->answer[e];
 	}
 	*accuracy = s->n ? (double)right / (double)s->n : 0.0;
+	if (row_scores)
+		memcpy(row_scores, scores, s->n_rows * sizeof(double));
 out:
 	free(tok);
 	free(tgt);

@@ -30,8 +30,9 @@ int taco_mc_load(const char *path, const taco_tok *tok, int64_t max_examples,
 void taco_mc_free(taco_mc_set *s);
 
 /* Scores every candidate in batches of B rows of T tokens (rows longer
- * than T lose prompt tokens from the left) and returns the accuracy. */
+ * than T lose prompt tokens from the left) and returns the accuracy, and
+ * when row_scores is set (n_rows entries) each candidate's log-likelihood. */
 int taco_mc_eval(taco_model *m, const taco_mc_set *s, int B, int T,
-		 double *accuracy, taco_err *err);
+		 double *accuracy, double *row_scores, taco_err *err);
 
 #endif

@@ -167,7 +167,7 @@ static int evaluate(trainer *tr, taco_err *err)
 
 	if (tr->data.mc &&
 	    (r = taco_mc_eval(tr->m, tr->data.mc, j->batch_size, j->seq_len,
-			      &mc_acc, err)))
+			      &mc_acc, NULL, err)))
 		return r;
 	for (size_t first = 0; tr->val && first < tr->val->n;
 	     first += j->batch_size) {
