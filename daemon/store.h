@@ -1,0 +1,155 @@
+/* store.h: tacod's durable state in SQLite (WAL): uploaded files, jobs,
+ * their events and checkpoints, and idempotency keys.
+ *
+ * Everything a client was told with a 2xx is committed before the reply:
+ * every write is one transaction, synchronous = FULL. A store is used from
+ * one thread at a time (tacod serialises access with a mutex). Library code:
+ * no logging; errors come back as negative errno codes with a taco_err. */
+#ifndef TACOD_STORE_H
+#define TACOD_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "taco_err.h"
+
+#define TACOD_ID_MAX 64
+#define TACOD_USER_MAX 64
+#define TACOD_NAME_MAX 256
+#define TACOD_PATH_MAX 4096
+#define TACOD_LIST_MAX 100 /* rows in one list call */
+
+typedef struct tacod_store tacod_store;
+
+/* An uploaded file, stored by content hash under the state directory. */
+typedef struct tacod_file {
+	char id[TACOD_ID_MAX];     /* "file-<24 hex>" */
+	char user[TACOD_USER_MAX]; /* owner */
+	char filename[TACOD_NAME_MAX];
+	char purpose[32];   /* "fine-tune", ... */
+	char sha256[65];    /* hex */
+	char path[TACOD_PATH_MAX]; /* where the bytes are */
+	int64_t bytes;
+	int64_t created_at; /* unix seconds */
+} tacod_file;
+
+enum tacod_job_status {
+	TACOD_VALIDATING = 0,
+	TACOD_QUEUED,
+	TACOD_RUNNING,
+	TACOD_PAUSED,
+	TACOD_SUCCEEDED,
+	TACOD_FAILED,
+	TACOD_CANCELLED,
+};
+
+const char *tacod_status_name(int status); /* "validating_files", ... */
+int tacod_status_from_name(const char *name); /* -1 when unknown */
+
+/* A fine-tuning job. Text fields hold JSON where they say so. */
+typedef struct tacod_job {
+	char id[TACOD_ID_MAX]; /* "ftjob-<24 hex>" */
+	char user[TACOD_USER_MAX];
+	int status;
+	char model[TACOD_NAME_MAX];
+	char training_file[TACOD_ID_MAX];
+	char validation_file[TACOD_ID_MAX]; /* "" = none */
+	char suffix[64];
+	char *request;   /* JSON: the create request as accepted (owned) */
+	char *error;     /* JSON {"message","code","param"} or NULL (owned) */
+	char fine_tuned_model[TACOD_NAME_MAX]; /* "" until succeeded */
+	char output_dir[TACOD_PATH_MAX];
+	int64_t trained_tokens;
+	int64_t planned_bytes, measured_peak_bytes;
+	int64_t created_at, started_at, finished_at, estimated_finish; /* 0 =
+									   none */
+	int64_t queue_seq; /* FIFO order of the queue */
+	int retries;
+} tacod_job;
+
+void tacod_job_clear(tacod_job *j); /* frees request and error */
+
+typedef struct tacod_event {
+	char job_id[TACOD_ID_MAX];
+	int64_t seq; /* per job, from 1 */
+	int64_t created_at;
+	char level[8];  /* "info", "warn", "error" */
+	char type[32];  /* "message", "metrics", "status", ... */
+	char *message;  /* owned */
+	char *data;     /* JSON or NULL, owned */
+} tacod_event;
+
+void tacod_event_clear(tacod_event *e);
+
+typedef struct tacod_checkpoint {
+	char job_id[TACOD_ID_MAX];
+	int64_t step;
+	char path[TACOD_PATH_MAX];
+	int64_t created_at;
+	char *metrics; /* JSON or NULL, owned */
+} tacod_checkpoint;
+
+int tacod_store_open(const char *path, tacod_store **out, taco_err *err);
+void tacod_store_close(tacod_store *s);
+
+/* A new random id with the given prefix ("file-", "ftjob-"). */
+void tacod_new_id(const char *prefix, char out[TACOD_ID_MAX]);
+
+/* Files. user NULL means any user (admin); another user's rows are
+ * -ENOENT, never -EPERM, so ids do not leak. Lists are newest first,
+ * starting after the id `after` ("" = from the start), at most limit
+ * (<= TACOD_LIST_MAX) rows; *has_more tells whether more follow. */
+int tacod_store_file_add(tacod_store *s, const tacod_file *f, taco_err *err);
+int tacod_store_file_get(tacod_store *s, const char *user, const char *id,
+			 tacod_file *out, taco_err *err);
+int tacod_store_file_list(tacod_store *s, const char *user, const char *after,
+			  int limit, tacod_file *out, int *n, int *has_more,
+			  taco_err *err);
+/* Refused with -EBUSY while a job that is not finished uses the file. */
+int tacod_store_file_delete(tacod_store *s, const char *user, const char *id,
+			    taco_err *err);
+
+/* Jobs. job_add assigns queue_seq. */
+int tacod_store_job_add(tacod_store *s, tacod_job *j, taco_err *err);
+int tacod_store_job_get(tacod_store *s, const char *user, const char *id,
+			tacod_job *out, taco_err *err);
+int tacod_store_job_list(tacod_store *s, const char *user, const char *after,
+			 int limit, tacod_job *out, int *n, int *has_more,
+			 taco_err *err);
+/* Jobs in a status, oldest queue_seq first (the scheduler's view). */
+int tacod_store_job_by_status(tacod_store *s, int status, tacod_job *out,
+			      int cap, int *n, taco_err *err);
+/* Writes every field of j (found by id). */
+int tacod_store_job_update(tacod_store *s, const tacod_job *j, taco_err *err);
+/* Moves a job from status `from` to `to` only if it is in `from`:
+ * -EAGAIN otherwise (the compare-and-set the scheduler and the API use). */
+int tacod_store_job_transition(tacod_store *s, const char *id, int from,
+			       int to, taco_err *err);
+
+/* Events: seq assigned here, returned through *seq. */
+int tacod_store_event_add(tacod_store *s, const char *job_id,
+			  const char *level, const char *type,
+			  const char *message, const char *data_json,
+			  int64_t *seq, taco_err *err);
+/* Events with seq > after_seq, oldest first, at most limit. */
+int tacod_store_event_list(tacod_store *s, const char *job_id,
+			   int64_t after_seq, int limit, tacod_event *out,
+			   int *n, int *has_more, taco_err *err);
+
+int tacod_store_checkpoint_add(tacod_store *s, const tacod_checkpoint *c,
+			       taco_err *err);
+int tacod_store_checkpoint_list(tacod_store *s, const char *job_id,
+				tacod_checkpoint *out, int cap, int *n,
+				taco_err *err);
+
+/* Idempotency-Key: the first response to (user, key) is kept and replayed.
+ * get returns -ENOENT when the key is new. request_hash guards against a
+ * key reused with a different request (-EEXIST). */
+int tacod_store_idem_get(tacod_store *s, const char *user, const char *key,
+			 const char *request_hash, int *status, char **body,
+			 taco_err *err);
+int tacod_store_idem_put(tacod_store *s, const char *user, const char *key,
+			 const char *request_hash, int status,
+			 const char *body, taco_err *err);
+
+#endif
