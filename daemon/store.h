@@ -18,6 +18,9 @@
 #define TACOD_NAME_MAX 256
 #define TACOD_PATH_MAX 4096
 #define TACOD_LIST_MAX 100 /* rows in one list call */
+#define TACOD_TEXT_MAX (1 << 20) /* bytes of one JSON or message text */
+#define TACOD_IDEM_KEY_MAX 256 /* an Idempotency-Key, with its NUL */
+#define TACOD_HASH_MAX 129 /* a request hash (hex), with its NUL */
 
 typedef struct tacod_store tacod_store;
 
@@ -89,8 +92,13 @@ typedef struct tacod_checkpoint {
 	char *metrics; /* JSON or NULL, owned */
 } tacod_checkpoint;
 
+/* Opens (creating when missing) the database at path and brings its schema
+ * up to date. -ENOTSUP when it was written by a newer tacod. */
 int tacod_store_open(const char *path, tacod_store **out, taco_err *err);
 void tacod_store_close(tacod_store *s);
+/* PRAGMA integrity_check: 0 when the database is sound, -EIO naming the
+ * first problem otherwise. */
+int tacod_store_integrity_check(tacod_store *s, taco_err *err);
 
 /* A new random id with the given prefix ("file-", "ftjob-"). */
 void tacod_new_id(const char *prefix, char out[TACOD_ID_MAX]);
@@ -108,6 +116,10 @@ int tacod_store_file_list(tacod_store *s, const char *user, const char *after,
 /* Refused with -EBUSY while a job that is not finished uses the file. */
 int tacod_store_file_delete(tacod_store *s, const char *user, const char *id,
 			    taco_err *err);
+/* How many files (of any user) have this content: the bytes may go when it
+ * is 0 after a delete. */
+int tacod_store_file_count_sha256(tacod_store *s, const char *sha256,
+				  int64_t *count, taco_err *err);
 
 /* Jobs. job_add assigns queue_seq. */
 int tacod_store_job_add(tacod_store *s, tacod_job *j, taco_err *err);
@@ -119,8 +131,13 @@ int tacod_store_job_list(tacod_store *s, const char *user, const char *after,
 /* Jobs in a status, oldest queue_seq first (the scheduler's view). */
 int tacod_store_job_by_status(tacod_store *s, int status, tacod_job *out,
 			      int cap, int *n, taco_err *err);
-/* Writes every field of j (found by id). */
+/* Writes every field of j (found by id). -ENOENT when there is no such
+ * job. */
 int tacod_store_job_update(tacod_store *s, const tacod_job *j, taco_err *err);
+/* The same, only while the job is still in status `from` (-EAGAIN
+ * otherwise): a compare-and-set that also writes the other fields. */
+int tacod_store_job_update_from(tacod_store *s, const tacod_job *j, int from,
+				taco_err *err);
 /* Moves a job from status `from` to `to` only if it is in `from`:
  * -EAGAIN otherwise (the compare-and-set the scheduler and the API use). */
 int tacod_store_job_transition(tacod_store *s, const char *id, int from,
@@ -136,20 +153,31 @@ int tacod_store_event_list(tacod_store *s, const char *job_id,
 			   int64_t after_seq, int limit, tacod_event *out,
 			   int *n, int *has_more, taco_err *err);
 
+/* A job's checkpoint at a step; adding a step again replaces it (a job
+ * resumed from an earlier checkpoint saves the same steps again). */
 int tacod_store_checkpoint_add(tacod_store *s, const tacod_checkpoint *c,
 			       taco_err *err);
+/* Lowest step first; when the job has more than cap, the cap latest. */
 int tacod_store_checkpoint_list(tacod_store *s, const char *job_id,
 				tacod_checkpoint *out, int cap, int *n,
 				taco_err *err);
+int tacod_store_checkpoint_delete(tacod_store *s, const char *job_id,
+				  int64_t step, taco_err *err);
 
 /* Idempotency-Key: the first response to (user, key) is kept and replayed.
  * get returns -ENOENT when the key is new. request_hash guards against a
- * key reused with a different request (-EEXIST). */
+ * key reused with a different request (-EEXIST). get's *body is malloc'd
+ * (the caller frees it). put is -EEXIST when the key is already there: the
+ * first response stays. */
 int tacod_store_idem_get(tacod_store *s, const char *user, const char *key,
 			 const char *request_hash, int *status, char **body,
 			 taco_err *err);
 int tacod_store_idem_put(tacod_store *s, const char *user, const char *key,
 			 const char *request_hash, int status,
 			 const char *body, taco_err *err);
+/* Forgets keys stored before the unix time `before`; *deleted (may be NULL)
+ * tells how many. */
+int tacod_store_idem_purge(tacod_store *s, int64_t before, int64_t *deleted,
+			   taco_err *err);
 
 #endif

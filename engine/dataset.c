@@ -10,21 +10,21 @@
 #include "fsutil.h"
 
 static const char *const problem_names[TACO_P_COUNT] = {
-	[TACO_P_INVALID_JSON] = "invalid_json",
-	[TACO_P_INVALID_UTF8] = "invalid_utf8",
-	[TACO_P_UNKNOWN_FORMAT] = "unknown_format",
-	[TACO_P_MISSING_MESSAGES] = "missing_messages",
-	[TACO_P_INVALID_MESSAGE] = "invalid_message",
-	[TACO_P_UNRECOGNIZED_ROLE] = "unrecognized_role",
-	[TACO_P_MISSING_CONTENT] = "missing_content",
-	[TACO_P_NO_ASSISTANT_MESSAGE] = "no_assistant_message",
-	[TACO_P_INVALID_WEIGHT] = "invalid_weight",
-	[TACO_P_INVALID_FIELD] = "invalid_field",
-	[TACO_P_EMPTY_EXAMPLE] = "empty_example",
-	[TACO_P_TOO_LONG] = "too_long",
-	[TACO_P_ALL_LABELS_MASKED] = "all_labels_masked",
-	[TACO_P_LINE_TOO_LONG] = "line_too_long",
-	[TACO_P_INVALID_TOKEN] = "invalid_token",
+    [TACO_P_INVALID_JSON] = "invalid_json",
+    [TACO_P_INVALID_UTF8] = "invalid_utf8",
+    [TACO_P_UNKNOWN_FORMAT] = "unknown_format",
+    [TACO_P_MISSING_MESSAGES] = "missing_messages",
+    [TACO_P_INVALID_MESSAGE] = "invalid_message",
+    [TACO_P_UNRECOGNIZED_ROLE] = "unrecognized_role",
+    [TACO_P_MISSING_CONTENT] = "missing_content",
+    [TACO_P_NO_ASSISTANT_MESSAGE] = "no_assistant_message",
+    [TACO_P_INVALID_WEIGHT] = "invalid_weight",
+    [TACO_P_INVALID_FIELD] = "invalid_field",
+    [TACO_P_EMPTY_EXAMPLE] = "empty_example",
+    [TACO_P_TOO_LONG] = "too_long",
+    [TACO_P_ALL_LABELS_MASKED] = "all_labels_masked",
+    [TACO_P_LINE_TOO_LONG] = "line_too_long",
+    [TACO_P_INVALID_TOKEN] = "invalid_token",
 };
 
 const char *taco_problem_name(int code)
@@ -49,12 +49,11 @@ void taco_dataset_defaults(taco_dataset_opts *o)
 	o->max_examples = 10000000;
 }
 
-static void report(taco_dataset_report *rep, int64_t line, int code,
-		   int error, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
+static void report(taco_dataset_report *rep, int64_t line, int code, int error,
+		   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-static void report(taco_dataset_report *rep, int64_t line, int code,
-		   int error, const char *fmt, ...)
+static void report(taco_dataset_report *rep, int64_t line, int code, int error,
+		   const char *fmt, ...)
 {
 	va_list ap;
 
@@ -81,9 +80,11 @@ static long utf8_invalid_at(const unsigned char *s, size_t n)
 
 	while (i < n) {
 		unsigned c = s[i];
-		size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
-				       : (c >> 3) == 30	       ? 4
-								: 0;
+		size_t len = c < 0x80	      ? 1
+			     : (c >> 5) == 6  ? 2
+			     : (c >> 4) == 14 ? 3
+			     : (c >> 3) == 30 ? 4
+					      : 0;
 		uint32_t cp;
 
 		if (!len || i + len > n)
@@ -105,8 +106,7 @@ static long utf8_invalid_at(const unsigned char *s, size_t n)
 
 /* ---- chat templates ---------------------------------------------------- */
 
-int taco_template_detect(const char *model_dir, int *template_id,
-			 taco_err *err)
+int taco_template_detect(const char *model_dir, int *template_id, taco_err *err)
 {
 	char path[4200];
 	char *text = NULL;
@@ -135,7 +135,7 @@ int taco_template_detect(const char *model_dir, int *template_id,
 			if (json_is_string(n) &&
 			    !strcmp(json_string_value(n), "default"))
 				tmpl = json_string_value(
-					json_object_get(e, "template"));
+				    json_object_get(e, "template"));
 		}
 	}
 	if (!tmpl) { /* transformers 5 keeps it in a file of its own */
@@ -202,8 +202,8 @@ static int put_span(render *r, const char *s, size_t n, int trained)
 	size_t start = r->len;
 	int e = put(r, s, n);
 
-	if (!e && trained && n && r->n_span + 2 <= (int)(sizeof(r->span) /
-							  sizeof(r->span[0]))) {
+	if (!e && trained && n &&
+	    r->n_span + 2 <= (int)(sizeof(r->span) / sizeof(r->span[0]))) {
 		r->span[r->n_span++] = start;
 		r->span[r->n_span++] = r->len;
 	}
@@ -231,8 +231,7 @@ static int render_chat(int tmpl, const message *m, int n, const char *bos,
 			e = puts_(r, "<|im_start|>") || puts_(r, m[i].role) ||
 			    puts_(r, "\n") ||
 			    put_span(r, m[i].content, m[i].content_len, tr) ||
-			    put_span(r, "<|im_end|>", 10, tr) ||
-			    puts_(r, "\n");
+			    put_span(r, "<|im_end|>", 10, tr) || puts_(r, "\n");
 		}
 		break;
 	case TACO_TEMPLATE_LLAMA3:
@@ -264,7 +263,8 @@ static int render_chat(int tmpl, const message *m, int n, const char *bos,
 					 m[i].weight);
 			if (!strcmp(m[i].role, "user")) {
 				e = puts_(r, "[INST] ");
-				if (!e && i == 1 && !strcmp(m[0].role, "system"))
+				if (!e && i == 1 &&
+				    !strcmp(m[0].role, "system"))
 					e = put(r, m[0].content,
 						m[0].content_len) ||
 					    puts_(r, "\n\n");
@@ -272,8 +272,8 @@ static int render_chat(int tmpl, const message *m, int n, const char *bos,
 				    put(r, m[i].content, m[i].content_len) ||
 				    puts_(r, " [/INST]");
 			} else {
-				e = put_span(r, m[i].content,
-					     m[i].content_len, tr) ||
+				e = put_span(r, m[i].content, m[i].content_len,
+					     tr) ||
 				    put_span(r, eos ? eos : "</s>",
 					     strlen(eos ? eos : "</s>"), tr);
 			}
@@ -383,11 +383,11 @@ static int finish_example(loader *L, int64_t line, const render *rd,
 	for (int s = 0; !o->train_on_all && s < rd->n_span; s += 2) {
 		size_t k0, k1;
 		if ((r = taco_tokens_before(L->tok, rd->text, rd->span[s],
-				       add_special, &L->ids, &L->tmp, &k0,
-				       err)) ||
+					    add_special, &L->ids, &L->tmp, &k0,
+					    err)) ||
 		    (r = taco_tokens_before(L->tok, rd->text, rd->span[s + 1],
-				       add_special, &L->ids, &L->tmp, &k1,
-				       err)))
+					    add_special, &L->ids, &L->tmp, &k1,
+					    err)))
 			return r;
 		/* a span ending the text includes what follows (EOS) */
 		if (rd->span[s + 1] == rd->len)
@@ -468,8 +468,7 @@ static const char *const roles[] = {"system", "user", "assistant", NULL};
 
 /* Checks a chat example; fills m[0..*n). Returns 1 when it may be
  * rendered, 0 after reporting its errors. */
-static int check_chat(loader *L, int64_t line, json_t *msgs, message *m,
-		      int *n)
+static int check_chat(loader *L, int64_t line, json_t *msgs, message *m, int *n)
 {
 	size_t i;
 	json_t *e;
@@ -558,7 +557,8 @@ static int check_chat(loader *L, int64_t line, json_t *msgs, message *m,
 	if (L->tmpl == TACO_TEMPLATE_MISTRAL) {
 		int first = !strcmp(m[0].role, "system");
 		for (int k = first; k < *n; k++) {
-			const char *want = (k - first) % 2 ? "assistant" : "user";
+			const char *want =
+			    (k - first) % 2 ? "assistant" : "user";
 			if (strcmp(m[k].role, want)) {
 				report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
 				       "messages[%d]: the mistral template "
@@ -578,8 +578,8 @@ static int check_chat(loader *L, int64_t line, json_t *msgs, message *m,
 	return 1;
 }
 
-static int string_field(loader *L, int64_t line, json_t *root,
-			const char *key, const char **s, size_t *n)
+static int string_field(loader *L, int64_t line, json_t *root, const char *key,
+			const char **s, size_t *n)
 {
 	json_t *v = json_object_get(root, key);
 
@@ -594,8 +594,7 @@ static int string_field(loader *L, int64_t line, json_t *root,
 }
 
 /* Pre-tokenized: {"input_ids": [...], "labels": [...]?} */
-static int pretokenized(loader *L, int64_t line, json_t *root,
-			taco_err *err)
+static int pretokenized(loader *L, int64_t line, json_t *root, taco_err *err)
 {
 	json_t *ids = json_object_get(root, "input_ids");
 	json_t *lab = json_object_get(root, "labels");
@@ -623,12 +622,13 @@ static int pretokenized(loader *L, int64_t line, json_t *root,
 	json_array_foreach(ids, i, v)
 	{
 		json_int_t x = json_is_integer(v) ? json_integer_value(v) : -1;
-		json_int_t y = lab ? (json_is_integer(json_array_get(lab, i))
-					      ? json_integer_value(
-							json_array_get(lab, i))
-					      : -2)
-				   : x;
-		if (x < 0 || x >= vocab || !(y == -100 || (y >= 0 && y < vocab))) {
+		json_int_t y =
+		    lab ? (json_is_integer(json_array_get(lab, i))
+			       ? json_integer_value(json_array_get(lab, i))
+			       : -2)
+			: x;
+		if (x < 0 || x >= vocab ||
+		    !(y == -100 || (y >= 0 && y < vocab))) {
 			report(L->rep, line, TACO_P_INVALID_TOKEN, 1,
 			       "input_ids[%zu] or labels[%zu] is not a token "
 			       "id in [0, %d)%s",
@@ -637,7 +637,7 @@ static int pretokenized(loader *L, int64_t line, json_t *root,
 		}
 		L->ids.ids[L->ids.n] = (int32_t)x;
 		L->labels[L->ids.n++] =
-			L->o->train_on_all ? (int32_t)x : (int32_t)y;
+		    L->o->train_on_all ? (int32_t)x : (int32_t)y;
 	}
 	return store_example(L, line, err);
 }
@@ -763,13 +763,13 @@ int taco_dataset_load(const char *path, const taco_tok *tok,
 		lineno++;
 		bytes += (uint64_t)len;
 		if (bytes > TACO_DATASET_MAX_FILE) {
-			r = taco_err_set(err, -EFBIG,
-					 "%s: larger than %llu bytes", path,
-					 (unsigned long long)
-						 TACO_DATASET_MAX_FILE);
+			r = taco_err_set(
+			    err, -EFBIG, "%s: larger than %llu bytes", path,
+			    (unsigned long long)TACO_DATASET_MAX_FILE);
 			goto out;
 		}
-		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+		while (len > 0 &&
+		       (line[len - 1] == '\n' || line[len - 1] == '\r'))
 			len--;
 		if (strspn(line, " \t") == (size_t)len)
 			continue;
@@ -837,28 +837,26 @@ json_t *taco_dataset_report_json(const taco_dataset_report *rep,
 	for (int i = 0; i < rep->n_listed; i++) {
 		const taco_problem *p = &rep->listed[i];
 		json_array_append_new(
-			list, json_pack("{sI ss ss ss}", "line",
-					(json_int_t)p->line, "code",
-					problem_names[p->code], "severity",
-					p->error ? "error" : "warning",
-					"detail", p->detail));
+		    list,
+		    json_pack("{sI ss ss ss}", "line", (json_int_t)p->line,
+			      "code", problem_names[p->code], "severity",
+			      p->error ? "error" : "warning", "detail",
+			      p->detail));
 	}
-	o = json_pack("{ss sI sI sI sI sI sI sI sI sI so so ss}", "file", file,
-		      "lines", (json_int_t)rep->lines, "examples",
-		      (json_int_t)rep->examples, "kept", (json_int_t)rep->kept,
-		      "tokens", (json_int_t)rep->tokens, "trainable_tokens",
-		      (json_int_t)rep->trainable_tokens, "truncated",
-		      (json_int_t)rep->truncated, "dropped",
-		      (json_int_t)rep->dropped, "errors",
-		      (json_int_t)rep->errors, "warnings",
-		      (json_int_t)rep->warnings, "by_code", codes, "problems",
-		      list, "chat_template",
-		      taco_template_name(rep->template_id));
+	o = json_pack(
+	    "{ss sI sI sI sI sI sI sI sI sI so so ss}", "file", file, "lines",
+	    (json_int_t)rep->lines, "examples", (json_int_t)rep->examples,
+	    "kept", (json_int_t)rep->kept, "tokens", (json_int_t)rep->tokens,
+	    "trainable_tokens", (json_int_t)rep->trainable_tokens, "truncated",
+	    (json_int_t)rep->truncated, "dropped", (json_int_t)rep->dropped,
+	    "errors", (json_int_t)rep->errors, "warnings",
+	    (json_int_t)rep->warnings, "by_code", codes, "problems", list,
+	    "chat_template", taco_template_name(rep->template_id));
 	return o;
 }
 
-void taco_dataset_report_print(const taco_dataset_report *rep,
-			       const char *file, FILE *f)
+void taco_dataset_report_print(const taco_dataset_report *rep, const char *file,
+			       FILE *f)
 {
 	fprintf(f,
 		"%s: %lld lines, %lld examples, %lld kept; %lld tokens, %lld "
@@ -876,7 +874,7 @@ void taco_dataset_report_print(const taco_dataset_report *rep,
 			problem_names[rep->listed[i].code],
 			rep->listed[i].detail);
 	if (rep->errors + rep->warnings > rep->n_listed)
-		fprintf(f, "  ... and %lld more\n",
-			(long long)(rep->errors + rep->warnings -
-				    rep->n_listed));
+		fprintf(
+		    f, "  ... and %lld more\n",
+		    (long long)(rep->errors + rep->warnings - rep->n_listed));
 }

@@ -17,16 +17,16 @@
 #include "taco_err.h"
 #include "tokenizer.h"
 
-#define TACO_DATASET_MAX_LINE (8u << 20)      /* bytes in one line */
-#define TACO_DATASET_MAX_FILE (16ull << 30)   /* bytes in one file */
-#define TACO_DATASET_MAX_MESSAGES 4096        /* messages in one example */
-#define TACO_DATASET_MAX_LISTED 100           /* problems listed in full */
+#define TACO_DATASET_MAX_LINE (8u << 20)    /* bytes in one line */
+#define TACO_DATASET_MAX_FILE (16ull << 30) /* bytes in one file */
+#define TACO_DATASET_MAX_MESSAGES 4096	    /* messages in one example */
+#define TACO_DATASET_MAX_LISTED 100	    /* problems listed in full */
 
 enum taco_template {
 	TACO_TEMPLATE_AUTO = 0, /* from tokenizer_config.json's chat_template */
-	TACO_TEMPLATE_CHATML,   /* Qwen: <|im_start|>role\ncontent<|im_end|>\n */
+	TACO_TEMPLATE_CHATML, /* Qwen: <|im_start|>role\ncontent<|im_end|>\n */
 	TACO_TEMPLATE_LLAMA3,
-	TACO_TEMPLATE_MISTRAL,  /* [INST] user [/INST] assistant</s> */
+	TACO_TEMPLATE_MISTRAL, /* [INST] user [/INST] assistant</s> */
 };
 
 enum taco_overlength {
@@ -59,8 +59,8 @@ const char *taco_problem_name(int code);
 
 typedef struct taco_dataset_opts {
 	const char *model_dir; /* tokenizer_config.json for TEMPLATE_AUTO */
-	int template_id;  /* enum taco_template */
-	int train_on_all; /* 1: every token is trained, not only answers */
+	int template_id;       /* enum taco_template */
+	int train_on_all;      /* 1: every token is trained, not only answers */
 	int seq_len;
 	int overlength; /* enum taco_overlength */
 	int64_t max_examples;
@@ -105,8 +105,8 @@ const char *taco_template_name(int template_id);
 /* The report as a JSON object (events, tacod) and as text. */
 json_t *taco_dataset_report_json(const taco_dataset_report *rep,
 				 const char *file);
-void taco_dataset_report_print(const taco_dataset_report *rep,
-			       const char *file, FILE *f);
+void taco_dataset_report_print(const taco_dataset_report *rep, const char *file,
+			       FILE *f);
 
 /* Of full = encode(text), the tokens that encode(text[0..b)) shares: the
  * index of the first token at or after byte b. Where b falls inside a

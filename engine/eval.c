@@ -71,8 +71,8 @@ static int add_row(mc_builder *b, const taco_tok *tok, const char *prompt,
 		return -ENOMEM;
 	if (s->n_rows == 0)
 		s->row_off[0] = 0;
-	if (reserve((void **)&s->tokens, &b->cap_tok,
-		    s->row_off[s->n_rows] + n, sizeof(int32_t)))
+	if (reserve((void **)&s->tokens, &b->cap_tok, s->row_off[s->n_rows] + n,
+		    sizeof(int32_t)))
 		return -ENOMEM;
 	memcpy(s->tokens + s->row_off[s->n_rows], b->full.ids,
 	       n * sizeof(int32_t));
@@ -118,9 +118,9 @@ static int mc_line(mc_builder *b, const taco_tok *tok, json_t *root,
 		if ((r = add_row(b, tok, json_string_value(p),
 				 json_string_length(p), json_string_value(e),
 				 json_string_length(e), err)))
-			return r == -ENOMEM ? taco_err_set(err, r,
-							   "out of memory")
-					    : r;
+			return r == -ENOMEM
+				   ? taco_err_set(err, r, "out of memory")
+				   : r;
 	}
 	s->n++;
 	s->first_row[s->n] = s->n_rows;
@@ -159,10 +159,9 @@ int taco_mc_load(const char *path, const taco_tok *tok, int64_t max_examples,
 		if (strspn(line, " \t\r\n") == (size_t)len)
 			continue;
 		if ((int64_t)b.s->n >= max_examples) {
-			r = taco_err_set(err, -EINVAL,
-					 "%s:%lld: more than %lld examples",
-					 path, (long long)lineno,
-					 (long long)max_examples);
+			r = taco_err_set(
+			    err, -EINVAL, "%s:%lld: more than %lld examples",
+			    path, (long long)lineno, (long long)max_examples);
 			goto out;
 		}
 		root = json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES,
@@ -207,8 +206,8 @@ static void fill_row(const taco_mc_set *s, size_t i, int T, int32_t *tok,
 		size_t k = drop + (size_t)t; /* token index within the row */
 		tok[t] = k < n ? s->tokens[o + k] : 0;
 		/* position t predicts token k + 1 */
-		tgt[t] = k + 1 < n && k + 1 >= split ? s->tokens[o + k + 1]
-						     : -100;
+		tgt[t] =
+		    k + 1 < n && k + 1 >= split ? s->tokens[o + k + 1] : -100;
 	}
 }
 
@@ -235,11 +234,12 @@ int taco_mc_eval(taco_model *m, const taco_mc_set *s, int B, int T,
 			} else {
 				for (int t = 0; t < T; t++)
 					tok[(size_t)b * T + t] = 0,
-							   tgt[(size_t)b * T + t] = -100;
+							    tgt[(size_t)b * T +
+								t] = -100;
 			}
 		}
-		if ((r = taco_model_score(m, &(taco_batch){B, T, tok, tgt, NULL},
-					  sums, err)))
+		if ((r = taco_model_score(
+			 m, &(taco_batch){B, T, tok, tgt, NULL}, sums, err)))
 			goto out;
 		for (int b = 0; b < B && r0 + (size_t)b < s->n_rows; b++)
 			scores[r0 + (size_t)b] = sums[b];

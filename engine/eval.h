@@ -14,9 +14,9 @@
 #define TACO_MC_MAX_CHOICES 64
 
 typedef struct taco_mc_set {
-	size_t n;          /* examples */
-	size_t n_rows;     /* candidates over all examples */
-	int *answer;       /* [n] */
+	size_t n;	   /* examples */
+	size_t n_rows;	   /* candidates over all examples */
+	int *answer;	   /* [n] */
 	size_t *first_row; /* [n + 1]: rows of example i */
 	size_t *row_off;   /* [n_rows + 1] into tokens */
 	size_t *row_split; /* [n_rows]: tokens of the prompt in each row */

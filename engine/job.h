@@ -43,9 +43,9 @@ typedef struct taco_job {
 	int64_t max_examples; /* limit on examples read from a data file */
 	int activation_checkpointing; /* 0: keep every layer's activations */
 	int packing;		      /* several examples per sequence */
-	int chat_template; /* enum taco_template */
-	int train_on_all;  /* 0: answers only */
-	int overlength;    /* enum taco_overlength */
+	int chat_template;	      /* enum taco_template */
+	int train_on_all;	      /* 0: answers only */
+	int overlength;		      /* enum taco_overlength */
 	char eval_multiple_choice[TACO_PATH_MAX]; /* "" = none */
 } taco_job;
 

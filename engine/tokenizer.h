@@ -47,6 +47,11 @@
  * call takes at most TACO_TOK_MAX_INPUT bytes of text, one decode call at
  * most TACO_TOK_MAX_INPUT ids.
  *
+ * Cost: encoding is linear in the input except for added-token matching,
+ * which tries the longest added token at each position where one may
+ * start (O(input x longest added token) at worst), and BPE, O(n log n) in
+ * the length of a pre-token.
+ *
  * A loaded tokenizer is immutable except for an internal cache guarded by a
  * lock: encode and decode may be called from several threads at once.
  * Library code never prints; errors go to taco_err (see taco_err.h). */
@@ -110,7 +115,8 @@ int32_t taco_tok_token_to_id(const taco_tok *tok, const char *token,
 			     size_t len);
 
 /* Token string of an id (not NUL-terminated; length in *len), NULL when the
- * id has none. */
+ * id has none. As in tokenizers, an added token with normalized: true gives
+ * its content passed through the normalizer. */
 const char *taco_tok_id_to_token(const taco_tok *tok, int32_t id, size_t *len);
 
 /* Highest id + 1 over the model vocab and the added tokens (the embedding

@@ -228,9 +228,9 @@ int tok_trie_add(struct tok_trie *t, const char *s, size_t n, int32_t idx)
 			    trie_grow_edges(t))
 				return -ENOMEM;
 			if (t->n_nodes == t->cap_nodes) {
-				int32_t *p = realloc(t->term,
-						     sizeof(int32_t) *
-							 t->cap_nodes * 2);
+				int32_t *p =
+				    realloc(t->term,
+					    sizeof(int32_t) * t->cap_nodes * 2);
 				if (!p)
 					return -ENOMEM;
 				t->term = p;
@@ -337,7 +337,9 @@ static void *arena_alloc(struct work *w, size_t n)
 	struct arena_block *b = w->arena;
 
 	if (!b || b->cap - b->used < n) {
-		size_t cap = n > 65536 ? n : 65536;
+		size_t cap = b ? 65536 : 1024;
+		if (cap < n)
+			cap = n;
 		b = malloc(sizeof(*b) + cap);
 		if (!b)
 			return NULL;
@@ -525,8 +527,8 @@ static int bpe_merge(const taco_tok *tok, struct work *w, size_t n,
 	for (size_t i = 0; i + 1 < n; i++) {
 		const struct tok_merge *m =
 		    tok_merges_find(&tok->merges, id[i], id[i + 1]);
-		if (m && heap_push(w, &hn, ((uint64_t)m->rank << 32) | i,
-				   m->id))
+		if (m &&
+		    heap_push(w, &hn, ((uint64_t)m->rank << 32) | i, m->id))
 			return -ENOMEM;
 	}
 	while (hn) {
@@ -549,18 +551,18 @@ static int bpe_merge(const taco_tok *tok, struct work *w, size_t n,
 		if (prev[pos] >= 0) {
 			int32_t p = prev[pos];
 			m = tok_merges_find(&tok->merges, id[p], id[pos]);
-			if (m && heap_push(w, &hn,
-					   ((uint64_t)m->rank << 32) |
-					       (uint32_t)p,
-					   m->id))
+			if (m &&
+			    heap_push(w, &hn,
+				      ((uint64_t)m->rank << 32) | (uint32_t)p,
+				      m->id))
 				return -ENOMEM;
 		}
 		if (next[pos] >= 0) {
 			m = tok_merges_find(&tok->merges, id[pos],
 					    id[next[pos]]);
-			if (m && heap_push(w, &hn,
-					   ((uint64_t)m->rank << 32) | pos,
-					   m->id))
+			if (m &&
+			    heap_push(w, &hn, ((uint64_t)m->rank << 32) | pos,
+				      m->id))
 				return -ENOMEM;
 		}
 	}
@@ -621,13 +623,11 @@ static int bpe_symbols(const taco_tok *tok, struct work *w, const char *s,
 				if (tok->fallback_id[(unsigned char)cs[j]] < 0)
 					break;
 			if (j == csn) {
-				if ((r = sym_reserve(w, k + csn + (n - i) +
-							    2)))
+				if ((r = sym_reserve(w, k + csn + (n - i) + 2)))
 					return r;
 				for (j = 0; j < csn; j++)
-					w->sid[k++] =
-					    tok->fallback_id[(unsigned char)
-								 cs[j]];
+					w->sid[k++] = tok->fallback_id[(
+					    unsigned char)cs[j]];
 				continue;
 			}
 		}
@@ -774,7 +774,8 @@ static int split_piece(const struct tok_regex *re, int behavior, int invert,
 	switch (behavior) {
 	case SPLIT_REMOVED:
 		for (size_t i = 0; i < sg->n; i++)
-			if (!sg->v[i].m && slist_push(o, sg->v[i].s, sg->v[i].e, 0))
+			if (!sg->v[i].m &&
+			    slist_push(o, sg->v[i].s, sg->v[i].e, 0))
 				return oom(w);
 		break;
 	case SPLIT_ISOLATED:
@@ -883,10 +884,10 @@ static int pt_metaspace(const struct tok_pt *pt, struct work *w,
 	/* prepend unless it already starts with the replacement (checked
 	 * after the spaces are replaced) */
 	if (pre && (pc->n == 0 ||
-		    (pc->p[0] == ' '
-			 ? 0
-			 : !(pc->n >= (size_t)pt->repl_len &&
-			     !memcmp(pc->p, pt->repl, (size_t)pt->repl_len))))) {
+		    (pc->p[0] == ' ' ? 0
+				     : !(pc->n >= (size_t)pt->repl_len &&
+					 !memcmp(pc->p, pt->repl,
+						 (size_t)pt->repl_len))))) {
 		memcpy(q, pt->repl, (size_t)pt->repl_len);
 		k = (size_t)pt->repl_len;
 	}
@@ -973,8 +974,7 @@ static size_t prev_char(const char *s, size_t i)
 /* AddedVocabulary::find_matches: segments of s, tokens (m = added index)
  * and gaps (m = -1). */
 static int split_added(const taco_tok *tok, const struct tok_trie *t,
-		       struct work *w, const char *s, size_t n,
-		       struct slist *o)
+		       struct work *w, const char *s, size_t n, struct slist *o)
 {
 	size_t i = 0, start_off = 0;
 
@@ -1011,9 +1011,9 @@ static int split_added(const taco_tok *tok, const struct tok_trie *t,
 			}
 			if (ok && stop < n) {
 				uint32_t cp;
-				int l = tok_utf8_next(
-				    (const unsigned char *)s + stop, n - stop,
-				    &cp);
+				int l = tok_utf8_next((const unsigned char *)s +
+							  stop,
+						      n - stop, &cp);
 				if (is_word_char(tok, w, s + stop, (size_t)l))
 					ok = 0;
 			}
@@ -1036,9 +1036,9 @@ static int split_added(const taco_tok *tok, const struct tok_trie *t,
 		if (a->rstrip) {
 			while (stop < n) {
 				uint32_t cp;
-				int l = tok_utf8_next(
-				    (const unsigned char *)s + stop, n - stop,
-				    &cp);
+				int l = tok_utf8_next((const unsigned char *)s +
+							  stop,
+						      n - stop, &cp);
 				if (!tok_is_whitespace(cp))
 					break;
 				stop += (size_t)l;
@@ -1078,10 +1078,10 @@ static int encode_text(const taco_tok *tok, struct work *w, const char *s,
 		if (tok->n_norms) {
 			if ((r = tok_normalize(tok, &w->m, p, pn, &w->norm,
 					       &w->tmp, w->err)))
-				return r == -ENOMEM ? oom(w)
-						    : taco_err_prefix(
-							  w->err, r, "%s",
-							  w->name);
+				return r == -ENOMEM
+					   ? oom(w)
+					   : taco_err_prefix(w->err, r, "%s",
+							     w->name);
 			p = w->norm.p;
 			pn = w->norm.n;
 		}
@@ -1114,25 +1114,106 @@ static int work_init(const taco_tok *tok, struct work *w, taco_err *err)
 	return 0;
 }
 
+/* Bytes a work state holds on to. */
+static size_t work_size(const struct work *w)
+{
+	size_t n = w->input.cap + w->norm.cap + w->tmp.cap + w->word.cap;
+
+	n += (w->a.cap + w->b.cap) * sizeof(struct piece);
+	n += (w->segs.cap + w->segs2.cap + w->added1.cap + w->added2.cap) *
+	     sizeof(struct seg);
+	n += w->scap * 3 * sizeof(int32_t) + w->hcap * sizeof(struct heap_e);
+	for (struct arena_block *b = w->arena; b; b = b->next)
+		n += b->cap;
+	return n;
+}
+
+/* A work state from the pool, or a new one. */
+static struct work *work_get(const taco_tok *tok, taco_err *err)
+{
+	struct taco_tok *t = (struct taco_tok *)tok;
+	struct work *w = NULL;
+
+	if (t->cache && !pthread_mutex_lock(&t->cache_lock)) {
+		if (t->n_work_pool)
+			w = t->work_pool[--t->n_work_pool];
+		pthread_mutex_unlock(&t->cache_lock);
+	}
+	if (w) {
+		w->err = err;
+		return w;
+	}
+	w = malloc(sizeof(*w));
+	if (!w) {
+		taco_err_set(err, -ENOMEM, "%s: encode: out of memory",
+			     tok->name);
+		return NULL;
+	}
+	if (work_init(tok, w, err)) {
+		work_free(w);
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+/* Back to the pool (small states only), else freed. */
+static void work_put(const taco_tok *tok, struct work *w)
+{
+	struct taco_tok *t = (struct taco_tok *)tok;
+
+	/* keep one arena block */
+	while (w->arena && w->arena->next) {
+		struct arena_block *b = w->arena;
+		w->arena = b->next;
+		free(b);
+	}
+	if (w->arena)
+		w->arena->used = 0;
+	if (work_size(w) <= (1u << 20) && t->cache &&
+	    !pthread_mutex_lock(&t->cache_lock)) {
+		if (t->n_work_pool < 8) {
+			t->work_pool[t->n_work_pool++] = w;
+			w = NULL;
+		}
+		pthread_mutex_unlock(&t->cache_lock);
+	}
+	if (w) {
+		work_free(w);
+		free(w);
+	}
+}
+
+void tok_work_pool_free(struct taco_tok *tok)
+{
+	for (int i = 0; i < tok->n_work_pool; i++) {
+		work_free(tok->work_pool[i]);
+		free(tok->work_pool[i]);
+	}
+	tok->n_work_pool = 0;
+}
+
 int taco_tok_encode(const taco_tok *tok, const char *text, size_t len,
 		    int add_special_tokens, taco_tok_ids *out, taco_err *err)
 {
-	struct work w;
+	struct work *w;
 	const unsigned char *u = (const unsigned char *)text;
 	size_t i = 0, bad;
 	int r;
 
 	if (!tok || !out || (!text && len))
-		return taco_err_set(err, -EINVAL, "tokenizer: encode: bad "
-						  "arguments");
+		return taco_err_set(err, -EINVAL,
+				    "tokenizer: encode: bad "
+				    "arguments");
 	out->n = 0;
 	if (len > TACO_TOK_MAX_INPUT)
 		return taco_err_set(err, -EFBIG,
 				    "%s: encode: input of %zu bytes is over "
 				    "the limit of %u bytes per call",
 				    tok->name, len, TACO_TOK_MAX_INPUT);
-	if ((r = work_init(tok, &w, err)))
-		goto done;
+	if (!(w = work_get(tok, err)))
+		return -ENOMEM;
+	r = 0;
 	/* invalid UTF-8 -> U+FFFD (maximal subparts) */
 	while (i < len) {
 		if (u[i] < 0x80) {
@@ -1145,29 +1226,30 @@ int taco_tok_encode(const taco_tok *tok, const char *text, size_t len,
 		i += k;
 	}
 	if (i < len) {
-		if (tok_utf8_lossy(&w.input, u, len)) {
-			r = oom(&w);
+		w->input.n = 0;
+		if (tok_utf8_lossy(&w->input, u, len)) {
+			r = oom(w);
 			goto done;
 		}
-		text = w.input.p;
-		len = w.input.n;
+		text = w->input.p;
+		len = w->input.n;
 	}
 	if (add_special_tokens)
 		for (int k = 0; k < tok->n_post_pre; k++)
 			if (ids_push(out, tok->post_pre[k])) {
-				r = oom(&w);
+				r = oom(w);
 				goto done;
 			}
-	if ((r = encode_text(tok, &w, text ? text : "", len, out)))
+	if ((r = encode_text(tok, w, text ? text : "", len, out)))
 		goto done;
 	if (add_special_tokens)
 		for (int k = 0; k < tok->n_post_suf; k++)
 			if (ids_push(out, tok->post_suf[k])) {
-				r = oom(&w);
+				r = oom(w);
 				goto done;
 			}
 done:
-	work_free(&w);
+	work_put(tok, w);
 	if (r)
 		out->n = 0;
 	return r;
@@ -1182,8 +1264,7 @@ int32_t tok_added_id_index(const struct taco_tok *tok, int32_t id)
 	return tok->added_by_id[id];
 }
 
-int32_t taco_tok_token_to_id(const taco_tok *tok, const char *token,
-			     size_t len)
+int32_t taco_tok_token_to_id(const taco_tok *tok, const char *token, size_t len)
 {
 	for (int i = 0; i < tok->n_added; i++)
 		if (tok->added[i].len == len &&
@@ -1197,8 +1278,9 @@ const char *taco_tok_id_to_token(const taco_tok *tok, int32_t id, size_t *len)
 	int32_t a = tok_added_id_index(tok, id);
 
 	if (a >= 0) {
-		*len = tok->added[a].len;
-		return tok->added[a].content;
+		/* tokenizers gives the normalized form of normalized tokens */
+		*len = tok->added[a].match_len;
+		return tok->added[a].match;
 	}
 	if (id < 0 || (uint32_t)id >= tok->vocab.n_ids ||
 	    tok->vocab.off[id] == TOK_NONE)
@@ -1251,7 +1333,9 @@ int taco_tok_decode(const taco_tok *tok, const int32_t *ids, size_t n,
 		const char *t = taco_tok_id_to_token(tok, ids[i], &l);
 		if (!t)
 			continue;
-		if (skip_special_tokens && taco_tok_is_special(tok, ids[i]))
+		if (skip_special_tokens &&
+		    tok_added_id_index(tok, ids[i]) >= 0 &&
+		    tok->added[tok_added_id_index(tok, ids[i])].skip)
 			continue;
 		toks[k] = t;
 		lens[k++] = l;

@@ -31,7 +31,7 @@ struct tok_vocab {
 	char *pool;
 	size_t pool_len, pool_cap;
 	uint32_t *off, *len; /* by id; off TOK_NONE: no string */
-	uint32_t n_ids;      /* size of off/len */
+	uint32_t n_ids;	     /* size of off/len */
 	uint64_t *slots;     /* (hash << 32) | (id + 1); 0 = empty */
 	uint32_t mask;
 	uint32_t count;
@@ -156,6 +156,9 @@ struct tok_added {
 	char *match; /* the text matched: content, normalized if normalized */
 	uint32_t match_len;
 	uint8_t special, lstrip, rstrip, single_word, normalized;
+	/* decode with skip_special_tokens drops it: tokenizers checks the
+	 * token string (match) against the special tokens' contents */
+	uint8_t skip;
 };
 
 /* Byte trie of added tokens. */
@@ -195,7 +198,7 @@ struct taco_tok {
 	char *cont_prefix, *word_suffix;
 	size_t cont_prefix_len, word_suffix_len;
 	int32_t fallback_id[256]; /* <0xNN>, -1 when absent */
-	int32_t byte_id[256];     /* byte-level: id of the char of each byte */
+	int32_t byte_id[256];	  /* byte-level: id of the char of each byte */
 
 	struct tok_norm *norms;
 	int n_norms;
@@ -226,9 +229,15 @@ struct taco_tok {
 
 	pcre2_match_context *mctx;
 
-	pthread_mutex_t cache_lock;
+	pthread_mutex_t cache_lock; /* guards cache and work_pool */
 	struct tok_cache_entry *cache;
+	/* encode state kept between calls (its buffers), up to 8 */
+	void *work_pool[8];
+	int n_work_pool;
 };
+
+/* Frees the kept encode states. */
+void tok_work_pool_free(struct taco_tok *tok);
 
 /* UTF-8 */
 /* Decodes one char of valid UTF-8 at s (n > 0 bytes left); returns its

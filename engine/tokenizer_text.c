@@ -146,6 +146,8 @@ int tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n)
 	static const char fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
 	size_t i = 0, run = 0, k, bad;
 
+	if (!n)
+		return tok_buf_put(out, "", 0);
 	while (i < n) {
 		if (s[i] < 0x80) {
 			i++;
@@ -180,28 +182,24 @@ int tok_is_whitespace(uint32_t c)
 /* GPT-2's bytes_to_unicode: printable bytes map to themselves, the others
  * to U+0100 and up in byte order. */
 const uint16_t tok_byte_char[256] = {
-    256, 257, 258, 259, 260, 261, 262, 263, 264, 265, 266, 267,
-    268, 269, 270, 271, 272, 273, 274, 275, 276, 277, 278, 279,
-    280, 281, 282, 283, 284, 285, 286, 287, 288, 33, 34, 35,
-    36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
-    48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
-    60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71,
-    72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83,
-    84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95,
-    96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107,
-    108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119,
-    120, 121, 122, 123, 124, 125, 126, 289, 290, 291, 292, 293,
-    294, 295, 296, 297, 298, 299, 300, 301, 302, 303, 304, 305,
-    306, 307, 308, 309, 310, 311, 312, 313, 314, 315, 316, 317,
-    318, 319, 320, 321, 322, 161, 162, 163, 164, 165, 166, 167,
-    168, 169, 170, 171, 172, 323, 174, 175, 176, 177, 178, 179,
-    180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191,
-    192, 193, 194, 195, 196, 197, 198, 199, 200, 201, 202, 203,
-    204, 205, 206, 207, 208, 209, 210, 211, 212, 213, 214, 215,
-    216, 217, 218, 219, 220, 221, 222, 223, 224, 225, 226, 227,
-    228, 229, 230, 231, 232, 233, 234, 235, 236, 237, 238, 239,
-    240, 241, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251,
-    252, 253, 254, 255,
+    256, 257, 258, 259, 260, 261, 262, 263, 264, 265, 266, 267, 268, 269, 270,
+    271, 272, 273, 274, 275, 276, 277, 278, 279, 280, 281, 282, 283, 284, 285,
+    286, 287, 288, 33,	34,  35,  36,  37,  38,	 39,  40,  41,	42,  43,  44,
+    45,	 46,  47,  48,	49,  50,  51,  52,  53,	 54,  55,  56,	57,  58,  59,
+    60,	 61,  62,  63,	64,  65,  66,  67,  68,	 69,  70,  71,	72,  73,  74,
+    75,	 76,  77,  78,	79,  80,  81,  82,  83,	 84,  85,  86,	87,  88,  89,
+    90,	 91,  92,  93,	94,  95,  96,  97,  98,	 99,  100, 101, 102, 103, 104,
+    105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119,
+    120, 121, 122, 123, 124, 125, 126, 289, 290, 291, 292, 293, 294, 295, 296,
+    297, 298, 299, 300, 301, 302, 303, 304, 305, 306, 307, 308, 309, 310, 311,
+    312, 313, 314, 315, 316, 317, 318, 319, 320, 321, 322, 161, 162, 163, 164,
+    165, 166, 167, 168, 169, 170, 171, 172, 323, 174, 175, 176, 177, 178, 179,
+    180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194,
+    195, 196, 197, 198, 199, 200, 201, 202, 203, 204, 205, 206, 207, 208, 209,
+    210, 211, 212, 213, 214, 215, 216, 217, 218, 219, 220, 221, 222, 223, 224,
+    225, 226, 227, 228, 229, 230, 231, 232, 233, 234, 235, 236, 237, 238, 239,
+    240, 241, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251, 252, 253, 254,
+    255,
 };
 
 int tok_char_byte(uint32_t cp)
@@ -409,19 +407,19 @@ int tok_unicode_normalize(const struct taco_tok *tok, int form, const char *s,
 			if (!r && si % 28)
 				r = push_cp(&cps, &ncp, &cap,
 					    HANGUL_T + si % 28);
-		} else if (compat && (d = find_decomp(tok_compat,
-						      NTAB(tok_compat), cp)) >=
-					 0) {
+		} else if (compat &&
+			   (d = find_decomp(tok_compat, NTAB(tok_compat),
+					    cp)) >= 0) {
 			for (uint32_t k = 0; !r && k < tok_compat[d].len; k++)
-				r = push_cp(&cps, &ncp, &cap,
-					    tok_compat_pool[tok_compat[d].off +
-							    k]);
+				r = push_cp(
+				    &cps, &ncp, &cap,
+				    tok_compat_pool[tok_compat[d].off + k]);
 		} else if ((d = find_decomp(tok_canon, NTAB(tok_canon), cp)) >=
 			   0) {
 			for (uint32_t k = 0; !r && k < tok_canon[d].len; k++)
-				r = push_cp(&cps, &ncp, &cap,
-					    tok_canon_pool[tok_canon[d].off +
-							   k]);
+				r = push_cp(
+				    &cps, &ncp, &cap,
+				    tok_canon_pool[tok_canon[d].off + k]);
 		} else {
 			r = push_cp(&cps, &ncp, &cap, cp);
 		}
@@ -551,8 +549,8 @@ static int translate(const char *p, size_t n, struct tok_buf *o,
 		if (in_class) {
 			if (c == '[') {
 				if (i + 1 < n && p[i + 1] == ':') {
-					const char *e = memchr(p + i + 2, ']',
-							       n - i - 2);
+					const char *e =
+					    memchr(p + i + 2, ']', n - i - 2);
 					if (!e) {
 						*bad = "an unclosed [:class:]";
 						return -EINVAL;
@@ -616,7 +614,7 @@ int tok_regex_compile(struct tok_regex *re, const char *pat, size_t len,
 				    "%s: %s pattern is longer than 65536 bytes",
 				    name, what);
 	if (literal) {
-		opts |= PCRE2_LITERAL;
+		opts = (opts & ~(uint32_t)PCRE2_UCP) | PCRE2_LITERAL;
 		r = tok_buf_put(&b, pat, len);
 	} else {
 		r = translate(pat, len, &b, &bad);
@@ -692,10 +690,9 @@ static int regex_match(const struct tok_regex *re, struct tok_matcher *m,
 	{
 		PCRE2_UCHAR msg[256];
 		pcre2_get_error_message(rc, msg, sizeof(msg));
-		return taco_err_set(err, rc == PCRE2_ERROR_NOMEMORY ? -ENOMEM
-								    : -E2BIG,
-				    "regex match failed: %s",
-				    (const char *)msg);
+		return taco_err_set(
+		    err, rc == PCRE2_ERROR_NOMEMORY ? -ENOMEM : -E2BIG,
+		    "regex match failed: %s", (const char *)msg);
 	}
 }
 
@@ -907,7 +904,8 @@ static int dec_step(const struct tok_dec *d, const struct toklist *in,
 			while (!r && d->pat_len && n >= d->pat_len &&
 			       (e = memmem(t, n, d->pat, d->pat_len))) {
 				r = tl_cat(o, t, (size_t)(e - t));
-				r = r ? r : tl_cat(o, d->content, d->content_len);
+				r = r ? r
+				      : tl_cat(o, d->content, d->content_len);
 				n -= (size_t)(e - t) + d->pat_len;
 				t = e + d->pat_len;
 			}
@@ -1059,6 +1057,21 @@ int tok_decode_tokens(const struct taco_tok *tok, const char **toks,
 		}
 		r = r ? r : tok_buf_put(out, "", 0);
 		goto done;
+	}
+	{
+		/* size the lists once: decoders rarely grow the text much */
+		size_t total = 16;
+		for (size_t i = 0; i < n; i++)
+			total += lens[i] + 3;
+		a.off = malloc(sizeof(size_t) * (n + 1));
+		a.len = malloc(sizeof(size_t) * (n + 1));
+		b.off = malloc(sizeof(size_t) * (n + 1));
+		b.len = malloc(sizeof(size_t) * (n + 1));
+		if (!a.off || !a.len || !b.off || !b.len ||
+		    tok_buf_reserve(&a.text, total) ||
+		    tok_buf_reserve(&b.text, total))
+			r = -ENOMEM;
+		a.cap = b.cap = n + 1;
 	}
 	for (size_t i = 0; i < n && !r; i++)
 		r = tl_add(&a, toks[i], lens[i]);

@@ -11,10 +11,10 @@
 
 #include "checkpoint.h"
 #include "data.h"
-#include "job_data.h"
 #include "events.h"
 #include "export.h"
 #include "fsutil.h"
+#include "job_data.h"
 #include "model.h"
 #include "optim.h"
 #include "plan.h"
@@ -165,9 +165,8 @@ static int evaluate(trainer *tr, taco_err *err)
 
 	double mc_acc = -1;
 
-	if (tr->data.mc &&
-	    (r = taco_mc_eval(tr->m, tr->data.mc, j->batch_size, j->seq_len,
-			      &mc_acc, NULL, err)))
+	if (tr->data.mc && (r = taco_mc_eval(tr->m, tr->data.mc, j->batch_size,
+					     j->seq_len, &mc_acc, NULL, err)))
 		return r;
 	for (size_t first = 0; tr->val && first < tr->val->n;
 	     first += j->batch_size) {
@@ -187,16 +186,15 @@ static int evaluate(trainer *tr, taco_err *err)
 	ev = json_pack("{sI}", "step", (json_int_t)tr->step);
 	if (tr->val)
 		json_object_update_new(
-			ev, json_pack("{sf sf sI}", "val_loss",
-				      n ? loss / (double)n : 0.0,
-				      "val_token_accuracy",
-				      n ? (double)correct / (double)n : 0.0,
-				      "val_targets", (json_int_t)n));
+		    ev,
+		    json_pack("{sf sf sI}", "val_loss",
+			      n ? loss / (double)n : 0.0, "val_token_accuracy",
+			      n ? (double)correct / (double)n : 0.0,
+			      "val_targets", (json_int_t)n));
 	if (tr->data.mc)
 		json_object_update_new(
-			ev, json_pack("{sf sI}", "mc_accuracy", mc_acc,
-				      "mc_examples",
-				      (json_int_t)tr->data.mc->n));
+		    ev, json_pack("{sf sI}", "mc_accuracy", mc_acc,
+				  "mc_examples", (json_int_t)tr->data.mc->n));
 	taco_events_emit(&tr->ev, "eval", ev);
 	if (!tr->opts->progress)
 		return 0;
@@ -402,11 +400,11 @@ static void validated(trainer *tr)
 		taco_dataset_report_print(&d->train_report, j->train, stderr);
 	if (j->validation[0] && d->val_report.lines) {
 		taco_events_emit(
-			&tr->ev, "validated",
-			taco_dataset_report_json(&d->val_report, j->validation));
+		    &tr->ev, "validated",
+		    taco_dataset_report_json(&d->val_report, j->validation));
 		if (tr->opts->progress)
-			taco_dataset_report_print(&d->val_report,
-						  j->validation, stderr);
+			taco_dataset_report_print(&d->val_report, j->validation,
+						  stderr);
 	}
 }
 

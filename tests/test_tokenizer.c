@@ -1,0 +1,927 @@
+/* test_tokenizer.c: the tokenizer against Hugging Face tokenizers
+ * (fixtures made by tests/fixtures/tokenizers/gen_tokenizers.py): the same
+ * ids on every corpus line for every fixture tokenizer, the same decoding,
+ * tokenizer variants, invalid UTF-8, refusals and limits. */
+#include <check.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "tokenizer.h"
+
+static const char *const names[] = {"bytelevel", "metaspace", "mistral",
+				    "claude"};
+
+/* ------------------------------------------------------------ fixtures */
+
+struct corpus {
+	char **text;
+	size_t *len;
+	size_t n;
+};
+
+static void corpus_load(struct corpus *c)
+{
+	size_t len;
+	char *buf = tu_read_file(tu_fixture("tokenizers/corpus.jsonl"), &len);
+	char *p, *nl;
+
+	ck_assert_msg(buf, "corpus.jsonl missing");
+	memset(c, 0, sizeof(*c));
+	for (p = buf; p < buf + len; p = nl + 1) {
+		json_error_t je;
+		json_t *s;
+		nl = memchr(p, '\n', (size_t)(buf + len - p));
+		if (!nl)
+			nl = buf + len;
+		s = json_loadb(p, (size_t)(nl - p),
+			       JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+		ck_assert_msg(json_is_string(s), "corpus line %zu: %s",
+			      c->n + 1, je.text);
+		c->text = realloc(c->text, sizeof(char *) * (c->n + 1));
+		c->len = realloc(c->len, sizeof(size_t) * (c->n + 1));
+		c->len[c->n] = json_string_length(s);
+		c->text[c->n] = malloc(c->len[c->n] + 1);
+		memcpy(c->text[c->n], json_string_value(s), c->len[c->n] + 1);
+		c->n++;
+		json_decref(s);
+	}
+	free(buf);
+}
+
+static void corpus_free(struct corpus *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		free(c->text[i]);
+	free(c->text);
+	free(c->len);
+}
+
+/* <name>.ids: 'TKID', u32 count, then per line varint n, varint ids. */
+struct idsfile {
+	int32_t **ids;
+	size_t *n;
+	size_t lines;
+};
+
+static uint32_t varint(const unsigned char **p, const unsigned char *end)
+{
+	uint32_t v = 0;
+	int shift = 0;
+
+	while (*p < end) {
+		unsigned char b = *(*p)++;
+		v |= (uint32_t)(b & 0x7F) << shift;
+		if (!(b & 0x80))
+			return v;
+		shift += 7;
+	}
+	ck_abort_msg("truncated ids file");
+	return 0;
+}
+
+static void ids_load(const char *name, struct idsfile *f)
+{
+	char rel[256];
+	size_t len;
+	unsigned char *buf;
+	const unsigned char *p, *end;
+
+	snprintf(rel, sizeof(rel), "tokenizers/%s.ids", name);
+	buf = (unsigned char *)tu_read_file(tu_fixture(rel), &len);
+	ck_assert_msg(buf && len >= 8 && !memcmp(buf, "TKID", 4), "%s", rel);
+	p = buf + 8;
+	end = buf + len;
+	{
+		uint32_t nl;
+		memcpy(&nl, buf + 4, 4);
+		f->lines = nl;
+	}
+	f->ids = calloc(f->lines, sizeof(int32_t *));
+	f->n = calloc(f->lines, sizeof(size_t));
+	for (size_t i = 0; i < f->lines; i++) {
+		f->n[i] = varint(&p, end);
+		f->ids[i] = malloc(sizeof(int32_t) * (f->n[i] + 1));
+		for (size_t k = 0; k < f->n[i]; k++)
+			f->ids[i][k] = (int32_t)varint(&p, end);
+	}
+	free(buf);
+}
+
+static void ids_free(struct idsfile *f)
+{
+	for (size_t i = 0; i < f->lines; i++)
+		free(f->ids[i]);
+	free(f->ids);
+	free(f->n);
+}
+
+static json_t *json_fixture(const char *rel)
+{
+	json_error_t je;
+	json_t *j = json_load_file(tu_fixture(rel), JSON_ALLOW_NUL, &je);
+
+	ck_assert_msg(j, "%s: %s", rel, je.text);
+	return j;
+}
+
+static taco_tok *load_named(const char *name)
+{
+	char rel[256];
+	taco_tok *tok;
+	taco_err err = {{0}};
+
+	snprintf(rel, sizeof(rel), "tokenizers/%s", name);
+	ck_assert_msg(taco_tok_load(tu_fixture(rel), &tok, &err) == 0, "%s",
+		      err.msg);
+	return tok;
+}
+
+static int ids_equal(const taco_tok_ids *a, const int32_t *b, size_t n)
+{
+	return a->n == n && (n == 0 || !memcmp(a->ids, b, n * sizeof(int32_t)));
+}
+
+static int ids_equal_json(const taco_tok_ids *a, json_t *arr)
+{
+	if (!json_is_array(arr) || json_array_size(arr) != a->n)
+		return 0;
+	for (size_t i = 0; i < a->n; i++)
+		if (json_integer_value(json_array_get(arr, i)) != a->ids[i])
+			return 0;
+	return 1;
+}
+
+static char *ids_str(const int32_t *ids, size_t n)
+{
+	static char buf[512];
+	size_t k = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < n && k < sizeof(buf) - 16; i++)
+		k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s%d",
+				      i ? " " : "", ids[i]);
+	if (n > 0 && k >= sizeof(buf) - 16)
+		snprintf(buf + k, sizeof(buf) - k, " ...");
+	return buf;
+}
+
+/* ------------------------------------------------------------ corpus */
+
+START_TEST(test_corpus_parity)
+{
+	const char *name = names[_i];
+	char rel[256];
+	struct corpus c;
+	struct idsfile f = {0};
+	json_t *exp, *pre, *suf, *dec, *decs, *head, *diff, *exc;
+	taco_tok *tok = load_named(name);
+	taco_tok_ids ids = {0}, sp = {0};
+	taco_err err = {{0}};
+	size_t bad_ids = 0, bad_special = 0, bad_dec = 0, bad_skip = 0;
+	size_t bad_head = 0;
+	char report[4096] = "";
+	size_t rl = 0;
+
+	corpus_load(&c);
+	snprintf(rel, sizeof(rel), "tokenizers/%s.expect.json", name);
+	exp = json_fixture(rel);
+	ck_assert_int_eq(json_integer_value(json_object_get(exp, "lines")),
+			 c.n);
+	diff = json_object_get(exp, "ids_diff");
+	ids_load(diff ? json_string_value(json_object_get(exp, "ids_base"))
+		      : name,
+		 &f);
+	ck_assert_uint_eq(f.lines, c.n);
+	pre = json_object_get(exp, "prefix");
+	suf = json_object_get(exp, "suffix");
+	exc = json_object_get(exp, "special_exceptions");
+	dec = json_object_get(exp, "decode");
+	decs = json_object_get(exp, "decode_skip_special");
+	head = json_object_get(exp, "decode_special_head");
+	for (size_t i = 0; i < c.n; i++) {
+		char key[32], *out = NULL;
+		json_t *want_j, *d;
+		const char *want;
+		size_t wl, ol;
+		int ok;
+
+		snprintf(key, sizeof(key), "%zu", i);
+		ck_assert_msg(taco_tok_encode(tok, c.text[i], c.len[i], 0, &ids,
+					      &err) == 0,
+			      "%s line %zu: %s", name, i, err.msg);
+		want_j = diff ? json_object_get(diff, key) : NULL;
+		ok = want_j ? ids_equal_json(&ids, want_j)
+			    : ids_equal(&ids, f.ids[i], f.n[i]);
+		if (!ok && bad_ids++ < 3 && rl < sizeof(report) - 600)
+			rl += (size_t)snprintf(
+			    report + rl, sizeof(report) - rl,
+			    "\n  line %zu %.60s\n    ours: %s", i, c.text[i],
+			    ids_str(ids.ids, ids.n));
+		/* add_special_tokens: the frame around the plain ids */
+		ck_assert_int_eq(
+		    taco_tok_encode(tok, c.text[i], c.len[i], 1, &sp, &err), 0);
+		if ((want_j = json_object_get(exc, key))) {
+			ok = ids_equal_json(&sp, want_j);
+		} else {
+			size_t np = json_array_size(pre),
+			       ns = json_array_size(suf);
+			ok = sp.n == np + ids.n + ns;
+			for (size_t k = 0; ok && k < np; k++)
+				ok = sp.ids[k] ==
+				     json_integer_value(json_array_get(pre, k));
+			for (size_t k = 0; ok && k < ids.n; k++)
+				ok = sp.ids[np + k] == ids.ids[k];
+			for (size_t k = 0; ok && k < ns; k++)
+				ok = sp.ids[np + ids.n + k] ==
+				     json_integer_value(json_array_get(suf, k));
+		}
+		bad_special += !ok;
+		/* decode(plain ids) */
+		ck_assert_int_eq(
+		    taco_tok_decode(tok, ids.ids, ids.n, 0, &out, &ol, &err),
+		    0);
+		d = json_object_get(dec, key);
+		want = d ? json_string_value(d) : c.text[i];
+		wl = d ? json_string_length(d) : c.len[i];
+		if ((ol != wl || memcmp(out, want, wl)) && bad_dec++ < 3 &&
+		    rl < sizeof(report) - 600)
+			rl += (size_t)snprintf(
+			    report + rl, sizeof(report) - rl,
+			    "\n  decode line %zu: want '%.60s' got '%.60s'", i,
+			    want, out);
+		free(out);
+		/* decode(framed ids, skip_special_tokens) */
+		ck_assert_int_eq(
+		    taco_tok_decode(tok, sp.ids, sp.n, 1, &out, &ol, &err), 0);
+		if (!(d = json_object_get(decs, key)))
+			d = json_object_get(dec, key);
+		want = d ? json_string_value(d) : c.text[i];
+		wl = d ? json_string_length(d) : c.len[i];
+		bad_skip += ol != wl || memcmp(out, want, wl);
+		free(out);
+		if (i < json_array_size(head)) {
+			d = json_array_get(head, i);
+			ck_assert_int_eq(taco_tok_decode(tok, sp.ids, sp.n, 0,
+							 &out, &ol, &err),
+					 0);
+			bad_head += ol != json_string_length(d) ||
+				    memcmp(out, json_string_value(d), ol);
+			free(out);
+		}
+	}
+	ck_assert_msg(bad_ids + bad_special + bad_dec + bad_skip + bad_head ==
+			  0,
+		      "%s: of %zu lines, %zu differ in ids, %zu with special "
+		      "tokens, %zu in decode, %zu in decode skipping special, "
+		      "%zu in decode with special:%s",
+		      name, c.n, bad_ids, bad_special, bad_dec, bad_skip,
+		      bad_head, report);
+	taco_tok_ids_free(&ids);
+	taco_tok_ids_free(&sp);
+	ids_free(&f);
+	json_decref(exp);
+	corpus_free(&c);
+	taco_tok_free(tok);
+}
+END_TEST
+
+/* ------------------------------------------------------------ variants */
+
+/* Same rules as apply_patch() in gen_tokenizers.py. */
+static void apply_patch(json_t *root, json_t *patch)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach(patch, k, v)
+	{
+		const char *dot = strchr(k, '.');
+		if (!strcmp(k, "added_tokens+")) {
+			json_array_extend(json_object_get(root, "added_tokens"),
+					  v);
+		} else if (dot) {
+			char a[64];
+			snprintf(a, sizeof(a), "%.*s", (int)(dot - k), k);
+			json_object_set(json_object_get(root, a), dot + 1, v);
+		} else {
+			json_object_set(root, k, v);
+		}
+	}
+}
+
+/* base tokenizer.json with patch applied, as a string */
+static char *patched(const char *base, json_t *patch)
+{
+	char rel[256];
+	json_t *root;
+	char *s;
+
+	snprintf(rel, sizeof(rel), "tokenizers/%s/tokenizer.json", base);
+	root = json_fixture(rel);
+	if (patch)
+		apply_patch(root, patch);
+	s = json_dumps(root, JSON_COMPACT);
+	json_decref(root);
+	return s;
+}
+
+START_TEST(test_variants)
+{
+	json_t *all = json_fixture("tokenizers/cases.json");
+	json_t *texts = json_object_get(all, "texts");
+	json_t *cases = json_object_get(all, "cases"), *c;
+	size_t ci, bad = 0;
+	char report[4096] = "";
+	size_t rl = 0;
+
+	ck_assert_uint_ge(json_array_size(cases), 30);
+	json_array_foreach(cases, ci, c)
+	{
+		const char *name =
+		    json_string_value(json_object_get(c, "name"));
+		const char *base =
+		    json_string_value(json_object_get(c, "base"));
+		taco_tok *tok;
+		taco_tok_ids ids = {0};
+		taco_err err = {{0}};
+		char *js;
+		int r;
+
+		if (!strcmp(base, "inline"))
+			js = json_dumps(json_object_get(c, "tokenizer"),
+					JSON_COMPACT);
+		else
+			js = patched(base, json_object_get(c, "patch"));
+		r = taco_tok_load_buffer(js, strlen(js), name, &tok, &err);
+		free(js);
+		ck_assert_msg(r == 0, "%s: %s", name, err.msg);
+		for (size_t t = 0; t < json_array_size(texts); t++) {
+			json_t *s = json_array_get(texts, t);
+			static const char *const kinds[] = {
+			    "ids", "ids_special", "decode", "decode_skip"};
+			for (int k = 0; k < 4; k++) {
+				json_t *want = json_array_get(
+				    json_object_get(c, kinds[k]), t);
+				int ok;
+				if (k < 2) {
+					ck_assert_msg(taco_tok_encode(
+							  tok,
+							  json_string_value(s),
+							  json_string_length(s),
+							  k, &ids, &err) == 0,
+						      "%s: %s", name, err.msg);
+					ok = ids_equal_json(&ids, want);
+				} else {
+					json_t *src = json_array_get(
+					    json_object_get(c, "ids_special"),
+					    t);
+					int32_t v[4096];
+					size_t n = json_array_size(src), ol;
+					char *out;
+					ck_assert_uint_le(n, 4096);
+					for (size_t q = 0; q < n; q++)
+						v[q] =
+						    (int32_t)json_integer_value(
+							json_array_get(src, q));
+					ck_assert_int_eq(
+					    taco_tok_decode(tok, v, n, k == 3,
+							    &out, &ol, &err),
+					    0);
+					ok = ol == json_string_length(want) &&
+					     !memcmp(out,
+						     json_string_value(want),
+						     ol);
+					free(out);
+				}
+				if (!ok && bad++ < 6 &&
+				    rl < sizeof(report) - 300)
+					rl += (size_t)snprintf(
+					    report + rl, sizeof(report) - rl,
+					    "\n  %s text %zu (%.40s) %s%s%s",
+					    name, t, json_string_value(s),
+					    kinds[k], k < 2 ? ": ours " : "",
+					    k < 2 ? ids_str(ids.ids, ids.n)
+						  : "");
+			}
+		}
+		taco_tok_ids_free(&ids);
+		taco_tok_free(tok);
+	}
+	ck_assert_msg(bad == 0, "%zu variant results differ:%s", bad, report);
+	json_decref(all);
+}
+END_TEST
+
+/* ------------------------------------------------------------ UTF-8 */
+
+static size_t unhex(const char *h, unsigned char *out)
+{
+	size_t n = strlen(h) / 2;
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned v;
+		sscanf(h + 2 * i, "%2x", &v);
+		out[i] = (unsigned char)v;
+	}
+	return n;
+}
+
+START_TEST(test_invalid_utf8)
+{
+	json_t *all = json_fixture("tokenizers/invalid_utf8.json");
+	json_t *inputs = json_object_get(all, "inputs");
+	json_t *dec = json_object_get(all, "decode");
+
+	for (size_t t = 0; t < sizeof(names) / sizeof(names[0]); t++) {
+		taco_tok *tok = load_named(names[t]);
+		json_t *want =
+		    json_object_get(json_object_get(all, "ids"), names[t]);
+		json_t *rows = json_object_get(dec, names[t]), *row;
+		taco_tok_ids ids = {0};
+		taco_err err = {{0}};
+		size_t i;
+
+		for (i = 0; i < json_array_size(inputs); i++) {
+			unsigned char b[256];
+			size_t n = unhex(
+			    json_string_value(json_array_get(inputs, i)), b);
+			ck_assert_int_eq(
+			    taco_tok_encode(tok, (char *)b, n, 0, &ids, &err),
+			    0);
+			ck_assert_msg(
+			    ids_equal_json(&ids, json_array_get(want, i)),
+			    "%s: invalid input %zu (%s): ours %s", names[t], i,
+			    json_string_value(json_array_get(inputs, i)),
+			    ids_str(ids.ids, ids.n));
+		}
+		json_array_foreach(rows, i, row)
+		{
+			json_t *src = json_array_get(row, 0);
+			json_t *txt = json_array_get(row, 1);
+			int32_t v[16];
+			size_t n = json_array_size(src), ol;
+			char *out;
+			for (size_t q = 0; q < n && q < 16; q++)
+				v[q] = (int32_t)json_integer_value(
+				    json_array_get(src, q));
+			ck_assert_int_eq(
+			    taco_tok_decode(tok, v, n, 0, &out, &ol, &err), 0);
+			ck_assert_msg(
+			    ol == json_string_length(txt) &&
+				!memcmp(out, json_string_value(txt), ol),
+			    "%s decode row %zu: '%s' != '%s'", names[t], i, out,
+			    json_string_value(txt));
+			free(out);
+		}
+		taco_tok_ids_free(&ids);
+		taco_tok_free(tok);
+	}
+	json_decref(all);
+}
+END_TEST
+
+/* ------------------------------------------------------------ specials */
+
+START_TEST(test_special_never_split)
+{
+	taco_tok *tok = load_named(names[_i]);
+	taco_tok_ids ids = {0};
+	taco_err err = {{0}};
+	int32_t vs = taco_tok_vocab_size(tok), n_special = 0;
+
+	for (int32_t id = 0; id < vs; id++) {
+		size_t len;
+		const char *t;
+		char text[5000];
+		int found = 0;
+
+		if (!taco_tok_is_special(tok, id))
+			continue;
+		n_special++;
+		t = taco_tok_id_to_token(tok, id, &len);
+		ck_assert_ptr_nonnull(t);
+		ck_assert_int_eq(taco_tok_token_to_id(tok, t, len), id);
+		/* alone, and glued between words */
+		ck_assert_int_eq(taco_tok_encode(tok, t, len, 0, &ids, &err),
+				 0);
+		ck_assert_msg(ids.n == 1 && ids.ids[0] == id,
+			      "%s: '%.*s' alone gives %s", names[_i], (int)len,
+			      t, ids_str(ids.ids, ids.n));
+		snprintf(text, sizeof(text), "ab%.*scd %.*s", (int)len, t,
+			 (int)len, t);
+		ck_assert_int_eq(
+		    taco_tok_encode(tok, text, strlen(text), 0, &ids, &err), 0);
+		for (size_t k = 0; k < ids.n; k++)
+			found += ids.ids[k] == id;
+		ck_assert_msg(found == 2, "%s: '%s' holds the token %d times",
+			      names[_i], text, found);
+	}
+	ck_assert_int_gt(n_special, 0);
+	taco_tok_ids_free(&ids);
+	taco_tok_free(tok);
+}
+END_TEST
+
+START_TEST(test_api)
+{
+	taco_tok *tok = load_named("bytelevel"), *t2;
+	taco_tok_special s = taco_tok_special_ids(tok);
+	taco_err err = {{0}};
+	size_t len;
+	const char *t;
+	char *out;
+
+	ck_assert_int_eq(s.bos,
+			 taco_tok_token_to_id(tok, "<|begin_of_text|>", 17));
+	ck_assert_int_eq(s.eos,
+			 taco_tok_token_to_id(tok, "<|end_of_text|>", 15));
+	ck_assert_int_eq(s.pad, -1);
+	ck_assert_int_eq(taco_tok_vocab_size(tok), 3001);
+	t = taco_tok_id_to_token(tok, 3000, &len);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(len, 11);
+	ck_assert(!memcmp(t, "<tool_call>", 11));
+	ck_assert(!taco_tok_is_special(tok, 3000));
+	ck_assert(taco_tok_is_special(tok, s.bos));
+	ck_assert_ptr_null(taco_tok_id_to_token(tok, 3001, &len));
+	ck_assert_ptr_null(taco_tok_id_to_token(tok, -1, &len));
+	ck_assert_int_eq(taco_tok_token_to_id(tok, "no such token", 13), -1);
+	/* unknown ids are skipped by decode */
+	{
+		int32_t v[3] = {-5, 99999, s.bos};
+		ck_assert_int_eq(
+		    taco_tok_decode(tok, v, 3, 0, &out, &len, &err), 0);
+		ck_assert_str_eq(out, "<|begin_of_text|>");
+		free(out);
+		ck_assert_int_eq(
+		    taco_tok_decode(tok, v, 3, 1, &out, &len, &err), 0);
+		ck_assert_str_eq(out, "");
+		ck_assert_uint_eq(len, 0);
+		free(out);
+	}
+	taco_tok_free(tok);
+
+	/* the metaspace config names its tokens as {"content": ...} */
+	tok = load_named("metaspace");
+	s = taco_tok_special_ids(tok);
+	ck_assert_int_eq(s.bos, 1);
+	ck_assert_int_eq(s.eos, 2);
+	ck_assert_int_eq(s.pad, 0);
+	ck_assert_int_eq(s.unk, 0);
+	taco_tok_free(tok);
+
+	/* no tokenizer_config.json: bos from the template; none for claude */
+	tok = load_named("claude");
+	s = taco_tok_special_ids(tok);
+	ck_assert_int_eq(s.bos, -1);
+	ck_assert_int_eq(taco_tok_vocab_size(tok), 65000);
+	taco_tok_free(tok);
+	ck_assert_int_eq(
+	    taco_tok_load(tu_fixture("tokenizers/mistral/tokenizer.json"), &t2,
+			  &err),
+	    0);
+	s = taco_tok_special_ids(t2);
+	ck_assert_int_eq(s.bos, 1);
+	ck_assert_int_eq(s.unk, 0);
+	taco_tok_free(t2);
+
+	ck_assert_int_lt(
+	    taco_tok_load(tu_fixture("tokenizers/nope"), &t2, &err), 0);
+	ck_assert_ptr_null(t2);
+	ck_assert_ptr_nonnull(strstr(err.msg, "tokenizers/nope"));
+}
+END_TEST
+
+struct thr {
+	taco_tok *tok;
+	struct corpus *c;
+	size_t mismatches;
+	taco_tok_ids *ref;
+};
+
+static void *thr_run(void *arg)
+{
+	struct thr *t = arg;
+	taco_tok_ids ids = {0};
+	taco_err err;
+
+	for (int rep = 0; rep < 2; rep++)
+		for (size_t i = 0; i < 2000; i++) {
+			if (taco_tok_encode(t->tok, t->c->text[i], t->c->len[i],
+					    0, &ids, &err) ||
+			    !ids_equal(&ids, t->ref[i].ids, t->ref[i].n))
+				t->mismatches++;
+		}
+	taco_tok_ids_free(&ids);
+	return NULL;
+}
+
+START_TEST(test_threads)
+{
+	struct corpus c;
+	taco_tok *tok = load_named("bytelevel");
+	taco_tok_ids ref[2000];
+	taco_err err;
+	struct thr t[3];
+	pthread_t th[3];
+
+	corpus_load(&c);
+	memset(ref, 0, sizeof(ref));
+	for (size_t i = 0; i < 2000; i++)
+		ck_assert_int_eq(
+		    taco_tok_encode(tok, c.text[i], c.len[i], 0, &ref[i], &err),
+		    0);
+	for (int k = 0; k < 3; k++) {
+		t[k] = (struct thr){tok, &c, 0, ref};
+		pthread_create(&th[k], NULL, thr_run, &t[k]);
+	}
+	for (int k = 0; k < 3; k++) {
+		pthread_join(th[k], NULL);
+		ck_assert_uint_eq(t[k].mismatches, 0);
+	}
+	for (size_t i = 0; i < 2000; i++)
+		taco_tok_ids_free(&ref[i]);
+	corpus_free(&c);
+	taco_tok_free(tok);
+}
+END_TEST
+
+/* ------------------------------------------------------------ refusals */
+
+static const struct {
+	const char *base;
+	const char *patch; /* JSON object, as in cases.json */
+	const char *expect;
+} refusals[] = {
+    {"bytelevel", "{\"normalizer\": {\"type\": \"BertNormalizer\"}}",
+     "normalizer type 'BertNormalizer' is not supported"},
+    {"bytelevel",
+     "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": "
+     "[{\"type\": \"NFC\"}, {\"type\": \"Lowercase\"}]}}",
+     "normalizer.normalizers[1] type 'Lowercase' is not supported"},
+    {"bytelevel",
+     "{\"normalizer\": {\"type\": \"Precompiled\", "
+     "\"precompiled_charsmap\": \"AA==\"}}",
+     "type 'Precompiled' is not supported"},
+    {"bytelevel", "{\"pre_tokenizer\": {\"type\": \"Whitespace\"}}",
+     "pre_tokenizer type 'Whitespace' is not supported"},
+    {"bytelevel",
+     "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": "
+     "[{\"type\": \"Punctuation\", \"behavior\": \"Isolated\"}]}}",
+     "pre_tokenizer.pretokenizers[0] type 'Punctuation' is not supported"},
+    {"bytelevel", "{\"model.type\": \"WordPiece\"}",
+     "model type 'WordPiece' is not supported"},
+    {"bytelevel", "{\"model.type\": \"Unigram\"}",
+     "model type 'Unigram' is not supported"},
+    {"bytelevel",
+     "{\"decoder\": {\"type\": \"WordPiece\", \"prefix\": "
+     "\"##\", \"cleanup\": true}}",
+     "decoder type 'WordPiece' is not supported"},
+    {"metaspace",
+     "{\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": "
+     "\"Fuse\"}, {\"type\": \"CTC\"}]}}",
+     "decoder.decoders[1] type 'CTC' is not supported"},
+    {"bytelevel", "{\"post_processor\": {\"type\": \"Fancy\"}}",
+     "post_processor type 'Fancy' is not supported"},
+    {"bytelevel", "{\"model.vocab\": null}", "model.vocab is required"},
+    {"bytelevel", "{\"model\": null}", "model is required"},
+    {"bytelevel", "{\"model.merges\": [\"a b c\"]}",
+     "model.merges[0] 'a b c' must be two tokens separated by one space"},
+    {"bytelevel", "{\"model.merges\": [[\"a\"]]}", "model.merges[0] must be"},
+    {"bytelevel", "{\"model.merges\": [\"zzzz q\"]}",
+     "model.merges[0]: token 'zzzz' is not in the vocab"},
+    {"bytelevel", "{\"model.merges\": [\"a b\", \"Q Z\"]}",
+     "model.merges[0]: the merged token 'ab' is not in the vocab"},
+    {"bytelevel", "{\"model.dropout\": 0.1}",
+     "model.dropout is not "
+     "supported"},
+    {"bytelevel", "{\"model.unk_token\": \"<nope>\"}",
+     "model.unk_token '<nope>' is not in the vocab"},
+    {"bytelevel", "{\"model.vocab\": {\"a\": 5000000}}",
+     "must be an id in [0, 4194304)"},
+    {"bytelevel", "{\"model.vocab\": {\"a\": 0, \"b\": 0}}",
+     "model.vocab: id 0 is used by"},
+    {"bytelevel", "{\"model.extra\": 1}",
+     "model field 'extra' is not supported"},
+    {"bytelevel", "{\"truncation\": {\"max_length\": 10}}",
+     "truncation is not supported"},
+    {"bytelevel", "{\"padding\": {\"strategy\": \"BatchLongest\"}}",
+     "padding is not supported"},
+    {"bytelevel", "{\"something\": 1}",
+     "tokenizer field 'something' is not supported"},
+    {"bytelevel",
+     "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": "
+     "\"\\\\w+\"}, \"behavior\": \"Isolated\", \"invert\": false}}",
+     "pre_tokenizer.pattern pattern uses \\w"},
+    {"bytelevel",
+     "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": "
+     "\"(\"}, \"behavior\": \"Isolated\", \"invert\": false}}",
+     "pre_tokenizer.pattern pattern does not compile"},
+    {"bytelevel",
+     "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": "
+     "\"x\"}, \"behavior\": \"Sideways\", \"invert\": false}}",
+     "pre_tokenizer.behavior 'Sideways' is not supported"},
+    {"bytelevel",
+     "{\"added_tokens+\": [{\"id\": 7, \"content\": \"<new>\", "
+     "\"special\": true}]}",
+     "added_tokens[6]: id 7 of '<new>' differs from the id tokenizers "
+     "assigns it (3001)"},
+    {"bytelevel", "{\"added_tokens+\": [{\"id\": 3001, \"content\": \"\"}]}",
+     "added_tokens[6].content is empty"},
+    {"metaspace",
+     "{\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Sequence\", "
+     "\"pretokenizers\": [{\"type\": \"Digits\", \"individual_digits\": "
+     "true}, {\"type\": \"Metaspace\", \"replacement\": \"_\", "
+     "\"prepend_scheme\": \"first\", \"split\": false}]}}",
+     "Metaspace with prepend_scheme 'first' is only supported as the first"},
+    {"metaspace",
+     "{\"pre_tokenizer\": {\"type\": \"Metaspace\", "
+     "\"replacement\": \"ab\", \"prepend_scheme\": \"always\"}}",
+     "pre_tokenizer.replacement must be a single character"},
+    {"metaspace",
+     "{\"decoder\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": "
+     "\"x\"}, \"content\": \"y\"}}",
+     "only String patterns are supported in decoders"},
+    {"metaspace",
+     "{\"post_processor\": {\"type\": \"TemplateProcessing\", "
+     "\"single\": [{\"SpecialToken\": {\"id\": \"<x>\", "
+     "\"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", "
+     "\"type_id\": 0}}], \"pair\": [], \"special_tokens\": {}}}",
+     "special token '<x>' is missing from special_tokens"},
+};
+
+START_TEST(test_refusals)
+{
+	for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
+		json_error_t je;
+		json_t *patch = json_loads(refusals[i].patch, 0, &je);
+		taco_tok *tok = (taco_tok *)1;
+		taco_err err = {{0}};
+		char *js;
+		int r;
+
+		ck_assert_msg(patch, "refusal %zu: %s", i, je.text);
+		js = patched(refusals[i].base, patch);
+		r = taco_tok_load_buffer(js, strlen(js), "tokenizer.json", &tok,
+					 &err);
+		free(js);
+		json_decref(patch);
+		ck_assert_msg(r < 0, "refusal %zu (%s) loaded", i,
+			      refusals[i].expect);
+		ck_assert_ptr_null(tok);
+		ck_assert_msg(!strncmp(err.msg, "tokenizer.json: ", 16) &&
+				  strstr(err.msg, refusals[i].expect),
+			      "refusal %zu: '%s' lacks '%s'", i, err.msg,
+			      refusals[i].expect);
+	}
+}
+END_TEST
+
+START_TEST(test_malformed)
+{
+	static const char *const bad[] = {
+	    "",
+	    "{",
+	    "[]",
+	    "null",
+	    "{\"model\": ",
+	    "{\"model\": {}}",
+	    "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, "
+	    "\"vocab\": {}}}"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		taco_tok *tok;
+		taco_err err = {{0}};
+		ck_assert_int_lt(taco_tok_load_buffer(bad[i], strlen(bad[i]),
+						      "x/tokenizer.json", &tok,
+						      &err),
+				 0);
+		ck_assert_msg(!strncmp(err.msg, "x/tokenizer.json: ", 18), "%s",
+			      err.msg);
+	}
+	{
+		taco_tok *tok;
+		taco_err err = {{0}};
+		const char *s = "{\"model\": [1";
+		ck_assert_int_eq(
+		    taco_tok_load_buffer(s, strlen(s), "t.json", &tok, &err),
+		    -EINVAL);
+		ck_assert_ptr_nonnull(strstr(err.msg, "malformed JSON"));
+	}
+}
+END_TEST
+
+/* ------------------------------------------------------------ limits */
+
+START_TEST(test_limits)
+{
+	taco_tok *tok = load_named("bytelevel"), *t2;
+	taco_tok_ids ids = {0};
+	taco_err err = {{0}};
+	char small[8] = "abc";
+	char *out;
+	json_t *root, *patch;
+	char *js, *big;
+	int r;
+
+	/* input size per encode call, ids per decode call */
+	ck_assert_int_eq(
+	    taco_tok_encode(tok, small, TACO_TOK_MAX_INPUT + 1u, 0, &ids, &err),
+	    -EFBIG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "over the limit"));
+	ck_assert_int_eq(taco_tok_decode(tok, ids.ids,
+					 (size_t)TACO_TOK_MAX_INPUT + 1u, 0,
+					 &out, NULL, &err),
+			 -EFBIG);
+	/* a long input within the limit */
+	big = malloc(1 << 20);
+	for (int i = 0; i < (1 << 20); i++)
+		big[i] = "ab \n\t9"[i % 6];
+	ck_assert_int_eq(taco_tok_encode(tok, big, 1 << 20, 0, &ids, &err), 0);
+	ck_assert_uint_gt(ids.n, 1000);
+	memset(big, ' ', 1 << 20);
+	ck_assert_int_eq(taco_tok_encode(tok, big, 1 << 20, 0, &ids, &err), 0);
+	free(big);
+	/* file size */
+	ck_assert_int_eq(taco_tok_load_buffer(small, TACO_TOK_MAX_FILE + 1u,
+					      "tokenizer.json", &t2, &err),
+			 -EFBIG);
+	/* token length */
+	big = malloc(TACO_TOK_MAX_TOKEN_LEN + 2);
+	memset(big, 'x', TACO_TOK_MAX_TOKEN_LEN + 1);
+	big[TACO_TOK_MAX_TOKEN_LEN + 1] = 0;
+	root = json_fixture("tokenizers/bytelevel/tokenizer.json");
+	json_object_set_new(
+	    json_object_get(json_object_get(root, "model"), "vocab"), big,
+	    json_integer(5000));
+	js = json_dumps(root, JSON_COMPACT);
+	r = taco_tok_load_buffer(js, strlen(js), "tokenizer.json", &t2, &err);
+	ck_assert_int_eq(r, -EFBIG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "longer than 4096 bytes"));
+	free(js);
+	json_decref(root);
+	/* regex pattern length */
+	root = json_fixture("tokenizers/bytelevel/tokenizer.json");
+	memset(big, 'x', TACO_TOK_MAX_TOKEN_LEN + 1);
+	{
+		char *pat = malloc(70000);
+		memset(pat, 'a', 69999);
+		pat[69999] = 0;
+		patch = json_pack("{s:s,s:{s:s},s:s,s:b}", "type", "Split",
+				  "pattern", "Regex", pat, "behavior",
+				  "Isolated", "invert", 0);
+		free(pat);
+	}
+	json_object_set_new(root, "pre_tokenizer", patch);
+	js = json_dumps(root, JSON_COMPACT);
+	r = taco_tok_load_buffer(js, strlen(js), "tokenizer.json", &t2, &err);
+	ck_assert_int_eq(r, -EFBIG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "longer than 65536"));
+	free(js);
+	json_decref(root);
+	free(big);
+	taco_tok_ids_free(&ids);
+	taco_tok_free(tok);
+}
+END_TEST
+
+static TCase *tcase(Suite *s, const char *name)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_set_timeout(tc, 300);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("tokenizer");
+	const int n = sizeof(names) / sizeof(names[0]);
+
+	tcase_add_loop_test(tcase(s, "corpus"), test_corpus_parity, 0, n);
+	tcase_add_test(tcase(s, "variants"), test_variants);
+	tcase_add_test(tcase(s, "utf8"), test_invalid_utf8);
+	tcase_add_loop_test(tcase(s, "special"), test_special_never_split, 0,
+			    n);
+	tcase_add_test(tcase(s, "api"), test_api);
+	tcase_add_test(tcase(s, "threads"), test_threads);
+	tcase_add_test(tcase(s, "refusals"), test_refusals);
+	tcase_add_test(tcase(s, "malformed"), test_malformed);
+	tcase_add_test(tcase(s, "limits"), test_limits);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
