@@ -510,11 +510,12 @@ static int translate(const char *p, size_t n, struct tok_buf *o,
 				r = tok_buf_put(o, "[^" WS_BODY "]",
 						strlen(WS_BODY) + 3);
 			} else if (strchr("wWbBhHXQEKNCgk", d) && d) {
-				static char msg[8];
-				msg[0] = '\\';
-				msg[1] = d;
-				msg[2] = 0;
-				*bad = msg;
+				static const char *const names[] = {
+				    "\\w", "\\W", "\\b", "\\B", "\\h",
+				    "\\H", "\\X", "\\Q", "\\E", "\\K",
+				    "\\N", "\\C", "\\g", "\\k"};
+				*bad = names[strchr("wWbBhHXQEKNCgk", d) -
+					     "wWbBhHXQEKNCgk"];
 				return -EINVAL;
 			} else if (d == 'u') {
 				/* Oniguruma \uHHHH */
