@@ -450,6 +450,8 @@ static int store_example(loader *L, int64_t line, taco_err *err)
 		size_t *g = realloc(L->d->off, nc * sizeof(*g));
 		if (!g)
 			return taco_err_set(err, -ENOMEM, "out of memory");
+		if (!L->d->off)
+			g[0] = 0; /* the first example starts at 0 */
 		L->d->off = g;
 		L->offcap = nc;
 	}
