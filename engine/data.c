@@ -7,7 +7,7 @@
 #include "data.h"
 #include "tk_hash.h"
 
-static int grow(taco_data *d, size_t need)
+int taco_data_reserve(taco_data *d, size_t need)
 {
 	size_t cap = d->cap ? d->cap : 4096;
 	int32_t *t, *l;
@@ -88,7 +88,7 @@ static int parse_line(taco_data *d, const char *buf, size_t len,
 				 path, line);
 		goto out;
 	}
-	if ((r = grow(d, d->n_tokens + n))) {
+	if ((r = taco_data_reserve(d, d->n_tokens + n))) {
 		taco_err_set(err, r, "%s:%zu: out of memory", path, line);
 		goto out;
 	}

@@ -37,6 +37,9 @@ int taco_data_load_pretok(const char *path, int vocab, int64_t max_examples,
 			  taco_data **out, taco_err *err);
 void taco_data_free(taco_data *d);
 
+/* Room for need tokens (and labels) in all. Returns 0 or -ENOMEM. */
+int taco_data_reserve(taco_data *d, size_t need);
+
 /* Targets (shifted labels) of the whole data set. */
 int64_t taco_data_count_targets(const taco_data *d, int seq_len);
 

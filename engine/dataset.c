@@ -305,21 +305,8 @@ int taco_tokens_before(const taco_tok *tok, const char *text, size_t b,
 static int append(taco_data *d, const int32_t *ids, const int32_t *labels,
 		  size_t n)
 {
-	if (d->n_tokens + n > d->cap) {
-		size_t cap = d->cap ? d->cap : 4096;
-		int32_t *t, *l;
-		while (cap < d->n_tokens + n)
-			cap *= 2;
-		t = realloc(d->tokens, cap * sizeof(*t));
-		if (!t)
-			return -ENOMEM;
-		d->tokens = t;
-		l = realloc(d->labels, cap * sizeof(*l));
-		if (!l)
-			return -ENOMEM;
-		d->labels = l;
-		d->cap = cap;
-	}
+	if (taco_data_reserve(d, d->n_tokens + n))
+		return -ENOMEM;
 	memcpy(d->tokens + d->n_tokens, ids, n * sizeof(*ids));
 	memcpy(d->labels + d->n_tokens, labels, n * sizeof(*labels));
 	d->n_tokens += n;
