@@ -142,6 +142,8 @@ static void check_fixture(const char *name, int scribble, int chunk, int keep)
 	taco_step_stats st;
 	grads gs;
 	taco_batch b;
+	double worst = 0, logit_err = 0;
+	const char *worst_name = "";
 	int r;
 
 	fixture_load(&f, name);
@@ -158,6 +160,7 @@ static void check_fixture(const char *name, int scribble, int chunk, int keep)
 		r = taco_model_logits(f.m, &b, logits, &err);
 		ck_assert_msg(r == 0, "%s", err.msg);
 		e = tu_rel_err(logits, ref, n);
+		logit_err = e;
 		ck_assert_msg(e < 1e-4, "%s: logits rel err %.3g", name, e);
 		free(logits);
 		free(ref);
@@ -186,10 +189,20 @@ static void check_fixture(const char *name, int scribble, int chunk, int keep)
 		snprintf(gname, sizeof(gname), "grad.%s", t->name);
 		ref = expected_f32(&f, gname, t->numel);
 		e = tu_rel_err(gs.g[i], ref, t->numel);
+		if (e > worst) {
+			worst = e;
+			worst_name = t->name;
+		}
 		ck_assert_msg(e < 1e-4, "%s: %s gradient rel err %.3g", name,
 			      t->name, e);
 		free(ref);
 	}
+	if (!scribble && !chunk && !keep)
+		fprintf(stderr,
+			"golden %-10s loss rel err %.2g, logits %.2g, worst "
+			"gradient %.2g (%s)\n",
+			name, fabs(st.loss - f.loss) / f.loss, logit_err, worst,
+			worst_name);
 	grads_free(&gs, f.m);
 	fixture_free(&f);
 }
