@@ -9,6 +9,8 @@ packages=(
 	libpcre2-dev        # regex of the tokenizer's pre-tokenizers (PCRE2 8-bit)
 	libsqlite3-dev      # tacod's durable store (files, jobs, events)
 	libuv1-dev          # tacod's event loop: workers, signals, timers
+	libmicrohttpd-dev   # tacod's HTTP server
+	libcurl4-openssl-dev # tests only: HTTP client of the server tests
 	libopenblas-openmp-dev # CPU GEMM, sharing the OpenMP thread pool
 	check libsubunit-dev # unit tests
 	clang libclang-rt-14-dev libomp-14-dev # libFuzzer harnesses

@@ -1,0 +1,312 @@
+#include "job_request.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "job.h"
+
+static int fail(tacod_request_error *e, const char *param, const char *code,
+		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int fail(tacod_request_error *e, const char *param, const char *code,
+		const char *fmt, ...)
+{
+	va_list ap;
+
+	snprintf(e->param, sizeof(e->param), "%s", param);
+	snprintf(e->code, sizeof(e->code), "%s", code);
+	va_start(ap, fmt);
+	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+/* tacod's options that a request may set in "taco" (the rest of docs/job.md
+ * is the daemon's: paths and output). */
+static const char *const taco_keys[] = {"steps",
+					"seq_len",
+					"grad_accum",
+					"lr",
+					"schedule",
+					"warmup_steps",
+					"min_lr_ratio",
+					"optimizer",
+					"taco",
+					"adamw",
+					"freeze",
+					"eval_every",
+					"checkpoint_every",
+					"keep_checkpoints",
+					"log_every",
+					"packing",
+					"chat_template",
+					"train_on",
+					"overlength",
+					"activation_checkpointing",
+					NULL};
+
+static int name_ok(const char *s, size_t max)
+{
+	size_t n = strlen(s);
+
+	if (!n || n > max || !strcmp(s, ".") || !strcmp(s, ".."))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!(s[i] == '-' || s[i] == '_' || s[i] == '.' ||
+		      (s[i] >= '0' && s[i] <= '9') ||
+		      (s[i] >= 'a' && s[i] <= 'z') ||
+		      (s[i] >= 'A' && s[i] <= 'Z')))
+			return 0;
+	return 1;
+}
+
+/* "auto" or an integer in [lo, hi]; *out untouched for "auto". */
+static int auto_int(json_t *v, const char *param, json_int_t lo, json_int_t hi,
+		    json_int_t *out, tacod_request_error *e)
+{
+	if (!v || (json_is_string(v) && !strcmp(json_string_value(v), "auto")))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < lo ||
+	    json_integer_value(v) > hi)
+		return fail(e, param, "invalid_hyperparameter",
+			    "%s must be \"auto\" or an integer in [%lld, %lld]",
+			    param, (long long)lo, (long long)hi);
+	*out = json_integer_value(v);
+	return 0;
+}
+
+static int hyperparameters(json_t *h, const char *where, json_int_t *epochs,
+			   json_int_t *batch, double *mult,
+			   tacod_request_error *e)
+{
+	char p[96];
+	json_t *m;
+	const char *k;
+	json_t *v;
+	int r;
+
+	if (!h)
+		return 0;
+	if (!json_is_object(h))
+		return fail(e, where, "invalid_type", "%s must be an object",
+			    where);
+	json_object_foreach(h, k, v)
+	{
+		if (strcmp(k, "n_epochs") && strcmp(k, "batch_size") &&
+		    strcmp(k, "learning_rate_multiplier")) {
+			snprintf(p, sizeof(p), "%s.%s", where, k);
+			return fail(e, p, "unknown_parameter",
+				    "%s is not a supported hyperparameter", p);
+		}
+	}
+	snprintf(p, sizeof(p), "%s.n_epochs", where);
+	if ((r = auto_int(json_object_get(h, "n_epochs"), p, 1, 100, epochs,
+			  e)))
+		return r;
+	snprintf(p, sizeof(p), "%s.batch_size", where);
+	if ((r = auto_int(json_object_get(h, "batch_size"), p, 1, 256, batch,
+			  e)))
+		return r;
+	m = json_object_get(h, "learning_rate_multiplier");
+	if (m &&
+	    !(json_is_string(m) && !strcmp(json_string_value(m), "auto"))) {
+		snprintf(p, sizeof(p), "%s.learning_rate_multiplier", where);
+		if (!json_is_number(m) || !(json_number_value(m) > 0) ||
+		    json_number_value(m) > 1000)
+			return fail(e, p, "invalid_hyperparameter",
+				    "%s must be \"auto\" or a number in (0, "
+				    "1000]",
+				    p);
+		*mult = json_number_value(m);
+	}
+	return 0;
+}
+
+static int metadata(json_t *m, tacod_request_error *e)
+{
+	const char *k;
+	json_t *v;
+
+	if (!m || json_is_null(m))
+		return 0;
+	if (!json_is_object(m) || json_object_size(m) > 16)
+		return fail(e, "metadata", "invalid_metadata",
+			    "metadata must be an object of at most 16 pairs");
+	json_object_foreach(m, k, v)
+	{
+		if (strlen(k) > 64 || !json_is_string(v) ||
+		    json_string_length(v) > 512)
+			return fail(e, "metadata", "invalid_metadata",
+				    "metadata keys are at most 64 characters, "
+				    "values strings of at most 512");
+	}
+	return 0;
+}
+
+static int file_arg(json_t *req, const char *key, int required,
+		    const tacod_request_ctx *ctx, char *path, size_t cap,
+		    tacod_request_error *e)
+{
+	json_t *v = json_object_get(req, key);
+
+	path[0] = 0;
+	if (!v || json_is_null(v)) {
+		if (required)
+			return fail(e, key, "missing_required_parameter",
+				    "%s is required", key);
+		return 0;
+	}
+	if (!json_is_string(v) || json_string_length(v) > 63)
+		return fail(e, key, "invalid_type", "%s must be a file id",
+			    key);
+	if (ctx->file_path(ctx->file_ctx, json_string_value(v), path, cap))
+		return fail(e, key, "file_not_found", "no such file: %s",
+			    json_string_value(v));
+	return 0;
+}
+
+int tacod_job_request(json_t *req, const tacod_request_ctx *ctx, json_t **job,
+		      tacod_request_error *e)
+{
+	static const char *const keys[] = {"model",
+					   "training_file",
+					   "validation_file",
+					   "hyperparameters",
+					   "method",
+					   "suffix",
+					   "seed",
+					   "metadata",
+					   "integrations",
+					   "taco",
+					   NULL};
+	char model[4200], train[4096], val[4096], p[96];
+	json_int_t epochs = TACOD_DEFAULT_EPOCHS, batch = TACOD_DEFAULT_BATCH;
+	double mult = 1.0;
+	json_t *v, *method, *out, *ext;
+	const char *k;
+	struct stat st;
+	taco_job tj;
+	taco_job_problems probs;
+	char *text;
+	int r;
+
+	memset(e, 0, sizeof(*e));
+	if (!json_is_object(req))
+		return fail(e, "", "invalid_request",
+			    "the body must be a JSON object");
+	json_object_foreach(req, k, v)
+	{
+		int ok = 0;
+		for (int i = 0; keys[i]; i++)
+			ok |= !strcmp(k, keys[i]);
+		if (!ok)
+			return fail(e, k, "unknown_parameter",
+				    "unknown parameter: %s", k);
+	}
+	v = json_object_get(req, "model");
+	if (!json_is_string(v))
+		return fail(e, "model", "missing_required_parameter",
+			    "model is required: the name of a directory in "
+			    "the models directory");
+	if (!name_ok(json_string_value(v), 255))
+		return fail(e, "model", "invalid_model",
+			    "model '%s' is not a plain name",
+			    json_string_value(v));
+	snprintf(model, sizeof(model), "%s/%s/config.json", ctx->models_dir,
+		 json_string_value(v));
+	if (stat(model, &st))
+		return fail(e, "model", "model_not_found",
+			    "model '%s' is not in the models directory",
+			    json_string_value(v));
+	snprintf(model, sizeof(model), "%s/%s", ctx->models_dir,
+		 json_string_value(v));
+	if ((r = file_arg(req, "training_file", 1, ctx, train, sizeof(train),
+			  e)) ||
+	    (r = file_arg(req, "validation_file", 0, ctx, val, sizeof(val), e)))
+		return r;
+	if ((r = hyperparameters(json_object_get(req, "hyperparameters"),
+				 "hyperparameters", &epochs, &batch, &mult, e)))
+		return r;
+	method = json_object_get(req, "method");
+	if (method) {
+		json_t *t = json_object_get(method, "type");
+		if (!json_is_object(method) || !json_is_string(t) ||
+		    strcmp(json_string_value(t), "supervised"))
+			return fail(e, "method.type", "unsupported_method",
+				    "only supervised fine-tuning is "
+				    "supported");
+		if ((r = hyperparameters(
+			 json_object_get(json_object_get(method, "supervised"),
+					 "hyperparameters"),
+			 "method.supervised.hyperparameters", &epochs, &batch,
+			 &mult, e)))
+			return r;
+	}
+	v = json_object_get(req, "suffix");
+	if (v && !json_is_null(v) &&
+	    (!json_is_string(v) || !name_ok(json_string_value(v), 64)))
+		return fail(e, "suffix", "invalid_suffix",
+			    "suffix is at most 64 letters, digits, '-', '_' "
+			    "or '.'");
+	v = json_object_get(req, "seed");
+	if (v && !json_is_null(v) &&
+	    (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	     json_integer_value(v) > 2147483647))
+		return fail(e, "seed", "invalid_seed",
+			    "seed must be an integer in [0, 2147483647]");
+	if ((r = metadata(json_object_get(req, "metadata"), e)))
+		return r;
+	v = json_object_get(req, "integrations");
+	if (v && !json_is_null(v) &&
+	    !(json_is_array(v) && json_array_size(v) == 0))
+		return fail(e, "integrations", "unsupported_integration",
+			    "integrations are not supported");
+	ext = json_object_get(req, "taco");
+	if (ext && !json_is_object(ext))
+		return fail(e, "taco", "invalid_type",
+			    "taco must be an object of tacod options");
+	json_object_foreach(ext, k, v)
+	{
+		int ok = 0;
+		for (int i = 0; taco_keys[i]; i++)
+			ok |= !strcmp(k, taco_keys[i]);
+		if (!ok) {
+			snprintf(p, sizeof(p), "taco.%s", k);
+			return fail(e, p, "unknown_parameter",
+				    "%s is not an option tacod takes "
+				    "(docs/job.md)",
+				    p);
+		}
+	}
+	out = json_pack(
+	    "{ss ss ss sI sf sI}", "model", model, "train", train, "output_dir",
+	    ctx->output_dir, "batch_size", (json_int_t)batch, "lr",
+	    TACOD_BASE_LR * mult, "seed",
+	    (json_int_t)json_integer_value(json_object_get(req, "seed")));
+	if (val[0])
+		json_object_set_new(out, "validation", json_string(val));
+	if (ext)
+		json_object_update(out, ext); /* tacod's options win */
+	if (!json_object_get(out, "steps"))
+		json_object_set_new(out, "epochs", json_integer(epochs));
+	/* the engine's own validation, every option at once */
+	text = json_dumps(out, JSON_COMPACT);
+	r = text ? taco_job_parse(text, strlen(text), NULL, &tj, &probs)
+		 : -ENOMEM;
+	free(text);
+	taco_job_free(&tj);
+	if (r) {
+		json_decref(out);
+		if (r == -ENOMEM)
+			return fail(e, "", "server_error", "out of memory");
+		/* messages name their option: "seq_len: must be ..." */
+		snprintf(p, sizeof(p), "taco.%.*s",
+			 (int)strcspn(probs.msg[0], ":"), probs.msg[0]);
+		return fail(e, p, "invalid_option", "%s", probs.msg[0]);
+	}
+	*job = out;
+	return 0;
+}

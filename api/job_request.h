@@ -1,0 +1,38 @@
+/* job_request.h: an OpenAI fine-tuning create request, validated and turned
+ * into a taco-train job (docs/job.md). OpenAI's fields map onto ours:
+ * n_epochs -> epochs, batch_size, learning_rate_multiplier -> lr =
+ * TACOD_BASE_LR x multiplier, seed; tacod's own options go in the "taco"
+ * object. */
+#ifndef TACOD_JOB_REQUEST_H
+#define TACOD_JOB_REQUEST_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define TACOD_BASE_LR 1e-5
+#define TACOD_DEFAULT_EPOCHS 3
+#define TACOD_DEFAULT_BATCH 4
+
+typedef struct tacod_request_ctx {
+	const char *models_dir;
+	const char *output_dir; /* where this job writes */
+	/* The path of an uploaded file the requesting user may read:
+	 * 0, or -ENOENT when there is no such file for this user. */
+	int (*file_path)(void *ctx, const char *id, char *path, size_t cap);
+	void *file_ctx;
+} tacod_request_ctx;
+
+/* What was wrong: OpenAI's error fields. */
+typedef struct tacod_request_error {
+	char param[96];
+	char code[48];
+	char message[512];
+} tacod_request_error;
+
+/* Validates req (every field; the first problem is returned) and builds the
+ * job object for taco-train. Returns 0 with *job (caller owns), or -EINVAL
+ * with e filled. */
+int tacod_job_request(json_t *req, const tacod_request_ctx *ctx, json_t **job,
+		      tacod_request_error *e);
+
+#endif

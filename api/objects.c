@@ -1,0 +1,116 @@
+#include "objects.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static json_t *str_or_null(const char *s)
+{
+	return s && s[0] ? json_string(s) : json_null();
+}
+
+static json_t *time_or_null(int64_t t)
+{
+	return t > 0 ? json_integer(t) : json_null();
+}
+
+json_t *tacod_file_object(const tacod_file *f)
+{
+	return json_pack("{ss ss sI sI ss ss ss}", "id", f->id, "object",
+			 "file", "bytes", (json_int_t)f->bytes, "created_at",
+			 (json_int_t)f->created_at, "filename", f->filename,
+			 "purpose", f->purpose, "status", "processed");
+}
+
+/* A field of the stored request, or a default. */
+static json_t *from_request(json_t *req, const char *key, json_t *dflt)
+{
+	json_t *v = req ? json_object_get(req, key) : NULL;
+
+	if (v) {
+		json_decref(dflt);
+		return json_incref(v);
+	}
+	return dflt;
+}
+
+json_t *tacod_job_object(const tacod_job *j)
+{
+	json_t *req = j->request ? json_loads(j->request, 0, NULL) : NULL;
+	json_t *err = j->error ? json_loads(j->error, 0, NULL) : NULL;
+	json_t *o = json_object();
+
+	json_object_set_new(o, "id", json_string(j->id));
+	json_object_set_new(o, "object", json_string("fine_tuning.job"));
+	json_object_set_new(o, "model", json_string(j->model));
+	json_object_set_new(o, "created_at", json_integer(j->created_at));
+	json_object_set_new(o, "finished_at", time_or_null(j->finished_at));
+	json_object_set_new(o, "fine_tuned_model",
+			    str_or_null(j->fine_tuned_model));
+	json_object_set_new(o, "organization_id", json_string("org-tacod"));
+	json_object_set_new(o, "result_files", json_array());
+	json_object_set_new(o, "status",
+			    json_string(tacod_status_name(j->status)));
+	json_object_set_new(o, "training_file", json_string(j->training_file));
+	json_object_set_new(o, "validation_file",
+			    str_or_null(j->validation_file));
+	json_object_set_new(o, "trained_tokens",
+			    j->trained_tokens ? json_integer(j->trained_tokens)
+					      : json_null());
+	json_object_set_new(o, "error", err ? err : json_null());
+	json_object_set_new(o, "estimated_finish",
+			    time_or_null(j->estimated_finish));
+	json_object_set_new(o, "user_provided_suffix", str_or_null(j->suffix));
+	json_object_set_new(o, "integrations", json_array());
+	json_object_set_new(
+	    o, "hyperparameters",
+	    from_request(req, "hyperparameters", json_object()));
+	json_object_set_new(o, "seed",
+			    from_request(req, "seed", json_integer(0)));
+	json_object_set_new(o, "metadata",
+			    from_request(req, "metadata", json_null()));
+	json_object_set_new(
+	    o, "method",
+	    from_request(req, "method",
+			 json_pack("{ss}", "type", "supervised")));
+	json_object_set_new(o, "taco",
+			    from_request(req, "taco", json_object()));
+	json_decref(req);
+	return o;
+}
+
+json_t *tacod_event_object(const tacod_event *e)
+{
+	char id[TACOD_ID_MAX + 32];
+	json_t *data = e->data ? json_loads(e->data, 0, NULL) : NULL;
+
+	snprintf(id, sizeof(id), "ftevent-%s-%lld",
+		 strncmp(e->job_id, "ftjob-", 6) ? e->job_id : e->job_id + 6,
+		 (long long)e->seq);
+	return json_pack("{ss ss sI ss ss ss so}", "id", id, "object",
+			 "fine_tuning.job.event", "created_at",
+			 (json_int_t)e->created_at, "level", e->level, "type",
+			 e->type, "message", e->message ? e->message : "",
+			 "data", data ? data : json_null());
+}
+
+json_t *tacod_list_object(json_t *items, int has_more)
+{
+	size_t n = json_array_size(items);
+	json_t *first =
+	    n ? json_object_get(json_array_get(items, 0), "id") : NULL;
+	json_t *last =
+	    n ? json_object_get(json_array_get(items, n - 1), "id") : NULL;
+
+	return json_pack("{ss so sb sO sO}", "object", "list", "data", items,
+			 "has_more", has_more, "first_id",
+			 first ? first : json_null(), "last_id",
+			 last ? last : json_null());
+}
+
+json_t *tacod_error_object(const char *message, const char *type,
+			   const char *param, const char *code)
+{
+	return json_pack("{s{ss ss so so}}", "error", "message", message,
+			 "type", type, "param", str_or_null(param), "code",
+			 str_or_null(code));
+}

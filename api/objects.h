@@ -1,0 +1,31 @@
+/* objects.h: OpenAI-compatible JSON objects of tacod's rows (files, jobs,
+ * events, lists) and the error shape. api/openapi.yaml describes them. */
+#ifndef TACOD_OBJECTS_H
+#define TACOD_OBJECTS_H
+
+#include <jansson.h>
+
+#include "store.h"
+
+/* {"id", "object": "file", "bytes", "created_at", "filename", "purpose",
+ *  "status": "processed"} */
+json_t *tacod_file_object(const tacod_file *f);
+
+/* {"id", "object": "fine_tuning.job", "model", "status", ...}: the
+ * request's hyperparameters, seed, suffix, metadata and taco extension are
+ * echoed from j->request. */
+json_t *tacod_job_object(const tacod_job *j);
+
+/* {"id": "ftevent-...", "object": "fine_tuning.job.event", "created_at",
+ *  "level", "type", "message", "data"} */
+json_t *tacod_event_object(const tacod_event *e);
+
+/* {"object": "list", "data": items (stolen), "has_more", "first_id",
+ *  "last_id"} */
+json_t *tacod_list_object(json_t *items, int has_more);
+
+/* {"error": {"message", "type", "param", "code"}} */
+json_t *tacod_error_object(const char *message, const char *type,
+			   const char *param, const char *code);
+
+#endif

@@ -1,0 +1,223 @@
+/* test_api.c: OpenAI-compatible objects and the create-job request. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job_request.h"
+#include "objects.h"
+#include "testutil.h"
+
+START_TEST(test_objects)
+{
+	tacod_file f = {.id = "file-abc",
+			.user = "u",
+			.filename = "t.jsonl",
+			.purpose = "fine-tune",
+			.bytes = 12,
+			.created_at = 5};
+	tacod_job j = {.id = "ftjob-xyz",
+		       .status = TACOD_QUEUED,
+		       .model = "qwen",
+		       .training_file = "file-abc",
+		       .created_at = 7};
+	tacod_event ev = {.job_id = "ftjob-xyz",
+			  .seq = 3,
+			  .created_at = 9,
+			  .level = "info",
+			  .type = "metrics",
+			  .message = "step 1",
+			  .data = "{\"loss\": 1.5}"};
+	json_t *o, *items;
+	char *s;
+
+	o = tacod_file_object(&f);
+	ck_assert_str_eq(json_string_value(json_object_get(o, "object")),
+			 "file");
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "bytes")), 12);
+	json_decref(o);
+
+	j.request = strdup("{\"hyperparameters\": {\"n_epochs\": 2}, "
+			   "\"seed\": 4, \"taco\": {\"seq_len\": 24}}");
+	o = tacod_job_object(&j);
+	ck_assert_str_eq(json_string_value(json_object_get(o, "status")),
+			 "queued");
+	ck_assert(json_is_null(json_object_get(o, "fine_tuned_model")));
+	ck_assert(json_is_null(json_object_get(o, "finished_at")));
+	ck_assert(json_is_null(json_object_get(o, "validation_file")));
+	ck_assert_int_eq(
+	    json_integer_value(json_object_get(
+		json_object_get(o, "hyperparameters"), "n_epochs")),
+	    2);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "seed")), 4);
+	ck_assert_int_eq(json_integer_value(json_object_get(
+			     json_object_get(o, "taco"), "seq_len")),
+			 24);
+	free(j.request);
+	json_decref(o);
+
+	o = tacod_event_object(&ev);
+	ck_assert_str_eq(json_string_value(json_object_get(o, "id")),
+			 "ftevent-xyz-3");
+	ck_assert_str_eq(json_string_value(json_object_get(o, "object")),
+			 "fine_tuning.job.event");
+	ck_assert(json_real_value(json_object_get(json_object_get(o, "data"),
+						  "loss")) == 1.5);
+	items = json_array();
+	json_array_append_new(items, o);
+	o = tacod_list_object(items, 1);
+	ck_assert(json_is_true(json_object_get(o, "has_more")));
+	ck_assert_str_eq(json_string_value(json_object_get(o, "first_id")),
+			 "ftevent-xyz-3");
+	json_decref(o);
+
+	o = tacod_error_object("bad", "invalid_request_error", "model", NULL);
+	s = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+	ck_assert_str_eq(s, "{\"error\":{\"code\":null,\"message\":\"bad\","
+			    "\"param\":\"model\",\"type\":"
+			    "\"invalid_request_error\"}}");
+	free(s);
+	json_decref(o);
+}
+END_TEST
+
+/* Files: "file-train" and "file-val" exist for this user. */
+static int file_path(void *ctx, const char *id, char *path, size_t cap)
+{
+	(void)ctx;
+	if (strcmp(id, "file-train") && strcmp(id, "file-val"))
+		return -ENOENT;
+	snprintf(path, cap, "/state/files/%s", id);
+	return 0;
+}
+
+static int request(const char *text, json_t **job, tacod_request_error *e)
+{
+	static char models[4096];
+	tacod_request_ctx ctx = {models, "/state/jobs/j1/out", file_path, NULL};
+	json_t *req = json_loads(text, 0, NULL);
+	int r;
+
+	/* the fixture models directory: llama_gqa is a model there */
+	snprintf(models, sizeof(models), "%s", tu_fixture("models"));
+	ck_assert_ptr_nonnull(req);
+	r = tacod_job_request(req, &ctx, job, e);
+	json_decref(req);
+	return r;
+}
+
+START_TEST(test_request_defaults_and_mapping)
+{
+	json_t *job = NULL;
+	tacod_request_error e;
+
+	ck_assert_int_eq(
+	    request("{\"model\": \"llama_gqa\", \"training_file\": "
+		    "\"file-train\"}",
+		    &job, &e),
+	    0);
+	ck_assert_int_eq(json_integer_value(json_object_get(job, "epochs")),
+			 TACOD_DEFAULT_EPOCHS);
+	ck_assert_int_eq(json_integer_value(json_object_get(job, "batch_size")),
+			 TACOD_DEFAULT_BATCH);
+	ck_assert(json_real_value(json_object_get(job, "lr")) == TACOD_BASE_LR);
+	ck_assert_str_eq(json_string_value(json_object_get(job, "train")),
+			 "/state/files/file-train");
+	ck_assert_str_eq(json_string_value(json_object_get(job, "output_dir")),
+			 "/state/jobs/j1/out");
+	json_decref(job);
+
+	ck_assert_int_eq(
+	    request("{\"model\": \"llama_gqa\", \"training_file\": "
+		    "\"file-train\", \"validation_file\": \"file-val\", "
+		    "\"method\": {\"type\": \"supervised\", \"supervised\": "
+		    "{\"hyperparameters\": {\"n_epochs\": 2, "
+		    "\"batch_size\": 8, \"learning_rate_multiplier\": "
+		    "10}}}, \"seed\": 9, \"suffix\": \"run-1\", "
+		    "\"metadata\": {\"team\": \"nlp\"}, \"taco\": {"
+		    "\"seq_len\": 24, \"steps\": 5, \"taco\": {\"k\": 4}}}",
+		    &job, &e),
+	    0);
+	ck_assert_int_eq(json_integer_value(json_object_get(job, "batch_size")),
+			 8);
+	ck_assert_double_eq_tol(json_real_value(json_object_get(job, "lr")),
+				1e-4, 1e-12);
+	ck_assert_int_eq(json_integer_value(json_object_get(job, "steps")), 5);
+	ck_assert_ptr_null(json_object_get(job, "epochs"));
+	ck_assert_str_eq(json_string_value(json_object_get(job, "validation")),
+			 "/state/files/file-val");
+	ck_assert_int_eq(json_integer_value(json_object_get(job, "seed")), 9);
+	json_decref(job);
+}
+END_TEST
+
+static const struct {
+	const char *body, *param, *code;
+} bad[] = {
+    {"[]", "", "invalid_request"},
+    {"{\"training_file\": \"file-train\"}", "model",
+     "missing_required_parameter"},
+    {"{\"model\": \"../etc\", \"training_file\": \"file-train\"}", "model",
+     "invalid_model"},
+    {"{\"model\": \"nope\", \"training_file\": \"file-train\"}", "model",
+     "model_not_found"},
+    {"{\"model\": \"llama_gqa\"}", "training_file",
+     "missing_required_parameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-other\"}",
+     "training_file", "file_not_found"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"colour\": 1}",
+     "colour", "unknown_parameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"hyperparameters\": {\"n_epochs\": 0}}",
+     "hyperparameters.n_epochs", "invalid_hyperparameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"hyperparameters\": {\"momentum\": 1}}",
+     "hyperparameters.momentum", "unknown_parameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\"}}",
+     "method.type", "unsupported_method"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"suffix\": \"a b\"}",
+     "suffix", "invalid_suffix"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"seed\": -1}",
+     "seed", "invalid_seed"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"integrations\": [{\"type\": \"wandb\"}]}",
+     "integrations", "unsupported_integration"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"taco\": {\"output_dir\": \"/tmp\"}}",
+     "taco.output_dir", "unknown_parameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"taco\": {\"seq_len\": 1}}",
+     "taco.seq_len", "invalid_option"},
+};
+
+START_TEST(test_request_errors)
+{
+	json_t *job = NULL;
+	tacod_request_error e;
+
+	ck_assert_int_eq(request(bad[_i].body, &job, &e), -EINVAL);
+	ck_assert_ptr_null(job);
+	ck_assert_msg(!strcmp(e.param, bad[_i].param) &&
+			  !strcmp(e.code, bad[_i].code),
+		      "case %d: param '%s' code '%s' (%s)", _i, e.param, e.code,
+		      e.message);
+	ck_assert(e.message[0]);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("api");
+	TCase *tc = tcase_create("api");
+
+	tcase_add_test(tc, test_objects);
+	tcase_add_test(tc, test_request_defaults_and_mapping);
+	tcase_add_loop_test(tc, test_request_errors, 0,
+			    sizeof(bad) / sizeof(bad[0]));
+	suite_add_tcase(s, tc);
+	return tu_run(s, 0);
+}
