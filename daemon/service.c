@@ -1,0 +1,430 @@
+/* service.c: the job lifecycle on the loop thread: scheduling, workers,
+ * their events into the store. The HTTP routes are in service_routes.c. */
+#include "service_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "fsutil.h"
+#include "scheduler.h"
+
+int64_t tacod_now(void)
+{
+	return (int64_t)time(NULL);
+}
+
+static void event(tacod_service *s, const char *job, const char *level,
+		  const char *type, const char *msg, json_t *data)
+{
+	char *text = data ? json_dumps(data, JSON_COMPACT) : NULL;
+
+	tacod_store_event_add(s->store, job, level, type, msg, text, NULL,
+			      NULL);
+	free(text);
+	json_decref(data);
+}
+
+static tacod_running *find_running(tacod_service *s, const char *id)
+{
+	for (int i = 0; i < s->n_run; i++)
+		if (!strcmp(s->run[i]->id, id))
+			return s->run[i];
+	return NULL;
+}
+
+/* ---- worker events ---------------------------------------------------- */
+
+static void on_event(tacod_worker *w, json_t *e, void *ctx)
+{
+	tacod_running *rj = ctx;
+	tacod_service *s = rj->svc;
+	const char *name = json_string_value(json_object_get(e, "event"));
+	tacod_job j = {0};
+	char msg[512];
+
+	pthread_mutex_lock(&s->lock);
+	if (!strcmp(name, "progress")) {
+		json_int_t step =
+		    json_integer_value(json_object_get(e, "step"));
+		json_int_t total =
+		    json_integer_value(json_object_get(e, "total_steps"));
+		double eta = json_real_value(json_object_get(e, "eta_s"));
+		json_t *data = json_pack(
+		    "{sI sI sO sO sO sO}", "step", step, "total_steps", total,
+		    "train_loss", json_object_get(e, "loss"), "learning_rate",
+		    json_object_get(e, "lr"), "tokens_per_s",
+		    json_object_get(e, "tokens_per_s"), "mem_peak_bytes",
+		    json_object_get(e, "mem_peak_bytes"));
+		snprintf(msg, sizeof(msg), "Step %lld/%lld: training loss=%.4f",
+			 (long long)step, (long long)total,
+			 json_real_value(json_object_get(e, "loss")));
+		event(s, rj->id, "info", "metrics", msg, data);
+		if (tacod_store_job_get(s->store, NULL, rj->id, &j, NULL) ==
+		    0) {
+			j.trained_tokens =
+			    json_integer_value(json_object_get(e, "tokens"));
+			j.estimated_finish = tacod_now() + (int64_t)eta;
+			j.measured_peak_bytes = json_integer_value(
+			    json_object_get(e, "mem_peak_bytes"));
+			tacod_store_job_update(s->store, &j, NULL);
+			tacod_job_clear(&j);
+		}
+	} else if (!strcmp(name, "eval")) {
+		event(s, rj->id, "info", "metrics", "Evaluation",
+		      json_deep_copy(e));
+	} else if (!strcmp(name, "checkpoint")) {
+		tacod_checkpoint c = {0};
+		snprintf(c.job_id, sizeof(c.job_id), "%s", rj->id);
+		c.step = json_integer_value(json_object_get(e, "step"));
+		snprintf(c.path, sizeof(c.path), "%s",
+			 json_string_value(json_object_get(e, "path")));
+		c.created_at = tacod_now();
+		tacod_store_checkpoint_add(s->store, &c, NULL);
+		snprintf(msg, sizeof(msg), "Checkpoint at step %lld",
+			 (long long)c.step);
+		event(s, rj->id, "info", "checkpoint", msg, NULL);
+	} else if (!strcmp(name, "exported")) {
+		snprintf(rj->exported, sizeof(rj->exported), "%s",
+			 json_string_value(json_object_get(e, "path")));
+	} else if (!strcmp(name, "error")) {
+		snprintf(rj->error, sizeof(rj->error), "%s",
+			 json_string_value(json_object_get(e, "message")));
+		event(s, rj->id, "error", "message", rj->error, NULL);
+	} else if (!strcmp(name, "started")) {
+		event(s, rj->id, "info", "message", "Fine-tuning job started",
+		      NULL);
+	}
+	pthread_mutex_unlock(&s->lock);
+	(void)w;
+}
+
+/* The fine-tuned model's name: ft:<base>:<suffix>:<job>, as OpenAI's. */
+static void model_name(const tacod_job *j, char *out, size_t cap)
+{
+	char tmp[TACOD_NAME_MAX + TACOD_ID_MAX + 128];
+
+	snprintf(tmp, sizeof(tmp), "ft:%.*s:%.*s:%.*s", 120, j->model, 60,
+		 j->suffix, 60, j->id + (strncmp(j->id, "ftjob-", 6) ? 0 : 6));
+	memcpy(out, tmp, cap - 1 < sizeof(tmp) ? cap - 1 : sizeof(tmp));
+	out[cap - 1] = 0;
+}
+
+static void finish_job(tacod_service *s, tacod_running *rj, int64_t status,
+		       int sig)
+{
+	tacod_job j = {0};
+	int to = TACOD_FAILED;
+	const char *msg = "Fine-tuning job failed";
+	char err[1200];
+
+	if (tacod_store_job_get(s->store, NULL, rj->id, &j, NULL))
+		return;
+	if (status == 0 && !sig) {
+		to = TACOD_SUCCEEDED;
+		msg = "The job has successfully completed";
+		model_name(&j, j.fine_tuned_model, sizeof(j.fine_tuned_model));
+	} else if (status == 3 && !sig) {
+		to = rj->stop == TACOD_STOP_CANCEL  ? TACOD_CANCELLED
+		     : rj->stop == TACOD_STOP_PAUSE ? TACOD_PAUSED
+						    : TACOD_QUEUED;
+		msg = to == TACOD_CANCELLED ? "The job was cancelled"
+		      : to == TACOD_PAUSED  ? "The job was paused"
+					    : "The job was requeued";
+	} else if (rj->stop == TACOD_STOP_CANCEL) {
+		to = TACOD_CANCELLED; /* killed after the timeout */
+		msg = "The job was cancelled";
+	} else if (sig && j.retries < s->cfg.max_retries &&
+		   rj->stop == TACOD_STOP_NONE) {
+		/* a crashed worker: again from its newest checkpoint */
+		j.retries++;
+		to = TACOD_QUEUED;
+		msg = "The worker died; the job resumes from its newest "
+		      "checkpoint";
+	}
+	if (to == TACOD_FAILED) {
+		snprintf(err, sizeof(err), "%s",
+			 rj->error[0] ? rj->error : tacod_worker_stderr(rj->w));
+		free(j.error);
+		j.error = NULL;
+		{
+			json_t *e =
+			    json_pack("{ss ss sn}", "message",
+				      err[0] ? err : "the worker failed",
+				      "code", "job_failed", "param");
+			j.error = json_dumps(e, JSON_COMPACT);
+			json_decref(e);
+		}
+	}
+	j.status = to;
+	if (to == TACOD_SUCCEEDED || to == TACOD_FAILED ||
+	    to == TACOD_CANCELLED)
+		j.finished_at = tacod_now();
+	tacod_store_job_update(s->store, &j, NULL);
+	event(s, rj->id, to == TACOD_FAILED ? "error" : "info", "status", msg,
+	      json_pack("{ss}", "status", tacod_status_name(to)));
+	tacod_job_clear(&j);
+}
+
+static void on_exit_cb(tacod_worker *w, int64_t status, int sig, void *ctx)
+{
+	tacod_running *rj = ctx;
+	tacod_service *s = rj->svc;
+
+	pthread_mutex_lock(&s->lock);
+	finish_job(s, rj, status, sig);
+	tacod_worker_free(w);
+	for (int i = 0; i < s->n_run; i++) {
+		if (s->run[i] == rj) {
+			s->run[i] = s->run[--s->n_run];
+			break;
+		}
+	}
+	free(rj);
+	pthread_mutex_unlock(&s->lock);
+	uv_async_send(&s->wake);
+}
+
+/* ---- scheduling (loop thread) ----------------------------------------- */
+
+static void start_job(tacod_service *s, const tacod_job *j)
+{
+	static const tacod_worker_cb cb = {on_event, on_exit_cb};
+	tacod_running *rj = calloc(1, sizeof(*rj));
+	char path[2 * TACOD_PATH_MAX];
+	taco_err err = {{0}};
+
+	if (!rj)
+		return;
+	snprintf(rj->id, sizeof(rj->id), "%s", j->id);
+	rj->svc = s;
+	rj->planned = (uint64_t)j->planned_bytes;
+	snprintf(path, sizeof(path), "%s/%s/job.json", s->jobs_dir, j->id);
+	if (tacod_store_job_transition(s->store, j->id, TACOD_QUEUED,
+				       TACOD_RUNNING, NULL)) {
+		free(rj);
+		return;
+	}
+	/* --resume starts fresh when there is no checkpoint yet */
+	if (tacod_worker_start(s->loop, s->cfg.taco_train, path, 1, &cb, rj,
+			       &rj->w, &err)) {
+		tacod_job f = {0};
+		if (!tacod_store_job_get(s->store, NULL, j->id, &f, NULL)) {
+			json_t *e =
+			    json_pack("{ss ss sn}", "message", err.msg, "code",
+				      "worker_start_failed", "param");
+			f.status = TACOD_FAILED;
+			f.finished_at = tacod_now();
+			f.error = json_dumps(e, JSON_COMPACT);
+			json_decref(e);
+			tacod_store_job_update(s->store, &f, NULL);
+			tacod_job_clear(&f);
+		}
+		free(rj);
+		return;
+	}
+	s->run[s->n_run++] = rj;
+	{
+		tacod_job u = {0};
+		if (!tacod_store_job_get(s->store, NULL, j->id, &u, NULL)) {
+			if (!u.started_at)
+				u.started_at = tacod_now();
+			tacod_store_job_update(s->store, &u, NULL);
+			tacod_job_clear(&u);
+		}
+	}
+	event(s, j->id, "info", "status", "The job is running",
+	      json_pack("{ss}", "status", "running"));
+}
+
+static void schedule(tacod_service *s)
+{
+	enum { CAP = 256 };
+	tacod_job *q = calloc(CAP, sizeof(*q));
+	tacod_sched_job *sj = calloc(CAP, sizeof(*sj));
+	int start[CAP], n = 0, k;
+	tacod_sched_state st = {s->cfg.device_memory, 0, 0,
+				s->cfg.limits.max_running_jobs, 2};
+
+	if (!q || !sj)
+		goto out;
+	for (int i = 0; i < s->n_run; i++) {
+		st.running_bytes += s->run[i]->planned;
+		st.running++;
+	}
+	if (st.running >= TACOD_MAX_RUNNING)
+		goto out;
+	if (tacod_store_job_by_status(s->store, TACOD_QUEUED, q, CAP, &n, NULL))
+		goto out;
+	for (int i = 0; i < n; i++)
+		sj[i].planned = (uint64_t)q[i].planned_bytes;
+	/* the head's skips live as long as it is the head */
+	if (n && !strcmp(q[0].id, s->head_id))
+		sj[0].skips = s->head_skips;
+	k = tacod_sched_pick(&st, sj, n, start);
+	if (n) {
+		snprintf(s->head_id, sizeof(s->head_id), "%s", q[0].id);
+		s->head_skips = sj[0].skips;
+	}
+	for (int i = 0; i < k && s->n_run < TACOD_MAX_RUNNING; i++)
+		start_job(s, &q[start[i]]);
+out:
+	for (int i = 0; q && i < n; i++)
+		tacod_job_clear(&q[i]);
+	free(q);
+	free(sj);
+}
+
+/* Stops requested from HTTP threads, applied on the loop thread. */
+static void apply_stops(tacod_service *s)
+{
+	for (int i = 0; i < s->n_run; i++) {
+		tacod_running *rj = s->run[i];
+		if (rj->stop && !rj->stop_sent) {
+			rj->stop_sent = 1;
+			tacod_worker_stop(
+			    rj->w, (uint64_t)s->cfg.cancel_timeout_s * 1000);
+		}
+	}
+}
+
+static void closed(uv_handle_t *h)
+{
+	(void)h;
+}
+
+static void on_wake(uv_async_t *a)
+{
+	tacod_service *s = a->data;
+
+	pthread_mutex_lock(&s->lock);
+	apply_stops(s);
+	if (!s->shutting_down)
+		schedule(s);
+	if (s->shutting_down && s->n_run == 0 && !s->closed) {
+		s->closed = 1;
+		uv_close((uv_handle_t *)&s->wake, closed);
+		uv_close((uv_handle_t *)&s->tick, closed);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	tacod_service *s = t->data;
+
+	uv_async_send(&s->wake);
+}
+
+void tacod_service_request_stop(tacod_service *s, const char *id, int why)
+{
+	tacod_running *rj = find_running(s, id);
+
+	if (rj && !rj->stop)
+		rj->stop = why;
+	uv_async_send(&s->wake);
+}
+
+void tacod_service_wake(tacod_service *s)
+{
+	uv_async_send(&s->wake);
+}
+
+/* ---- start and stop ---------------------------------------------------- */
+
+static int requeue_running(tacod_service *s, taco_err *err)
+{
+	enum { CAP = 256 };
+	tacod_job *r = calloc(CAP, sizeof(*r));
+	int n = 0, rc;
+
+	if (!r)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	rc =
+	    tacod_store_job_by_status(s->store, TACOD_RUNNING, r, CAP, &n, err);
+	for (int i = 0; !rc && i < n; i++) {
+		tacod_store_job_transition(s->store, r[i].id, TACOD_RUNNING,
+					   TACOD_QUEUED, NULL);
+		event(s, r[i].id, "warn", "status",
+		      "tacod restarted: the job resumes from its newest "
+		      "checkpoint",
+		      json_pack("{ss}", "status", "queued"));
+	}
+	for (int i = 0; i < n; i++)
+		tacod_job_clear(&r[i]);
+	free(r);
+	return rc;
+}
+
+int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
+			tacod_service **out, taco_err *err)
+{
+	tacod_service *s = calloc(1, sizeof(*s));
+	char db[TACOD_PATH_MAX + 32];
+	int r;
+
+	if (!s)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	s->cfg = *config;
+	s->loop = loop;
+	pthread_mutex_init(&s->lock, NULL);
+	snprintf(s->files_dir, sizeof(s->files_dir), "%s/files",
+		 config->state_dir);
+	snprintf(s->jobs_dir, sizeof(s->jobs_dir), "%s/jobs",
+		 config->state_dir);
+	snprintf(s->upload_dir, sizeof(s->upload_dir), "%s/uploads",
+		 config->state_dir);
+	snprintf(db, sizeof(db), "%s/tacod.db", config->state_dir);
+	if ((r = taco_mkdir_p(s->files_dir, err)) ||
+	    (r = taco_mkdir_p(s->jobs_dir, err)) ||
+	    (r = taco_mkdir_p(s->upload_dir, err)) ||
+	    (r = tacod_store_open(db, &s->store, err)) ||
+	    (r = requeue_running(s, err)))
+		goto fail;
+	tacod_service_routes(s);
+	if ((r = tacod_http_start(&s->cfg, s->routes, s, &s->http, err)))
+		goto fail;
+	uv_async_init(loop, &s->wake, on_wake);
+	uv_timer_init(loop, &s->tick);
+	s->wake.data = s->tick.data = s;
+	uv_timer_start(&s->tick, on_tick, 0, 1000);
+	*out = s;
+	return 0;
+fail:
+	tacod_store_close(s->store);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+	return r;
+}
+
+int tacod_service_port(const tacod_service *s)
+{
+	return tacod_http_port(s->http);
+}
+
+void tacod_service_shutdown(tacod_service *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->shutting_down = 1;
+	for (int i = 0; i < s->n_run; i++)
+		if (!s->run[i]->stop)
+			s->run[i]->stop = TACOD_STOP_SHUTDOWN;
+	pthread_mutex_unlock(&s->lock);
+	/* requests in flight may still take the lock: stop HTTP outside */
+	tacod_http_stop(s->http);
+	s->http = NULL;
+	uv_async_send(&s->wake);
+}
+
+void tacod_service_free(tacod_service *s)
+{
+	if (!s)
+		return;
+	if (s->http)
+		tacod_http_stop(s->http);
+	tacod_store_close(s->store);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}

@@ -1,0 +1,576 @@
+/* service_routes.c: the REST API (OpenAI's fine-tuning paths). Handlers run
+ * on the HTTP server's thread and hold the service lock while they touch
+ * the store. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fsutil.h"
+#include "job.h"
+#include "job_data.h"
+#include "job_request.h"
+#include "objects.h"
+#include "plan.h"
+#include "service_internal.h"
+
+/* The user whose rows a request sees: NULL (everything) for admins. */
+static const char *scope(tacod_http_req *r)
+{
+	const tacod_identity *id = tacod_http_identity(r);
+
+	return id->role == TACOD_ROLE_ADMIN ? NULL : id->user;
+}
+
+static const char *user_of(tacod_http_req *r)
+{
+	return tacod_http_identity(r)->user;
+}
+
+static int limit_of(tacod_http_req *r)
+{
+	const char *l = tacod_http_query(r, "limit");
+	int n = l ? atoi(l) : 20;
+
+	return n < 1 ? 1 : n > TACOD_LIST_MAX ? TACOD_LIST_MAX : n;
+}
+
+static int store_error(tacod_http_req *r, int code, const taco_err *err,
+		       const char *what)
+{
+	if (code == -ENOENT)
+		return tacod_http_error(r, 404, "invalid_request_error",
+					"not_found", "id", "No such %s", what);
+	if (code == -EINVAL)
+		return tacod_http_error(r, 400, "invalid_request_error",
+					"invalid_value", NULL, "%s", err->msg);
+	return tacod_http_error(r, 500, "server_error", NULL, NULL, "%s",
+				err->msg);
+}
+
+static int healthz(tacod_http_req *r, void *ctx)
+{
+	(void)ctx;
+	return tacod_http_reply_json(r, 200, json_pack("{ss}", "status", "ok"));
+}
+
+/* ---- models ------------------------------------------------------------ */
+
+static int models(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	json_t *items = json_array();
+	DIR *d = opendir(s->cfg.models_dir);
+	struct dirent *e;
+	char path[TACOD_PATH_MAX + 320];
+	struct stat st;
+
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/config.json",
+			 s->cfg.models_dir, e->d_name);
+		if (stat(path, &st))
+			continue;
+		json_array_append_new(items, json_pack("{ss ss sI ss}", "id",
+						       e->d_name, "object",
+						       "model", "created",
+						       (json_int_t)st.st_mtime,
+						       "owned_by", "tacod"));
+	}
+	if (d)
+		closedir(d);
+	return tacod_http_reply_json(r, 200, tacod_list_object(items, 0));
+}
+
+/* ---- files ------------------------------------------------------------- */
+
+static int file_upload(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	const tacod_http_upload *u = tacod_http_upload_file(r);
+	const char *purpose = tacod_http_form(r, "purpose");
+	tacod_file f = {0};
+	char dest[TACOD_PATH_MAX + 128];
+	taco_err err = {{0}};
+	struct stat st;
+	int rc;
+
+	if (!u)
+		return tacod_http_error(r, 400, "invalid_request_error",
+					"missing_file", "file",
+					"a multipart field 'file' is required");
+	if (!purpose || strcmp(purpose, "fine-tune"))
+		return tacod_http_error(r, 400, "invalid_request_error",
+					"invalid_purpose", "purpose",
+					"purpose must be 'fine-tune'");
+	/* stored by content hash: the same bytes are kept once */
+	snprintf(dest, sizeof(dest), "%s/%s", s->files_dir, u->sha256);
+	if (stat(dest, &st) && tacod_http_upload_keep(r, dest, &err))
+		return tacod_http_error(r, 500, "server_error", NULL, NULL,
+					"%s", err.msg);
+	tacod_new_id("file-", f.id);
+	snprintf(f.user, sizeof(f.user), "%s", user_of(r));
+	snprintf(f.filename, sizeof(f.filename), "%s",
+		 u->filename[0] ? u->filename : "upload.jsonl");
+	snprintf(f.purpose, sizeof(f.purpose), "%s", purpose);
+	snprintf(f.sha256, sizeof(f.sha256), "%s", u->sha256);
+	if (strlen(dest) >= sizeof(f.path))
+		return tacod_http_error(r, 500, "server_error", NULL, NULL,
+					"state_dir is too long");
+	memcpy(f.path, dest, strlen(dest) + 1);
+	f.bytes = (int64_t)u->size;
+	f.created_at = tacod_now();
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_file_add(s->store, &f, &err);
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		return store_error(r, rc, &err, "file");
+	return tacod_http_reply_json(r, 200, tacod_file_object(&f));
+}
+
+static int file_list(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	tacod_file *rows = calloc(TACOD_LIST_MAX, sizeof(*rows));
+	const char *after = tacod_http_query(r, "after");
+	json_t *items = json_array();
+	taco_err err = {{0}};
+	int n = 0, more = 0, rc;
+
+	if (!rows)
+		return tacod_http_error(r, 500, "server_error", NULL, NULL,
+					"out of memory");
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_file_list(s->store, scope(r), after ? after : "",
+				   limit_of(r), rows, &n, &more, &err);
+	pthread_mutex_unlock(&s->lock);
+	for (int i = 0; !rc && i < n; i++)
+		json_array_append_new(items, tacod_file_object(&rows[i]));
+	free(rows);
+	if (rc) {
+		json_decref(items);
+		return store_error(r, rc, &err, "file");
+	}
+	return tacod_http_reply_json(r, 200, tacod_list_object(items, more));
+}
+
+static int file_get(tacod_http_req *r, void *ctx, tacod_file *f)
+{
+	tacod_service *s = ctx;
+	taco_err err = {{0}};
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_file_get(s->store, scope(r), tacod_http_param(r, "id"),
+				  f, &err);
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		store_error(r, rc, &err, "file");
+	return rc;
+}
+
+static int file_show(tacod_http_req *r, void *ctx)
+{
+	tacod_file f;
+
+	if (file_get(r, ctx, &f))
+		return 0;
+	return tacod_http_reply_json(r, 200, tacod_file_object(&f));
+}
+
+static int file_content(tacod_http_req *r, void *ctx)
+{
+	tacod_file f;
+
+	if (file_get(r, ctx, &f))
+		return 0;
+	return tacod_http_reply_file(r, 200, f.path, "application/octet-stream",
+				     f.filename);
+}
+
+static int file_delete(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	const char *id = tacod_http_param(r, "id");
+	taco_err err = {{0}};
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_file_delete(s->store, scope(r), id, &err);
+	pthread_mutex_unlock(&s->lock);
+	if (rc == -EBUSY)
+		return tacod_http_error(r, 409, "invalid_request_error",
+					"file_in_use", "id",
+					"a job that has not finished uses "
+					"this file");
+	if (rc)
+		return store_error(r, rc, &err, "file");
+	return tacod_http_reply_json(
+	    r, 200,
+	    json_pack("{ss ss sb}", "id", id, "object", "file", "deleted", 1));
+}
+
+/* ---- jobs ---------------------------------------------------------------- */
+
+typedef struct file_lookup {
+	tacod_service *s;
+	const char *user; /* scope */
+} file_lookup;
+
+static int lookup_file(void *ctx, const char *id, char *path, size_t cap)
+{
+	file_lookup *l = ctx;
+	tacod_file f;
+
+	/* called with the service lock held */
+	if (tacod_store_file_get(l->s->store, l->user, id, &f, NULL))
+		return -ENOENT;
+	snprintf(path, cap, "%s", f.path);
+	return 0;
+}
+
+/* Validates the data and plans the memory of a job file: 0, or a 400 reply
+ * has been sent. */
+static int check_job(tacod_http_req *r, tacod_service *s, const char *path,
+		     uint64_t *planned)
+{
+	taco_job job;
+	taco_job_problems probs;
+	taco_plan plan;
+	taco_plan_input in;
+	taco_model *shapes = NULL;
+	taco_job_data data;
+	taco_err err = {{0}};
+	char path_cfg[TACOD_PATH_MAX + 16];
+	taco_config cfg;
+	int rc;
+
+	if (taco_job_load(path, &job, &probs))
+		return tacod_http_error(r, 400, "invalid_request_error",
+					"invalid_option", NULL, "%s",
+					probs.msg[0]),
+		       -EINVAL;
+	snprintf(path_cfg, sizeof(path_cfg), "%s/config.json", job.model);
+	rc = taco_plan_job(&job, s->cfg.backend, &plan, &in, &shapes, &err);
+	if (rc) {
+		taco_job_free(&job);
+		tacod_http_error(r, 400, "invalid_request_error",
+				 "invalid_model", "model", "%s", err.msg);
+		return -EINVAL;
+	}
+	if (plan.total > s->cfg.device_memory) {
+		taco_plan_refuse(shapes, &in, &plan, s->cfg.device_memory,
+				 &err);
+		taco_model_free(shapes);
+		taco_job_free(&job);
+		tacod_http_error(r, 400, "invalid_request_error",
+				 "insufficient_memory", NULL, "%s", err.msg);
+		return -EINVAL;
+	}
+	taco_model_free(shapes);
+	*planned = plan.total;
+	rc = taco_config_load(path_cfg, &cfg, &err) ||
+	     taco_job_data_load(&job, cfg.vocab, &data, &err);
+	taco_job_data_free(&data);
+	taco_job_free(&job);
+	if (rc) {
+		tacod_http_error(r, 400, "invalid_request_error",
+				 "invalid_training_file", "training_file", "%s",
+				 err.msg);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int job_create(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	json_t *req = tacod_http_body_json(r), *job = NULL;
+	tacod_request_error e;
+	file_lookup fl = {s, scope(r)};
+	tacod_request_ctx rc_ctx = {s->cfg.models_dir, NULL, lookup_file, &fl};
+	char dir[TACOD_PATH_MAX + 128], out[TACOD_PATH_MAX + 160];
+	char path[TACOD_PATH_MAX + 192];
+	tacod_job j = {0};
+	taco_err err = {{0}};
+	uint64_t planned = 0;
+	char *text = NULL;
+	json_t *v;
+	int rc;
+
+	if (!req)
+		return 0;
+	tacod_new_id("ftjob-", j.id);
+	snprintf(dir, sizeof(dir), "%s/%s", s->jobs_dir, j.id);
+	snprintf(out, sizeof(out), "%s/out", dir);
+	rc_ctx.output_dir = out;
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_job_request(req, &rc_ctx, &job, &e);
+	pthread_mutex_unlock(&s->lock);
+	if (rc) {
+		json_decref(req);
+		return tacod_http_error(r, 400, "invalid_request_error", e.code,
+					e.param[0] ? e.param : NULL, "%s",
+					e.message);
+	}
+	text = json_dumps(job, JSON_INDENT(1));
+	snprintf(path, sizeof(path), "%s/job.json", dir);
+	if (!text || taco_mkdir_p(dir, &err) ||
+	    taco_write_file_atomic(path, text, strlen(text), &err)) {
+		rc = tacod_http_error(r, 500, "server_error", NULL, NULL, "%s",
+				      err.msg);
+		goto out;
+	}
+	if (check_job(r, s, path, &planned)) {
+		taco_remove_flat_dir(dir, NULL);
+		goto out;
+	}
+	snprintf(j.user, sizeof(j.user), "%s", user_of(r));
+	j.status = TACOD_QUEUED;
+	snprintf(j.model, sizeof(j.model), "%s",
+		 json_string_value(json_object_get(req, "model")));
+	snprintf(j.training_file, sizeof(j.training_file), "%s",
+		 json_string_value(json_object_get(req, "training_file")));
+	v = json_object_get(req, "validation_file");
+	if (json_is_string(v))
+		snprintf(j.validation_file, sizeof(j.validation_file), "%s",
+			 json_string_value(v));
+	v = json_object_get(req, "suffix");
+	if (json_is_string(v))
+		snprintf(j.suffix, sizeof(j.suffix), "%s",
+			 json_string_value(v));
+	j.request = json_dumps(req, JSON_COMPACT);
+	if (strlen(out) >= sizeof(j.output_dir)) {
+		rc = tacod_http_error(r, 500, "server_error", NULL, NULL,
+				      "state_dir is too long");
+		goto out;
+	}
+	memcpy(j.output_dir, out, strlen(out) + 1);
+	j.planned_bytes = (int64_t)planned;
+	j.created_at = tacod_now();
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_job_add(s->store, &j, &err);
+	if (!rc)
+		tacod_store_event_add(s->store, j.id, "info", "status",
+				      "Created fine-tuning job", NULL, NULL,
+				      NULL);
+	pthread_mutex_unlock(&s->lock);
+	if (rc) {
+		rc = store_error(r, rc, &err, "job");
+		goto out;
+	}
+	tacod_service_wake(s);
+	rc = tacod_http_reply_json(r, 200, tacod_job_object(&j));
+out:
+	free(j.request);
+	free(text);
+	json_decref(job);
+	json_decref(req);
+	return rc;
+}
+
+static int job_list(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	tacod_job *rows = calloc(TACOD_LIST_MAX, sizeof(*rows));
+	const char *after = tacod_http_query(r, "after");
+	json_t *items = json_array();
+	taco_err err = {{0}};
+	int n = 0, more = 0, rc;
+
+	if (!rows)
+		return tacod_http_error(r, 500, "server_error", NULL, NULL,
+					"out of memory");
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_job_list(s->store, scope(r), after ? after : "",
+				  limit_of(r), rows, &n, &more, &err);
+	pthread_mutex_unlock(&s->lock);
+	for (int i = 0; i < n; i++) {
+		if (!rc)
+			json_array_append_new(items,
+					      tacod_job_object(&rows[i]));
+		tacod_job_clear(&rows[i]);
+	}
+	free(rows);
+	if (rc) {
+		json_decref(items);
+		return store_error(r, rc, &err, "job");
+	}
+	return tacod_http_reply_json(r, 200, tacod_list_object(items, more));
+}
+
+static int job_show(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	tacod_job j = {0};
+	taco_err err = {{0}};
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_job_get(s->store, scope(r), tacod_http_param(r, "id"),
+				 &j, &err);
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		return store_error(r, rc, &err, "job");
+	rc = tacod_http_reply_json(r, 200, tacod_job_object(&j));
+	tacod_job_clear(&j);
+	return rc;
+}
+
+static int job_cancel(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	const char *id = tacod_http_param(r, "id");
+	tacod_job j = {0};
+	taco_err err = {{0}};
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_job_get(s->store, scope(r), id, &j, &err);
+	if (!rc) {
+		if (j.status == TACOD_QUEUED || j.status == TACOD_PAUSED ||
+		    j.status == TACOD_VALIDATING) {
+			if (!tacod_store_job_transition(s->store, id, j.status,
+							TACOD_CANCELLED,
+							NULL)) {
+				j.status = TACOD_CANCELLED;
+				tacod_store_event_add(
+				    s->store, id, "info", "status",
+				    "The job was cancelled", NULL, NULL, NULL);
+			}
+		} else if (j.status == TACOD_RUNNING) {
+			tacod_service_request_stop(s, id, TACOD_STOP_CANCEL);
+		} else {
+			rc = -EALREADY;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (rc == -EALREADY) {
+		rc = tacod_http_error(r, 400, "invalid_request_error",
+				      "job_finished", "id",
+				      "the job has already finished (%s)",
+				      tacod_status_name(j.status));
+		tacod_job_clear(&j);
+		return rc;
+	}
+	if (rc)
+		return store_error(r, rc, &err, "job");
+	rc = tacod_http_reply_json(r, 200, tacod_job_object(&j));
+	tacod_job_clear(&j);
+	return rc;
+}
+
+/* Events, newest first as OpenAI lists them. */
+static int job_events(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	const char *id = tacod_http_param(r, "id");
+	tacod_event *ev = calloc(TACOD_LIST_MAX, sizeof(*ev));
+	tacod_job j = {0};
+	taco_err err = {{0}};
+	json_t *items = json_array();
+	int n = 0, more = 0, rc, limit = limit_of(r);
+	int64_t after = 0, total = 0;
+
+	if (!ev)
+		return tacod_http_error(r, 500, "server_error", NULL, NULL,
+					"out of memory");
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_job_get(s->store, scope(r), id, &j, &err);
+	/* find the newest `limit` events: count, then read that window */
+	while (!rc) {
+		rc = tacod_store_event_list(s->store, id, after, TACOD_LIST_MAX,
+					    ev, &n, &more, &err);
+		for (int i = 0; i < n; i++) {
+			total = ev[i].seq;
+			tacod_event_clear(&ev[i]);
+		}
+		if (rc || !more)
+			break;
+		after = total;
+	}
+	if (!rc)
+		rc = tacod_store_event_list(s->store, id,
+					    total > limit ? total - limit : 0,
+					    limit, ev, &n, &more, &err);
+	pthread_mutex_unlock(&s->lock);
+	tacod_job_clear(&j);
+	for (int i = n - 1; !rc && i >= 0; i--)
+		json_array_append_new(items, tacod_event_object(&ev[i]));
+	for (int i = 0; !rc && i < n; i++)
+		tacod_event_clear(&ev[i]);
+	free(ev);
+	if (rc) {
+		json_decref(items);
+		return store_error(r, rc, &err, "job");
+	}
+	return tacod_http_reply_json(r, 200,
+				     tacod_list_object(items, total > limit));
+}
+
+static int job_checkpoints(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	const char *id = tacod_http_param(r, "id");
+	tacod_checkpoint *c = calloc(TACOD_LIST_MAX, sizeof(*c));
+	tacod_job j = {0};
+	taco_err err = {{0}};
+	json_t *items = json_array();
+	int n = 0, rc;
+
+	if (!c)
+		return tacod_http_error(r, 500, "server_error", NULL, NULL,
+					"out of memory");
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_job_get(s->store, scope(r), id, &j, &err);
+	if (!rc)
+		rc = tacod_store_checkpoint_list(s->store, id, c,
+						 TACOD_LIST_MAX, &n, &err);
+	pthread_mutex_unlock(&s->lock);
+	for (int i = n - 1; i >= 0; i--) {
+		char cid[TACOD_ID_MAX + 32];
+		snprintf(cid, sizeof(cid), "ftckpt-%s-%lld", id + 6,
+			 (long long)c[i].step);
+		if (!rc)
+			json_array_append_new(
+			    items,
+			    json_pack("{ss ss sI ss sI}", "id", cid, "object",
+				      "fine_tuning.job.checkpoint",
+				      "created_at", (json_int_t)c[i].created_at,
+				      "fine_tuning_job_id", id, "step_number",
+				      (json_int_t)c[i].step));
+		free(c[i].metrics);
+	}
+	free(c);
+	tacod_job_clear(&j);
+	if (rc) {
+		json_decref(items);
+		return store_error(r, rc, &err, "job");
+	}
+	return tacod_http_reply_json(r, 200, tacod_list_object(items, 0));
+}
+
+void tacod_service_routes(tacod_service *s)
+{
+	const tacod_http_route routes[] = {
+	    {"GET", "/healthz", healthz, NULL},
+	    {"GET", "/v1/models", models, NULL},
+	    {"POST", "/v1/files", file_upload, s->upload_dir},
+	    {"GET", "/v1/files", file_list, NULL},
+	    {"GET", "/v1/files/{id}", file_show, NULL},
+	    {"DELETE", "/v1/files/{id}", file_delete, NULL},
+	    {"GET", "/v1/files/{id}/content", file_content, NULL},
+	    {"POST", "/v1/fine_tuning/jobs", job_create, NULL},
+	    {"GET", "/v1/fine_tuning/jobs", job_list, NULL},
+	    {"GET", "/v1/fine_tuning/jobs/{id}", job_show, NULL},
+	    {"POST", "/v1/fine_tuning/jobs/{id}/cancel", job_cancel, NULL},
+	    {"GET", "/v1/fine_tuning/jobs/{id}/events", job_events, NULL},
+	    {"GET", "/v1/fine_tuning/jobs/{id}/checkpoints", job_checkpoints,
+	     NULL},
+	    {NULL, NULL, NULL, NULL},
+	};
+
+	memcpy(s->routes, routes, sizeof(routes));
+}
