@@ -39,10 +39,10 @@ static void block(uint32_t h[8], const uint8_t *p)
 		w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
 		       (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
 	for (int i = 16; i < 64; i++) {
-		uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^
-			      (w[i - 15] >> 3);
-		uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^
-			      (w[i - 2] >> 10);
+		uint32_t s0 =
+		    rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+		uint32_t s1 =
+		    rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
 		w[i] = w[i - 16] + s0 + w[i - 7] + s1;
 	}
 	a = h[0], b = h[1], c = h[2], d = h[3];
@@ -266,9 +266,8 @@ int tacod_auth_parse(const char *text, size_t len, const char *name,
 		entry e;
 
 		if (++lineno > TACOD_AUTH_MAX_LINES) {
-			r = taco_err_set(err, -EFBIG,
-					 "%s: more than %d lines", name,
-					 TACOD_AUTH_MAX_LINES);
+			r = taco_err_set(err, -EFBIG, "%s: more than %d lines",
+					 name, TACOD_AUTH_MAX_LINES);
 			goto fail;
 		}
 		if (memchr(text + pos, 0, n)) {

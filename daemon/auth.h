@@ -28,7 +28,7 @@
 #include "taco_err.h"
 
 #define TACOD_AUTH_MAX_LINES 10000
-#define TACOD_AUTH_USER_MAX 64	/* a user name with its NUL */
+#define TACOD_AUTH_USER_MAX 64	  /* a user name with its NUL */
 #define TACOD_AUTH_TOKEN_MAX 4096 /* longest bearer token accepted */
 #define TACOD_AUTH_LOCAL_USER "local"
 

@@ -16,16 +16,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define THREADS 4		     /* MHD polling threads per listener */
-#define CONN_TIMEOUT_S 300	     /* idle connections are closed */
-#define CONN_MEMORY (128u << 10)     /* MHD's per-connection pool */
-#define MAX_SEGMENTS 32		     /* path segments */
-#define MAX_QUERY 64		     /* query parameters kept */
-#define MAX_FIELDS 32		     /* multipart fields kept */
-#define MAX_REPLY_HEADERS 16	     /* tacod_http_add_header */
-#define DISCARD_MAX (16ull << 20)    /* body read past an error, then drop */
-#define FORM_SLACK (64u << 10)	     /* multipart framing beyond the file */
-#define STREAM_CHUNK (32u << 10)     /* bytes per stream read callback */
+#define THREADS 4		  /* MHD polling threads per listener */
+#define CONN_TIMEOUT_S 300	  /* idle connections are closed */
+#define CONN_MEMORY (128u << 10)  /* MHD's per-connection pool */
+#define MAX_SEGMENTS 32		  /* path segments */
+#define MAX_QUERY 64		  /* query parameters kept */
+#define MAX_FIELDS 32		  /* multipart fields kept */
+#define MAX_REPLY_HEADERS 16	  /* tacod_http_add_header */
+#define DISCARD_MAX (16ull << 20) /* body read past an error, then drop */
+#define FORM_SLACK (64u << 10)	  /* multipart framing beyond the file */
+#define STREAM_CHUNK (32u << 10)  /* bytes per stream read callback */
 
 /* ---- server, listeners, compiled routes ---- */
 
@@ -60,7 +60,7 @@ struct tacod_http_server {
 	pthread_mutex_t lock; /* stopping, active, streams */
 	pthread_cond_t cond;
 	int stopping;
-	int active; /* requests begun and not completed */
+	int active;   /* requests begun and not completed */
 	int resuming; /* pushers between taking a suspension and resuming
 			 (atomic; decremented under lock) */
 	struct tacod_http_stream *streams;
@@ -73,7 +73,7 @@ struct tacod_http_server {
 
 struct tacod_http_stream {
 	pthread_mutex_t lock;
-	int refs; /* the pusher's handle and the connection */
+	int refs;		/* the pusher's handle and the connection */
 	tacod_http_server *srv; /* valid while !gone */
 	struct MHD_Connection *conn;
 	char *buf;
@@ -113,7 +113,7 @@ struct tacod_http_req {
 	int started, counted, replied, has_body;
 
 	int mode;
-	int fail_status; /* deferred error, sent after the body is read */
+	int fail_status;       /* deferred error, sent after the body is read */
 	const char *fail_code; /* static strings */
 	char fail_param[64];
 	char fail_msg[512];
@@ -151,13 +151,13 @@ static void utf8_fix(char *s)
 	unsigned char *p = (unsigned char *)s;
 
 	while (*p) {
-		int n = *p < 0x80		? 0
+		int n = *p < 0x80	      ? 0
 			: (*p & 0xe0) == 0xc0 ? 1
 			: (*p & 0xf0) == 0xe0 ? 2
 			: (*p & 0xf8) == 0xf0 ? 3
 					      : -1;
-		int ok = n >= 0 && !(n == 1 && *p < 0xc2) &&
-			 !(n == 3 && *p > 0xf4);
+		int ok =
+		    n >= 0 && !(n == 1 && *p < 0xc2) && !(n == 3 && *p > 0xf4);
 		for (int i = 1; ok && i <= n; i++)
 			ok = (p[i] & 0xc0) == 0x80;
 		if (ok && n == 2) {
@@ -166,8 +166,8 @@ static void utf8_fix(char *s)
 			ok = cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff);
 		}
 		if (ok && n == 3) {
-			unsigned cp = (p[0] & 0x07u) << 18 |
-				      (p[1] & 0x3fu) << 12;
+			unsigned cp = (p[0] & 0x07u) << 18 | (p[1] & 0x3fu)
+								 << 12;
 			ok = cp >= 0x10000 && cp <= 0x10ffff;
 		}
 		if (!ok) {
@@ -192,8 +192,7 @@ static int hexval(int ch)
 /* Percent-decodes [s, s+n) into out (room for n + 1). plus: '+' is a
  * space (query strings). Returns -1 on a bad escape or a %00 when strict,
  * else the length. */
-static long pct_decode(const char *s, size_t n, char *out, int plus,
-		       int strict)
+static long pct_decode(const char *s, size_t n, char *out, int plus, int strict)
 {
 	size_t o = 0;
 
@@ -234,8 +233,7 @@ static void kv_free(kv *a, int n)
 
 /* ---- replies ---- */
 
-static int queue(tacod_http_req *r, unsigned status,
-		 struct MHD_Response *resp)
+static int queue(tacod_http_req *r, unsigned status, struct MHD_Response *resp)
 {
 	enum MHD_Result ok;
 
@@ -304,8 +302,8 @@ static json_t *str_or_null(const char *s)
 	return v ? v : json_null();
 }
 
-static json_t *error_body(const char *msg, const char *type,
-			  const char *code, const char *param)
+static json_t *error_body(const char *msg, const char *type, const char *code,
+			  const char *param)
 {
 	json_t *e = json_object(), *o = json_object();
 	json_t *m = json_string(msg);
@@ -320,8 +318,8 @@ static json_t *error_body(const char *msg, const char *type,
 
 static int reply_json_dump(tacod_http_req *r, int status, json_t *body)
 {
-	char *text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY)
-			  : NULL;
+	char *text =
+	    body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
 	int rc;
 
 	json_decref(body);
@@ -421,12 +419,10 @@ int tacod_http_reply_file(tacod_http_req *r, int status, const char *path,
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
-		return tacod_http_error(r, errno == ENOENT ? 404 : 500,
-					errno == ENOENT
-					    ? "invalid_request_error"
-					    : "server_error",
-					NULL, NULL, "cannot open the file: %s",
-					strerror(errno));
+		return tacod_http_error(
+		    r, errno == ENOENT ? 404 : 500,
+		    errno == ENOENT ? "invalid_request_error" : "server_error",
+		    NULL, NULL, "cannot open the file: %s", strerror(errno));
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
@@ -520,8 +516,7 @@ const char *tacod_http_form(const tacod_http_req *r, const char *name)
 	return kv_get(r->form, r->nform, name);
 }
 
-int tacod_http_upload_keep(tacod_http_req *r, const char *dest,
-			   taco_err *err)
+int tacod_http_upload_keep(tacod_http_req *r, const char *dest, taco_err *err)
 {
 	if (!r->file_started || !r->tmp_live)
 		return taco_err_set(err, -ENOENT, "http: no uploaded file");
@@ -681,8 +676,7 @@ static void stream_gone(tacod_http_stream *st)
 	stream_unref(st);
 }
 
-int tacod_http_stream_push(tacod_http_stream *st, const void *data,
-			   size_t len)
+int tacod_http_stream_push(tacod_http_stream *st, const void *data, size_t len)
 {
 	struct MHD_Connection *c = NULL;
 	tacod_http_server *srv;
@@ -927,12 +921,11 @@ static void defer_fail(tacod_http_req *r, int status, const char *code,
 
 static int send_fail(tacod_http_req *r)
 {
-	return tacod_http_error(r, r->fail_status,
-				r->fail_status >= 500 ? "server_error"
-						      : "invalid_request_error",
-				r->fail_code,
-				r->fail_param[0] ? r->fail_param : NULL, "%s",
-				r->fail_msg);
+	return tacod_http_error(
+	    r, r->fail_status,
+	    r->fail_status >= 500 ? "server_error" : "invalid_request_error",
+	    r->fail_code, r->fail_param[0] ? r->fail_param : NULL, "%s",
+	    r->fail_msg);
 }
 
 static void drop_temp(tacod_http_req *r)
@@ -971,9 +964,8 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind,
 			snprintf(r->up.filename, sizeof(r->up.filename), "%s",
 				 filename);
 			utf8_fix(r->up.filename);
-			snprintf(r->up.content_type,
-				 sizeof(r->up.content_type), "%s",
-				 content_type ? content_type : "");
+			snprintf(r->up.content_type, sizeof(r->up.content_type),
+				 "%s", content_type ? content_type : "");
 			snprintf(r->up.path, sizeof(r->up.path),
 				 "%s/.upload-XXXXXX", r->route->r->upload_dir);
 			r->file_fd = mkostemp(r->up.path, O_CLOEXEC);
@@ -1066,8 +1058,8 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind,
 
 static uint64_t content_length(struct MHD_Connection *c, int *have)
 {
-	const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						    "Content-Length");
+	const char *v =
+	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 	char *end;
 	unsigned long long n;
 
@@ -1129,18 +1121,18 @@ static int begin(tacod_http_req *r, struct MHD_Connection *c,
 	pthread_mutex_unlock(&srv->lock);
 	if (rc)
 		return reject(r, 503, "server_shutting_down", NULL,
-					"The server is shutting down.");
+			      "The server is shutting down.");
 
 	/* Who is calling. */
 	if (r->l->is_unix) {
 		taco_err err = {{0}};
-		ci = MHD_get_connection_info(
-		    c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		ci = MHD_get_connection_info(c,
+					     MHD_CONNECTION_INFO_CONNECTION_FD);
 		if (!ci || tacod_auth_peer(ci->connect_fd, &r->id, NULL, &err))
 			return reject(r, 401, "unauthenticated", NULL,
-						"Cannot identify the socket's "
-						"peer: %s",
-						err.msg);
+				      "Cannot identify the socket's "
+				      "peer: %s",
+				      err.msg);
 	} else {
 		pthread_rwlock_rdlock(&srv->auth_lock);
 		if (srv->auth)
@@ -1158,8 +1150,8 @@ static int begin(tacod_http_req *r, struct MHD_Connection *c,
 			    c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 			if (!ci || !is_loopback(ci->client_addr))
 				return reject(r, 403, "forbidden", NULL,
-					   "Without a tokens file only "
-					   "loopback clients are served.");
+					      "Without a tokens file only "
+					      "loopback clients are served.");
 			tacod_auth_local(&r->id);
 		} else if (rc) {
 			const char *h = MHD_lookup_connection_value(
@@ -1167,10 +1159,10 @@ static int begin(tacod_http_req *r, struct MHD_Connection *c,
 			tacod_http_add_header(r, "WWW-Authenticate",
 					      "Bearer realm=\"tacod\"");
 			return reject(r, 401, "invalid_api_key", NULL,
-				   h ? "Incorrect API key provided."
-				     : "You didn't provide an API key. Send "
-				       "it as 'Authorization: Bearer "
-				       "<token>'.");
+				      h ? "Incorrect API key provided."
+					: "You didn't provide an API key. Send "
+					  "it as 'Authorization: Bearer "
+					  "<token>'.");
 		}
 	}
 
@@ -1180,7 +1172,7 @@ static int begin(tacod_http_req *r, struct MHD_Connection *c,
 		return -1;
 	if (rc == -EINVAL)
 		return reject(r, 400, "invalid_url", NULL,
-					"The request URL is malformed.");
+			      "The request URL is malformed.");
 	for (int i = 0; !rc && i < srv->n_routes; i++) {
 		const croute *cr = &srv->routes[i];
 		if (!route_matches_path(cr, r, 0))
@@ -1200,38 +1192,39 @@ static int begin(tacod_http_req *r, struct MHD_Connection *c,
 	if (!r->route && path_known) {
 		tacod_http_add_header(r, MHD_HTTP_HEADER_ALLOW, allow);
 		return reject(r, 405, "method_not_allowed", NULL,
-					"Method %s is not allowed for %s "
-					"(allowed: %s).",
-					method, r->path, allow);
+			      "Method %s is not allowed for %s "
+			      "(allowed: %s).",
+			      method, r->path, allow);
 	}
 	if (!r->route)
 		return reject(r, 404, "unknown_url", NULL,
-					"Unknown request URL: %s %s.", method,
-					r->path ? r->path : "");
+			      "Unknown request URL: %s %s.", method,
+			      r->path ? r->path : "");
 
 	/* How the body is read. */
 	const char *ct = MHD_lookup_connection_value(
 	    c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
 	if (r->route->r->upload_dir && ct &&
 	    !strncasecmp(ct, "multipart/form-data", 19)) {
-		if (have_len && clen > srv->max_upload + TACOD_HTTP_FORM_MAX +
-					   FORM_SLACK)
+		if (have_len &&
+		    clen > srv->max_upload + TACOD_HTTP_FORM_MAX + FORM_SLACK)
 			return reject(r, 413, "file_too_large", "file",
-				   "The upload is larger than the limit of "
-				   "%llu bytes.",
-				   (unsigned long long)srv->max_upload);
+				      "The upload is larger than the limit of "
+				      "%llu bytes.",
+				      (unsigned long long)srv->max_upload);
 		r->pp = MHD_create_post_processor(c, 64 * 1024, on_part, r);
 		if (!r->pp)
 			return reject(r, 400, NULL, NULL,
-						"The multipart/form-data body "
-						"has no usable boundary.");
+				      "The multipart/form-data body "
+				      "has no usable boundary.");
 		r->mode = BODY_FORM;
 	} else {
 		if (have_len && clen > srv->max_body)
-			return reject(r, 413, "request_too_large", NULL,
-				   "The request body is larger than the limit "
-				   "of %llu bytes.",
-				   (unsigned long long)srv->max_body);
+			return reject(
+			    r, 413, "request_too_large", NULL,
+			    "The request body is larger than the limit "
+			    "of %llu bytes.",
+			    (unsigned long long)srv->max_body);
 		r->mode = BODY_MEM;
 	}
 	return 0;
@@ -1468,8 +1461,8 @@ static int compile_routes(tacod_http_server *s, const tacod_http_route *rt,
 	return 0;
 }
 
-static int parse_listen(const char *spec, struct sockaddr_storage *ss,
-			int *v6, taco_err *err)
+static int parse_listen(const char *spec, struct sockaddr_storage *ss, int *v6,
+			taco_err *err)
 {
 	char host[256];
 	const char *colon, *port_s;
@@ -1479,7 +1472,8 @@ static int parse_listen(const char *spec, struct sockaddr_storage *ss,
 	memset(ss, 0, sizeof(*ss));
 	if (spec[0] == '[') {
 		const char *rb = strchr(spec, ']');
-		if (!rb || rb[1] != ':' || (size_t)(rb - spec - 1) >= sizeof(host))
+		if (!rb || rb[1] != ':' ||
+		    (size_t)(rb - spec - 1) >= sizeof(host))
 			goto bad;
 		memcpy(host, spec + 1, (size_t)(rb - spec - 1));
 		host[rb - spec - 1] = 0;
@@ -1569,8 +1563,7 @@ static int unix_listen(tacod_http_server *s, const char *path, int backlog,
 		int e = errno;
 		close(fd);
 		unlink(path);
-		return taco_err_set(err, -e, "http: %s: %s", path,
-				    strerror(e));
+		return taco_err_set(err, -e, "http: %s: %s", path, strerror(e));
 	}
 	s->unix_fd = fd;
 	memcpy(s->unix_path, sa.sun_path, sizeof(s->unix_path));
@@ -1600,11 +1593,11 @@ static int start_daemon(tacod_http_server *s, listener *l, int max_conn,
 	l->quiesced_fd = -1;
 	if (sa)
 		l->d = MHD_start_daemon(
-		    flags, 0, NULL, NULL, on_access, l,
-		    MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_CONNECTION_LIMIT,
-		    (unsigned)max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
-		    (unsigned)CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-		    (size_t)CONN_MEMORY, MHD_OPTION_THREAD_POOL_SIZE, threads,
+		    flags, 0, NULL, NULL, on_access, l, MHD_OPTION_SOCK_ADDR,
+		    sa, MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn,
+		    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,
+		    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+		    MHD_OPTION_THREAD_POOL_SIZE, threads,
 		    MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
 		    MHD_OPTION_URI_LOG_CALLBACK, on_uri, l,
 		    MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
@@ -1613,8 +1606,9 @@ static int start_daemon(tacod_http_server *s, listener *l, int max_conn,
 		    flags, 0, NULL, NULL, on_access, l,
 		    MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
 		    (unsigned)max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
-		    (unsigned)CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-		    (size_t)CONN_MEMORY, MHD_OPTION_THREAD_POOL_SIZE, threads,
+		    (unsigned)CONN_TIMEOUT_S,
+		    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+		    MHD_OPTION_THREAD_POOL_SIZE, threads,
 		    MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
 		    MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_END);
 	if (!l->d)
@@ -1679,8 +1673,8 @@ int tacod_http_start(const tacod_config *cfg, const tacod_http_route *routes,
 	s->ctx = ctx;
 	s->max_body = cfg->limits.max_body_bytes;
 	s->max_upload = cfg->limits.max_upload_bytes;
-	max_conn = cfg->limits.max_connections > 0 ? cfg->limits.max_connections
-						   : 256;
+	max_conn =
+	    cfg->limits.max_connections > 0 ? cfg->limits.max_connections : 256;
 	snprintf(s->tokens_file, sizeof(s->tokens_file), "%s",
 		 cfg->tokens_file);
 	if ((rc = compile_routes(s, routes, err)))
@@ -1815,9 +1809,8 @@ void tacod_http_stop_grace(tacod_http_server *s, int grace_ms)
 	/* Requests in flight finish (for at most grace_ms). */
 	deadline_after(&deadline, grace_ms);
 	pthread_mutex_lock(&s->lock);
-	while (s->active > 0 &&
-	       pthread_cond_timedwait(&s->cond, &s->lock, &deadline) !=
-		   ETIMEDOUT)
+	while (s->active > 0 && pthread_cond_timedwait(&s->cond, &s->lock,
+						       &deadline) != ETIMEDOUT)
 		;
 	while (__atomic_load_n(&s->resuming, __ATOMIC_SEQ_CST) > 0)
 		pthread_cond_wait(&s->cond, &s->lock);

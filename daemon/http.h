@@ -27,10 +27,10 @@
 #include "config.h"
 #include "taco_err.h"
 
-#define TACOD_HTTP_MAX_PARAMS 8		  /* {name} segments in a pattern */
-#define TACOD_HTTP_STREAM_MAX (4u << 20)  /* bytes buffered per stream */
-#define TACOD_HTTP_FORM_MAX (64u << 10)	  /* multipart fields, all values */
-#define TACOD_HTTP_STOP_GRACE_MS 10000	  /* tacod_http_stop's wait */
+#define TACOD_HTTP_MAX_PARAMS 8		 /* {name} segments in a pattern */
+#define TACOD_HTTP_STREAM_MAX (4u << 20) /* bytes buffered per stream */
+#define TACOD_HTTP_FORM_MAX (64u << 10)	 /* multipart fields, all values */
+#define TACOD_HTTP_STOP_GRACE_MS 10000	 /* tacod_http_stop's wait */
 #define TACOD_HTTP_STATUS_MAX 600
 
 typedef struct tacod_http_server tacod_http_server;
@@ -61,7 +61,7 @@ typedef struct tacod_http_route {
  * tacod_http_upload_keep. */
 typedef struct tacod_http_upload {
 	char path[4096];
-	char field[64];	   /* the form field: "file" */
+	char field[64];	    /* the form field: "file" */
 	char filename[256]; /* as the client named it */
 	char content_type[128];
 	uint64_t size;
@@ -69,9 +69,9 @@ typedef struct tacod_http_upload {
 } tacod_http_upload;
 
 typedef struct tacod_http_stats {
-	uint64_t requests; /* replies sent (queued) */
+	uint64_t requests;			   /* replies sent (queued) */
 	uint64_t by_status[TACOD_HTTP_STATUS_MAX]; /* index: status code */
-	uint64_t streams;  /* streams begun */
+	uint64_t streams;			   /* streams begun */
 	uint64_t streams_open;
 	uint64_t streams_dropped; /* clients too slow (buffer full) */
 } tacod_http_stats;
@@ -118,8 +118,7 @@ const tacod_http_upload *tacod_http_upload_file(const tacod_http_req *r);
 const char *tacod_http_form(const tacod_http_req *r, const char *name);
 /* Renames the uploaded file to dest (same file system as upload_dir) and
  * leaves it there; tacod_http_upload_file's path is dest afterwards. */
-int tacod_http_upload_keep(tacod_http_req *r, const char *dest,
-			   taco_err *err);
+int tacod_http_upload_keep(tacod_http_req *r, const char *dest, taco_err *err);
 
 /* ---- replies: one per request; 0, -EALREADY after another reply,
  * -ENOMEM ---- */
@@ -158,8 +157,7 @@ int tacod_http_reply_file(tacod_http_req *r, int status, const char *path,
  * released with stream_end, which also ends the reply after the buffered
  * bytes. */
 tacod_http_stream *tacod_http_stream_begin(tacod_http_req *r);
-int tacod_http_stream_push(tacod_http_stream *s, const void *data,
-			   size_t len);
+int tacod_http_stream_push(tacod_http_stream *s, const void *data, size_t len);
 /* One event: "event: <event>\n" (when event is not NULL), a "data: " line
  * per line of data, then a blank line. */
 int tacod_http_stream_event(tacod_http_stream *s, const char *event,

@@ -146,7 +146,7 @@ int tacod_worker_start(uv_loop_t *loop, const char *taco_train,
 	tacod_worker *w = calloc(1, sizeof(*w));
 	uv_process_options_t o;
 	uv_stdio_container_t stdio[4];
-	char *args[8];
+	char *args[10];
 	int n = 0, r;
 
 	if (!w)
@@ -160,6 +160,7 @@ int tacod_worker_start(uv_loop_t *loop, const char *taco_train,
 	w->events.data = w->err.data = w->kill_timer.data = w->proc.data = w;
 	args[n++] = (char *)taco_train;
 	args[n++] = "--no-progress";
+	args[n++] = "--die-with-parent";
 	args[n++] = "--events-fd";
 	args[n++] = "3";
 	if (resume)

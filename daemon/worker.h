@@ -25,7 +25,8 @@ typedef struct tacod_worker_cb {
 	void (*on_exit)(tacod_worker *w, int64_t status, int signal, void *ctx);
 } tacod_worker_cb;
 
-/* Starts `taco_train --no-progress --events-fd 3 [--resume] job_path`. */
+/* Starts `taco_train --no-progress --die-with-parent --events-fd 3
+ * [--resume] job_path`. */
 int tacod_worker_start(uv_loop_t *loop, const char *taco_train,
 		       const char *job_path, int resume,
 		       const tacod_worker_cb *cb, void *ctx, tacod_worker **out,

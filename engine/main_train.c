@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "job.h"
@@ -48,6 +49,10 @@ static void usage(FILE *f)
 		"  --events-fd N    write one JSON object per line to file "
 		"descriptor N\n"
 		"                   (docs/events.md)\n"
+		"  --die-with-parent\n"
+		"                   stop (with a checkpoint) when the parent "
+		"process dies\n"
+		"                   (tacod starts its workers so)\n"
 		"  --no-progress    print no progress (by default: a live line "
 		"on a\n"
 		"                   terminal, else a line every log_every "
@@ -177,6 +182,8 @@ int main(int argc, char **argv)
 	    {"events-fd", required_argument, NULL, 'e'},
 	    {"no-progress", no_argument, NULL, 'p'},
 	    {"check", no_argument, NULL, 'c'},
+	    {"die-with-parent", no_argument, NULL, 'D'},
+	    {"validate", no_argument, NULL, 'V'},
 	    {"plan", no_argument, NULL, 'P'},
 	    {"backend", required_argument, NULL, 'B'},
 	    {"memory-budget", required_argument, NULL, 'M'},
@@ -185,6 +192,7 @@ int main(int argc, char **argv)
 	};
 	taco_train_opts to = {.events_fd = -1, .stop = &stop_requested};
 	int c, check = 0, no_progress = 0, plan = 0, validate = 0, r;
+	int die_with_parent = 0;
 	int backend = TACO_BACKEND_CPU;
 	taco_job job;
 	taco_job_problems probs;
@@ -212,6 +220,9 @@ int main(int argc, char **argv)
 			break;
 		case 'c':
 			check = 1;
+			break;
+		case 'D':
+			die_with_parent = 1;
 			break;
 		case 'P':
 			plan = 1;
@@ -284,6 +295,15 @@ int main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	/* events to a reader that is gone fail quietly; training goes on */
+	signal(SIGPIPE, SIG_IGN);
+	/* Under tacod: when tacod dies, checkpoint and stop like on SIGTERM
+	 * (a restarted tacod resumes the job). */
+	if (die_with_parent) {
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() == 1)
+			stop_requested = 1;
+	}
 	r = taco_train_run(&job, &to, &err);
 	taco_job_free(&job);
 	if (r < 0) {

@@ -1,10 +1,12 @@
 /* train.c: the training loop. */
 #include "train.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +39,7 @@ typedef struct trainer {
 	double t_start, loss;
 	taco_events ev;
 	taco_plan plan;
+	int lock_fd; /* flock of output_dir/.lock, -1 when not held */
 	/* gradient consumer state of the running step */
 	int micro;
 	float lr;
@@ -113,6 +116,8 @@ static void free_trainer(trainer *tr)
 	free(tr->pos);
 	free(tr->order);
 	taco_events_close(&tr->ev);
+	if (tr->lock_fd >= 0)
+		close(tr->lock_fd); /* releases the lock */
 }
 
 /* One optimizer step over grad_accum micro-batches. */
@@ -361,6 +366,35 @@ static int check_output_dir(const char *dir, taco_err *err)
 	return 0;
 }
 
+/* One taco-train per output directory: a second one (a resumed job whose
+ * previous worker is still writing its last checkpoint) waits up to
+ * LOCK_WAIT_S for the lock, then fails. */
+#define LOCK_WAIT_S 120
+
+static int lock_output_dir(trainer *tr, taco_err *err)
+{
+	char path[TACO_PATH_MAX + 16];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/.lock", tr->job->output_dir);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return taco_err_set(err, -errno, "%s: %s", path,
+				    strerror(errno));
+	for (int i = 0; flock(fd, LOCK_EX | LOCK_NB); i++) {
+		if (errno != EWOULDBLOCK || i >= LOCK_WAIT_S * 10) {
+			close(fd);
+			return taco_err_set(err, -EBUSY,
+					    "output_dir '%s' is in use by "
+					    "another taco-train",
+					    tr->job->output_dir);
+		}
+		usleep(100000);
+	}
+	tr->lock_fd = fd;
+	return 0;
+}
+
 /* The plan must fit the memory budget before anything is loaded. */
 static int admit(trainer *tr, taco_err *err)
 {
@@ -414,7 +448,8 @@ static int setup(trainer *tr, taco_err *err)
 	size_t rows = (size_t)j->batch_size * j->seq_len * j->grad_accum;
 	int r;
 
-	if ((r = check_output_dir(j->output_dir, err)))
+	if ((r = check_output_dir(j->output_dir, err)) ||
+	    (r = lock_output_dir(tr, err)))
 		return r;
 	if ((r = admit(tr, err)))
 		return r;
@@ -489,6 +524,7 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 	int r, end = TACO_TRAIN_FINISHED;
 
 	memset(&tr, 0, sizeof(tr));
+	tr.lock_fd = -1;
 	tr.job = job;
 	tr.opts = opts;
 	if (taco_events_open(&tr.ev, opts->events_fd)) {

@@ -27,8 +27,7 @@ static const struct {
 	const char *msg, *hex;
 } vectors[] = {
     {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
-    {"abc",
-     "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+    {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
     {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
      "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
     {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklm"
@@ -130,8 +129,7 @@ START_TEST(test_parse_and_lookup)
 	tacod_identity id;
 	taco_err err = {{0}};
 
-	ck_assert_int_eq(tacod_auth_parse(t, strlen(t), "tokens", &a, &err),
-			 0);
+	ck_assert_int_eq(tacod_auth_parse(t, strlen(t), "tokens", &a, &err), 0);
 	ck_assert_int_eq(tacod_auth_count(a), 2);
 	ck_assert_int_eq(tacod_auth_bearer(a, "alice-token", &id), 0);
 	ck_assert_str_eq(id.user, "alice");
@@ -167,8 +165,7 @@ START_TEST(test_long_token_refused)
 	tacod_auth *a = NULL;
 	tacod_identity id;
 
-	ck_assert_int_eq(tacod_auth_parse(t, strlen(t), "tokens", &a, NULL),
-			 0);
+	ck_assert_int_eq(tacod_auth_parse(t, strlen(t), "tokens", &a, NULL), 0);
 	memset(tok, 'x', TACOD_AUTH_TOKEN_MAX + 1);
 	tok[TACOD_AUTH_TOKEN_MAX + 1] = 0;
 	ck_assert_int_eq(tacod_auth_bearer(a, tok, &id), -EACCES);
@@ -275,8 +272,8 @@ START_TEST(test_many_tokens)
 		snprintf(want, sizeof(want), "u%d", i);
 		ck_assert_int_eq(tacod_auth_bearer(a, tok, &id), 0);
 		ck_assert_str_eq(id.user, want);
-		ck_assert_int_eq(id.role, i % 7 ? TACOD_ROLE_USER
-						: TACOD_ROLE_ADMIN);
+		ck_assert_int_eq(id.role,
+				 i % 7 ? TACOD_ROLE_USER : TACOD_ROLE_ADMIN);
 	}
 	ck_assert_int_eq(tacod_auth_bearer(a, "tok-3000", &id), -EACCES);
 	tacod_auth_free(a);
@@ -359,7 +356,8 @@ int main(void)
 	tcase_add_test(tc, test_hash_token);
 	tcase_add_test(tc, test_parse_and_lookup);
 	tcase_add_test(tc, test_long_token_refused);
-	tcase_add_loop_test(tc, test_bad_lines, 0, sizeof(bad) / sizeof(bad[0]));
+	tcase_add_loop_test(tc, test_bad_lines, 0,
+			    sizeof(bad) / sizeof(bad[0]));
 	tcase_add_test(tc, test_user_names);
 	tcase_add_test(tc, test_too_many_lines);
 	tcase_add_test(tc, test_many_tokens);

@@ -86,7 +86,8 @@ static int h_echo(tacod_http_req *r, void *ctx)
 	ck_assert_ptr_eq(ctx, &port);
 	for (int i = 0; i < 5; i++) {
 		const char *v = tacod_http_query(r, keys[i]);
-		json_object_set_new(q, keys[i], v ? json_string(v) : json_null());
+		json_object_set_new(q, keys[i],
+				    v ? json_string(v) : json_null());
 	}
 	json_object_set_new(o, "query", q);
 	json_object_set_new(o, "method", json_string(tacod_http_method(r)));
@@ -140,8 +141,8 @@ static int h_upload(tacod_http_req *r, void *ctx)
 
 	(void)ctx;
 	if (!u)
-		return tacod_http_error(r, 400, "invalid_request_error",
-					NULL, "file", "No file was uploaded.");
+		return tacod_http_error(r, 400, "invalid_request_error", NULL,
+					"file", "No file was uploaded.");
 	ck_assert_int_eq(strncmp(u->path, upload_dir, strlen(upload_dir)), 0);
 	if (keep && !strcmp(keep, "1")) {
 		char dest[600];
@@ -356,8 +357,7 @@ static CURL *easy_for(const call *c, resp *out, struct curl_slist **hl,
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE,
 				 c->body_len >= 0 ? c->body_len
 						  : (long)strlen(c->body));
-		*hl = curl_slist_append(*hl,
-					"Content-Type: application/json");
+		*hl = curl_slist_append(*hl, "Content-Type: application/json");
 	}
 	*mime = NULL;
 	if (c->mime) {
@@ -498,8 +498,8 @@ START_TEST(test_query_and_headers)
 	ck_assert_str_eq(jstr(j, "query.b"), "x y");
 	ck_assert_str_eq(jstr(j, "query.q"), "a b+c");
 	ck_assert_str_eq(jstr(j, "query.flag"), "");
-	ck_assert(json_is_null(json_object_get(json_object_get(j, "query"),
-					       "missing")));
+	ck_assert(json_is_null(
+	    json_object_get(json_object_get(j, "query"), "missing")));
 	ck_assert_str_eq(jstr(j, "path"), "/v1/echo");
 	ck_assert_str_eq(jstr(j, "x_thing"), "Hello There");
 	/* No tokens file: loopback clients are "local", admin. */
@@ -517,8 +517,10 @@ START_TEST(test_not_found_and_method)
 {
 	tacod_config c;
 	resp r;
-	call post = {.method = "POST", .path = "/v1/files/f1/content",
-		     .body = "{}", .body_len = -1};
+	call post = {.method = "POST",
+		     .path = "/v1/files/f1/content",
+		     .body = "{}",
+		     .body_len = -1};
 	call put = {.method = "PUT", .path = "/v1/files/f1"};
 
 	config(&c);
@@ -534,8 +536,7 @@ START_TEST(test_not_found_and_method)
 
 	ck_assert_int_eq(do_call(&post, &r), 405);
 	check_error(&r, 405, "method_not_allowed");
-	ck_assert_msg(strstr(r.headers, "Allow: GET") != NULL, "%s",
-		      r.headers);
+	ck_assert_msg(strstr(r.headers, "Allow: GET") != NULL, "%s", r.headers);
 	resp_free(&r);
 
 	ck_assert_int_eq(do_call(&put, &r), 405);
@@ -556,13 +557,21 @@ START_TEST(test_json_bodies_and_limit)
 	resp r;
 	json_t *j;
 	char *big = malloc(8192);
-	call ok = {.method = "POST", .path = "/v1/echo",
-		   .body = "{\"n\": 3, \"s\": \"\\u00e9\"}", .body_len = -1};
-	call badj = {.method = "POST", .path = "/v1/echo", .body = "{\"n\": ",
+	call ok = {.method = "POST",
+		   .path = "/v1/echo",
+		   .body = "{\"n\": 3, \"s\": \"\\u00e9\"}",
+		   .body_len = -1};
+	call badj = {.method = "POST",
+		     .path = "/v1/echo",
+		     .body = "{\"n\": ",
 		     .body_len = -1};
-	call arr = {.method = "POST", .path = "/v1/echo", .body = "[1]",
+	call arr = {.method = "POST",
+		    .path = "/v1/echo",
+		    .body = "[1]",
 		    .body_len = -1};
-	call over = {.method = "POST", .path = "/v1/echo", .body = big,
+	call over = {.method = "POST",
+		     .path = "/v1/echo",
+		     .body = big,
 		     .body_len = 5000};
 	call chunked = {.method = "POST",
 			.path = "/v1/echo",
@@ -846,7 +855,9 @@ START_TEST(test_upload)
 	char src[400], kept[700], want[65], got[65];
 	size_t n = (3u << 20) + 123;
 	form f = {.purpose = "fine-tune", .keep = "1"};
-	call up = {.method = "POST", .path = "/v1/files", .mime = make_form,
+	call up = {.method = "POST",
+		   .path = "/v1/files",
+		   .mime = make_form,
 		   .mime_arg = &f};
 
 	snprintf(src, sizeof(src), "%s/src.jsonl", tmp);
@@ -890,8 +901,8 @@ START_TEST(test_upload)
 	snprintf(dl, sizeof(dl), "/v1/download/%s", want);
 	ck_assert_int_eq(get(dl, &r), 200);
 	ck_assert_uint_eq(r.len, n);
-	ck_assert_msg(strstr(r.headers, "attachment; filename=") != NULL,
-		      "%s", r.headers);
+	ck_assert_msg(strstr(r.headers, "attachment; filename=") != NULL, "%s",
+		      r.headers);
 	char *orig = tu_read_file(src, NULL);
 	ck_assert_int_eq(memcmp(orig, r.body, n), 0);
 	free(orig);
@@ -908,7 +919,9 @@ START_TEST(test_upload_over_limit)
 	resp r;
 	char src[400];
 	form f = {.purpose = "fine-tune"};
-	call up = {.method = "POST", .path = "/v1/files", .mime = make_form,
+	call up = {.method = "POST",
+		   .path = "/v1/files",
+		   .mime = make_form,
 		   .mime_arg = &f};
 	tacod_http_stats s;
 
@@ -1065,8 +1078,8 @@ static int raw_open(const char *path)
 	sa.sin_port = htons((uint16_t)port);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	snprintf(req, sizeof(req),
-		 "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", path);
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n",
+		 path);
 	ck_assert_int_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
 	return fd;
 }
@@ -1320,14 +1333,15 @@ START_TEST(test_malformed_requests)
 				 (ssize_t)strlen(bad[i]));
 		memset(buf, 0, sizeof(buf));
 		read_reply(fd, buf, sizeof(buf));
-		ck_assert_msg(!strncmp(buf, "HTTP/1.1 4", 10), "case %zu: %s", i,
-			      buf);
+		ck_assert_msg(!strncmp(buf, "HTTP/1.1 4", 10), "case %zu: %s",
+			      i, buf);
 		close(fd);
 	}
 	/* A header larger than a connection's memory. */
 	fd = raw_open("/");
 	read_reply(fd, buf, sizeof(buf));
-	n = (size_t)sprintf(huge, "GET /v1/echo HTTP/1.1\r\nHost: x\r\nX-Big: ");
+	n = (size_t)sprintf(huge,
+			    "GET /v1/echo HTTP/1.1\r\nHost: x\r\nX-Big: ");
 	memset(huge + n, 'b', (300u << 10) - n - 4);
 	memcpy(huge + (300u << 10) - 4, "\r\n\r\n", 4);
 	ck_assert_int_gt(write(fd, huge, 300u << 10), 0);
@@ -1451,7 +1465,8 @@ START_TEST(test_many_concurrent_keepalive)
 	tacod_http_get_stats(srv, &s);
 	ck_assert_uint_eq(s.by_status[200],
 			  (uint64_t)N_THREADS * PER_THREAD * ROUNDS);
-	ck_assert_uint_eq(s.requests, (uint64_t)N_THREADS * PER_THREAD * ROUNDS);
+	ck_assert_uint_eq(s.requests,
+			  (uint64_t)N_THREADS * PER_THREAD * ROUNDS);
 }
 END_TEST
 
@@ -1459,9 +1474,9 @@ END_TEST
 
 START_TEST(test_bad_listen)
 {
-	static const char *bad[] = {"nohost", "127.0.0.1:x", "1.2.3:80",
-				    "[::1:80", "127.0.0.1:70000",
-				    "example.com:80"};
+	static const char *bad[] = {"nohost",	       "127.0.0.1:x",
+				    "1.2.3:80",	       "[::1:80",
+				    "127.0.0.1:70000", "example.com:80"};
 	tacod_config c;
 	taco_err err = {{0}};
 	tacod_http_route bad_routes[] = {{"GET", "v1/x", h_echo, NULL},
@@ -1472,8 +1487,7 @@ START_TEST(test_bad_listen)
 		snprintf(c.listen, sizeof(c.listen), "%s", bad[i]);
 		ck_assert_int_eq(tacod_http_start(&c, routes, NULL, &srv, &err),
 				 -EINVAL);
-		ck_assert_msg(strstr(err.msg, "listen") != NULL, "%s",
-			      err.msg);
+		ck_assert_msg(strstr(err.msg, "listen") != NULL, "%s", err.msg);
 	}
 	config(&c);
 	ck_assert_int_eq(tacod_http_start(&c, bad_routes, NULL, &srv, &err),

@@ -4,9 +4,11 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "service.h"
@@ -17,6 +19,7 @@ static uv_loop_t loop;
 static pthread_t thread;
 static char state[64];
 static int port;
+static char sock[128]; /* set: requests go over this unix socket */
 
 static void *run_loop(void *arg)
 {
@@ -92,6 +95,10 @@ static long call(const char *method, const char *path, const char *json,
 	curl_mime *mime = NULL;
 
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+	if (sock[0]) {
+		snprintf(url, sizeof(url), "http://localhost%s", path);
+		curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock);
+	}
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
@@ -149,8 +156,9 @@ static char *create(const char *file, const char *taco, long want)
 
 	snprintf(body, sizeof(body),
 		 "{\"model\": \"llama_gqa\", \"training_file\": \"%s\", "
-		 "\"suffix\": \"t\", \"taco\": {\"seq_len\": 24, %s}}",
-		 file, taco);
+		 "\"suffix\": \"t\", \"taco\": {%s%s}}",
+		 file, strstr(taco, "seq_len") ? "" : "\"seq_len\": 24, ",
+		 taco);
 	ck_assert_int_eq(call("POST", "/v1/fine_tuning/jobs", body, NULL, &j),
 			 want);
 	if (want == 200)
@@ -265,6 +273,113 @@ START_TEST(test_rejections_and_cancel)
 }
 END_TEST
 
+static pid_t spawn_tacod(const char *cfg)
+{
+	char bin[4096];
+	const char *d = getenv("TACO_BIN_DIR");
+	pid_t pid;
+	json_t *j;
+
+	snprintf(bin, sizeof(bin), "%s/tacod", d ? d : ".");
+	pid = fork();
+	if (pid == 0) {
+		execl(bin, "tacod", "--config", cfg, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 100; i++) { /* until it answers */
+		if (access(sock, F_OK) == 0) {
+			CURL *c = curl_easy_init();
+			char url[] = "http://localhost/healthz";
+			curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock);
+			curl_easy_setopt(c, CURLOPT_URL, url);
+			curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+			if (curl_easy_perform(c) == CURLE_OK) {
+				curl_easy_cleanup(c);
+				(void)j;
+				return pid;
+			}
+			curl_easy_cleanup(c);
+		}
+		usleep(100000);
+	}
+	ck_abort_msg("tacod did not start");
+	return pid;
+}
+
+/* kill -9 of tacod with a job running and one queued: after a restart both
+ * finish, the running one from its checkpoint. */
+START_TEST(test_kill9_recovery)
+{
+	char cfg[128], dir[64], path[512];
+	const char *bin = getenv("TACO_BIN_DIR");
+	pid_t pid;
+	json_t *j, *ev;
+	char *file, *a, *b;
+	FILE *f;
+	int restarted = 0, st;
+
+	snprintf(dir, sizeof(dir), "/tmp/tacod-k9-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/sock", dir);
+	snprintf(cfg, sizeof(cfg), "%s/tacod.json", dir);
+	f = fopen(cfg, "w");
+	fprintf(f,
+		"{\"listen\": \"\", \"unix_socket\": \"%s\", \"state_dir\": "
+		"\"%s/state\", \"models_dir\": \"%s\", \"taco_train\": "
+		"\"%s/taco-train\", \"limits\": {\"max_running_jobs\": 1}}",
+		sock, dir, tu_fixture("models"), bin ? bin : ".");
+	fclose(f);
+	pid = spawn_tacod(cfg);
+	file = upload_count();
+	a = create(file,
+		   "\"steps\": 60, \"lr\": 0.01, \"checkpoint_every\": 10, "
+		   "\"seq_len\": 768",
+		   200);
+	b = create(file, "\"steps\": 3", 200);
+	json_decref(wait_status(a, "running"));
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/checkpoints", a);
+	for (int i = 0; i < 600; i++) {
+		ck_assert_int_eq(call("GET", path, NULL, NULL, &j), 200);
+		st = (int)json_array_size(json_object_get(j, "data"));
+		json_decref(j);
+		if (st > 0)
+			break;
+		usleep(100000);
+	}
+	ck_assert_int_gt(st, 0);
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", b);
+	ck_assert_int_eq(call("GET", path, NULL, NULL, &j), 200);
+	ck_assert_str_eq(str(j, "status"), "queued");
+	json_decref(j);
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	unlink(sock);
+	pid = spawn_tacod(cfg);
+	json_decref(wait_status(a, "succeeded"));
+	json_decref(wait_status(b, "succeeded"));
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/events?limit=100",
+		 a);
+	ck_assert_int_eq(call("GET", path, NULL, NULL, &ev), 200);
+	for (size_t i = 0; i < json_array_size(json_object_get(ev, "data"));
+	     i++)
+		restarted |=
+		    strstr(str(json_array_get(json_object_get(ev, "data"), i),
+			       "message"),
+			   "tacod restarted") != NULL;
+	ck_assert(restarted);
+	json_decref(ev);
+	kill(pid, SIGTERM);
+	waitpid(pid, &st, 0);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	free(file);
+	free(a);
+	free(b);
+	sock[0] = 0;
+	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(path), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tacod");
@@ -274,6 +389,7 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_lifecycle);
 	tcase_add_test(tc, test_rejections_and_cancel);
+	tcase_add_test(tc, test_kill9_recovery);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

@@ -323,6 +323,45 @@ START_TEST(test_sigterm_checkpoints)
 }
 END_TEST
 
+/* --validate prints the report and fails on data errors; --plan prints
+ * the terms and fails when the budget is too small. */
+START_TEST(test_validate_and_plan_cli)
+{
+	char job[512], bad[512], cmd[16384], model[4096], data[4096];
+	FILE *f;
+
+	make_tmpdir();
+	snprintf(model, sizeof(model), "%s", tu_fixture("models/chat_llama"));
+	snprintf(data, sizeof(data), "%s", tu_fixture("chat/chat.jsonl"));
+	snprintf(bad, sizeof(bad), "%s/bad.jsonl", tmpdir);
+	f = fopen(bad, "w");
+	fprintf(f, "{\"messages\": [{\"role\": \"user\", \"content\": "
+		   "\"hi\"}]}\n");
+	fclose(f);
+	snprintf(job, sizeof(job), "%s/v.json", tmpdir);
+	f = fopen(job, "w");
+	fprintf(f,
+		"{\"model\": \"%s\", \"train\": \"%s\", \"validation\": "
+		"\"%s\", \"output_dir\": \"%s/o\", \"epochs\": 2, "
+		"\"seq_len\": 256, \"batch_size\": 2}",
+		model, data, bad, tmpdir);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd),
+		 "%s --validate %s > %s/out.txt 2>&1; test $? -eq 1 && "
+		 "grep -q '14 examples, 14 kept' %s/out.txt && grep -q "
+		 "'line 1: error no_assistant_message' %s/out.txt",
+		 bin(), job, tmpdir, tmpdir, tmpdir);
+	ck_assert_msg(system(cmd) == 0, "%s", cmd);
+	snprintf(cmd, sizeof(cmd),
+		 "%s --plan %s > %s/plan.txt; test $? -eq 0 && grep -q "
+		 "'TACO state' %s/plan.txt && %s --plan --memory-budget 1MB %s "
+		 "| grep -q 'does not fit'",
+		 bin(), job, tmpdir, tmpdir, bin(), job);
+	ck_assert_msg(system(cmd) == 0, "%s", cmd);
+	rm_tmpdir();
+}
+END_TEST
+
 /* A second signal exits at once. */
 START_TEST(test_second_signal_exits_at_once)
 {
@@ -595,6 +634,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 2);
 	tcase_add_test(tc, test_sigterm_checkpoints);
 	tcase_add_test(tc, test_cli_errors);
+	tcase_add_test(tc, test_validate_and_plan_cli);
 	tcase_add_test(tc, test_second_signal_exits_at_once);
 	tcase_add_test(tc, test_checkpoint_disk_full);
 	tcase_add_test(tc, test_export_reloads);
