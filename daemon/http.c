@@ -239,6 +239,8 @@ static int queue(tacod_http_req *r, unsigned status, struct MHD_Response *resp)
 
 	if (!resp)
 		return -ENOMEM;
+	if (status < 100 || status >= TACOD_HTTP_STATUS_MAX)
+		status = 500;
 	for (int i = 0; i < r->nhdr; i++)
 		MHD_add_response_header(resp, r->hdr[i].k, r->hdr[i].v);
 	if (__atomic_load_n(&r->srv->stopping, __ATOMIC_RELAXED))
@@ -279,8 +281,6 @@ int tacod_http_reply_data(tacod_http_req *r, int status,
 
 	if (r->replied)
 		return -EALREADY;
-	if (status < 100 || status >= TACOD_HTTP_STATUS_MAX)
-		status = 500;
 	resp = MHD_create_response_from_buffer(len, (void *)data,
 					       MHD_RESPMEM_MUST_COPY);
 	if (resp && content_type)
