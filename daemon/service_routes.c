@@ -231,14 +231,31 @@ static int lookup_file(void *ctx, const char *id, char *path, size_t cap)
 	return 0;
 }
 
-/* Validates the data and plans the memory of a job file: 0, or a 400 reply
- * has been sent. */
-static int check_job(tacod_http_req *r, tacod_service *s, const char *path,
-		     uint64_t *planned)
+/* What a job file would need and whether its data is usable. */
+typedef struct assessment {
+	int planned; /* plan and fits are set */
+	taco_plan plan;
+	int fits;
+	taco_plan_advice advice;
+	json_t *report; /* the training file's validation report, or NULL */
+	char code[48], param[48], msg[1024]; /* the first problem, if any */
+} assessment;
+
+static void problem(assessment *a, const char *code, const char *param,
+		    const char *msg)
+{
+	if (a->code[0])
+		return;
+	snprintf(a->code, sizeof(a->code), "%s", code);
+	snprintf(a->param, sizeof(a->param), "%s", param ? param : "");
+	snprintf(a->msg, sizeof(a->msg), "%s", msg);
+}
+
+/* Plans the memory of a job file and validates its data. */
+static void assess(tacod_service *s, const char *path, assessment *a)
 {
 	taco_job job;
 	taco_job_problems probs;
-	taco_plan plan;
 	taco_plan_input in;
 	taco_model *shapes = NULL;
 	taco_job_data data;
@@ -247,57 +264,136 @@ static int check_job(tacod_http_req *r, tacod_service *s, const char *path,
 	taco_config cfg;
 	int rc;
 
-	if (taco_job_load(path, &job, &probs))
-		return tacod_http_error(r, 400, "invalid_request_error",
-					"invalid_option", NULL, "%s",
-					probs.msg[0]),
-		       -EINVAL;
-	snprintf(path_cfg, sizeof(path_cfg), "%s/config.json", job.model);
-	rc = taco_plan_job(&job, s->cfg.backend, &plan, &in, &shapes, &err);
-	if (rc) {
-		taco_job_free(&job);
-		tacod_http_error(r, 400, "invalid_request_error",
-				 "invalid_model", "model", "%s", err.msg);
-		return -EINVAL;
+	memset(a, 0, sizeof(*a));
+	if (taco_job_load(path, &job, &probs)) {
+		problem(a, "invalid_option", NULL, probs.msg[0]);
+		return;
 	}
-	if (plan.total > s->cfg.device_memory) {
-		taco_plan_refuse(shapes, &in, &plan, s->cfg.device_memory,
-				 &err);
-		taco_model_free(shapes);
-		taco_job_free(&job);
-		tacod_http_error(r, 400, "invalid_request_error",
-				 "insufficient_memory", NULL, "%s", err.msg);
-		return -EINVAL;
+	snprintf(path_cfg, sizeof(path_cfg), "%s/config.json", job.model);
+	if (taco_plan_job(&job, s->cfg.backend, &a->plan, &in, &shapes, &err)) {
+		problem(a, "invalid_model", "model", err.msg);
+	} else {
+		a->planned = 1;
+		a->fits = a->plan.total <= s->cfg.device_memory;
+		if (!a->fits) {
+			taco_plan_advise(shapes, &in, s->cfg.device_memory,
+					 &a->advice, NULL);
+			taco_plan_refuse(shapes, &in, &a->plan,
+					 s->cfg.device_memory, &err);
+			problem(a, "insufficient_memory", NULL, err.msg);
+		}
 	}
 	taco_model_free(shapes);
-	*planned = plan.total;
 	rc = taco_config_load(path_cfg, &cfg, &err) ||
 	     taco_job_data_load(&job, cfg.vocab, &data, &err);
+	if (data.have_reports)
+		a->report =
+		    taco_dataset_report_json(&data.train_report, job.train);
+	if (rc)
+		problem(a, "invalid_training_file", "training_file", err.msg);
 	taco_job_data_free(&data);
 	taco_job_free(&job);
-	if (rc) {
-		tacod_http_error(r, 400, "invalid_request_error",
-				 "invalid_training_file", "training_file", "%s",
-				 err.msg);
-		return -EINVAL;
+}
+
+/* Parses and maps a create request, writes the job file into dir. 0, or
+ * a 400/500 reply has been sent. */
+static int write_job(tacod_http_req *r, tacod_service *s, json_t *req,
+		     const char *dir, const char *out, char *path,
+		     size_t path_cap)
+{
+	tacod_request_error e;
+	file_lookup fl = {s, scope(r)};
+	tacod_request_ctx c = {s->cfg.models_dir, out, lookup_file, &fl};
+	taco_err err = {{0}};
+	json_t *job = NULL;
+	char *text;
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_job_request(req, &c, &job, &e);
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		return tacod_http_error(r, 400, "invalid_request_error", e.code,
+					e.param[0] ? e.param : NULL, "%s",
+					e.message),
+		       -EINVAL;
+	text = json_dumps(job, JSON_INDENT(1));
+	json_decref(job);
+	snprintf(path, path_cap, "%s/job.json", dir);
+	if (!text || taco_mkdir_p(dir, &err) ||
+	    taco_write_file_atomic(path, text, strlen(text), &err)) {
+		free(text);
+		return tacod_http_error(r, 500, "server_error", NULL, NULL,
+					"%s", err.msg),
+		       -EIO;
 	}
+	free(text);
 	return 0;
+}
+
+/* POST /v1/fine_tuning/plan: the memory plan and validation report of a
+ * create request, without creating anything. */
+static int job_plan(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	json_t *req = tacod_http_body_json(r), *o, *terms;
+	char id[TACOD_ID_MAX], dir[TACOD_PATH_MAX + 128];
+	char out[TACOD_PATH_MAX + 160], path[TACOD_PATH_MAX + 192];
+	assessment a;
+
+	if (!req)
+		return 0;
+	tacod_new_id("plan-", id);
+	snprintf(dir, sizeof(dir), "%s/plan-%s", s->jobs_dir, id + 5);
+	snprintf(out, sizeof(out), "%s/out", dir);
+	if (write_job(r, s, req, dir, out, path, sizeof(path))) {
+		json_decref(req);
+		return 0;
+	}
+	assess(s, path, &a);
+	taco_remove_flat_dir(dir, NULL);
+	json_decref(req);
+	terms = json_object();
+	for (int t = 0; a.planned && t < TACO_PLAN_TERMS; t++)
+		json_object_set_new(terms, taco_plan_term_name(t),
+				    json_integer((json_int_t)a.plan.term[t]));
+	o = json_pack("{ss sb sI sI so}", "object", "fine_tuning.plan", "fits",
+		      a.planned && a.fits, "device_memory_bytes",
+		      (json_int_t)s->cfg.device_memory, "total_bytes",
+		      (json_int_t)(a.planned ? a.plan.total : 0), "terms",
+		      terms);
+	if (a.planned)
+		json_object_set_new(o, "peak_phase",
+				    json_string(a.plan.peak_phase));
+	if (a.planned && !a.fits)
+		json_object_set_new(
+		    o, "advice",
+		    json_pack("{si si sb sI}", "max_batch_size",
+			      a.advice.max_batch, "max_seq_len",
+			      a.advice.max_seq_len, "freeze_embeddings_fits",
+			      a.advice.freeze_embeddings_fits,
+			      "frozen_embeddings_total_bytes",
+			      (json_int_t)a.advice.frozen_embeddings_total));
+	json_object_set_new(o, "validation", a.report ? a.report : json_null());
+	if (a.code[0]) {
+		json_t *e =
+		    tacod_error_object(a.msg, "invalid_request_error",
+				       a.param[0] ? a.param : NULL, a.code);
+		json_object_set(o, "error", json_object_get(e, "error"));
+		json_decref(e);
+	}
+	return tacod_http_reply_json(r, 200, o);
 }
 
 static int job_create(tacod_http_req *r, void *ctx)
 {
 	tacod_service *s = ctx;
-	json_t *req = tacod_http_body_json(r), *job = NULL;
-	tacod_request_error e;
-	file_lookup fl = {s, scope(r)};
-	tacod_request_ctx rc_ctx = {s->cfg.models_dir, NULL, lookup_file, &fl};
+	json_t *req = tacod_http_body_json(r), *v;
 	char dir[TACOD_PATH_MAX + 128], out[TACOD_PATH_MAX + 160];
 	char path[TACOD_PATH_MAX + 192];
 	tacod_job j = {0};
 	taco_err err = {{0}};
-	uint64_t planned = 0;
-	char *text = NULL;
-	json_t *v;
+	assessment a;
 	int rc;
 
 	if (!req)
@@ -305,26 +401,16 @@ static int job_create(tacod_http_req *r, void *ctx)
 	tacod_new_id("ftjob-", j.id);
 	snprintf(dir, sizeof(dir), "%s/%s", s->jobs_dir, j.id);
 	snprintf(out, sizeof(out), "%s/out", dir);
-	rc_ctx.output_dir = out;
-	pthread_mutex_lock(&s->lock);
-	rc = tacod_job_request(req, &rc_ctx, &job, &e);
-	pthread_mutex_unlock(&s->lock);
-	if (rc) {
-		json_decref(req);
-		return tacod_http_error(r, 400, "invalid_request_error", e.code,
-					e.param[0] ? e.param : NULL, "%s",
-					e.message);
-	}
-	text = json_dumps(job, JSON_INDENT(1));
-	snprintf(path, sizeof(path), "%s/job.json", dir);
-	if (!text || taco_mkdir_p(dir, &err) ||
-	    taco_write_file_atomic(path, text, strlen(text), &err)) {
-		rc = tacod_http_error(r, 500, "server_error", NULL, NULL, "%s",
-				      err.msg);
+	if (write_job(r, s, req, dir, out, path, sizeof(path))) {
+		rc = 0;
 		goto out;
 	}
-	if (check_job(r, s, path, &planned)) {
+	assess(s, path, &a);
+	json_decref(a.report);
+	if (a.code[0]) {
 		taco_remove_flat_dir(dir, NULL);
+		rc = tacod_http_error(r, 400, "invalid_request_error", a.code,
+				      a.param[0] ? a.param : NULL, "%s", a.msg);
 		goto out;
 	}
 	snprintf(j.user, sizeof(j.user), "%s", user_of(r));
@@ -348,7 +434,7 @@ static int job_create(tacod_http_req *r, void *ctx)
 		goto out;
 	}
 	memcpy(j.output_dir, out, strlen(out) + 1);
-	j.planned_bytes = (int64_t)planned;
+	j.planned_bytes = (int64_t)a.plan.total;
 	j.created_at = tacod_now();
 	pthread_mutex_lock(&s->lock);
 	rc = tacod_store_job_add(s->store, &j, &err);
@@ -365,8 +451,6 @@ static int job_create(tacod_http_req *r, void *ctx)
 	rc = tacod_http_reply_json(r, 200, tacod_job_object(&j));
 out:
 	free(j.request);
-	free(text);
-	json_decref(job);
 	json_decref(req);
 	return rc;
 }
@@ -563,6 +647,7 @@ void tacod_service_routes(tacod_service *s)
 	    {"DELETE", "/v1/files/{id}", file_delete, NULL},
 	    {"GET", "/v1/files/{id}/content", file_content, NULL},
 	    {"POST", "/v1/fine_tuning/jobs", job_create, NULL},
+	    {"POST", "/v1/fine_tuning/plan", job_plan, NULL},
 	    {"GET", "/v1/fine_tuning/jobs", job_list, NULL},
 	    {"GET", "/v1/fine_tuning/jobs/{id}", job_show, NULL},
 	    {"POST", "/v1/fine_tuning/jobs/{id}/cancel", job_cancel, NULL},

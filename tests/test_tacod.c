@@ -258,6 +258,30 @@ START_TEST(test_rejections_and_cancel)
 	ck_assert_str_eq(str(json_object_get(j, "error"), "param"),
 			 "taco.colour");
 	json_decref(j);
+	/* the plan endpoint: the same request, nothing created */
+	snprintf(path, sizeof(path),
+		 "{\"model\": \"llama_gqa\", \"training_file\": \"%s\", "
+		 "\"taco\": {\"seq_len\": 4096, \"steps\": 2}, "
+		 "\"hyperparameters\": {\"batch_size\": 256}}",
+		 file);
+	ck_assert_int_eq(call("POST", "/v1/fine_tuning/plan", path, NULL, &j),
+			 200);
+	ck_assert(json_is_false(json_object_get(j, "fits")));
+	ck_assert_int_gt(json_integer_value(json_object_get(j, "total_bytes")),
+			 64 << 20);
+	ck_assert_int_gt(json_integer_value(json_object_get(
+			     json_object_get(j, "terms"), "weights")),
+			 0);
+	ck_assert_int_gt(json_integer_value(json_object_get(
+			     json_object_get(j, "advice"), "max_batch_size")),
+			 0);
+	ck_assert_str_eq(str(json_object_get(j, "error"), "code"),
+			 "insufficient_memory");
+	json_decref(j);
+	ck_assert_int_eq(call("GET", "/v1/fine_tuning/jobs", NULL, NULL, &j),
+			 200);
+	ck_assert_int_eq(json_array_size(json_object_get(j, "data")), 0);
+	json_decref(j);
 	/* a long job, cancelled while it runs */
 	job = create(file, "\"steps\": 100000, \"lr\": 0.01", 200);
 	json_decref(wait_status(job, "running"));
