@@ -225,24 +225,34 @@ static int prepend_scheme(struct loader *L, json_t *o, const char *where,
 	return 0;
 }
 
+/* The next zeroed element of a growable array of pipeline steps (at most
+ * MAX_STEPS), or NULL. */
+static void *new_step(void **arr, int *n, int *cap, size_t esize)
+{
+	char *p;
+
+	if (*n >= MAX_STEPS)
+		return NULL;
+	if (*n == *cap) {
+		int c = *cap ? *cap * 2 : 4;
+		void *g = realloc(*arr, esize * (size_t)c);
+		if (!g)
+			return NULL;
+		*arr = g;
+		*cap = c;
+	}
+	p = (char *)*arr + esize * (size_t)*n;
+	memset(p, 0, esize);
+	(*n)++;
+	return p;
+}
+
 /* ------------------------------------------------------------ normalizer */
 
 static struct tok_norm *new_norm(struct loader *L)
 {
-	taco_tok *t = L->tok;
-
-	if (t->n_norms >= MAX_STEPS)
-		return NULL;
-	if (t->n_norms == L->n_norm_cap) {
-		int c = L->n_norm_cap ? L->n_norm_cap * 2 : 4;
-		struct tok_norm *p = realloc(t->norms, sizeof(*p) * (size_t)c);
-		if (!p)
-			return NULL;
-		t->norms = p;
-		L->n_norm_cap = c;
-	}
-	memset(&t->norms[t->n_norms], 0, sizeof(struct tok_norm));
-	return &t->norms[t->n_norms++];
+	return new_step((void **)&L->tok->norms, &L->tok->n_norms,
+			&L->n_norm_cap, sizeof(struct tok_norm));
 }
 
 static int parse_normalizer(struct loader *L, json_t *o, const char *where,
@@ -329,20 +339,8 @@ static int parse_normalizer(struct loader *L, json_t *o, const char *where,
 
 static struct tok_pt *new_pt(struct loader *L)
 {
-	taco_tok *t = L->tok;
-
-	if (t->n_pts >= MAX_STEPS)
-		return NULL;
-	if (t->n_pts == L->n_pt_cap) {
-		int c = L->n_pt_cap ? L->n_pt_cap * 2 : 4;
-		struct tok_pt *p = realloc(t->pts, sizeof(*p) * (size_t)c);
-		if (!p)
-			return NULL;
-		t->pts = p;
-		L->n_pt_cap = c;
-	}
-	memset(&t->pts[t->n_pts], 0, sizeof(struct tok_pt));
-	return &t->pts[t->n_pts++];
+	return new_step((void **)&L->tok->pts, &L->tok->n_pts, &L->n_pt_cap,
+			sizeof(struct tok_pt));
 }
 
 static int parse_pretok(struct loader *L, json_t *o, const char *where,
@@ -455,20 +453,8 @@ static int parse_pretok(struct loader *L, json_t *o, const char *where,
 
 static struct tok_dec *new_dec(struct loader *L)
 {
-	taco_tok *t = L->tok;
-
-	if (t->n_decs >= MAX_STEPS)
-		return NULL;
-	if (t->n_decs == L->n_dec_cap) {
-		int c = L->n_dec_cap ? L->n_dec_cap * 2 : 4;
-		struct tok_dec *p = realloc(t->decs, sizeof(*p) * (size_t)c);
-		if (!p)
-			return NULL;
-		t->decs = p;
-		L->n_dec_cap = c;
-	}
-	memset(&t->decs[t->n_decs], 0, sizeof(struct tok_dec));
-	return &t->decs[t->n_decs++];
+	return new_step((void **)&L->tok->decs, &L->tok->n_decs, &L->n_dec_cap,
+			sizeof(struct tok_dec));
 }
 
 static int get_count(struct loader *L, json_t *o, const char *where,
