@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "fsutil.h"
+#include "objects.h"
 #include "scheduler.h"
 
 int64_t tacod_now(void)
@@ -25,6 +26,8 @@ static void event(tacod_service *s, const char *job, const char *level,
 			      NULL);
 	free(text);
 	json_decref(data);
+	if (s->n_follow)
+		uv_async_send(&s->wake);
 }
 
 static tacod_running *find_running(tacod_service *s, const char *id)
@@ -295,6 +298,73 @@ static void closed(uv_handle_t *h)
 	(void)h;
 }
 
+int tacod_service_follow(tacod_service *s, const char *job,
+			 tacod_http_stream *stream, int64_t after_seq)
+{
+	tacod_follower *f;
+
+	if (s->n_follow >= TACOD_MAX_STREAMS || s->shutting_down)
+		return -EBUSY;
+	f = &s->follow[s->n_follow++];
+	snprintf(f->job, sizeof(f->job), "%s", job);
+	f->stream = stream;
+	f->last_seq = after_seq;
+	return 0;
+}
+
+static int terminal(int status)
+{
+	return status == TACOD_SUCCEEDED || status == TACOD_FAILED ||
+	       status == TACOD_CANCELLED;
+}
+
+/* Sends each follower the events it has not seen; a stream ends when its
+ * job has finished and everything is sent, or when its client is gone. */
+static void pump_followers(tacod_service *s)
+{
+	enum { BATCH = 64 };
+	tacod_event ev[BATCH];
+
+	for (int i = 0; i < s->n_follow; i++) {
+		tacod_follower *f = &s->follow[i];
+		tacod_job j = {0};
+		int n = 0, more = 1, gone = 0, done;
+
+		done = tacod_store_job_get(s->store, NULL, f->job, &j, NULL) ||
+		       terminal(j.status);
+		tacod_job_clear(&j);
+		while (more && !gone &&
+		       !tacod_store_event_list(s->store, f->job, f->last_seq,
+					       BATCH, ev, &n, &more, NULL)) {
+			for (int k = 0; k < n; k++) {
+				json_t *o = tacod_event_object(&ev[k]);
+				char *text = json_dumps(o, JSON_COMPACT);
+				char id[128];
+				snprintf(id, sizeof(id), "id: %s\n",
+					 json_string_value(
+					     json_object_get(o, "id")));
+				if (!gone && (tacod_http_stream_push(
+						  f->stream, id, strlen(id)) ||
+					      tacod_http_stream_event(
+						  f->stream, ev[k].type, text)))
+					gone = 1;
+				f->last_seq = ev[k].seq;
+				free(text);
+				json_decref(o);
+				tacod_event_clear(&ev[k]);
+			}
+			if (!n)
+				break;
+		}
+		if (done && !gone)
+			tacod_http_stream_event(f->stream, "done", "[DONE]");
+		if (gone || done || s->shutting_down) {
+			tacod_http_stream_end(f->stream);
+			s->follow[i--] = s->follow[--s->n_follow];
+		}
+	}
+}
+
 static void on_wake(uv_async_t *a)
 {
 	tacod_service *s = a->data;
@@ -303,6 +373,7 @@ static void on_wake(uv_async_t *a)
 	apply_stops(s);
 	if (!s->shutting_down)
 		schedule(s);
+	pump_followers(s);
 	if (s->shutting_down && s->n_run == 0 && !s->closed) {
 		s->closed = 1;
 		uv_close((uv_handle_t *)&s->wake, closed);
@@ -411,6 +482,10 @@ void tacod_service_shutdown(tacod_service *s)
 	for (int i = 0; i < s->n_run; i++)
 		if (!s->run[i]->stop)
 			s->run[i]->stop = TACOD_STOP_SHUTDOWN;
+	/* streams end before their server goes */
+	for (int i = 0; i < s->n_follow; i++)
+		tacod_http_stream_end(s->follow[i].stream);
+	s->n_follow = 0;
 	pthread_mutex_unlock(&s->lock);
 	/* requests in flight may still take the lock: stop HTTP outside */
 	tacod_http_stop(s->http);

@@ -12,6 +12,7 @@
 #include "worker.h"
 
 #define TACOD_MAX_RUNNING 64
+#define TACOD_MAX_STREAMS 256 /* event streams open at once */
 #define TACOD_ROUTES_MAX 32
 
 enum {
@@ -31,6 +32,13 @@ typedef struct tacod_running {
 	struct tacod_service *svc;
 } tacod_running;
 
+/* A client following a job's events (server-sent events). */
+typedef struct tacod_follower {
+	char job[TACOD_ID_MAX];
+	tacod_http_stream *stream;
+	int64_t last_seq; /* events up to this one were sent */
+} tacod_follower;
+
 struct tacod_service {
 	tacod_config cfg;
 	uv_loop_t *loop;
@@ -46,6 +54,8 @@ struct tacod_service {
 	int n_run;
 	char head_id[TACOD_ID_MAX];
 	int head_skips;
+	tacod_follower follow[TACOD_MAX_STREAMS];
+	int n_follow;
 	int shutting_down, closed;
 };
 
@@ -54,5 +64,8 @@ void tacod_service_routes(tacod_service *s);
 /* Asks a running job to stop (why: TACOD_STOP_*) and wakes the loop. */
 void tacod_service_request_stop(tacod_service *s, const char *id, int why);
 void tacod_service_wake(tacod_service *s);
+/* Adds a follower (lock held); -EBUSY when too many streams are open. */
+int tacod_service_follow(tacod_service *s, const char *job,
+			 tacod_http_stream *stream, int64_t after_seq);
 
 #endif

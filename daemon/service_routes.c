@@ -546,6 +546,46 @@ static int job_cancel(tacod_http_req *r, void *ctx)
 	return rc;
 }
 
+/* The seq of an event id "ftevent-<job>-<seq>", or 0. */
+static int64_t seq_of(const char *id)
+{
+	const char *dash = id ? strrchr(id, '-') : NULL;
+
+	return dash ? atoll(dash + 1) : 0;
+}
+
+/* ?stream=true: server-sent events from after Last-Event-ID (or the
+ * beginning), live until the job has finished. */
+static int job_follow(tacod_http_req *r, tacod_service *s, const char *id)
+{
+	tacod_http_stream *st;
+	tacod_job j = {0};
+	taco_err err = {{0}};
+	int64_t after = seq_of(tacod_http_header(r, "Last-Event-ID"));
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_job_get(s->store, scope(r), id, &j, &err);
+	pthread_mutex_unlock(&s->lock);
+	tacod_job_clear(&j);
+	if (rc)
+		return store_error(r, rc, &err, "job");
+	st = tacod_http_stream_begin(r);
+	if (!st)
+		return tacod_http_error(r, 500, "server_error", NULL, NULL,
+					"cannot start the stream");
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_service_follow(s, id, st, after);
+	pthread_mutex_unlock(&s->lock);
+	if (rc) {
+		tacod_http_stream_event(st, "error", "too many streams");
+		tacod_http_stream_end(st);
+		return 0;
+	}
+	tacod_service_wake(s);
+	return 0;
+}
+
 /* Events, newest first as OpenAI lists them. */
 static int job_events(tacod_http_req *r, void *ctx)
 {
@@ -557,7 +597,13 @@ static int job_events(tacod_http_req *r, void *ctx)
 	json_t *items = json_array();
 	int n = 0, more = 0, rc, limit = limit_of(r);
 	int64_t after = 0, total = 0;
+	const char *stream = tacod_http_query(r, "stream");
 
+	if (stream && !strcmp(stream, "true")) {
+		free(ev);
+		json_decref(items);
+		return job_follow(r, s, id);
+	}
 	if (!ev)
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
 					"out of memory");

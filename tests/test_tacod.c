@@ -129,6 +129,31 @@ static long call(const char *method, const char *path, const char *json,
 	return status;
 }
 
+/* A GET whose body is returned as text (streams), with an optional
+ * Last-Event-ID. */
+static char *get_text(const char *path, const char *last_id)
+{
+	CURL *c = curl_easy_init();
+	char url[512], hdr[160];
+	buf b = {0};
+	struct curl_slist *h = NULL;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+	if (last_id) {
+		snprintf(hdr, sizeof(hdr), "Last-Event-ID: %s", last_id);
+		h = curl_slist_append(h, hdr);
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	}
+	ck_assert_int_eq(curl_easy_perform(c), CURLE_OK);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	return b.p;
+}
+
 static const char *str(json_t *o, const char *k)
 {
 	return json_string_value(json_object_get(o, k));
@@ -217,6 +242,28 @@ START_TEST(test_lifecycle)
 	}
 	ck_assert(done);
 	json_decref(ev);
+	/* the same events as a stream, which ends with the job; and resumed
+	 * after an event id */
+	{
+		char *text, last[128];
+		snprintf(path, sizeof(path),
+			 "/v1/fine_tuning/jobs/%s/events?stream=true", job);
+		text = get_text(path, NULL);
+		ck_assert_ptr_nonnull(text);
+		ck_assert_ptr_nonnull(strstr(text, "event: metrics\n"));
+		ck_assert_ptr_nonnull(strstr(text, "successfully completed"));
+		ck_assert_ptr_nonnull(
+		    strstr(text, "event: done\ndata: [DONE]"));
+		snprintf(last, sizeof(last), "ftevent-%s-3", job + 6);
+		ck_assert_ptr_nonnull(strstr(text, last));
+		free(text);
+		text = get_text(path, last);
+		ck_assert_ptr_null(strstr(text, last));
+		snprintf(last, sizeof(last), "id: ftevent-%s-4\n", job + 6);
+		ck_assert_msg(strncmp(text, last, strlen(last)) == 0, "%s",
+			      text);
+		free(text);
+	}
 	/* the file is in use by no unfinished job: it can be deleted */
 	snprintf(path, sizeof(path), "/v1/files/%s", file);
 	ck_assert_int_eq(call("DELETE", path, NULL, NULL, &j), 200);
@@ -229,6 +276,19 @@ START_TEST(test_lifecycle)
 	stop();
 }
 END_TEST
+
+typedef struct follow_arg {
+	char path[256];
+	char *text;
+} follow_arg;
+
+static void *follow(void *p)
+{
+	follow_arg *a = p;
+
+	a->text = get_text(a->path, NULL);
+	return NULL;
+}
 
 START_TEST(test_rejections_and_cancel)
 {
@@ -285,9 +345,26 @@ START_TEST(test_rejections_and_cancel)
 	/* a long job, cancelled while it runs */
 	job = create(file, "\"steps\": 100000, \"lr\": 0.01", 200);
 	json_decref(wait_status(job, "running"));
+	{
+		/* a client follows the running job live, until it ends */
+		follow_arg fa;
+		pthread_t t;
+		snprintf(fa.path, sizeof(fa.path),
+			 "/v1/fine_tuning/jobs/%s/events?stream=true", job);
+		pthread_create(&t, NULL, follow, &fa);
+		usleep(1500000);
+		snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/cancel",
+			 job);
+		ck_assert_int_eq(call("POST", path, "{}", NULL, &j), 200);
+		json_decref(j);
+		pthread_join(t, NULL);
+		ck_assert_ptr_nonnull(fa.text);
+		ck_assert_ptr_nonnull(strstr(fa.text, "training loss="));
+		ck_assert_ptr_nonnull(strstr(fa.text, "was cancelled"));
+		ck_assert_ptr_nonnull(strstr(fa.text, "data: [DONE]"));
+		free(fa.text);
+	}
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/cancel", job);
-	ck_assert_int_eq(call("POST", path, "{}", NULL, &j), 200);
-	json_decref(j);
 	json_decref(wait_status(job, "cancelled"));
 	ck_assert_int_eq(call("POST", path, "{}", NULL, &j), 400);
 	json_decref(j);
