@@ -159,8 +159,30 @@ static int file_arg(json_t *req, const char *key, int required,
 				    "%s is required", key);
 		return 0;
 	}
+	if (json_is_string(v) && json_string_value(v)[0] == '/') {
+		/* a server path: only under the configured dataset roots */
+		int r;
+		if (json_string_length(v) >= cap)
+			return fail(e, key, "invalid_path", "%s is too long",
+				    key);
+		r = ctx->dataset_path
+			? ctx->dataset_path(ctx->file_ctx, json_string_value(v),
+					    path, cap)
+			: -EACCES;
+		if (r == -ENOENT)
+			return fail(e, key, "file_not_found",
+				    "no such file: %s", json_string_value(v));
+		if (r)
+			return fail(e, key, "path_not_allowed",
+				    "%s is not under a dataset root of this "
+				    "server (dataset_roots)",
+				    json_string_value(v));
+		return 0;
+	}
 	if (!json_is_string(v) || json_string_length(v) > 63)
-		return fail(e, key, "invalid_type", "%s must be a file id",
+		return fail(e, key, "invalid_type",
+			    "%s must be a file id or an absolute path under "
+			    "a dataset root",
 			    key);
 	if (ctx->file_path(ctx->file_ctx, json_string_value(v), path, cap))
 		return fail(e, key, "file_not_found", "no such file: %s",

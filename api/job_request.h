@@ -19,6 +19,10 @@ typedef struct tacod_request_ctx {
 	/* The path of an uploaded file the requesting user may read:
 	 * 0, or -ENOENT when there is no such file for this user. */
 	int (*file_path)(void *ctx, const char *id, char *path, size_t cap);
+	/* The resolved path of a dataset named by an absolute path: 0,
+	 * -ENOENT, or -EACCES when it is not under a dataset root. NULL: no
+	 * paths are allowed. Both callbacks get file_ctx. */
+	int (*dataset_path)(void *ctx, const char *p, char *path, size_t cap);
 	void *file_ctx;
 } tacod_request_ctx;
 

@@ -21,12 +21,13 @@ json_t *tacod_file_object(const tacod_file *f)
 			 "purpose", f->purpose, "status", "processed");
 }
 
-/* A field of the stored request, or a default. */
+/* A field of the stored request, or a default when it is absent or null
+ * (OpenAI's clients type seed, hyperparameters and method as non-null). */
 static json_t *from_request(json_t *req, const char *key, json_t *dflt)
 {
 	json_t *v = req ? json_object_get(req, key) : NULL;
 
-	if (v) {
+	if (v && !json_is_null(v)) {
 		json_decref(dflt);
 		return json_incref(v);
 	}
@@ -50,9 +51,13 @@ json_t *tacod_job_object(const tacod_job *j)
 	json_object_set_new(o, "result_files", json_array());
 	json_object_set_new(o, "status",
 			    json_string(tacod_status_name(j->status)));
-	json_object_set_new(o, "training_file", json_string(j->training_file));
+	/* from the request: a dataset path does not fit the id column */
+	json_object_set_new(
+	    o, "training_file",
+	    from_request(req, "training_file", json_string(j->training_file)));
 	json_object_set_new(o, "validation_file",
-			    str_or_null(j->validation_file));
+			    from_request(req, "validation_file",
+					 str_or_null(j->validation_file)));
 	json_object_set_new(o, "trained_tokens",
 			    j->trained_tokens ? json_integer(j->trained_tokens)
 					      : json_null());
@@ -74,6 +79,14 @@ json_t *tacod_job_object(const tacod_job *j)
 			 json_pack("{ss}", "type", "supervised")));
 	json_object_set_new(o, "taco",
 			    from_request(req, "taco", json_object()));
+	/* tacod's extension: the memory plan admission used, and the peak the
+	 * worker measured (null before its first progress report) */
+	json_object_set_new(o, "planned_memory_bytes",
+			    json_integer(j->planned_bytes));
+	json_object_set_new(o, "measured_peak_memory_bytes",
+			    j->measured_peak_bytes
+				? json_integer(j->measured_peak_bytes)
+				: json_null());
 	json_decref(req);
 	return o;
 }
@@ -86,11 +99,38 @@ json_t *tacod_event_object(const tacod_event *e)
 	snprintf(id, sizeof(id), "ftevent-%s-%lld",
 		 strncmp(e->job_id, "ftjob-", 6) ? e->job_id : e->job_id + 6,
 		 (long long)e->seq);
+	/* OpenAI's event types are "message" and "metrics" (its SDKs refuse
+	 * others); tacod's finer ones (status, checkpoint) stay in the event
+	 * stream's "event:" lines */
 	return json_pack("{ss ss sI ss ss ss so}", "id", id, "object",
 			 "fine_tuning.job.event", "created_at",
 			 (json_int_t)e->created_at, "level", e->level, "type",
-			 e->type, "message", e->message ? e->message : "",
-			 "data", data ? data : json_null());
+			 strcmp(e->type, "metrics") ? "message" : "metrics",
+			 "message", e->message ? e->message : "", "data",
+			 data ? data : json_null());
+}
+
+json_t *tacod_checkpoint_object(const tacod_checkpoint *c, const tacod_job *j)
+{
+	const char *job =
+	    strncmp(c->job_id, "ftjob-", 6) ? c->job_id : c->job_id + 6;
+	json_t *m = c->metrics ? json_loads(c->metrics, 0, NULL) : NULL;
+	char id[TACOD_ID_MAX + 32], name[2 * TACOD_NAME_MAX + 128];
+
+	/* OpenAI's clients require metrics; the step is always known */
+	if (!json_is_object(m)) {
+		json_decref(m);
+		m = json_object();
+	}
+	json_object_set_new(m, "step", json_integer(c->step));
+	snprintf(id, sizeof(id), "ftckpt-%s-%lld", job, (long long)c->step);
+	snprintf(name, sizeof(name), "ft:%s:%s:%s:ckpt-step-%lld", j->model,
+		 j->suffix, job, (long long)c->step);
+	return json_pack("{ss ss sI ss sI ss so}", "id", id, "object",
+			 "fine_tuning.job.checkpoint", "created_at",
+			 (json_int_t)c->created_at, "fine_tuning_job_id",
+			 c->job_id, "step_number", (json_int_t)c->step,
+			 "fine_tuned_model_checkpoint", name, "metrics", m);
 }
 
 json_t *tacod_list_object(json_t *items, int has_more)

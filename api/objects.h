@@ -20,6 +20,11 @@ json_t *tacod_job_object(const tacod_job *j);
  *  "level", "type", "message", "data"} */
 json_t *tacod_event_object(const tacod_event *e);
 
+/* {"id": "ftckpt-...", "object": "fine_tuning.job.checkpoint", "created_at",
+ *  "fine_tuning_job_id", "step_number", "fine_tuned_model_checkpoint",
+ *  "metrics": c->metrics with "step"}; j is the checkpoint's job. */
+json_t *tacod_checkpoint_object(const tacod_checkpoint *c, const tacod_job *j);
+
 /* {"object": "list", "data": items (stolen), "has_more", "first_id",
  *  "last_id"} */
 json_t *tacod_list_object(json_t *items, int has_more);

@@ -362,6 +362,10 @@ static int verror(tacod_http_req *r, int status, const char *type,
 		return -EALREADY;
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	utf8_fix(msg);
+	/* OpenAI's SDKs retry 409 and 429 by default; ours are answers (a
+	 * job in the wrong state, a key reused, a full queue), not races */
+	if (status == 409 || status == 429)
+		tacod_http_add_header(r, "x-should-retry", "false");
 	return reply_json_dump(r, status, error_body(msg, type, code, param));
 }
 
@@ -375,6 +379,26 @@ int tacod_http_error(tacod_http_req *r, int status, const char *type,
 	rc = verror(r, status, type, code, param, fmt, ap);
 	va_end(ap);
 	return rc;
+}
+
+/* Content-Disposition: attachment, with a name that cannot break the
+ * header. */
+static void add_download_name(struct MHD_Response *resp, const char *name_in)
+{
+	char cd[600], name[256];
+	size_t i = 0;
+
+	for (; name_in[i] && i < sizeof(name) - 1; i++) {
+		unsigned char ch = (unsigned char)name_in[i];
+		name[i] = ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\' ||
+				  ch == '/'
+			      ? '_'
+			      : (char)ch;
+	}
+	name[i] = 0;
+	utf8_fix(name);
+	snprintf(cd, sizeof(cd), "attachment; filename=\"%s\"", name);
+	MHD_add_response_header(resp, "Content-Disposition", cd);
 }
 
 int tacod_http_reply_fd(tacod_http_req *r, int status, int fd, uint64_t size,
@@ -394,21 +418,62 @@ int tacod_http_reply_fd(tacod_http_req *r, int status, int fd, uint64_t size,
 	if (content_type)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
 					content_type);
-	if (download_name) {
-		char cd[600], name[256];
-		size_t i = 0;
-		for (; download_name[i] && i < sizeof(name) - 1; i++) {
-			unsigned char ch = (unsigned char)download_name[i];
-			name[i] = ch < 0x20 || ch == 0x7f || ch == '"' ||
-					  ch == '\\' || ch == '/'
-				      ? '_'
-				      : (char)ch;
-		}
-		name[i] = 0;
-		utf8_fix(name);
-		snprintf(cd, sizeof(cd), "attachment; filename=\"%s\"", name);
-		MHD_add_response_header(resp, "Content-Disposition", cd);
+	if (download_name)
+		add_download_name(resp, download_name);
+	return queue(r, (unsigned)status, resp);
+}
+
+typedef struct reader_ctx {
+	tacod_http_read_fn read;
+	void (*release)(void *);
+	void *ctx;
+} reader_ctx;
+
+static ssize_t reader_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	reader_ctx *c = cls;
+	ssize_t n = c->read(c->ctx, pos, buf, max);
+
+	if (n < 0)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : n;
+}
+
+static void reader_free(void *cls)
+{
+	reader_ctx *c = cls;
+
+	if (c->release)
+		c->release(c->ctx);
+	free(c);
+}
+
+int tacod_http_reply_reader(tacod_http_req *r, int status, uint64_t size,
+			    const char *content_type, const char *download_name,
+			    tacod_http_read_fn read, void (*release)(void *),
+			    void *ctx)
+{
+	struct MHD_Response *resp = NULL;
+	reader_ctx *c = NULL;
+
+	if (!r->replied && (c = malloc(sizeof(*c)))) {
+		c->read = read;
+		c->release = release;
+		c->ctx = ctx;
+		resp = MHD_create_response_from_callback(
+		    size, 64 * 1024, reader_read, c, reader_free);
 	}
+	if (!resp) {
+		free(c);
+		if (release)
+			release(ctx);
+		return r->replied ? -EALREADY : -ENOMEM;
+	}
+	if (content_type)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+					content_type);
+	if (download_name)
+		add_download_name(resp, download_name);
 	return queue(r, (unsigned)status, resp);
 }
 

@@ -23,6 +23,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "auth.h"
 #include "config.h"
@@ -144,6 +145,16 @@ int tacod_http_reply_text(tacod_http_req *r, int status, const char *text);
  * not NULL, adds Content-Disposition: attachment. */
 int tacod_http_reply_fd(tacod_http_req *r, int status, int fd, uint64_t size,
 			const char *content_type, const char *download_name);
+/* Reads size bytes of a reply produced on demand: read(ctx, pos, buf, max)
+ * returns how many bytes it put in buf (> 0), or a negative errno, which
+ * cuts the reply short. release(ctx) (may be NULL) runs when the reply is
+ * done or could not be queued, so ctx is the server's from now on. */
+typedef ssize_t (*tacod_http_read_fn)(void *ctx, uint64_t pos, char *buf,
+				      size_t max);
+int tacod_http_reply_reader(tacod_http_req *r, int status, uint64_t size,
+			    const char *content_type, const char *download_name,
+			    tacod_http_read_fn read, void (*release)(void *),
+			    void *ctx);
 /* The same for a path: 404 error JSON when it cannot be opened. */
 int tacod_http_reply_file(tacod_http_req *r, int status, const char *path,
 			  const char *content_type, const char *download_name);

@@ -6,11 +6,100 @@
 #include <string.h>
 
 #include "config.h"
+#include "notify.h"
 #include "runtime.h"
 #include "service.h"
 
 static tacod_service *svc;
-static uv_signal_t sig_term, sig_int;
+static uv_signal_t sig_term, sig_int, sig_hup;
+
+/* ---- systemd (docs/tacod.md, "Running under systemd") ----------------- */
+
+/* One timer tells the manager how tacod is doing: WATCHDOG=1 when asked
+ * for, the job counts, and while draining EXTEND_TIMEOUT_USEC so that a
+ * checkpoint longer than TimeoutStopSec= is not killed half written. The
+ * extension outlasts several periods, so one late tick costs nothing. */
+#define NOTIFY_PERIOD_MAX_MS 10000
+#define DRAIN_EXTEND_USEC (30ull * 1000 * 1000)
+
+static uv_timer_t notify_timer;
+static int notify_armed, notify_failed;
+static uint64_t watchdog_usec;
+static char listening[1024]; /* "listening on ..." */
+
+static void notify(const char *state)
+{
+	int r = tacod_notify(state);
+
+	if (r && !notify_failed) { /* once: it would repeat every tick */
+		notify_failed = 1;
+		fprintf(stderr,
+			"tacod: cannot notify the service manager: %s\n",
+			strerror(-r));
+	}
+}
+
+/* READY=1 when ready is set, WATCHDOG=1 when the manager watches,
+ * EXTEND_TIMEOUT_USEC while jobs drain, and a STATUS line with the counts. */
+static void notify_state(int ready)
+{
+	const char *r = ready ? "READY=1\n" : "";
+	const char *wd = watchdog_usec ? "WATCHDOG=1\n" : "";
+	tacod_service_stats st;
+	char msg[TACOD_NOTIFY_MAX];
+
+	/* the timer firing proves the loop turns; the counts, that the store
+	 * answers: the watchdog is fed only when both hold */
+	if (tacod_service_stats_get(svc, &st))
+		snprintf(msg, sizeof(msg),
+			 "%sSTATUS=the job store does not answer", r);
+	else if (st.draining && st.running)
+		snprintf(msg, sizeof(msg),
+			 "%sEXTEND_TIMEOUT_USEC=%llu\nSTATUS=stopping: %d "
+			 "running jobs checkpoint first",
+			 wd, DRAIN_EXTEND_USEC, st.running);
+	else if (st.draining)
+		snprintf(msg, sizeof(msg), "%sSTATUS=stopping", wd);
+	else
+		snprintf(msg, sizeof(msg),
+			 "%s%sSTATUS=%s; %d running, %lld queued", r, wd,
+			 listening, st.running, st.queued);
+	notify(msg);
+}
+
+static void on_notify_timer(uv_timer_t *t)
+{
+	(void)t;
+	notify_state(0);
+}
+
+/* READY=1 once the HTTP server listens (tacod_service_start returned), and
+ * the timer; nothing at all when no manager listens. */
+static void notify_start(uv_loop_t *loop, const tacod_config *cfg)
+{
+	const char *ns = getenv("NOTIFY_SOCKET");
+	uint64_t period_ms = NOTIFY_PERIOD_MAX_MS;
+
+	/* cut: a status line needs no 4 KiB socket path */
+	snprintf(listening, sizeof(listening), "listening on %.255s%s%.700s",
+		 cfg->listen,
+		 cfg->listen[0] && cfg->unix_socket[0] ? " and " : "",
+		 cfg->unix_socket);
+	if (!ns || !ns[0])
+		return;
+	if (tacod_notify_watchdog_usec(&watchdog_usec))
+		fprintf(stderr, "tacod: WATCHDOG_USEC or WATCHDOG_PID is not "
+				"a number: no watchdog\n");
+	/* half the interval, as sd_watchdog_enabled(3) advises */
+	if (watchdog_usec && watchdog_usec / 2000 < period_ms)
+		period_ms = watchdog_usec / 2000 ? watchdog_usec / 2000 : 1;
+	notify_state(1);
+	uv_timer_init(loop, &notify_timer);
+	uv_timer_start(&notify_timer, on_notify_timer, period_ms, period_ms);
+	/* the drain ends when the service's own handles close, not ours */
+	uv_unref((uv_handle_t *)&notify_timer);
+	notify_armed = 1;
+}
 
 static void usage(FILE *f)
 {
@@ -32,7 +121,27 @@ static void usage(FILE *f)
 		   "\n"
 		   "SIGTERM or SIGINT: stop accepting, checkpoint running jobs "
 		   "(they resume\n"
-		   "when tacod starts again), exit.\n");
+		   "when tacod starts again), exit. SIGHUP: read the tokens "
+		   "file again.\n");
+}
+
+/* SIGHUP: the tokens file again; a broken one leaves the old tokens. */
+static void on_hup(uv_signal_t *h, int signum)
+{
+	taco_err err = {{0}};
+	int r;
+
+	(void)signum;
+	if (notify_armed)
+		notify("RELOADING=1");
+	r = tacod_service_reload(h->data, &err);
+	if (notify_armed)
+		notify("READY=1");
+	if (r)
+		fprintf(stderr, "tacod: reload failed, old tokens kept: %s\n",
+			err.msg);
+	else
+		fprintf(stderr, "tacod: reloaded the tokens file\n");
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -40,10 +149,17 @@ static void on_signal(uv_signal_t *h, int signum)
 	(void)signum;
 	uv_signal_stop(&sig_term);
 	uv_signal_stop(&sig_int);
+	uv_signal_stop(&sig_hup);
 	uv_close((uv_handle_t *)&sig_term, NULL);
 	uv_close((uv_handle_t *)&sig_int, NULL);
+	uv_close((uv_handle_t *)&sig_hup, NULL);
 	fprintf(stderr, "tacod: stopping: running jobs checkpoint first\n");
+	if (notify_armed)
+		notify("STOPPING=1");
 	tacod_service_shutdown(h->data);
+	/* the first EXTEND_TIMEOUT_USEC now, not a period later */
+	if (notify_armed)
+		notify_state(0);
 }
 
 static int set(char *dst, size_t cap, const char *v, const char *flag)
@@ -144,10 +260,17 @@ int main(int argc, char **argv)
 		cfg.unix_socket[0] ? " and " : "", cfg.unix_socket);
 	uv_signal_init(loop, &sig_term);
 	uv_signal_init(loop, &sig_int);
-	sig_term.data = sig_int.data = svc;
+	uv_signal_init(loop, &sig_hup);
+	sig_term.data = sig_int.data = sig_hup.data = svc;
 	uv_signal_start(&sig_term, on_signal, SIGTERM);
 	uv_signal_start(&sig_int, on_signal, SIGINT);
+	uv_signal_start(&sig_hup, on_hup, SIGHUP);
+	notify_start(loop, &cfg);
 	uv_run(loop, UV_RUN_DEFAULT);
+	if (notify_armed) { /* unreferenced: still open when uv_run returns */
+		uv_close((uv_handle_t *)&notify_timer, NULL);
+		uv_run(loop, UV_RUN_DEFAULT);
+	}
 	tacod_service_free(svc);
 	uv_loop_close(loop);
 	return 0;

@@ -65,6 +65,10 @@ static void on_event(tacod_worker *w, json_t *e, void *ctx)
 			 (long long)step, (long long)total,
 			 json_real_value(json_object_get(e, "loss")));
 		event(s, rj->id, "info", "metrics", msg, data);
+		rj->tokens_per_s =
+		    json_number_value(json_object_get(e, "tokens_per_s"));
+		rj->peak = (uint64_t)json_integer_value(
+		    json_object_get(e, "mem_peak_bytes"));
 		if (tacod_store_job_get(s->store, NULL, rj->id, &j, NULL) ==
 		    0) {
 			j.trained_tokens =
@@ -139,6 +143,15 @@ static void finish_job(tacod_service *s, tacod_running *rj, int64_t status,
 	} else if (rj->stop == TACOD_STOP_CANCEL) {
 		to = TACOD_CANCELLED; /* killed after the timeout */
 		msg = "The job was cancelled";
+	} else if (sig && rj->stop == TACOD_STOP_PAUSE) {
+		/* stopped before its handler was set (or killed after the
+		 * timeout): paused all the same, it resumes from its newest
+		 * checkpoint */
+		to = TACOD_PAUSED;
+		msg = "The job was paused";
+	} else if (sig && rj->stop == TACOD_STOP_SHUTDOWN) {
+		to = TACOD_QUEUED;
+		msg = "The job was requeued";
 	} else if (sig && j.retries < s->cfg.max_retries &&
 		   rj->stop == TACOD_STOP_NONE) {
 		/* a crashed worker: again from its newest checkpoint */
@@ -165,6 +178,23 @@ static void finish_job(tacod_service *s, tacod_running *rj, int64_t status,
 	if (to == TACOD_SUCCEEDED || to == TACOD_FAILED ||
 	    to == TACOD_CANCELLED)
 		j.finished_at = tacod_now();
+	if (j.measured_peak_bytes > 0 && j.planned_bytes > 0) {
+		char m[256];
+		double d = 100.0 *
+			   (double)(j.measured_peak_bytes - j.planned_bytes) /
+			   (double)j.planned_bytes;
+		snprintf(m, sizeof(m),
+			 "Peak memory %.1f MB measured, %.1f MB planned "
+			 "(%+.2f%%)",
+			 (double)j.measured_peak_bytes / 1e6,
+			 (double)j.planned_bytes / 1e6, d);
+		event(s, rj->id, "info", "memory", m,
+		      json_pack("{sI sI sf}", "planned_bytes",
+				(json_int_t)j.planned_bytes,
+				"measured_peak_bytes",
+				(json_int_t)j.measured_peak_bytes,
+				"error_percent", d));
+	}
 	tacod_store_job_update(s->store, &j, NULL);
 	event(s, rj->id, to == TACOD_FAILED ? "error" : "info", "status", msg,
 	      json_pack("{ss}", "status", tacod_status_name(to)));
@@ -393,7 +423,9 @@ void tacod_service_request_stop(tacod_service *s, const char *id, int why)
 {
 	tacod_running *rj = find_running(s, id);
 
-	if (rj && !rj->stop)
+	/* a cancel overrides a pause or shutdown still in progress: the
+	 * worker's exit is then read as cancelled */
+	if (rj && (!rj->stop || why == TACOD_STOP_CANCEL))
 		rj->stop = why;
 	uv_async_send(&s->wake);
 }
@@ -491,6 +523,32 @@ void tacod_service_shutdown(tacod_service *s)
 	tacod_http_stop(s->http);
 	s->http = NULL;
 	uv_async_send(&s->wake);
+}
+
+/* systemd integration (main_tacod.c): the watchdog's health check. */
+int tacod_service_stats_get(tacod_service *s, tacod_service_stats *out)
+{
+	int64_t counts[TACOD_CANCELLED + 1];
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	r = tacod_store_job_count(s->store, NULL, counts, NULL);
+	if (r == 0) {
+		out->running = s->n_run;
+		out->draining = s->shutting_down;
+		out->queued = (long long)counts[TACOD_QUEUED];
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int tacod_service_reload(tacod_service *s, taco_err *err)
+{
+	if (!s->http)
+		return taco_err_set(err, -ESHUTDOWN, "tacod is stopping");
+	if (!s->cfg.tokens_file[0])
+		return 0;
+	return tacod_http_reload_tokens(s->http, err);
 }
 
 void tacod_service_free(tacod_service *s)

@@ -26,6 +26,21 @@ int tacod_service_port(const tacod_service *s);
  * have exited so that uv_run returns. Any thread. */
 void tacod_service_shutdown(tacod_service *s);
 
+/* For the service manager (main_tacod.c, daemon/notify.h): jobs running
+ * (draining ones included) and queued, and whether a drain has begun. The
+ * queued count comes from the store under the service lock, so a store
+ * that fails shows as an error and a lock never released as a stuck loop:
+ * either way the watchdog stops being fed. Loop thread. */
+typedef struct tacod_service_stats {
+	int running, draining;
+	long long queued;
+} tacod_service_stats;
+int tacod_service_stats_get(tacod_service *s, tacod_service_stats *out);
+
+/* SIGHUP: reads the tokens file again (the old tokens stay when it is
+ * invalid: err says why). Loop thread. */
+int tacod_service_reload(tacod_service *s, taco_err *err);
+
 /* Frees the service after uv_run has returned. */
 void tacod_service_free(tacod_service *s);
 

@@ -26,6 +26,8 @@ typedef struct tacod_running {
 	char id[TACOD_ID_MAX];
 	tacod_worker *w;
 	uint64_t planned;
+	uint64_t peak;	     /* the worker's last reported peak */
+	double tokens_per_s; /* its last progress event's */
 	int stop, stop_sent;
 	char exported[TACOD_PATH_MAX];
 	char error[1024]; /* the worker's last error event */
@@ -60,6 +62,35 @@ struct tacod_service {
 };
 
 int64_t tacod_now(void);
+
+/* Shared by the route files (service_routes.c, service_jobs.c, ...). */
+/* The user whose rows a request sees: NULL (everything) for admins. */
+const char *tacod_route_scope(tacod_http_req *r);
+/* ?limit= clamped to [1, TACOD_LIST_MAX], 20 by default. */
+int tacod_route_limit(tacod_http_req *r);
+/* A store error as the HTTP error that fits (404 naming `what`, 400, 500). */
+int tacod_route_store_error(tacod_http_req *r, int code, const taco_err *err,
+			    const char *what);
+/* Idempotency-Key (service_idem.c): tacod_idem_begin replays the first
+ * reply of a key seen before (returns 1: the request is answered) or
+ * refuses a key reused for another request, else returns 0 and the
+ * handler goes on. tacod_idem_body is the JSON to store beside what the
+ * handler creates, in the same transaction (lock held). */
+typedef struct tacod_idem {
+	char key[TACOD_IDEM_KEY_MAX]; /* "" when the request has none */
+	char hash[TACOD_HASH_MAX];
+} tacod_idem;
+int tacod_idem_begin(tacod_http_req *r, tacod_service *s, const void *data,
+		     size_t len, tacod_idem *out);
+int tacod_idem_store(tacod_service *s, const char *user, const tacod_idem *k,
+		     int status, json_t *body, taco_err *err);
+/* Route handlers of the other files. */
+int tacod_route_job_pause(tacod_http_req *r, void *ctx);
+int tacod_route_job_resume(tacod_http_req *r, void *ctx);
+int tacod_route_device(tacod_http_req *r, void *ctx);
+int tacod_route_metrics(tacod_http_req *r, void *ctx);
+int tacod_route_checkpoint_content(tacod_http_req *r, void *ctx);
+int tacod_route_model_content(tacod_http_req *r, void *ctx);
 void tacod_service_routes(tacod_service *s);
 /* Asks a running job to stop (why: TACOD_STOP_*) and wakes the loop. */
 void tacod_service_request_stop(tacod_service *s, const char *id, int why);

@@ -2,6 +2,8 @@
  * on the HTTP server's thread and hold the service lock while they touch
  * the store. */
 #include <dirent.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,7 @@
 #include "service_internal.h"
 
 /* The user whose rows a request sees: NULL (everything) for admins. */
-static const char *scope(tacod_http_req *r)
+const char *tacod_route_scope(tacod_http_req *r)
 {
 	const tacod_identity *id = tacod_http_identity(r);
 
@@ -28,7 +30,7 @@ static const char *user_of(tacod_http_req *r)
 	return tacod_http_identity(r)->user;
 }
 
-static int limit_of(tacod_http_req *r)
+int tacod_route_limit(tacod_http_req *r)
 {
 	const char *l = tacod_http_query(r, "limit");
 	int n = l ? atoi(l) : 20;
@@ -36,8 +38,8 @@ static int limit_of(tacod_http_req *r)
 	return n < 1 ? 1 : n > TACOD_LIST_MAX ? TACOD_LIST_MAX : n;
 }
 
-static int store_error(tacod_http_req *r, int code, const taco_err *err,
-		       const char *what)
+int tacod_route_store_error(tacod_http_req *r, int code, const taco_err *err,
+			    const char *what)
 {
 	if (code == -ENOENT)
 		return tacod_http_error(r, 404, "invalid_request_error",
@@ -92,7 +94,9 @@ static int file_upload(tacod_http_req *r, void *ctx)
 	const tacod_http_upload *u = tacod_http_upload_file(r);
 	const char *purpose = tacod_http_form(r, "purpose");
 	tacod_file f = {0};
-	char dest[TACOD_PATH_MAX + 128];
+	char dest[TACOD_PATH_MAX + 128], what[600];
+	tacod_idem idem;
+	json_t *obj;
 	taco_err err = {{0}};
 	struct stat st;
 	int rc;
@@ -105,6 +109,11 @@ static int file_upload(tacod_http_req *r, void *ctx)
 		return tacod_http_error(r, 400, "invalid_request_error",
 					"invalid_purpose", "purpose",
 					"purpose must be 'fine-tune'");
+	/* a retried upload is the same content, purpose and name */
+	snprintf(what, sizeof(what), "%s/%s/%s", u->sha256, purpose,
+		 u->filename);
+	if (tacod_idem_begin(r, s, what, strlen(what), &idem))
+		return 0;
 	/* stored by content hash: the same bytes are kept once */
 	snprintf(dest, sizeof(dest), "%s/%s", s->files_dir, u->sha256);
 	if (stat(dest, &st) && tacod_http_upload_keep(r, dest, &err))
@@ -122,12 +131,25 @@ static int file_upload(tacod_http_req *r, void *ctx)
 	memcpy(f.path, dest, strlen(dest) + 1);
 	f.bytes = (int64_t)u->size;
 	f.created_at = tacod_now();
+	obj = tacod_file_object(&f);
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_file_add(s->store, &f, &err);
+	rc = tacod_store_tx_begin(s->store, &err);
+	if (rc == 0) {
+		rc = tacod_store_file_add(s->store, &f, &err);
+		if (rc == 0)
+			rc = tacod_idem_store(s, f.user, &idem, 200, obj, &err);
+		rc = tacod_store_tx_end(s->store, rc, &err);
+	}
 	pthread_mutex_unlock(&s->lock);
-	if (rc)
-		return store_error(r, rc, &err, "file");
-	return tacod_http_reply_json(r, 200, tacod_file_object(&f));
+	if (rc == -EEXIST && idem.key[0] &&
+	    tacod_idem_begin(r, s, what, strlen(what), &idem))
+		rc = 0; /* a twin request won the key: its reply */
+	else if (rc)
+		rc = tacod_route_store_error(r, rc, &err, "file");
+	else
+		return tacod_http_reply_json(r, 200, obj);
+	json_decref(obj);
+	return rc;
 }
 
 static int file_list(tacod_http_req *r, void *ctx)
@@ -143,15 +165,16 @@ static int file_list(tacod_http_req *r, void *ctx)
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
 					"out of memory");
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_file_list(s->store, scope(r), after ? after : "",
-				   limit_of(r), rows, &n, &more, &err);
+	rc = tacod_store_file_list(s->store, tacod_route_scope(r),
+				   after ? after : "", tacod_route_limit(r),
+				   rows, &n, &more, &err);
 	pthread_mutex_unlock(&s->lock);
 	for (int i = 0; !rc && i < n; i++)
 		json_array_append_new(items, tacod_file_object(&rows[i]));
 	free(rows);
 	if (rc) {
 		json_decref(items);
-		return store_error(r, rc, &err, "file");
+		return tacod_route_store_error(r, rc, &err, "file");
 	}
 	return tacod_http_reply_json(r, 200, tacod_list_object(items, more));
 }
@@ -163,11 +186,11 @@ static int file_get(tacod_http_req *r, void *ctx, tacod_file *f)
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_file_get(s->store, scope(r), tacod_http_param(r, "id"),
-				  f, &err);
+	rc = tacod_store_file_get(s->store, tacod_route_scope(r),
+				  tacod_http_param(r, "id"), f, &err);
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
-		store_error(r, rc, &err, "file");
+		tacod_route_store_error(r, rc, &err, "file");
 	return rc;
 }
 
@@ -198,7 +221,7 @@ static int file_delete(tacod_http_req *r, void *ctx)
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_file_delete(s->store, scope(r), id, &err);
+	rc = tacod_store_file_delete(s->store, tacod_route_scope(r), id, &err);
 	pthread_mutex_unlock(&s->lock);
 	if (rc == -EBUSY)
 		return tacod_http_error(r, 409, "invalid_request_error",
@@ -206,7 +229,7 @@ static int file_delete(tacod_http_req *r, void *ctx)
 					"a job that has not finished uses "
 					"this file");
 	if (rc)
-		return store_error(r, rc, &err, "file");
+		return tacod_route_store_error(r, rc, &err, "file");
 	return tacod_http_reply_json(
 	    r, 200,
 	    json_pack("{ss ss sb}", "id", id, "object", "file", "deleted", 1));
@@ -229,6 +252,33 @@ static int lookup_file(void *ctx, const char *id, char *path, size_t cap)
 		return -ENOENT;
 	snprintf(path, cap, "%s", f.path);
 	return 0;
+}
+
+/* A dataset named by path must resolve (symlinks and ".." followed) to a
+ * regular file inside one of the configured dataset roots. */
+static int dataset_path(void *ctx, const char *p, char *path, size_t cap)
+{
+	file_lookup *l = ctx;
+	char real[PATH_MAX], root[PATH_MAX];
+	struct stat st;
+
+	if (!realpath(p, real))
+		return errno == ENOENT ? -ENOENT : -EACCES;
+	if (stat(real, &st) || !S_ISREG(st.st_mode))
+		return -ENOENT;
+	for (int i = 0; i < l->s->cfg.n_roots; i++) {
+		size_t n;
+		if (!realpath(l->s->cfg.roots[i], root))
+			continue;
+		n = strlen(root);
+		if (!strncmp(real, root, n) &&
+		    (real[n] == '/' || (n == 1 && root[0] == '/')) &&
+		    strlen(real) < cap) {
+			memcpy(path, real, strlen(real) + 1);
+			return 0;
+		}
+	}
+	return -EACCES;
 }
 
 /* What a job file would need and whether its data is usable. */
@@ -302,8 +352,9 @@ static int write_job(tacod_http_req *r, tacod_service *s, json_t *req,
 		     size_t path_cap)
 {
 	tacod_request_error e;
-	file_lookup fl = {s, scope(r)};
-	tacod_request_ctx c = {s->cfg.models_dir, out, lookup_file, &fl};
+	file_lookup fl = {s, tacod_route_scope(r)};
+	tacod_request_ctx c = {s->cfg.models_dir, out, lookup_file,
+			       dataset_path, &fl};
 	taco_err err = {{0}};
 	json_t *job = NULL;
 	char *text;
@@ -352,7 +403,6 @@ static int job_plan(tacod_http_req *r, void *ctx)
 	}
 	assess(s, path, &a);
 	taco_remove_flat_dir(dir, NULL);
-	json_decref(req);
 	terms = json_object();
 	for (int t = 0; a.planned && t < TACO_PLAN_TERMS; t++)
 		json_object_set_new(terms, taco_plan_term_name(t),
@@ -374,6 +424,11 @@ static int job_plan(tacod_http_req *r, void *ctx)
 			      a.advice.freeze_embeddings_fits,
 			      "frozen_embeddings_total_bytes",
 			      (json_int_t)a.advice.frozen_embeddings_total));
+	/* the report names the file as the client did, not where it lives */
+	if (a.report && json_object_get(a.report, "file"))
+		json_object_set(a.report, "file",
+				json_object_get(req, "training_file"));
+	json_decref(req);
 	json_object_set_new(o, "validation", a.report ? a.report : json_null());
 	if (a.code[0]) {
 		json_t *e =
@@ -385,18 +440,57 @@ static int job_plan(tacod_http_req *r, void *ctx)
 	return tacod_http_reply_json(r, 200, o);
 }
 
+/* The job row, its first event and the idempotency key in one
+ * transaction; -EDQUOT when the user has too many jobs waiting. */
+static int add_job(tacod_service *s, tacod_job *j, const tacod_idem *idem,
+		   taco_err *err)
+{
+	int64_t counts[TACOD_CANCELLED + 1];
+	json_t *body = NULL;
+	int rc;
+
+	rc = tacod_store_job_count(s->store, j->user, counts, err);
+	if (rc == 0 && counts[TACOD_QUEUED] + counts[TACOD_PAUSED] >=
+			   s->cfg.limits.max_queued_jobs_per_user)
+		return taco_err_set(
+		    err, -EDQUOT,
+		    "you have %lld jobs queued or paused, "
+		    "the most allowed (max_queued_jobs_per_user)",
+		    (long long)(counts[TACOD_QUEUED] + counts[TACOD_PAUSED]));
+	if (rc == 0)
+		rc = tacod_store_tx_begin(s->store, err);
+	if (rc < 0)
+		return rc;
+	rc = tacod_store_job_add(s->store, j, err);
+	if (rc == 0)
+		rc = tacod_store_event_add(s->store, j->id, "info", "status",
+					   "Created fine-tuning job", NULL,
+					   NULL, err);
+	if (rc == 0 && !(body = tacod_job_object(j)))
+		rc = taco_err_set(err, -ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = tacod_idem_store(s, j->user, idem, 200, body, err);
+	json_decref(body);
+	return tacod_store_tx_end(s->store, rc, err);
+}
+
 static int job_create(tacod_http_req *r, void *ctx)
 {
 	tacod_service *s = ctx;
-	json_t *req = tacod_http_body_json(r), *v;
+	json_t *req, *v;
 	char dir[TACOD_PATH_MAX + 128], out[TACOD_PATH_MAX + 160];
 	char path[TACOD_PATH_MAX + 192];
 	tacod_job j = {0};
 	taco_err err = {{0}};
+	tacod_idem idem;
 	assessment a;
+	size_t blen;
+	const char *body = tacod_http_body(r, &blen);
 	int rc;
 
-	if (!req)
+	if (tacod_idem_begin(r, s, body, blen, &idem))
+		return 0;
+	if (!(req = tacod_http_body_json(r)))
 		return 0;
 	tacod_new_id("ftjob-", j.id);
 	snprintf(dir, sizeof(dir), "%s/%s", s->jobs_dir, j.id);
@@ -417,10 +511,14 @@ static int job_create(tacod_http_req *r, void *ctx)
 	j.status = TACOD_QUEUED;
 	snprintf(j.model, sizeof(j.model), "%s",
 		 json_string_value(json_object_get(req, "model")));
-	snprintf(j.training_file, sizeof(j.training_file), "%s",
-		 json_string_value(json_object_get(req, "training_file")));
+	/* the id columns hold uploaded files' ids; a path stays in the
+	 * request */
+	v = json_object_get(req, "training_file");
+	if (json_string_value(v)[0] != '/')
+		snprintf(j.training_file, sizeof(j.training_file), "%s",
+			 json_string_value(v));
 	v = json_object_get(req, "validation_file");
-	if (json_is_string(v))
+	if (json_is_string(v) && json_string_value(v)[0] != '/')
 		snprintf(j.validation_file, sizeof(j.validation_file), "%s",
 			 json_string_value(v));
 	v = json_object_get(req, "suffix");
@@ -437,14 +535,19 @@ static int job_create(tacod_http_req *r, void *ctx)
 	j.planned_bytes = (int64_t)a.plan.total;
 	j.created_at = tacod_now();
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_job_add(s->store, &j, &err);
-	if (!rc)
-		tacod_store_event_add(s->store, j.id, "info", "status",
-				      "Created fine-tuning job", NULL, NULL,
-				      NULL);
+	rc = add_job(s, &j, &idem, &err);
 	pthread_mutex_unlock(&s->lock);
 	if (rc) {
-		rc = store_error(r, rc, &err, "job");
+		taco_remove_flat_dir(dir, NULL);
+		if (rc == -EEXIST && idem.key[0] &&
+		    tacod_idem_begin(r, s, body, blen, &idem))
+			rc = 0; /* a twin request won the key: its reply */
+		else if (rc == -EDQUOT)
+			rc = tacod_http_error(r, 429, "rate_limit_error",
+					      "too_many_queued_jobs", NULL,
+					      "%s", err.msg);
+		else
+			rc = tacod_route_store_error(r, rc, &err, "job");
 		goto out;
 	}
 	tacod_service_wake(s);
@@ -468,8 +571,9 @@ static int job_list(tacod_http_req *r, void *ctx)
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
 					"out of memory");
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_job_list(s->store, scope(r), after ? after : "",
-				  limit_of(r), rows, &n, &more, &err);
+	rc = tacod_store_job_list(s->store, tacod_route_scope(r),
+				  after ? after : "", tacod_route_limit(r),
+				  rows, &n, &more, &err);
 	pthread_mutex_unlock(&s->lock);
 	for (int i = 0; i < n; i++) {
 		if (!rc)
@@ -480,7 +584,7 @@ static int job_list(tacod_http_req *r, void *ctx)
 	free(rows);
 	if (rc) {
 		json_decref(items);
-		return store_error(r, rc, &err, "job");
+		return tacod_route_store_error(r, rc, &err, "job");
 	}
 	return tacod_http_reply_json(r, 200, tacod_list_object(items, more));
 }
@@ -493,11 +597,11 @@ static int job_show(tacod_http_req *r, void *ctx)
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_job_get(s->store, scope(r), tacod_http_param(r, "id"),
-				 &j, &err);
+	rc = tacod_store_job_get(s->store, tacod_route_scope(r),
+				 tacod_http_param(r, "id"), &j, &err);
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
-		return store_error(r, rc, &err, "job");
+		return tacod_route_store_error(r, rc, &err, "job");
 	rc = tacod_http_reply_json(r, 200, tacod_job_object(&j));
 	tacod_job_clear(&j);
 	return rc;
@@ -512,7 +616,7 @@ static int job_cancel(tacod_http_req *r, void *ctx)
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_job_get(s->store, scope(r), id, &j, &err);
+	rc = tacod_store_job_get(s->store, tacod_route_scope(r), id, &j, &err);
 	if (!rc) {
 		if (j.status == TACOD_QUEUED || j.status == TACOD_PAUSED ||
 		    j.status == TACOD_VALIDATING) {
@@ -540,7 +644,7 @@ static int job_cancel(tacod_http_req *r, void *ctx)
 		return rc;
 	}
 	if (rc)
-		return store_error(r, rc, &err, "job");
+		return tacod_route_store_error(r, rc, &err, "job");
 	rc = tacod_http_reply_json(r, 200, tacod_job_object(&j));
 	tacod_job_clear(&j);
 	return rc;
@@ -565,11 +669,11 @@ static int job_follow(tacod_http_req *r, tacod_service *s, const char *id)
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_job_get(s->store, scope(r), id, &j, &err);
+	rc = tacod_store_job_get(s->store, tacod_route_scope(r), id, &j, &err);
 	pthread_mutex_unlock(&s->lock);
 	tacod_job_clear(&j);
 	if (rc)
-		return store_error(r, rc, &err, "job");
+		return tacod_route_store_error(r, rc, &err, "job");
 	st = tacod_http_stream_begin(r);
 	if (!st)
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
@@ -595,9 +699,10 @@ static int job_events(tacod_http_req *r, void *ctx)
 	tacod_job j = {0};
 	taco_err err = {{0}};
 	json_t *items = json_array();
-	int n = 0, more = 0, rc, limit = limit_of(r);
+	int n = 0, more = 0, rc, limit = tacod_route_limit(r);
 	int64_t after = 0, total = 0;
 	const char *stream = tacod_http_query(r, "stream");
+	const char *after_id = tacod_http_query(r, "after");
 
 	if (stream && !strcmp(stream, "true")) {
 		free(ev);
@@ -608,23 +713,31 @@ static int job_events(tacod_http_req *r, void *ctx)
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
 					"out of memory");
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_job_get(s->store, scope(r), id, &j, &err);
-	/* find the newest `limit` events: count, then read that window */
-	while (!rc) {
+	rc = tacod_store_job_get(s->store, tacod_route_scope(r), id, &j, &err);
+	/* Newest first, as OpenAI's: the page ends below `after` (an event
+	 * id from the previous page) or at the newest event. A job's seqs run
+	 * 1, 2, ... without gaps, so a page is one window of them. */
+	if (after_id) {
+		total = seq_of(after_id) - 1;
+		if (total < 0)
+			total = 0;
+	}
+	while (!rc && !after_id) {
 		rc = tacod_store_event_list(s->store, id, after, TACOD_LIST_MAX,
 					    ev, &n, &more, &err);
 		for (int i = 0; i < n; i++) {
 			total = ev[i].seq;
 			tacod_event_clear(&ev[i]);
 		}
+		n = 0;
 		if (rc || !more)
 			break;
 		after = total;
 	}
-	if (!rc)
-		rc = tacod_store_event_list(s->store, id,
-					    total > limit ? total - limit : 0,
-					    limit, ev, &n, &more, &err);
+	if (!rc && total > 0)
+		rc = tacod_store_event_list(
+		    s->store, id, total > limit ? total - limit : 0,
+		    (int)(total < limit ? total : limit), ev, &n, &more, &err);
 	pthread_mutex_unlock(&s->lock);
 	tacod_job_clear(&j);
 	for (int i = n - 1; !rc && i >= 0; i--)
@@ -634,7 +747,7 @@ static int job_events(tacod_http_req *r, void *ctx)
 	free(ev);
 	if (rc) {
 		json_decref(items);
-		return store_error(r, rc, &err, "job");
+		return tacod_route_store_error(r, rc, &err, "job");
 	}
 	return tacod_http_reply_json(r, 200,
 				     tacod_list_object(items, total > limit));
@@ -654,32 +767,36 @@ static int job_checkpoints(tacod_http_req *r, void *ctx)
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
 					"out of memory");
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_job_get(s->store, scope(r), id, &j, &err);
+	rc = tacod_store_job_get(s->store, tacod_route_scope(r), id, &j, &err);
 	if (!rc)
 		rc = tacod_store_checkpoint_list(s->store, id, c,
 						 TACOD_LIST_MAX, &n, &err);
 	pthread_mutex_unlock(&s->lock);
 	for (int i = n - 1; i >= 0; i--) {
-		char cid[TACOD_ID_MAX + 32];
-		snprintf(cid, sizeof(cid), "ftckpt-%s-%lld", id + 6,
-			 (long long)c[i].step);
 		if (!rc)
 			json_array_append_new(
-			    items,
-			    json_pack("{ss ss sI ss sI}", "id", cid, "object",
-				      "fine_tuning.job.checkpoint",
-				      "created_at", (json_int_t)c[i].created_at,
-				      "fine_tuning_job_id", id, "step_number",
-				      (json_int_t)c[i].step));
+			    items, tacod_checkpoint_object(&c[i], &j));
 		free(c[i].metrics);
 	}
 	free(c);
 	tacod_job_clear(&j);
 	if (rc) {
 		json_decref(items);
-		return store_error(r, rc, &err, "job");
+		return tacod_route_store_error(r, rc, &err, "job");
 	}
 	return tacod_http_reply_json(r, 200, tacod_list_object(items, 0));
+}
+
+extern const unsigned char tacod_openapi_yaml[];
+extern const size_t tacod_openapi_yaml_len;
+
+/* GET /v1/openapi.yaml: the API's description, built into the binary. */
+static int openapi(tacod_http_req *r, void *ctx)
+{
+	(void)ctx;
+	return tacod_http_reply_data(r, 200, "application/yaml",
+				     tacod_openapi_yaml,
+				     tacod_openapi_yaml_len);
 }
 
 void tacod_service_routes(tacod_service *s)
@@ -698,8 +815,20 @@ void tacod_service_routes(tacod_service *s)
 	    {"GET", "/v1/fine_tuning/jobs/{id}", job_show, NULL},
 	    {"POST", "/v1/fine_tuning/jobs/{id}/cancel", job_cancel, NULL},
 	    {"GET", "/v1/fine_tuning/jobs/{id}/events", job_events, NULL},
+	    {"POST", "/v1/fine_tuning/jobs/{id}/pause", tacod_route_job_pause,
+	     NULL},
+	    {"POST", "/v1/fine_tuning/jobs/{id}/resume", tacod_route_job_resume,
+	     NULL},
 	    {"GET", "/v1/fine_tuning/jobs/{id}/checkpoints", job_checkpoints,
 	     NULL},
+	    {"GET",
+	     "/v1/fine_tuning/jobs/{id}/checkpoints/{checkpoint}/content",
+	     tacod_route_checkpoint_content, NULL},
+	    {"GET", "/v1/fine_tuning/jobs/{id}/model/content",
+	     tacod_route_model_content, NULL},
+	    {"GET", "/v1/device", tacod_route_device, NULL},
+	    {"GET", "/metrics", tacod_route_metrics, NULL},
+	    {"GET", "/v1/openapi.yaml", openapi, NULL},
 	    {NULL, NULL, NULL, NULL},
 	};
 

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -207,17 +208,43 @@ static int st_exec_sql(tacod_store *s, const char *what, const char *sql,
 
 int st_begin(tacod_store *s, int write, taco_err *err)
 {
-	return st_exec_sql(s, "begin", write ? "BEGIN IMMEDIATE" : "BEGIN",
-			   err);
+	int rc = 0;
+
+	if (s->tx_depth == 0)
+		rc = st_exec_sql(s, "begin",
+				 write ? "BEGIN IMMEDIATE" : "BEGIN", err);
+	if (rc == 0)
+		s->tx_depth++;
+	return rc;
 }
 
 int st_end(tacod_store *s, int rc, taco_err *err)
 {
+	if (--s->tx_depth > 0) {
+		if (rc < 0)
+			s->tx_failed = 1;
+		return rc;
+	}
+	if (rc == 0 && s->tx_failed)
+		rc = taco_err_set(err, -EIO,
+				  "store: an earlier step of the "
+				  "transaction failed");
+	s->tx_failed = 0;
 	if (rc == 0)
 		rc = st_exec_sql(s, "commit", "COMMIT", err);
 	if (rc < 0 && !sqlite3_get_autocommit(s->db))
 		sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 	return rc;
+}
+
+int tacod_store_tx_begin(tacod_store *s, taco_err *err)
+{
+	return st_begin(s, 1, err);
+}
+
+int tacod_store_tx_end(tacod_store *s, int rc, taco_err *err)
+{
+	return st_end(s, rc, err);
 }
 
 int st_col_str(sqlite3_stmt *st, int col, char *buf, size_t size,
@@ -719,10 +746,26 @@ int tacod_store_file_get(tacod_store *s, const char *user, const char *id,
 	return rc;
 }
 
+static int read_file_at(sqlite3_stmt *st, void *rows, int i, taco_err *err)
+{
+	return read_file_row(st, &((tacod_file *)rows)[i], err);
+}
+
 int tacod_store_file_list(tacod_store *s, const char *user, const char *after,
 			  int limit, tacod_file *out, int *n, int *has_more,
 			  taco_err *err)
 {
+	static const st_page_def def = {"files", FILE_COLS, read_file_at, NULL};
+
+	return st_page(s, &def, user, after, limit, out, n, has_more, err);
+}
+
+/* Newest-first pages of files or jobs (store_internal.h). */
+int st_page(tacod_store *s, const st_page_def *d, const char *user,
+	    const char *after, int limit, void *out, int *n, int *has_more,
+	    taco_err *err)
+{
+	char sql[1024];
 	int64_t at, row;
 	st_query q;
 	int rc;
@@ -733,23 +776,18 @@ int tacod_store_file_list(tacod_store *s, const char *user, const char *after,
 	rc = st_check_user(user, 1, err);
 	if (rc < 0)
 		return rc;
+	/* created_at <= ?1 bounds the index range; the rest breaks ties. */
+	snprintf(sql, sizeof(sql),
+		 "SELECT %s FROM %s WHERE %s created_at <= ?1"
+		 " AND (created_at < ?1 OR rowid < ?2)"
+		 " ORDER BY created_at DESC, rowid DESC LIMIT ?3",
+		 d->cols, d->table, user ? "user = ?4 AND" : "");
 	rc = st_begin(s, 0, err);
 	if (rc < 0)
 		return rc;
-	rc = st_anchor(s, "files", user, after, &at, &row, err);
-	/* created_at <= ?1 bounds the index range; the rest breaks ties. */
+	rc = st_anchor(s, d->table, user, after, &at, &row, err);
 	if (rc == 0)
-		rc = st_prep(
-		    s, &q, "list files",
-		    user ? "SELECT " FILE_COLS " FROM files"
-			   " WHERE user = ?4 AND created_at <= ?1"
-			   " AND (created_at < ?1 OR rowid < ?2)"
-			   " ORDER BY created_at DESC, rowid DESC LIMIT ?3"
-			 : "SELECT " FILE_COLS " FROM files"
-			   " WHERE created_at <= ?1"
-			   " AND (created_at < ?1 OR rowid < ?2)"
-			   " ORDER BY created_at DESC, rowid DESC LIMIT ?3",
-		    err);
+		rc = st_prep(s, &q, d->table, sql, err);
 	if (rc == 0) {
 		st_int(&q, 1, at);
 		st_int(&q, 2, row);
@@ -762,8 +800,7 @@ int tacod_store_file_list(tacod_store *s, const char *user, const char *after,
 				rc = 0;
 				break;
 			}
-			rc = read_file_row(q.st, &out[*n], err);
-			if (rc < 0)
+			if ((rc = d->read(q.st, out, *n, err)) < 0)
 				break;
 			(*n)++;
 		}
@@ -771,6 +808,8 @@ int tacod_store_file_list(tacod_store *s, const char *user, const char *after,
 	}
 	rc = st_end(s, rc, err);
 	if (rc < 0) {
+		for (int i = 0; d->clear && i < *n; i++)
+			d->clear(out, i);
 		*n = 0;
 		*has_more = 0;
 	}

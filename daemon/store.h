@@ -17,20 +17,20 @@
 #define TACOD_USER_MAX 64
 #define TACOD_NAME_MAX 256
 #define TACOD_PATH_MAX 4096
-#define TACOD_LIST_MAX 100 /* rows in one list call */
+#define TACOD_LIST_MAX 100	 /* rows in one list call */
 #define TACOD_TEXT_MAX (1 << 20) /* bytes of one JSON or message text */
-#define TACOD_IDEM_KEY_MAX 256 /* an Idempotency-Key, with its NUL */
-#define TACOD_HASH_MAX 129 /* a request hash (hex), with its NUL */
+#define TACOD_IDEM_KEY_MAX 256	 /* an Idempotency-Key, with its NUL */
+#define TACOD_HASH_MAX 129	 /* a request hash (hex), with its NUL */
 
 typedef struct tacod_store tacod_store;
 
 /* An uploaded file, stored by content hash under the state directory. */
 typedef struct tacod_file {
-	char id[TACOD_ID_MAX];     /* "file-<24 hex>" */
+	char id[TACOD_ID_MAX];	   /* "file-<24 hex>" */
 	char user[TACOD_USER_MAX]; /* owner */
 	char filename[TACOD_NAME_MAX];
-	char purpose[32];   /* "fine-tune", ... */
-	char sha256[65];    /* hex */
+	char purpose[32];	   /* "fine-tune", ... */
+	char sha256[65];	   /* hex */
 	char path[TACOD_PATH_MAX]; /* where the bytes are */
 	int64_t bytes;
 	int64_t created_at; /* unix seconds */
@@ -46,7 +46,7 @@ enum tacod_job_status {
 	TACOD_CANCELLED,
 };
 
-const char *tacod_status_name(int status); /* "validating_files", ... */
+const char *tacod_status_name(int status);    /* "validating_files", ... */
 int tacod_status_from_name(const char *name); /* -1 when unknown */
 
 /* A fine-tuning job. Text fields hold JSON where they say so. */
@@ -58,15 +58,16 @@ typedef struct tacod_job {
 	char training_file[TACOD_ID_MAX];
 	char validation_file[TACOD_ID_MAX]; /* "" = none */
 	char suffix[64];
-	char *request;   /* JSON: the create request as accepted (owned) */
-	char *error;     /* JSON {"message","code","param"} or NULL (owned) */
+	char *request; /* JSON: the create request as accepted (owned) */
+	char *error;   /* JSON {"message","code","param"} or NULL (owned) */
 	char fine_tuned_model[TACOD_NAME_MAX]; /* "" until succeeded */
 	char output_dir[TACOD_PATH_MAX];
 	int64_t trained_tokens;
 	int64_t planned_bytes, measured_peak_bytes;
-	int64_t created_at, started_at, finished_at, estimated_finish; /* 0 =
-									   none */
-	int64_t queue_seq; /* FIFO order of the queue */
+	int64_t created_at, started_at, finished_at,
+	    estimated_finish; /* 0 =
+				  none */
+	int64_t queue_seq;    /* FIFO order of the queue */
 	int retries;
 } tacod_job;
 
@@ -76,10 +77,10 @@ typedef struct tacod_event {
 	char job_id[TACOD_ID_MAX];
 	int64_t seq; /* per job, from 1 */
 	int64_t created_at;
-	char level[8];  /* "info", "warn", "error" */
-	char type[32];  /* "message", "metrics", "status", ... */
-	char *message;  /* owned */
-	char *data;     /* JSON or NULL, owned */
+	char level[8]; /* "info", "warn", "error" */
+	char type[32]; /* "message", "metrics", "status", ... */
+	char *message; /* owned */
+	char *data;    /* JSON or NULL, owned */
 } tacod_event;
 
 void tacod_event_clear(tacod_event *e);
@@ -99,6 +100,12 @@ void tacod_store_close(tacod_store *s);
 /* PRAGMA integrity_check: 0 when the database is sound, -EIO naming the
  * first problem otherwise. */
 int tacod_store_integrity_check(tacod_store *s, taco_err *err);
+
+/* One write transaction around several calls (each of which is otherwise
+ * its own): tx_end commits when rc is 0 and every call inside succeeded,
+ * and rolls everything back otherwise, returning rc or the failure. */
+int tacod_store_tx_begin(tacod_store *s, taco_err *err);
+int tacod_store_tx_end(tacod_store *s, int rc, taco_err *err);
 
 /* A new random id with the given prefix ("file-", "ftjob-"). */
 void tacod_new_id(const char *prefix, char out[TACOD_ID_MAX]);
@@ -131,6 +138,10 @@ int tacod_store_job_list(tacod_store *s, const char *user, const char *after,
 /* Jobs in a status, oldest queue_seq first (the scheduler's view). */
 int tacod_store_job_by_status(tacod_store *s, int status, tacod_job *out,
 			      int cap, int *n, taco_err *err);
+/* How many jobs of user (NULL: of everyone) are in each status, indexed by
+ * status. */
+int tacod_store_job_count(tacod_store *s, const char *user,
+			  int64_t counts[TACOD_CANCELLED + 1], taco_err *err);
 /* Writes every field of j (found by id). -ENOENT when there is no such
  * job. */
 int tacod_store_job_update(tacod_store *s, const tacod_job *j, taco_err *err);
@@ -140,14 +151,13 @@ int tacod_store_job_update_from(tacod_store *s, const tacod_job *j, int from,
 				taco_err *err);
 /* Moves a job from status `from` to `to` only if it is in `from`:
  * -EAGAIN otherwise (the compare-and-set the scheduler and the API use). */
-int tacod_store_job_transition(tacod_store *s, const char *id, int from,
-			       int to, taco_err *err);
+int tacod_store_job_transition(tacod_store *s, const char *id, int from, int to,
+			       taco_err *err);
 
 /* Events: seq assigned here, returned through *seq. */
-int tacod_store_event_add(tacod_store *s, const char *job_id,
-			  const char *level, const char *type,
-			  const char *message, const char *data_json,
-			  int64_t *seq, taco_err *err);
+int tacod_store_event_add(tacod_store *s, const char *job_id, const char *level,
+			  const char *type, const char *message,
+			  const char *data_json, int64_t *seq, taco_err *err);
 /* Events with seq > after_seq, oldest first, at most limit. */
 int tacod_store_event_list(tacod_store *s, const char *job_id,
 			   int64_t after_seq, int limit, tacod_event *out,
@@ -173,8 +183,8 @@ int tacod_store_idem_get(tacod_store *s, const char *user, const char *key,
 			 const char *request_hash, int *status, char **body,
 			 taco_err *err);
 int tacod_store_idem_put(tacod_store *s, const char *user, const char *key,
-			 const char *request_hash, int status,
-			 const char *body, taco_err *err);
+			 const char *request_hash, int status, const char *body,
+			 taco_err *err);
 /* Forgets keys stored before the unix time `before`; *deleted (may be NULL)
  * tells how many. */
 int tacod_store_idem_purge(tacod_store *s, int64_t before, int64_t *deleted,

@@ -12,6 +12,8 @@
 
 struct tacod_store {
 	sqlite3 *db;
+	int tx_depth;  /* open st_begin calls: only the outermost is real */
+	int tx_failed; /* an inner call failed: the outermost rolls back */
 };
 
 /* One prepared statement. Binding errors are kept in rc and reported by the
@@ -35,7 +37,9 @@ void st_done(st_query *q);
 int st_fail(tacod_store *s, int rc, const char *what, taco_err *err);
 
 /* BEGIN IMMEDIATE (write) or BEGIN (read); st_end commits when rc is 0 and
- * rolls back otherwise, returning rc or the COMMIT failure. */
+ * rolls back otherwise, returning rc or the COMMIT failure. Calls nest:
+ * inside tacod_store_tx_begin only the outermost pair talks to SQLite, and
+ * a failure anywhere rolls the whole transaction back at its end. */
 int st_begin(tacod_store *s, int write, taco_err *err);
 int st_end(tacod_store *s, int rc, taco_err *err);
 
@@ -66,5 +70,18 @@ int st_clamp_limit(int limit);
 int st_anchor(tacod_store *s, const char *table, const char *user,
 	      const char *after, int64_t *created_at, int64_t *rowid,
 	      taco_err *err);
+
+/* One newest-first page of a table with id, user and created_at columns
+ * (files, jobs): rows after the id `after`, at most limit of them read with
+ * read(stmt, out, i) into out; on failure, clear(out, i) (may be NULL)
+ * undoes each row read and *n is 0. */
+typedef struct st_page_def {
+	const char *table, *cols;
+	int (*read)(sqlite3_stmt *st, void *out, int i, taco_err *err);
+	void (*clear)(void *out, int i);
+} st_page_def;
+int st_page(tacod_store *s, const st_page_def *d, const char *user,
+	    const char *after, int limit, void *out, int *n, int *has_more,
+	    taco_err *err);
 
 #endif

@@ -53,7 +53,8 @@ static int check_job(const tacod_job *j, taco_err *err)
 	if (rc == 0)
 		rc = st_check_str(j->model, sizeof(j->model), 0, "model", err);
 	if (rc == 0)
-		rc = st_check_str(j->training_file, sizeof(j->training_file), 0,
+		/* "" for a dataset read by path (the request names it) */
+		rc = st_check_str(j->training_file, sizeof(j->training_file), 1,
 				  "training_file", err);
 	if (rc == 0)
 		rc =
@@ -264,54 +265,24 @@ static int read_jobs(st_query *q, tacod_job *out, int cap, int *n, int *more,
 	return rc;
 }
 
+static int read_job_at(sqlite3_stmt *st, void *rows, int i, taco_err *err)
+{
+	return read_job(st, &((tacod_job *)rows)[i], err);
+}
+
+static void clear_job_at(void *rows, int i)
+{
+	tacod_job_clear(&((tacod_job *)rows)[i]);
+}
+
 int tacod_store_job_list(tacod_store *s, const char *user, const char *after,
 			 int limit, tacod_job *out, int *n, int *has_more,
 			 taco_err *err)
 {
-	int64_t at, row;
-	st_query q;
-	int rc;
+	static const st_page_def def = {"jobs", JOB_COLS, read_job_at,
+					clear_job_at};
 
-	*n = 0;
-	*has_more = 0;
-	limit = st_clamp_limit(limit);
-	rc = st_check_user(user, 1, err);
-	if (rc < 0)
-		return rc;
-	rc = st_begin(s, 0, err);
-	if (rc < 0)
-		return rc;
-	rc = st_anchor(s, "jobs", user, after, &at, &row, err);
-	/* created_at <= ?1 bounds the index range; the rest breaks ties. */
-	if (rc == 0)
-		rc = st_prep(
-		    s, &q, "list jobs",
-		    user ? "SELECT " JOB_COLS " FROM jobs"
-			   " WHERE user = ?4 AND created_at <= ?1"
-			   " AND (created_at < ?1 OR rowid < ?2)"
-			   " ORDER BY created_at DESC, rowid DESC LIMIT ?3"
-			 : "SELECT " JOB_COLS " FROM jobs"
-			   " WHERE created_at <= ?1"
-			   " AND (created_at < ?1 OR rowid < ?2)"
-			   " ORDER BY created_at DESC, rowid DESC LIMIT ?3",
-		    err);
-	if (rc == 0) {
-		st_int(&q, 1, at);
-		st_int(&q, 2, row);
-		st_int(&q, 3, limit + 1);
-		if (user)
-			st_text(&q, 4, user);
-		rc = read_jobs(&q, out, limit, n, has_more, err);
-		st_done(&q);
-	}
-	rc = st_end(s, rc, err);
-	if (rc < 0) {
-		for (int i = 0; i < *n; i++)
-			tacod_job_clear(&out[i]);
-		*n = 0;
-		*has_more = 0;
-	}
-	return rc;
+	return st_page(s, &def, user, after, limit, out, n, has_more, err);
 }
 
 int tacod_store_job_by_status(tacod_store *s, int status, tacod_job *out,
@@ -338,6 +309,33 @@ int tacod_store_job_by_status(tacod_store *s, int status, tacod_job *out,
 	rc = read_jobs(&q, out, cap, n, NULL, err);
 	st_done(&q);
 	return rc;
+}
+
+int tacod_store_job_count(tacod_store *s, const char *user,
+			  int64_t counts[TACOD_CANCELLED + 1], taco_err *err)
+{
+	int64_t c[TACOD_CANCELLED + 1] = {0};
+	st_query q;
+	int rc = st_check_user(user, 1, err);
+
+	if (rc == 0)
+		rc = st_prep(s, &q, "count jobs by status",
+			     "SELECT status, count(*) FROM jobs"
+			     " WHERE ?1 IS NULL OR user = ?1 GROUP BY status",
+			     err);
+	if (rc < 0)
+		return rc;
+	st_text(&q, 1, user);
+	while ((rc = st_step(&q, err)) == 1) {
+		int64_t st = sqlite3_column_int64(q.st, 0);
+		if (st >= 0 && st <= TACOD_CANCELLED)
+			c[st] = sqlite3_column_int64(q.st, 1);
+	}
+	st_done(&q);
+	if (rc < 0)
+		return rc;
+	memcpy(counts, c, sizeof(c));
+	return 0;
 }
 
 /* UPDATE of every field, only while in status `from` when from >= 0. */

@@ -8,8 +8,7 @@
 #include "fsutil.h"
 #include "model_io.h"
 
-/* Copied when the base model has them. */
-static const char *const copied[] = {
+const char *const taco_export_base_files[] = {
     "config.json",
     "generation_config.json",
     "tokenizer.json",
@@ -38,9 +37,11 @@ int taco_export(const taco_model *m, const char *base_dir, const char *out_dir,
 	taco_remove_flat_dir(tmp, NULL);
 	if ((r = taco_mkdir_p(tmp, err)))
 		return r;
-	for (int i = 0; copied[i]; i++) {
-		snprintf(src, sizeof(src), "%s/%s", base_dir, copied[i]);
-		snprintf(dst, sizeof(dst), "%s/%s", tmp, copied[i]);
+	for (int i = 0; taco_export_base_files[i]; i++) {
+		snprintf(src, sizeof(src), "%s/%s", base_dir,
+			 taco_export_base_files[i]);
+		snprintf(dst, sizeof(dst), "%s/%s", tmp,
+			 taco_export_base_files[i]);
 		if (stat(src, &st) || !S_ISREG(st.st_mode))
 			continue;
 		if ((r = taco_copy_file(src, dst, err)))

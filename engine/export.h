@@ -7,6 +7,11 @@
 #include "model.h"
 #include "taco_err.h"
 
+/* The files of a base model directory that an export carries over when
+ * present (config, tokenizer, generation and chat template files), NULL
+ * terminated. */
+extern const char *const taco_export_base_files[];
+
 /* Writes out_dir: config.json, generation_config.json and tokenizer files
  * copied from base_dir, and the weights in their dtype (the base model's),
  * sharded above shard_bytes. Assembled under a temporary name and renamed,

@@ -37,9 +37,9 @@ static void usage(FILE *f)
 		"\n"
 		"Runs the fine-tuning job described by JOB.json (docs/job.md) "
 		"in the\n"
-		"foreground on the CPU backend: trains, evaluates, writes "
-		"checkpoints\n"
-		"and exports the model to OUTPUT_DIR/model.\n"
+		"foreground on the CPU or the CUDA backend: trains, "
+		"evaluates, writes\n"
+		"checkpoints and exports the model to OUTPUT_DIR/model.\n"
 		"\n"
 		"Options:\n"
 		"  --resume         continue from the newest complete "
@@ -68,15 +68,20 @@ static void usage(FILE *f)
 		"term, and\n"
 		"                   whether it fits; exit 0 if it fits, else "
 		"1\n"
-		"  --backend B      the backend --plan plans for: cpu "
-		"(default) or cuda\n"
+		"  --backend B      cpu (default) or cuda (GPU 0): the "
+		"backend the job\n"
+		"                   trains on, and the one --plan plans "
+		"for\n"
 		"  --memory-budget SIZE\n"
 		"                   memory the job may use, e.g. 80GB, 80GiB, "
 		"512MB\n"
 		"                   (default: this machine's physical "
-		"memory); a job\n"
-		"                   whose plan exceeds it is refused before "
-		"it loads\n"
+		"memory with cpu,\n"
+		"                   80GB for --plan with cuda, no check when "
+		"training\n"
+		"                   on cuda); a job whose plan exceeds it is "
+		"refused\n"
+		"                   before it loads\n"
 		"  -h, --help       this text\n"
 		"\n"
 		"SIGTERM or SIGINT: finish the current step, write a "
@@ -303,6 +308,17 @@ int main(int argc, char **argv)
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		if (getppid() == 1)
 			stop_requested = 1;
+	}
+	if (backend == TACO_BACKEND_CUDA) {
+		char why[256] = "";
+		if (tk_cuda_open(&to.ops, why, sizeof(why))) {
+			fprintf(stderr,
+				"taco-train: --backend cuda: no CUDA "
+				"backend: %s\n",
+				why);
+			taco_job_free(&job);
+			return EXIT_FAILED;
+		}
 	}
 	r = taco_train_run(&job, &to, &err);
 	taco_job_free(&job);

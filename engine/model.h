@@ -100,7 +100,9 @@ int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
 		    taco_err *err);
 
 /* A model of the config's shapes with deterministic random weights (normal
- * std 0.02, norms 1), for benchmarks and the planner. */
+ * std 0.02, norms 1, biases 0), for benchmarks and the planner
+ * (model_init.c). Made on the host a chunk at a time and uploaded: host
+ * memory stays a few tens of MB at any model size. */
 int taco_model_init_random(const taco_config *cfg, const tk_ops *ops, int dtype,
 			   uint64_t seed, taco_model **out, taco_err *err);
 
@@ -141,5 +143,17 @@ int taco_model_logits(taco_model *m, const taco_batch *b, float *logits,
 
 /* Releases the step buffers (they are re-made on the next step). */
 void taco_model_release_work(taco_model *m);
+
+/* Internal to engine/ (model_load.c, shared with model_init.c). */
+
+/* The sorted tensor list of cfg, every data NULL, on ops (may be NULL). */
+int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
+			taco_model **out, taco_err *err);
+/* Allocates t's data on m->ops in dtype (sets t->dtype). */
+int taco_model_alloc_tensor(taco_model *m, taco_tensor *t, int dtype,
+			    taco_err *err);
+/* -ENOTSUP for a config that can be planned but not trained. */
+int taco_model_refuse_shapes_only(const taco_config *c, const char *where,
+				  taco_err *err);
 
 #endif

@@ -1,6 +1,5 @@
-/* model_load.c: the tensor list of a config, loading it from safetensors,
- * and random initialisation. */
-#include <math.h>
+/* model_load.c: the tensor list of a config and loading it from
+ * safetensors (model_init.c: random weights on the same list). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +8,6 @@
 #include "model.h"
 #include "model_work.h"
 #include "safetensors.h"
-#include "tk_hash.h"
 
 static const char *const layer_names[TACO_L_COUNT] = {
     [TACO_L_ATTN_NORM] = "input_layernorm.weight",
@@ -191,9 +189,8 @@ static int other_tensors(const taco_config *c, taco_tensor *t)
 	return n;
 }
 
-/* Builds the sorted tensor list (no data yet) for cfg. */
-static int model_skeleton(const taco_config *cfg, const tk_ops *ops,
-			  taco_model **out, taco_err *err)
+int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
+			taco_model **out, taco_err *err)
 {
 	taco_model *m = calloc(1, sizeof(*m));
 	int cap = 6 + cfg->layers * (TACO_L_COUNT + 4), n = 0;
@@ -267,10 +264,11 @@ sort:
 
 int taco_model_shapes(const taco_config *cfg, taco_model **out, taco_err *err)
 {
-	return model_skeleton(cfg, NULL, out, err);
+	return taco_model_skeleton(cfg, NULL, out, err);
 }
 
-static int alloc_tensor(taco_model *m, taco_tensor *t, int dtype, taco_err *err)
+int taco_model_alloc_tensor(taco_model *m, taco_tensor *t, int dtype,
+			    taco_err *err)
 {
 	size_t bytes = t->numel * tk_dtype_size(dtype);
 
@@ -345,7 +343,7 @@ static int load_weights(taco_model *m, const char *dir, taco_err *err)
 					 dir, t->name, have, want);
 			goto out;
 		}
-		if ((r = alloc_tensor(m, t, s->dtype, err)))
+		if ((r = taco_model_alloc_tensor(m, t, s->dtype, err)))
 			goto out;
 		m->ops->upload(t->data, s->data, s->nbytes);
 	}
@@ -367,8 +365,8 @@ out:
 	return r;
 }
 
-static int refuse_shapes_only(const taco_config *c, const char *where,
-			      taco_err *err)
+int taco_model_refuse_shapes_only(const taco_config *c, const char *where,
+				  taco_err *err)
 {
 	return taco_err_set(err, -ENOTSUP,
 			    "%s: %s can be planned but not trained (supported: "
@@ -393,8 +391,8 @@ int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
 	if (r)
 		return r;
 	if (cfg.shapes_only)
-		return refuse_shapes_only(&cfg, path, err);
-	r = model_skeleton(&cfg, ops, &m, err);
+		return taco_model_refuse_shapes_only(&cfg, path, err);
+	r = taco_model_skeleton(&cfg, ops, &m, err);
 	if (r)
 		return r;
 	r = load_weights(m, dir, err);
@@ -404,64 +402,6 @@ int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
 	}
 	*out = m;
 	return 0;
-}
-
-/* Normal deviates by Box-Muller from splitmix64 uniforms. */
-static float randn(uint64_t *s)
-{
-	double u1 = ((double)(tk_splitmix64_next(s) >> 11) + 1.0) * 0x1.0p-53;
-	double u2 = (double)(tk_splitmix64_next(s) >> 11) * 0x1.0p-53;
-	return (float)(sqrt(-2.0 * log(u1)) * cos(2 * M_PI * u2));
-}
-
-int taco_model_init_random(const taco_config *cfg, const tk_ops *ops, int dtype,
-			   uint64_t seed, taco_model **out, taco_err *err)
-{
-	taco_model *m = NULL;
-	float *host = NULL;
-	void *conv = NULL;
-	size_t chunk = 1 << 20;
-	int r;
-
-	if (cfg->shapes_only)
-		return refuse_shapes_only(cfg, "config", err);
-	r = model_skeleton(cfg, ops, &m, err);
-	if (r)
-		return r;
-	host = malloc(chunk * sizeof(float));
-	conv = malloc(chunk * sizeof(float));
-	if (!host || !conv) {
-		r = taco_err_set(err, -ENOMEM, "out of memory");
-		goto fail;
-	}
-	for (int i = 0; i < m->n_tensors; i++) {
-		taco_tensor *t = &m->tensors[i];
-		size_t es = tk_dtype_size(dtype);
-		uint64_t s = seed ^ ((uint64_t)i * 0x9E3779B97F4A7C15ull);
-
-		if ((r = alloc_tensor(m, t, dtype, err)))
-			goto fail;
-		for (size_t off = 0; off < t->numel; off += chunk) {
-			size_t n =
-			    t->numel - off < chunk ? t->numel - off : chunk;
-			for (size_t j = 0; j < n; j++)
-				host[j] = t->ndim == 1
-					      ? (strstr(t->name, "bias") ? 0.0f
-									 : 1.0f)
-					      : 0.02f * randn(&s);
-			taco_f32_to_dtype(conv, host, n, dtype);
-			ops->upload((char *)t->data + off * es, conv, n * es);
-		}
-	}
-	free(host);
-	free(conv);
-	*out = m;
-	return 0;
-fail:
-	free(host);
-	free(conv);
-	taco_model_free(m);
-	return r;
 }
 
 void taco_model_free(taco_model *m)

@@ -21,6 +21,16 @@
 #include "optim.h"
 #include "plan.h"
 
+/* The gradient consumer of a step: update each tensor at once (dense NULL)
+ * or accumulate into dense (grad_accum > 1). */
+typedef struct grad_ctx {
+	taco_optim *o;	       /* NULL: no update */
+	const uint8_t *frozen; /* NULL or a flag per tensor */
+	float **dense;	       /* accumulated gradients, or NULL */
+	int micro;	       /* micro-batch of the running step */
+	float lr;	       /* of the running step */
+} grad_ctx;
+
 typedef struct trainer {
 	const taco_job *job;
 	const taco_train_opts *opts;
@@ -28,8 +38,9 @@ typedef struct trainer {
 	taco_optim *o;
 	taco_job_data data;
 	taco_data *train, *val; /* data.train, data.val */
+	const tk_ops *ops;	/* the backend trained on */
+	int backend;		/* enum taco_plan_backend of ops */
 	uint8_t *frozen;
-	float **dense; /* accumulated gradients (grad_accum > 1) */
 	int32_t *tokens, *targets, *pos; /* [A, B, T] */
 	size_t *order;
 	uint64_t order_epoch;
@@ -40,9 +51,7 @@ typedef struct trainer {
 	taco_events ev;
 	taco_plan plan;
 	int lock_fd; /* flock of output_dir/.lock, -1 when not held */
-	/* gradient consumer state of the running step */
-	int micro;
-	float lr;
+	grad_ctx g;  /* gradient consumer of the running step */
 } trainer;
 
 static double now(void)
@@ -65,32 +74,54 @@ int64_t taco_train_total_steps(const taco_job *job, size_t n_examples)
 /* Gradient consumer: update at once (A = 1) or accumulate (A > 1). */
 static int on_grad(void *ctx, taco_model *m, int id, float *grad)
 {
-	trainer *tr = ctx;
-	size_t bytes = m->tensors[id].numel * sizeof(float);
+	grad_ctx *g = ctx;
+	size_t n = m->tensors[id].numel;
 
-	if (tr->frozen[id])
+	if ((g->frozen && g->frozen[id]) || !g->o)
 		return 0;
-	if (!tr->dense)
-		return taco_optim_apply(tr->o, id, grad, tr->lr);
-	if (tr->micro == 0)
-		m->ops->upload(tr->dense[id], grad, bytes); /* CPU: a copy */
-	else
-		m->ops->add(tr->dense[id], grad, m->tensors[id].numel);
+	if (!g->dense)
+		return taco_optim_apply(g->o, id, grad, g->lr);
+	/* Both are backend memory, and the op table has no device-to-device
+	 * copy (upload's source is host memory): zero, then add. */
+	if (g->micro == 0)
+		m->ops->memset0(g->dense[id], n * sizeof(float));
+	m->ops->add(g->dense[id], grad, n);
 	return 0;
+}
+
+int taco_train_step(taco_model *m, taco_optim *o, const uint8_t *frozen,
+		    const taco_batch *b, float lr, taco_step_stats *stats,
+		    taco_err *err)
+{
+	grad_ctx g = {o, frozen, NULL, 0, lr};
+
+	if (o)
+		taco_optim_begin_step(o);
+	return taco_model_step(m, b, 0, on_grad, &g, stats, err);
+}
+
+/* CUDA ops return void and record their first failure: poll it. */
+static int backend_check(trainer *tr, taco_err *err)
+{
+	const char *e;
+
+	if (tr->backend != TACO_BACKEND_CUDA || !(e = tk_cuda_last_error()))
+		return 0;
+	return taco_err_set(err, -EIO, "CUDA backend: %s", e);
 }
 
 static int alloc_dense(trainer *tr, taco_err *err)
 {
 	taco_model *m = tr->m;
 
-	tr->dense = calloc((size_t)m->n_tensors, sizeof(float *));
-	if (!tr->dense)
+	tr->g.dense = calloc((size_t)m->n_tensors, sizeof(float *));
+	if (!tr->g.dense)
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	for (int i = 0; i < m->n_tensors; i++) {
 		if (tr->frozen[i])
 			continue;
-		tr->dense[i] = m->ops->alloc(m->tensors[i].numel * 4);
-		if (!tr->dense[i])
+		tr->g.dense[i] = m->ops->alloc(m->tensors[i].numel * 4);
+		if (!tr->g.dense[i])
 			return taco_err_set(err, -ENOMEM,
 					    "cannot allocate the gradient "
 					    "accumulation buffer of '%s'",
@@ -101,12 +132,12 @@ static int alloc_dense(trainer *tr, taco_err *err)
 
 static void free_trainer(trainer *tr)
 {
-	if (tr->dense)
+	if (tr->g.dense)
 		for (int i = 0; i < tr->m->n_tensors; i++)
-			if (tr->dense[i])
-				tr->m->ops->free(tr->dense[i],
+			if (tr->g.dense[i])
+				tr->m->ops->free(tr->g.dense[i],
 						 tr->m->tensors[i].numel * 4);
-	free(tr->dense);
+	free(tr->g.dense);
 	taco_optim_free(tr->o);
 	taco_model_free(tr->m);
 	taco_job_data_free(&tr->data);
@@ -137,23 +168,34 @@ static int train_step(trainer *tr, taco_err *err)
 		    tr->pos + a * rows);
 	for (size_t i = 0; i < rows * (size_t)j->grad_accum; i++)
 		norm += tr->targets[i] != -100;
-	tr->lr = (float)taco_job_lr(j, tr->step + 1, tr->total);
-	taco_optim_begin_step(tr->o);
-	for (tr->micro = 0; tr->micro < j->grad_accum; tr->micro++) {
-		taco_batch b = {
-		    j->batch_size, j->seq_len, tr->tokens + tr->micro * rows,
-		    tr->targets + tr->micro * rows, tr->pos + tr->micro * rows};
+	tr->g.o = tr->o;
+	tr->g.frozen = tr->frozen;
+	tr->g.lr = (float)taco_job_lr(j, tr->step + 1, tr->total);
+	if (!tr->g.dense) {
 		taco_step_stats st;
-		if ((r = taco_model_step(tr->m, &b, norm, on_grad, tr, &st,
+		taco_batch b = {j->batch_size, j->seq_len, tr->tokens,
+				tr->targets, tr->pos};
+		if ((r = taco_train_step(tr->m, tr->o, tr->frozen, &b, tr->g.lr,
+					 &st, err)))
+			return r;
+		loss = st.loss_sum;
+		goto done;
+	}
+	taco_optim_begin_step(tr->o);
+	for (tr->g.micro = 0; tr->g.micro < j->grad_accum; tr->g.micro++) {
+		size_t at = (size_t)tr->g.micro * rows;
+		taco_batch b = {j->batch_size, j->seq_len, tr->tokens + at,
+				tr->targets + at, tr->pos + at};
+		taco_step_stats st;
+		if ((r = taco_model_step(tr->m, &b, norm, on_grad, &tr->g, &st,
 					 err)))
 			return r;
 		loss += st.loss_sum;
 	}
-	if (tr->dense)
-		for (int i = 0; i < tr->m->n_tensors; i++)
-			if (tr->dense[i])
-				taco_optim_apply(tr->o, i, tr->dense[i],
-						 tr->lr);
+	for (int i = 0; i < tr->m->n_tensors; i++)
+		if (tr->g.dense[i])
+			taco_optim_apply(tr->o, i, tr->g.dense[i], tr->g.lr);
+done:
 	tr->step++;
 	tr->tokens_seen += (int64_t)rows * j->grad_accum;
 	tr->loss = norm ? loss / (double)norm : 0.0;
@@ -188,6 +230,8 @@ static int evaluate(trainer *tr, taco_err *err)
 		n += st.n_targets;
 		correct += st.n_correct;
 	}
+	if ((r = backend_check(tr, err)))
+		return r;
 	ev = json_pack("{sI}", "step", (json_int_t)tr->step);
 	if (tr->val)
 		json_object_update_new(
@@ -243,7 +287,8 @@ static int checkpoint(trainer *tr, taco_err *err)
 	r = taco_ckpt_save(tr->job->output_dir, tr->step, tr->m, tr->o, t,
 			   tr->job->keep_checkpoints, path, sizeof(path), err);
 	json_decref(t);
-	if (r)
+	/* a failed download would have written garbage: say so */
+	if (r || (r = backend_check(tr, err)))
 		return r;
 	if (tr->opts->progress)
 		fprintf(stderr, "%scheckpoint %s\n",
@@ -330,7 +375,7 @@ static void progress(trainer *tr)
 			"{sI sI sf sf sI sf sf sf sI sI}", "step",
 			(json_int_t)tr->step, "total_steps",
 			(json_int_t)tr->total, "loss", tr->loss, "lr",
-			(double)tr->lr, "tokens", (json_int_t)tr->tokens_seen,
+			(double)tr->g.lr, "tokens", (json_int_t)tr->tokens_seen,
 			"tokens_per_s", tps, "elapsed_s", el, "eta_s", eta,
 			"mem_bytes", (json_int_t)tr->m->ops->mem_current(),
 			"mem_peak_bytes", (json_int_t)tr->m->ops->mem_peak()));
@@ -345,7 +390,7 @@ static void progress(trainer *tr)
 		"elapsed | ETA %s%s",
 		tr->opts->progress == TACO_PROGRESS_TTY ? "\r" : "",
 		(long long)tr->step, (long long)tr->total, tr->loss,
-		(double)tr->lr, tps, e1, e2,
+		(double)tr->g.lr, tps, e1, e2,
 		tr->opts->progress == TACO_PROGRESS_TTY ? "   " : "\n");
 	fflush(stderr);
 }
@@ -395,18 +440,22 @@ static int lock_output_dir(trainer *tr, taco_err *err)
 	return 0;
 }
 
-/* The plan must fit the memory budget before anything is loaded. */
+/* The plan must fit the memory budget before anything is loaded. The op
+ * table cannot say how much memory a GPU has, so without a budget a CUDA
+ * job is planned (for the started event) but not checked. */
 static int admit(trainer *tr, taco_err *err)
 {
 	uint64_t budget = tr->opts->memory_budget ? tr->opts->memory_budget
-						  : taco_plan_host_memory();
+			  : tr->backend == TACO_BACKEND_CPU
+			      ? taco_plan_host_memory()
+			      : 0;
 	taco_model *shapes = NULL;
 	taco_plan_input in;
 	uint8_t *frozen = NULL;
 	int r;
 
-	if ((r = taco_plan_job(tr->job, TACO_BACKEND_CPU, &tr->plan, &in,
-			       &shapes, err)))
+	if ((r = taco_plan_job(tr->job, tr->backend, &tr->plan, &in, &shapes,
+			       err)))
 		return r;
 	if (tr->plan.total > budget && budget) {
 		if (!(r = taco_job_frozen(tr->job, shapes, &frozen, err))) {
@@ -453,7 +502,8 @@ static int setup(trainer *tr, taco_err *err)
 		return r;
 	if ((r = admit(tr, err)))
 		return r;
-	if ((r = taco_model_load(j->model, tk_cpu_ops(), &tr->m, err)))
+	if ((r = taco_model_load(j->model, tr->ops, &tr->m, err)) ||
+	    (r = backend_check(tr, err)))
 		return r;
 	tr->m->keep_activations = !j->activation_checkpointing;
 	r = taco_job_data_load(j, tr->m->cfg.vocab, &tr->data, err);
@@ -479,14 +529,15 @@ static int setup(trainer *tr, taco_err *err)
 	if (tr->opts->resume && (r = resume(tr, err)))
 		return r;
 	tr->start_step = tr->step;
-	return 0;
+	return backend_check(tr, err);
 }
 
 static void started(trainer *tr)
 {
 	const taco_job *j = tr->job;
 	json_t *e = json_pack(
-	    "{ss ss sI sI sI sI ss sI sI si si si sI}", "model", j->model,
+	    "{ss ss ss sI sI sI sI ss sI sI si si si sI}", "model", j->model,
+	    "backend", tr->backend == TACO_BACKEND_CPU ? "cpu" : "cuda",
 	    "architecture", taco_arch_name(tr->m->cfg.arch), "parameters",
 	    (json_int_t)taco_model_param_count(tr->m), "total_steps",
 	    (json_int_t)tr->total, "start_step", (json_int_t)tr->step,
@@ -509,7 +560,8 @@ static int finish(trainer *tr, taco_err *err)
 		return r;
 	snprintf(out, sizeof(out), "%s/model", tr->job->output_dir);
 	if ((r = taco_export(tr->m, tr->job->model, out,
-			     tr->job->export_shard_bytes, err)))
+			     tr->job->export_shard_bytes, err)) ||
+	    (r = backend_check(tr, err)))
 		return r;
 	if (tr->opts->progress)
 		fprintf(stderr, "exported %s\n", out);
@@ -527,6 +579,9 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 	tr.lock_fd = -1;
 	tr.job = job;
 	tr.opts = opts;
+	tr.ops = opts->ops ? opts->ops : tk_cpu_ops();
+	tr.backend =
+	    tr.ops == tk_cpu_ops() ? TACO_BACKEND_CPU : TACO_BACKEND_CUDA;
 	if (taco_events_open(&tr.ev, opts->events_fd)) {
 		r = taco_err_set(err, -EBADF, "--events-fd %d: not open",
 				 opts->events_fd);
@@ -541,7 +596,7 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 			end = TACO_TRAIN_STOPPED;
 			break;
 		}
-		if ((r = train_step(&tr, err)))
+		if ((r = train_step(&tr, err)) || (r = backend_check(&tr, err)))
 			goto out;
 		progress(&tr);
 		if ((tr.val || tr.data.mc) && job->eval_every &&

@@ -7,7 +7,10 @@
 #include <stdint.h>
 
 #include "job.h"
+#include "model.h"
+#include "optim.h"
 #include "taco_err.h"
+#include "tk_ops.h"
 
 typedef struct taco_train_opts {
 	int resume;    /* continue from the newest complete checkpoint */
@@ -16,7 +19,10 @@ typedef struct taco_train_opts {
 			  TACO_PROGRESS_LINES a line every log_every */
 	const volatile sig_atomic_t *stop; /* set: checkpoint and stop */
 	uint64_t memory_budget; /* bytes the plan must fit; 0: this machine's
-				   physical memory */
+				   physical memory (CPU), no check (CUDA) */
+	const tk_ops *ops;	/* backend to train on; NULL: tk_cpu_ops(). Any
+				   other table is the CUDA backend: planned as
+				   such, tk_cuda_last_error() polled every step */
 } taco_train_opts;
 
 enum {
@@ -35,6 +41,15 @@ enum taco_train_end {
  * err describing it. */
 int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 		   taco_err *err);
+
+/* One optimizer step of accumulation 1, as taco_train_run takes it:
+ * begins optimizer step o->step + 1, runs forward and backward of b and
+ * applies the optimizer with lr to each trainable tensor (frozen: NULL or a
+ * flag per tensor) as soon as its gradient is complete. o NULL: forward and
+ * backward only. Returns 0 or a negative error (err says). */
+int taco_train_step(taco_model *m, taco_optim *o, const uint8_t *frozen,
+		    const taco_batch *b, float lr, taco_step_stats *stats,
+		    taco_err *err);
 
 /* Total optimizer steps of a job over n_examples examples. */
 int64_t taco_train_total_steps(const taco_job *job, size_t n_examples);

@@ -158,4 +158,9 @@ struct tk_ops {
 /* The CPU backend: fp32 reference kernels, OpenBLAS GEMM. */
 const tk_ops *tk_cpu_ops(void);
 
+/* The CUDA backend on device 0: 0 and *out set, or -ENODEV (no device or driver, why says which) / -ENOSYS (built without CUDA). */
+int tk_cuda_open(const tk_ops **out, char *why, size_t why_len);
+/* First CUDA/cuBLAS error since open, or NULL; ops return void so the engine polls this after each step. */
+const char *tk_cuda_last_error(void);
+
 #endif

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency of tacod from Debian 12 packages.
+# Installs every build and test dependency of tacod from Debian 12 packages,
+# and the venv of the openai SDK test (tests/openai_sdk) from PyPI.
 # Safe to re-run: it installs only what is missing. Needs root (or sudo).
 set -euo pipefail
 
@@ -14,6 +15,7 @@ packages=(
 	libopenblas-openmp-dev # CPU GEMM, sharing the OpenMP thread pool
 	check libsubunit-dev # unit tests
 	clang libclang-rt-14-dev libomp-14-dev # libFuzzer harnesses
+	python3 python3-venv # tests only: the venv of the openai SDK test
 )
 
 missing=()
@@ -22,15 +24,29 @@ for p in "${packages[@]}"; do
 		missing+=("$p")
 	fi
 done
-if [ ${#missing[@]} -eq 0 ]; then
-	exit 0
+if [ ${#missing[@]} -ne 0 ]; then
+	sudo=""
+	if [ "$(id -u)" -ne 0 ]; then
+		command -v sudo >/dev/null || { echo "setup.sh: run as root to install: ${missing[*]}" >&2; exit 1; }
+		sudo=sudo
+	fi
+	echo "setup.sh: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	$sudo apt-get update -qq
+	$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-	command -v sudo >/dev/null || { echo "setup.sh: run as root to install: ${missing[*]}" >&2; exit 1; }
-	sudo=sudo
+
+# The openai SDK test's venv (tests/openai_sdk): made once, refreshed when
+# its requirements change; a venv that no longer runs is made anew.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+venv="$root/build-venv/sdk"
+req="$root/tests/openai_sdk/requirements.txt"
+if [ -e "$venv" ] && ! "$venv/bin/python" -c '' 2>/dev/null; then
+	rm -rf "$venv"
 fi
-echo "setup.sh: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if ! cmp -s "$req" "$venv/requirements.txt" 2>/dev/null; then
+	echo "setup.sh: making $venv"
+	[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+	"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+	cp "$req" "$venv/requirements.txt"
+fi

@@ -94,7 +94,8 @@ static int file_path(void *ctx, const char *id, char *path, size_t cap)
 static int request(const char *text, json_t **job, tacod_request_error *e)
 {
 	static char models[4096];
-	tacod_request_ctx ctx = {models, "/state/jobs/j1/out", file_path, NULL};
+	tacod_request_ctx ctx = {models, "/state/jobs/j1/out", file_path, NULL,
+				 NULL};
 	json_t *req = json_loads(text, 0, NULL);
 	int r;
 

@@ -826,7 +826,8 @@ START_TEST(test_limits)
 	j = make_job("j1", "alice", TACOD_QUEUED, "f1", 1);
 	memset(j.validation_file, 'v', sizeof(j.validation_file));
 	ck_rejects(tacod_store_job_add(s, &j, &err), "validation_file");
-	j = make_job("j1", "alice", TACOD_QUEUED, "", 1);
+	j = make_job("j1", "alice", TACOD_QUEUED, "f1", 1);
+	memset(j.training_file, 't', sizeof(j.training_file));
 	ck_rejects(tacod_store_job_add(s, &j, &err), "training_file");
 	j = make_job("j1", "alice", 17, "f1", 1);
 	ck_rejects(tacod_store_job_add(s, &j, &err), "status");

@@ -1,0 +1,353 @@
+/* bench_model_step: times the engine's training step on a model of real
+ * shapes with random bf16 weights and random tokens, on the CPU or the CUDA
+ * backend, and prints one JSON line. A step is what taco-train runs for
+ * grad_accum 1 (taco_train_step: forward, chunked loss, backward with
+ * activation checkpointing, the TACO update of each tensor as its gradient
+ * completes). Used by tests/gpu/run.sh beside bench/step_gpu_torch.py.
+ *
+ *   bench_model_step --config CFG.json --backend cpu|cuda --batch B --seq T
+ *                    [--steps N] [--warmup W] [--optimizer taco|none]
+ *                    [--keep-activations] [--peak-tflops F] [--seed S]
+ *                    [--name NAME]
+ *
+ * Exit status: 0, 1 on a failure (a JSON line with "error" on stdout), 2 on
+ * bad usage. */
+#include <getopt.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "config.h"
+#include "model.h"
+#include "optim.h"
+#include "plan.h"
+#include "runtime.h"
+#include "tk_hash.h"
+#include "train.h"
+
+#define MAX_STEPS 1000
+
+typedef struct args {
+	const char *config, *name;
+	int cuda, B, T, steps, warmup, taco, keep;
+	double peak_tflops;
+	uint64_t seed;
+} args;
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: bench_model_step --config CFG.json --backend cpu|cuda "
+		"--batch B --seq T\n"
+		"                        [--steps N] [--warmup W] "
+		"[--optimizer taco|none]\n"
+		"                        [--keep-activations] "
+		"[--peak-tflops F] [--seed S]\n"
+		"                        [--name NAME]\n"
+		"\n"
+		"Random bf16 weights of CFG.json's shapes, random tokens; W "
+		"warm-up steps\n"
+		"(default 1), then N timed steps (default 3). Prints one JSON "
+		"line:\n"
+		"step_s is the median timed step, mfu = 6 * params * B * T / "
+		"step_s /\n"
+		"(F * 1e12), F default 989 (H100/H200 dense bf16).\n");
+}
+
+static int int_arg(const char *s, int lo, int hi, int *out)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+
+	if (end == s || *end || v < lo || v > hi)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
+
+static int parse(int argc, char **argv, args *a)
+{
+	static const struct option opts[] = {
+	    {"config", required_argument, NULL, 'c'},
+	    {"backend", required_argument, NULL, 'b'},
+	    {"batch", required_argument, NULL, 'B'},
+	    {"seq", required_argument, NULL, 'T'},
+	    {"steps", required_argument, NULL, 'n'},
+	    {"warmup", required_argument, NULL, 'w'},
+	    {"optimizer", required_argument, NULL, 'o'},
+	    {"keep-activations", no_argument, NULL, 'k'},
+	    {"peak-tflops", required_argument, NULL, 'p'},
+	    {"seed", required_argument, NULL, 's'},
+	    {"name", required_argument, NULL, 'N'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	int c, bad = 0;
+
+	*a = (args){.steps = 3, .warmup = 1, .taco = 1, .peak_tflops = 989};
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			a->config = optarg;
+			break;
+		case 'b':
+			a->cuda = strcmp(optarg, "cuda") == 0;
+			bad |= !a->cuda && strcmp(optarg, "cpu");
+			break;
+		case 'B':
+			bad |= int_arg(optarg, 1, 4096, &a->B);
+			break;
+		case 'T':
+			bad |= int_arg(optarg, 2, 131072, &a->T);
+			break;
+		case 'n':
+			bad |= int_arg(optarg, 1, MAX_STEPS, &a->steps);
+			break;
+		case 'w':
+			bad |= int_arg(optarg, 0, MAX_STEPS, &a->warmup);
+			break;
+		case 'o':
+			a->taco = strcmp(optarg, "taco") == 0;
+			bad |= !a->taco && strcmp(optarg, "none");
+			break;
+		case 'k':
+			a->keep = 1;
+			break;
+		case 'p':
+			a->peak_tflops = strtod(optarg, NULL);
+			bad |= !(a->peak_tflops > 0);
+			break;
+		case 's':
+			a->seed = strtoull(optarg, NULL, 10);
+			break;
+		case 'N':
+			a->name = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			bad = 1;
+		}
+	}
+	if (bad || optind != argc || !a->config || !a->B || !a->T ||
+	    (int64_t)a->B * a->T > TACO_MAX_TOKENS) {
+		usage(stderr);
+		return -1;
+	}
+	return 0;
+}
+
+/* "qwen3-8b" for .../qwen3-8b.json, "llama_gqa" for .../llama_gqa/config.json
+ */
+static void config_name(const char *path, char *out, size_t len)
+{
+	char buf[4096], *base, *dot;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	base = basename(buf);
+	if (strcmp(base, "config.json") == 0) {
+		snprintf(buf, sizeof(buf), "%s", path);
+		base = basename(dirname(buf));
+	}
+	snprintf(out, len, "%s", base);
+	if ((dot = strrchr(out, '.')) && strcmp(dot, ".json") == 0)
+		*dot = 0;
+}
+
+/* The plan of this shape for a backend: what the model, optimizer and step
+ * buffers should take. Without an optimizer its state terms are left out. */
+static int plan_bytes(const taco_config *cfg, const args *a, int backend,
+		      uint64_t *out, taco_err *err)
+{
+	taco_model *shapes = NULL;
+	taco_plan_input in = {0};
+	taco_plan p;
+	int r;
+
+	if ((r = taco_model_shapes(cfg, &shapes, err)))
+		return r;
+	in.backend = backend;
+	in.weight_dtype = TK_BF16;
+	in.B = a->B;
+	in.T = a->T;
+	in.A = 1;
+	in.keep_activations = a->keep;
+	taco_optim_defaults(&in.optim);
+	r = taco_plan_compute(shapes, &in, &p, err);
+	taco_model_free(shapes);
+	if (r)
+		return r;
+	if (!a->taco)
+		p.total -= p.term[TACO_PLAN_TACO_STATE] +
+			   p.term[TACO_PLAN_ADAMW_STATE];
+	*out = p.total;
+	return 0;
+}
+
+/* Tokens uniform over the vocabulary; each target is the next token. */
+static void random_batch(int32_t *tok, int32_t *tgt, int B, int T, int V,
+			 uint64_t seed)
+{
+	uint64_t s = seed;
+
+	for (size_t i = 0; i < (size_t)B * T; i++)
+		tok[i] = (int32_t)(tk_splitmix64_next(&s) % (uint64_t)V);
+	for (size_t i = 0; i < (size_t)B * T; i++)
+		tgt[i] = (i + 1) % (size_t)T ? tok[i + 1] : -100;
+}
+
+/* CUDA ops return void: their first failure is polled. */
+static int backend_failed(const args *a, taco_err *err)
+{
+	const char *e = a->cuda ? tk_cuda_last_error() : NULL;
+
+	return e ? taco_err_set(err, -EIO, "CUDA backend: %s", e) : 0;
+}
+
+static int run(const args *a, json_t *res, taco_err *err)
+{
+	const tk_ops *ops = tk_cpu_ops();
+	taco_config cfg;
+	taco_model *m = NULL;
+	taco_optim *o = NULL;
+	taco_optim_opts oo;
+	taco_step_stats st = {0};
+	int32_t *tok = NULL, *tgt = NULL;
+	double times[MAX_STEPS], t0, first_loss = 0, step_s;
+	uint64_t planned = 0, engine = 0, probe = 0;
+	size_t params, peak;
+	char why[256] = "";
+	int r;
+
+	/* planned: the backend's plan (for CUDA the bf16 engine of
+	 * docs/memory-plan.md); engine: the buffer lists this engine allocates
+	 * (model_work.c, optim.c), which is the CPU backend's plan */
+	if ((r = taco_config_load(a->config, &cfg, err)) ||
+	    (r = plan_bytes(&cfg, a,
+			    a->cuda ? TACO_BACKEND_CUDA : TACO_BACKEND_CPU,
+			    &planned, err)) ||
+	    (r = plan_bytes(&cfg, a, TACO_BACKEND_CPU, &engine, err)))
+		return r;
+	if (a->cuda && (r = tk_cuda_open(&ops, why, sizeof(why))))
+		return taco_err_set(err, r, "no CUDA backend: %s", why);
+	t0 = now();
+	if ((r = taco_model_init_random(&cfg, ops, TK_BF16, a->seed, &m, err)))
+		return r;
+	json_object_set_new(res, "init_s", json_real(now() - t0));
+	m->keep_activations = a->keep;
+	taco_optim_defaults(&oo);
+	oo.seed = a->seed;
+	if (a->taco && (r = taco_optim_create(m, &oo, NULL, &o, err)))
+		goto out;
+	tok = malloc((size_t)a->B * a->T * sizeof(int32_t));
+	tgt = malloc((size_t)a->B * a->T * sizeof(int32_t));
+	if (!tok || !tgt) {
+		r = taco_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < a->warmup + a->steps; i++) {
+		random_batch(tok, tgt, a->B, a->T, cfg.vocab,
+			     a->seed + (uint64_t)i);
+		t0 = now();
+		/* lr 1e-5: a fine-tuning rate, the weights stay random */
+		if ((r = taco_train_step(
+			 m, o, NULL, &(taco_batch){a->B, a->T, tok, tgt, NULL},
+			 1e-5f, &st, err)))
+			goto out;
+		/* A download waits for the backend's queue: the step's end. */
+		m->ops->download(&probe, m->tensors[0].data, 2);
+		if ((r = backend_failed(a, err)))
+			goto out;
+		if (i >= a->warmup)
+			times[i - a->warmup] = now() - t0;
+		if (i == 0)
+			first_loss = st.loss;
+		if (!isfinite(st.loss)) {
+			r = taco_err_set(err, -EDOM, "step %d: loss %g", i + 1,
+					 st.loss);
+			goto out;
+		}
+	}
+	qsort(times, (size_t)a->steps, sizeof(double), cmp_double);
+	step_s = times[a->steps / 2];
+	params = taco_model_param_count(m);
+	peak = ops->mem_peak();
+	json_object_update_new(
+	    res,
+	    json_pack("{sI sf sf sf sI sI sf sI sf sf sf sI}", "params",
+		      (json_int_t)params, "step_s", step_s, "step_min_s",
+		      times[0], "tokens_per_s", (double)a->B * a->T / step_s,
+		      "peak_bytes", (json_int_t)peak, "planned_bytes",
+		      (json_int_t)planned, "plan_error_pct",
+		      planned ? 100.0 * ((double)peak - (double)planned) /
+				    (double)planned
+			      : 0.0,
+		      "engine_plan_bytes", (json_int_t)engine, "mfu",
+		      6.0 * (double)params * a->B * a->T / step_s /
+			  (a->peak_tflops * 1e12),
+		      "loss_first", first_loss, "loss_last", st.loss,
+		      "optimizer_state_bytes",
+		      (json_int_t)(o ? o->state_bytes : 0)));
+	r = 0;
+out:
+	free(tok);
+	free(tgt);
+	taco_optim_free(o);
+	taco_model_free(m);
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	args a;
+	taco_err err = {{0}};
+	char name[256];
+	json_t *res;
+	char *line;
+	int r;
+
+	taco_runtime_init(argv);
+	if (parse(argc, argv, &a))
+		return 2;
+	if (a.name)
+		snprintf(name, sizeof(name), "%s", a.name);
+	else
+		config_name(a.config, name, sizeof(name));
+	res = json_pack("{ss ss ss si si si sb sf}", "impl", "taco", "backend",
+			a.cuda ? "cuda" : "cpu", "config", name, "B", a.B, "T",
+			a.T, "steps", a.steps, "keep_activations", a.keep,
+			"peak_tflops", a.peak_tflops);
+	json_object_set_new(res, "optimizer",
+			    json_string(a.taco ? "taco" : "none"));
+	r = run(&a, res, &err);
+	if (r)
+		json_object_set_new(res, "error", json_string(err.msg));
+	line = json_dumps(res, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	if (line)
+		puts(line);
+	free(line);
+	json_decref(res);
+	if (r)
+		fprintf(stderr, "bench_model_step: %s\n", err.msg);
+	return r ? 1 : 0;
+}

@@ -1,0 +1,171 @@
+/* checkpoints.c: tacoctl checkpoints list|download: a checkpoint or the
+ * final model, streamed from its tar into a model directory. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "tar.h"
+
+enum { OPT_OUTPUT = CTL_OPT_OWN };
+
+static int ckpt_row(ctl_table *t, json_t *k)
+{
+	char when[32], step[32];
+
+	snprintf(step, sizeof(step), "%lld", ctl_int(k, "step_number"));
+	return ctl_table_row(
+	    t, ctl_str(k, "id"), step,
+	    ctl_fmt_time(ctl_int(k, "created_at"), when, sizeof(when)),
+	    ctl_str(k, "fine_tuned_model_checkpoint")[0]
+		? ctl_str(k, "fine_tuned_model_checkpoint")
+		: "-");
+}
+
+/* GET the job's checkpoints into *r. */
+static int get_list(ctl *c, const char *job, ctl_resp *r)
+{
+	char path[CTL_PATH_MAX];
+
+	if (ctl_pathf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/checkpoints",
+		      job))
+		return CTL_FAIL;
+	return ctl_call(c, "GET", path, NULL, 0, r);
+}
+
+int ctl_cmd_checkpoints_list(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
+{
+	ctl_resp r = {0};
+	json_t *data;
+	ctl_table t;
+	int first, rc;
+
+	rc = ctl_parse(c, cmd, argc, argv, NULL, NULL, NULL, NULL, &first);
+	if (rc != CTL_GO_ON)
+		return rc;
+	if (argc - first != 1)
+		return ctl_usage(cmd, "expected one job id");
+	if ((rc = ctl_connect(c)) || (rc = get_list(c, argv[first], &r)))
+		return rc;
+	if (c->json) {
+		ctl_print_raw(&r);
+		ctl_resp_free(&r);
+		return CTL_OK;
+	}
+	data = json_object_get(r.json, "data");
+	ctl_table_init(&t, 4);
+	t.right[1] = 1;
+	ctl_table_row(&t, "ID", "STEP", "CREATED", "MODEL CHECKPOINT");
+	for (size_t i = 0; i < json_array_size(data); i++)
+		ckpt_row(&t, json_array_get(data, i));
+	ctl_table_print(&t, stdout);
+	ctl_table_free(&t);
+	ctl_resp_free(&r);
+	return CTL_OK;
+}
+
+typedef struct dl_opts {
+	const char *output;
+} dl_opts;
+
+static int dl_opt(void *ctx, int id, const char *arg)
+{
+	(void)id;
+	((dl_opts *)ctx)->output = arg;
+	return CTL_GO_ON;
+}
+
+static int into_tar(void *ctx, const void *data, size_t n, ctl_err *err)
+{
+	return ctl_tar_write(ctx, data, n, err);
+}
+
+/* A step number names the checkpoint of that step: its id from the list. */
+static int checkpoint_id(ctl *c, const char *job, const char *arg, char *id,
+			 size_t cap)
+{
+	long long step;
+	ctl_resp r = {0};
+	json_t *data;
+	int rc;
+
+	if (ctl_parse_int(arg, 0, 1000000000000ll, &step)) {
+		snprintf(id, cap, "%s", arg);
+		return CTL_OK;
+	}
+	if ((rc = get_list(c, job, &r)))
+		return rc;
+	data = json_object_get(r.json, "data");
+	rc = CTL_FAIL;
+	for (size_t i = 0; i < json_array_size(data) && rc; i++) {
+		json_t *k = json_array_get(data, i);
+		if (ctl_int(k, "step_number") == step) {
+			snprintf(id, cap, "%s", ctl_str(k, "id"));
+			rc = CTL_OK;
+		}
+	}
+	ctl_resp_free(&r);
+	if (rc)
+		ctl_fail("%s has no checkpoint at step %lld", job, step);
+	return rc;
+}
+
+int ctl_cmd_checkpoints_download(ctl *c, const ctl_cmd *cmd, int argc,
+				 char **argv)
+{
+	static const struct option own[] = {
+	    {"output", required_argument, NULL, OPT_OUTPUT},
+	    {0},
+	};
+	dl_opts o = {NULL};
+	char path[CTL_PATH_MAX], id[CTL_ID_MAX], size[32];
+	ctl_tar *t = NULL;
+	ctl_err err = {0};
+	uint64_t bytes;
+	int first, rc, files;
+
+	rc = ctl_parse(c, cmd, argc, argv, own, "o:", dl_opt, &o, &first);
+	if (rc != CTL_GO_ON)
+		return rc;
+	if (argc - first < 1 || argc - first > 2)
+		return ctl_usage(cmd, "expected a job id and optionally a "
+				      "checkpoint");
+	if ((rc = ctl_connect(c)))
+		return rc;
+	if (argc - first == 2) {
+		if ((rc = checkpoint_id(c, argv[first], argv[first + 1], id,
+					sizeof(id))) ||
+		    ctl_pathf(path, sizeof(path),
+			      "/v1/fine_tuning/jobs/%s/checkpoints/%s/content",
+			      argv[first], id))
+			return CTL_FAIL;
+	} else if (ctl_pathf(path, sizeof(path),
+			     "/v1/fine_tuning/jobs/%s/model/content",
+			     argv[first])) {
+		return CTL_FAIL;
+	}
+	if (ctl_tar_open(o.output, NULL, &t, &err))
+		return ctl_fail("%s", err.msg);
+	rc = ctl_http_download(&c->http, path, into_tar, t, &err);
+	if (!rc)
+		rc = ctl_tar_finish(t, &err);
+	if (rc) {
+		/* what was written is removed with t */
+		ctl_tar_free(t);
+		return ctl_fail("%s", err.msg);
+	}
+	ctl_tar_stats(t, &files, &bytes);
+	if (c->json) {
+		json_t *j =
+		    json_pack("{ss si sI}", "directory", ctl_tar_dir(t),
+			      "files", files, "bytes", (json_int_t)bytes);
+		char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		printf("%s\n", text ? text : "{}");
+		free(text);
+		json_decref(j);
+	} else {
+		printf("%s: %d files, %s\n", ctl_tar_dir(t), files,
+		       ctl_fmt_bytes((double)bytes, size, sizeof(size)));
+	}
+	ctl_tar_free(t);
+	return CTL_OK;
+}

@@ -1,0 +1,241 @@
+/* matmul.cu: C[M,N] = alpha * op(A)[M,K] op(B)[K,N] + beta * C, row-major,
+ * with cuBLASLt: fp32 in and out, CUBLAS_COMPUTE_32F_FAST_16BF so the
+ * tensor cores multiply bf16 with fp32 accumulation.
+ *
+ * A is [M,K] (lda >= K), or [K,M] (lda >= M) when transa; B is [K,N]
+ * (ldb >= N), or [N,K] (ldb >= K) when transb; C is [M,N] (ldc >= N).
+ *
+ * cuBLASLt is column-major. A row-major matrix with leading dimension ld is
+ * its transpose seen column-major, so we ask for C^T = op(B)^T op(A)^T:
+ * m = N, n = M, k = K, with B as the first operand and A as the second,
+ * neither transposed by us (their trans flags carry over as they are).
+ *
+ * Descriptors, layouts and the heuristic's algorithm are cached per shape
+ * (flags, sizes, leading dimensions and pointer alignment, which decides
+ * which algorithms are valid): a training step repeats a few dozen shapes.
+ */
+#include <errno.h>
+#include <mutex>
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda_ops.h"
+
+/* Distinct GEMM shapes of a step are far fewer; LRU beyond. */
+#define MM_CACHE 64
+/* Enough for the split-K and stream-K kernels of large shapes. */
+#define MM_WORKSPACE ((size_t)32 << 20)
+
+typedef struct mm_key {
+	int ta, tb, M, N, K, lda, ldb, ldc;
+	unsigned align_a, align_b, align_c;
+} mm_key;
+
+typedef struct mm_entry {
+	mm_key key;
+	int used;
+	unsigned long long last; /* LRU stamp */
+	cublasLtMatmulDesc_t desc;
+	cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (= our B), B, C */
+	cublasLtMatmulAlgo_t algo;
+} mm_entry;
+
+static std::mutex mm_lock;
+static mm_entry cache[MM_CACHE];
+static unsigned long long clock_;
+static void *workspace;
+
+int tkc_matmul_init(void)
+{
+	if (workspace)
+		return 0;
+	workspace = tkc_alloc(MM_WORKSPACE);
+	return workspace ? 0 : -ENOMEM;
+}
+
+/* Largest of 16, 8, 4 dividing the address (fp32 pointers are 4-aligned). */
+static unsigned align_of(const void *p)
+{
+	uintptr_t u = (uintptr_t)p;
+
+	return u % 16 == 0 ? 16 : u % 8 == 0 ? 8 : 4;
+}
+
+static int key_eq(const mm_key *a, const mm_key *b)
+{
+	return a->ta == b->ta && a->tb == b->tb && a->M == b->M &&
+	       a->N == b->N && a->K == b->K && a->lda == b->lda &&
+	       a->ldb == b->ldb && a->ldc == b->ldc &&
+	       a->align_a == b->align_a && a->align_b == b->align_b &&
+	       a->align_c == b->align_c;
+}
+
+static void entry_clear(mm_entry *e)
+{
+	if (e->desc)
+		cublasLtMatmulDescDestroy(e->desc);
+	if (e->la)
+		cublasLtMatrixLayoutDestroy(e->la);
+	if (e->lb)
+		cublasLtMatrixLayoutDestroy(e->lb);
+	if (e->lc)
+		cublasLtMatrixLayoutDestroy(e->lc);
+	memset(e, 0, sizeof(*e));
+}
+
+/* Fills e for key k: descriptors and the heuristic's first algorithm. */
+static int entry_build(mm_entry *e, const mm_key *k)
+{
+	cublasOperation_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+	cublasOperation_t opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+	cublasLtMatmulPreference_t pref = NULL;
+	cublasLtMatmulHeuristicResult_t res;
+	uint64_t ws = MM_WORKSPACE;
+	uint32_t aa = k->align_b, ab = k->align_a, ac = k->align_c;
+	int found = 0, r = -EIO;
+
+	memset(e, 0, sizeof(*e));
+	memset(&res, 0, sizeof(res));
+	/* cuBLASLt A: our B, stored [N, K] col-major (or [K, N] when
+	 * transposed); cuBLASLt B: our A, [K, M] (or [M, K]); C: [N, M]. */
+	if (tkc_check_blas(
+		cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F_FAST_16BF,
+					 CUDA_R_32F),
+		"matmul desc") ||
+	    tkc_check_blas(
+		cublasLtMatmulDescSetAttribute(
+		    e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)),
+		"matmul transa") ||
+	    tkc_check_blas(
+		cublasLtMatmulDescSetAttribute(
+		    e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)),
+		"matmul transb") ||
+	    tkc_check_blas(cublasLtMatrixLayoutCreate(
+			       &e->la, CUDA_R_32F, k->tb ? k->K : k->N,
+			       k->tb ? k->N : k->K, k->ldb),
+			   "matmul layout B") ||
+	    tkc_check_blas(cublasLtMatrixLayoutCreate(
+			       &e->lb, CUDA_R_32F, k->ta ? k->M : k->K,
+			       k->ta ? k->K : k->M, k->lda),
+			   "matmul layout A") ||
+	    tkc_check_blas(cublasLtMatrixLayoutCreate(&e->lc, CUDA_R_32F, k->N,
+						      k->M, k->ldc),
+			   "matmul layout C") ||
+	    tkc_check_blas(cublasLtMatmulPreferenceCreate(&pref),
+			   "matmul preference") ||
+	    tkc_check_blas(cublasLtMatmulPreferenceSetAttribute(
+			       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+			       &ws, sizeof(ws)),
+			   "matmul workspace") ||
+	    tkc_check_blas(cublasLtMatmulPreferenceSetAttribute(
+			       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+			       &aa, sizeof(aa)),
+			   "matmul align A") ||
+	    tkc_check_blas(cublasLtMatmulPreferenceSetAttribute(
+			       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+			       &ab, sizeof(ab)),
+			   "matmul align B") ||
+	    tkc_check_blas(cublasLtMatmulPreferenceSetAttribute(
+			       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+			       &ac, sizeof(ac)),
+			   "matmul align C") ||
+	    tkc_check_blas(cublasLtMatmulPreferenceSetAttribute(
+			       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+			       &ac, sizeof(ac)),
+			   "matmul align D") ||
+	    tkc_check_blas(cublasLtMatmulAlgoGetHeuristic(
+			       tkc_lt(), e->desc, e->la, e->lb, e->lc, e->lc,
+			       pref, 1, &res, &found),
+			   "matmul heuristic"))
+		goto out;
+	if (found < 1) {
+		tkc_check_blas(CUBLAS_STATUS_NOT_SUPPORTED,
+			       "matmul: no cuBLASLt algorithm for this shape");
+		goto out;
+	}
+	e->algo = res.algo;
+	e->key = *k;
+	e->used = 1;
+	r = 0;
+out:
+	if (pref)
+		cublasLtMatmulPreferenceDestroy(pref);
+	if (r)
+		entry_clear(e);
+	return r;
+}
+
+/* The entry of key k, built on a miss over the least recently used one;
+ * NULL on failure (recorded). Called with mm_lock held. */
+static mm_entry *lookup(const mm_key *k)
+{
+	mm_entry *victim = NULL;
+
+	for (int i = 0; i < MM_CACHE; i++) {
+		mm_entry *e = &cache[i];
+		if (e->used && key_eq(&e->key, k)) {
+			e->last = ++clock_;
+			return e;
+		}
+		/* The first free slot, else the least recently used. */
+		if (!victim ||
+		    (victim->used && (!e->used || e->last < victim->last)))
+			victim = e;
+	}
+	entry_clear(victim);
+	if (entry_build(victim, k))
+		return NULL;
+	victim->last = ++clock_;
+	return victim;
+}
+
+/* C [M, N] (row stride ldc) = beta * C, 0 when beta == 0 (C not read). */
+__global__ static void scale_kernel(float *C, int M, int N, int ldc, float beta)
+{
+	size_t n = (size_t)M * N, stride = (size_t)gridDim.x * blockDim.x;
+
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		float *c = C + (i / N) * ldc + i % N;
+		*c = beta == 0.0f ? 0.0f : beta * *c;
+	}
+}
+
+void tkc_matmul(int transa, int transb, int M, int N, int K, float alpha,
+		const float *A, int lda, const float *B, int ldb, float beta,
+		float *C, int ldc)
+{
+	std::lock_guard<std::mutex> g(mm_lock);
+	mm_key k;
+	mm_entry *e;
+
+	if (M <= 0 || N <= 0)
+		return;
+	if (K <= 0) {
+		/* Empty product: C = beta * C, as the CPU backend. */
+		scale_kernel<<<tkc_blocks((size_t)M * N), TKC_THREADS, 0,
+			       tkc_stream()>>>(C, M, N, ldc, beta);
+		tkc_check_launch("matmul K = 0");
+		return;
+	}
+	memset(&k, 0, sizeof(k));
+	k.ta = !!transa;
+	k.tb = !!transb;
+	k.M = M;
+	k.N = N;
+	k.K = K;
+	k.lda = lda;
+	k.ldb = ldb;
+	k.ldc = ldc;
+	k.align_a = align_of(A);
+	k.align_b = align_of(B);
+	k.align_c = align_of(C);
+	if (!(e = lookup(&k)))
+		return;
+	/* beta == 0: cuBLASLt does not read C (BLAS semantics). */
+	tkc_check_blas(cublasLtMatmul(tkc_lt(), e->desc, &alpha, B, e->la, A,
+				      e->lb, &beta, C, e->lc, C, e->lc,
+				      &e->algo, workspace, MM_WORKSPACE,
+				      tkc_stream()),
+		       "cublasLtMatmul");
+}

@@ -1,0 +1,229 @@
+/* ops_table.cu: the CUDA backend's op table, its shared state (stream,
+ * cuBLASLt handle, first error) and tk_cuda_open.
+ *
+ * Ops return void, so a failing CUDA or cuBLAS call is recorded once (the
+ * first, the root cause: later ones usually follow from it) and the engine
+ * polls tk_cuda_last_error() after each step.
+ */
+#include <errno.h>
+#include <mutex>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_ops.h"
+
+static std::mutex state_lock;
+static int opened;
+static cudaStream_t stream;
+static cublasLtHandle_t lt;
+static tk_ops table;
+
+static std::mutex err_lock;
+static int err_set;
+static char err_msg[256];
+
+cudaStream_t tkc_stream(void)
+{
+	return stream;
+}
+
+cublasLtHandle_t tkc_lt(void)
+{
+	return lt;
+}
+
+static void record(const char *what, const char *name, const char *desc)
+{
+	std::lock_guard<std::mutex> g(err_lock);
+
+	if (err_set)
+		return;
+	snprintf(err_msg, sizeof(err_msg), "%s: %s (%s)", what, desc, name);
+	err_set = 1;
+}
+
+int tkc_check(cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return 0;
+	record(what, cudaGetErrorName(e), cudaGetErrorString(e));
+	return -EIO;
+}
+
+int tkc_check_blas(cublasStatus_t s, const char *what)
+{
+	char code[32];
+
+	if (s == CUBLAS_STATUS_SUCCESS)
+		return 0;
+	snprintf(code, sizeof(code), "cublas status %d", (int)s);
+	record(what, code, "cuBLASLt call failed");
+	return -EIO;
+}
+
+int tkc_check_launch(const char *what)
+{
+	return tkc_check(cudaGetLastError(), what);
+}
+
+unsigned tkc_blocks(size_t n)
+{
+	size_t b = (n + TKC_THREADS - 1) / TKC_THREADS;
+
+	if (b < 1)
+		b = 1;
+	return b > TKC_MAX_BLOCKS ? TKC_MAX_BLOCKS : (unsigned)b;
+}
+
+extern "C" const char *tk_cuda_last_error(void)
+{
+	std::lock_guard<std::mutex> g(err_lock);
+
+	return err_set ? err_msg : NULL;
+}
+
+/* A kernel that proves the fatbinary has code this device can run. */
+__global__ void probe_kernel(int *x)
+{
+	*x = 1;
+}
+
+static void fill_table(tk_ops *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->name = "cuda";
+	t->alloc = tkc_alloc;
+	t->free = tkc_free;
+	t->mem_current = tkc_mem_current;
+	t->mem_peak = tkc_mem_peak;
+	t->mem_reset_peak = tkc_mem_reset_peak;
+	t->upload = tkc_upload;
+	t->download = tkc_download;
+	t->memset0 = tkc_memset0;
+	t->to_f32 = tkc_to_f32;
+	t->matmul = tkc_matmul;
+	t->add = tkc_add;
+	t->bias_fwd = tkc_bias_fwd;
+	t->bias_bwd = tkc_bias_bwd;
+	t->embedding_fwd = tkc_embedding_fwd;
+	t->embedding_bwd = tkc_embedding_bwd;
+	t->rmsnorm_fwd = tkc_rmsnorm_fwd;
+	t->rmsnorm_bwd = tkc_rmsnorm_bwd;
+	t->rope_fwd = tkc_rope_fwd;
+	t->rope_bwd = tkc_rope_bwd;
+	t->attention_fwd = tkc_attention_fwd;
+	t->attention_bwd = tkc_attention_bwd;
+	t->swiglu_fwd = tkc_swiglu_fwd;
+	t->swiglu_bwd = tkc_swiglu_bwd;
+	t->cross_entropy = tkc_cross_entropy;
+	t->taco_update = tkc_taco_update;
+	t->adamw_update = tkc_adamw_update;
+}
+
+__attribute__((format(printf, 3, 4))) static void say(char *why, size_t why_len,
+						      const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!why || !why_len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, why_len, fmt, ap);
+	va_end(ap);
+}
+
+/* Device 0, a stream, a cuBLASLt handle, the GEMM workspace and one probe
+ * launch. Returns 0 or -ENODEV with why set; on failure nothing is kept. */
+static int open_device(char *why, size_t why_len)
+{
+	cudaDeviceProp prop;
+	cudaError_t e;
+	int count = 0, *probe = NULL, one = 0;
+
+	e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess) {
+		/* No driver, a driver older than the runtime, no device. */
+		say(why, why_len, "no usable CUDA driver or device: %s",
+		    cudaGetErrorString(e));
+		return -ENODEV;
+	}
+	if (count < 1) {
+		say(why, why_len, "no CUDA device");
+		return -ENODEV;
+	}
+	if ((e = cudaSetDevice(0)) != cudaSuccess ||
+	    (e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
+		say(why, why_len, "CUDA device 0: %s", cudaGetErrorString(e));
+		return -ENODEV;
+	}
+	if (prop.major < 8) {
+		say(why, why_len,
+		    "%s: compute capability %d.%d, need 8.0 "
+		    "(bf16 tensor cores)",
+		    prop.name, prop.major, prop.minor);
+		return -ENODEV;
+	}
+	if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) !=
+	    cudaSuccess) {
+		say(why, why_len, "cudaStreamCreate: %s",
+		    cudaGetErrorString(e));
+		return -ENODEV;
+	}
+	if ((e = cudaMalloc(&probe, sizeof(int))) != cudaSuccess)
+		goto fail;
+	probe_kernel<<<1, 1, 0, stream>>>(probe);
+	if ((e = cudaGetLastError()) != cudaSuccess ||
+	    (e = cudaMemcpyAsync(&one, probe, sizeof(int),
+				 cudaMemcpyDeviceToHost, stream)) !=
+		cudaSuccess ||
+	    (e = cudaStreamSynchronize(stream)) != cudaSuccess)
+		goto fail;
+	cudaFree(probe);
+	probe = NULL;
+	if (one != 1) {
+		say(why, why_len, "%s: probe kernel did not run", prop.name);
+		goto fail_quiet;
+	}
+	if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+		say(why, why_len, "cublasLtCreate failed");
+		goto fail_quiet;
+	}
+	if (tkc_matmul_init() < 0) {
+		say(why, why_len, "%s: no memory for the GEMM workspace",
+		    prop.name);
+		cublasLtDestroy(lt);
+		lt = NULL;
+		goto fail_quiet;
+	}
+	return 0;
+
+fail:
+	say(why, why_len, "%s: %s", prop.name, cudaGetErrorString(e));
+fail_quiet:
+	if (probe)
+		cudaFree(probe);
+	cudaStreamDestroy(stream);
+	stream = NULL;
+	return -ENODEV;
+}
+
+extern "C" int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
+{
+	std::lock_guard<std::mutex> g(state_lock);
+	int r;
+
+	/* One backend per process: later opens share the first one. */
+	if (!opened) {
+		r = open_device(why, why_len);
+		/* Leave no error of the probing behind for the first
+		 * launch check to report (or a failed open for a retry). */
+		(void)cudaGetLastError();
+		if (r < 0)
+			return r;
+		fill_table(&table);
+		opened = 1;
+	}
+	*out = &table;
+	return 0;
+}

@@ -1,0 +1,259 @@
+/* tacod_harness.c: a tacod for tests: in-process on a loopback port, or
+ * the real binary on a unix socket, and a curl client for it. */
+#include "tacod_harness.h"
+
+#include <check.h>
+#include <curl/curl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+tacod_service *th_svc;
+static uv_loop_t loop;
+static pthread_t thread;
+char th_state[64];
+int th_port;
+char th_sock[128];
+
+static void *run_loop(void *arg)
+{
+	(void)arg;
+	uv_run(&loop, UV_RUN_DEFAULT);
+	return NULL;
+}
+
+void th_start(uint64_t device_memory, void (*tweak)(tacod_config *))
+{
+	tacod_config c;
+	taco_err err = {{0}};
+	const char *bin = getenv("TACO_BIN_DIR");
+
+	snprintf(th_state, sizeof(th_state), "/tmp/tacod-test-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(th_state));
+	tacod_config_defaults(&c);
+	snprintf(c.listen, sizeof(c.listen), "127.0.0.1:0");
+	snprintf(c.state_dir, sizeof(c.state_dir), "%s", th_state);
+	snprintf(c.models_dir, sizeof(c.models_dir), "%s",
+		 tu_fixture("models"));
+	snprintf(c.taco_train, sizeof(c.taco_train), "%s/taco-train",
+		 bin ? bin : ".");
+	c.device_memory = device_memory;
+	c.cancel_timeout_s = 30;
+	if (tweak)
+		tweak(&c);
+	uv_loop_init(&loop);
+	ck_assert_msg(tacod_service_start(&c, &loop, &th_svc, &err) == 0, "%s",
+		      err.msg);
+	th_port = tacod_service_port(th_svc);
+	pthread_create(&thread, NULL, run_loop, NULL);
+}
+
+void th_stop(void)
+{
+	char cmd[128];
+
+	tacod_service_shutdown(th_svc);
+	pthread_join(thread, NULL);
+	tacod_service_free(th_svc);
+	uv_loop_close(&loop);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", th_state);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+typedef struct buf {
+	char *p;
+	size_t n;
+} buf;
+
+static size_t sink(char *d, size_t sz, size_t n, void *ctx)
+{
+	buf *b = ctx;
+	char *g = realloc(b->p, b->n + sz * n + 1);
+
+	if (!g)
+		return 0;
+	b->p = g;
+	memcpy(b->p + b->n, d, sz * n);
+	b->n += sz * n;
+	b->p[b->n] = 0;
+	return sz * n;
+}
+
+long th_call_x(const char *method, const char *path, const char *json,
+	       const char *upload, const char *header, json_t **out, char **raw,
+	       size_t *raw_len)
+{
+	CURL *c = curl_easy_init();
+	char url[512];
+	buf b = {0};
+	long status = 0;
+	struct curl_slist *h = NULL;
+	curl_mime *mime = NULL;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", th_port, path);
+	if (th_sock[0]) {
+		snprintf(url, sizeof(url), "http://localhost%s", path);
+		curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, th_sock);
+	}
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	if (header)
+		h = curl_slist_append(h, header);
+	if (json) {
+		h = curl_slist_append(h, "Content-Type: application/json");
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, json);
+	}
+	if (h)
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	if (upload) {
+		curl_mimepart *part;
+		mime = curl_mime_init(c);
+		part = curl_mime_addpart(mime);
+		curl_mime_name(part, "purpose");
+		curl_mime_data(part, "fine-tune", CURL_ZERO_TERMINATED);
+		part = curl_mime_addpart(mime);
+		curl_mime_name(part, "file");
+		curl_mime_filedata(part, upload);
+		curl_easy_setopt(c, CURLOPT_MIMEPOST, mime);
+	}
+	ck_assert_int_eq(curl_easy_perform(c), CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	if (out)
+		*out = b.p ? json_loads(b.p, 0, NULL) : NULL;
+	if (raw) {
+		*raw = b.p;
+		*raw_len = b.n;
+	} else {
+		free(b.p);
+	}
+	curl_slist_free_all(h);
+	curl_mime_free(mime);
+	curl_easy_cleanup(c);
+	return status;
+}
+
+long th_call(const char *method, const char *path, const char *json,
+	     const char *upload, json_t **out)
+{
+	return th_call_x(method, path, json, upload, NULL, out, NULL, NULL);
+}
+
+char *th_get_text(const char *path, const char *last_id)
+{
+	CURL *c = curl_easy_init();
+	char url[512], hdr[160];
+	buf b = {0};
+	struct curl_slist *h = NULL;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", th_port, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+	if (last_id) {
+		snprintf(hdr, sizeof(hdr), "Last-Event-ID: %s", last_id);
+		h = curl_slist_append(h, hdr);
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	}
+	ck_assert_int_eq(curl_easy_perform(c), CURLE_OK);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	return b.p;
+}
+
+const char *th_str(json_t *o, const char *k)
+{
+	return json_string_value(json_object_get(o, k));
+}
+
+char *th_upload_count(void)
+{
+	json_t *f;
+	char *id;
+
+	ck_assert_int_eq(th_call("POST", "/v1/files", NULL,
+				 tu_fixture("data/count_train.jsonl"), &f),
+			 200);
+	ck_assert_str_eq(th_str(f, "object"), "file");
+	id = strdup(th_str(f, "id"));
+	json_decref(f);
+	return id;
+}
+
+char *th_create(const char *file, const char *taco, long want)
+{
+	char body[1024];
+	json_t *j;
+	char *id = NULL;
+
+	snprintf(body, sizeof(body),
+		 "{\"model\": \"llama_gqa\", \"training_file\": \"%s\", "
+		 "\"suffix\": \"t\", \"taco\": {%s%s}}",
+		 file, strstr(taco, "seq_len") ? "" : "\"seq_len\": 24, ",
+		 taco);
+	ck_assert_int_eq(
+	    th_call("POST", "/v1/fine_tuning/jobs", body, NULL, &j), want);
+	if (want == 200)
+		id = strdup(th_str(j, "id"));
+	json_decref(j);
+	return id;
+}
+
+json_t *th_wait_status(const char *id, const char *status)
+{
+	char path[256];
+	json_t *j = NULL;
+
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", id);
+	for (int i = 0; i < 1200; i++) {
+		json_decref(j);
+		ck_assert_int_eq(th_call("GET", path, NULL, NULL, &j), 200);
+		if (!strcmp(th_str(j, "status"), status))
+			return j;
+		usleep(100000);
+	}
+	ck_abort_msg("job %s never reached %s (is %s)", id, status,
+		     th_str(j, "status"));
+	return NULL;
+}
+
+pid_t th_spawn_tacod(const char *cfg)
+{
+	char bin[4096];
+	const char *d = getenv("TACO_BIN_DIR");
+	pid_t pid;
+	json_t *j;
+
+	snprintf(bin, sizeof(bin), "%s/tacod", d ? d : ".");
+	pid = fork();
+	if (pid == 0) {
+		execl(bin, "tacod", "--config", cfg, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 100; i++) { /* until it answers */
+		if (access(th_sock, F_OK) == 0) {
+			CURL *c = curl_easy_init();
+			char url[] = "http://localhost/healthz";
+			curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, th_sock);
+			curl_easy_setopt(c, CURLOPT_URL, url);
+			curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+			if (curl_easy_perform(c) == CURLE_OK) {
+				curl_easy_cleanup(c);
+				(void)j;
+				return pid;
+			}
+			curl_easy_cleanup(c);
+		}
+		usleep(100000);
+	}
+	ck_abort_msg("tacod did not start");
+	return pid;
+}

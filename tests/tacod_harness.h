@@ -1,0 +1,48 @@
+/* tacod_harness.h: a tacod for tests and a curl client for it. */
+#ifndef TACOD_HARNESS_H
+#define TACOD_HARNESS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "service.h"
+
+extern tacod_service *th_svc;
+extern char th_state[64]; /* its state directory */
+extern int th_port;	  /* its loopback port */
+extern char th_sock[128]; /* set: requests go over this unix socket */
+
+/* An in-process tacod on a free loopback port with the fixture models, a
+ * fresh state directory and device_memory; tweak (may be NULL) edits the
+ * config first. th_stop shuts it down and removes the state. */
+void th_start(uint64_t device_memory, void (*tweak)(tacod_config *));
+void th_stop(void);
+/* The real tacod binary with a config file; returns once it answers on
+ * th_sock. */
+pid_t th_spawn_tacod(const char *cfg);
+
+/* One request: the HTTP status, the body parsed as JSON (out may be NULL)
+ * and, with raw, the body's bytes (the caller frees them). header is one
+ * extra "Name: value" line or NULL. */
+long th_call_x(const char *method, const char *path, const char *json,
+	       const char *upload, const char *header, json_t **out, char **raw,
+	       size_t *raw_len);
+long th_call(const char *method, const char *path, const char *json,
+	     const char *upload, json_t **out);
+/* A GET whose body is returned as text (streams), with an optional
+ * Last-Event-ID. */
+char *th_get_text(const char *path, const char *last_id);
+const char *th_str(json_t *o, const char *k);
+
+/* Uploads the count training data: the file id. */
+char *th_upload_count(void);
+/* Creates a llama_gqa job with the given "taco" members; asserts the
+ * status is want, returns the id on 200. */
+char *th_create(const char *file, const char *taco, long want);
+/* Polls a job until it is in status (or 120 s pass); the job object. */
+json_t *th_wait_status(const char *id, const char *status);
+
+#endif
