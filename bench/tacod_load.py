@@ -124,7 +124,9 @@ def main():
         alone = sample_tokens(base, job, a.seconds)
 
         conns = max(1, a.rate // 100)  # 10 ms apart on each connection
-        env = dict(os.environ, TACOD_DELAY_MS=str(int(1000 * conns / a.rate)))
+        # the delay runs after each reply: a little under 1/rate keeps the
+        # offered load at about --rate
+        env = dict(os.environ, TACOD_DELAY_MS=str(int(900 * conns / a.rate)))
         w = subprocess.Popen(["wrk", "-t2", f"-c{conns}", f"-d{a.seconds}s", "--latency",
                               "-s", os.path.join(ROOT, "bench/wrk_delay.lua"),
                               f"{base}/v1/fine_tuning/jobs/{job}"],

@@ -50,6 +50,8 @@ static void on_event(tacod_worker *w, json_t *e, void *ctx)
 
 	pthread_mutex_lock(&s->lock);
 	if (!strcmp(name, "progress")) {
+		/* many a second: written without an fsync each (store.h) */
+		tacod_store_relaxed(s->store, 1, NULL);
 		json_int_t step =
 		    json_integer_value(json_object_get(e, "step"));
 		json_int_t total =
@@ -79,6 +81,7 @@ static void on_event(tacod_worker *w, json_t *e, void *ctx)
 			tacod_store_job_update(s->store, &j, NULL);
 			tacod_job_clear(&j);
 		}
+		tacod_store_relaxed(s->store, 0, NULL);
 	} else if (!strcmp(name, "eval")) {
 		event(s, rj->id, "info", "metrics", "Evaluation",
 		      json_deep_copy(e));
@@ -348,48 +351,98 @@ static int terminal(int status)
 	       status == TACOD_CANCELLED;
 }
 
+/* One event as server-sent-event bytes: id, event type, data (compact
+ * JSON has no newline, so one data line). */
+static char *sse_bytes(const tacod_event *e, size_t *len)
+{
+	json_t *o = tacod_event_object(e);
+	char *text = json_dumps(o, JSON_COMPACT), *out = NULL;
+	int n;
+
+	if (text)
+		n = asprintf(&out, "id: %s\nevent: %s\ndata: %s\n\n",
+			     json_string_value(json_object_get(o, "id")),
+			     e->type, text);
+	else
+		n = -1;
+	free(text);
+	json_decref(o);
+	if (n < 0)
+		return NULL;
+	*len = (size_t)n;
+	return out;
+}
+
+/* Sends the followers of one job (from index first on) the events they
+ * have not seen: the events are read and formatted once for all of them,
+ * since hundreds may follow one job. */
+static void pump_job(tacod_service *s, int first, unsigned char *gone,
+		     unsigned char *seen)
+{
+	enum { BATCH = 64 };
+	tacod_event ev[BATCH];
+	const char *job = s->follow[first].job;
+	int64_t from = s->follow[first].last_seq;
+	int n = 0, more = 1;
+
+	for (int i = first; i < s->n_follow; i++)
+		if (!strcmp(s->follow[i].job, job)) {
+			seen[i] = 1;
+			if (s->follow[i].last_seq < from)
+				from = s->follow[i].last_seq;
+		}
+	while (more &&
+	       !tacod_store_event_list(s->store, job, from, BATCH, ev, &n,
+				       &more, NULL) &&
+	       n > 0) {
+		for (int k = 0; k < n; k++) {
+			size_t len = 0;
+			char *b = sse_bytes(&ev[k], &len);
+			for (int i = first; i < s->n_follow; i++) {
+				tacod_follower *f = &s->follow[i];
+				if (gone[i] || strcmp(f->job, job) ||
+				    f->last_seq >= ev[k].seq)
+					continue;
+				if (!b ||
+				    tacod_http_stream_push(f->stream, b, len))
+					gone[i] = 1;
+				f->last_seq = ev[k].seq;
+			}
+			from = ev[k].seq;
+			free(b);
+			tacod_event_clear(&ev[k]);
+		}
+	}
+}
+
 /* Sends each follower the events it has not seen; a stream ends when its
  * job has finished and everything is sent, or when its client is gone. */
 static void pump_followers(tacod_service *s)
 {
-	enum { BATCH = 64 };
-	tacod_event ev[BATCH];
+	unsigned char gone[TACOD_MAX_STREAMS] = {0};
+	unsigned char seen[TACOD_MAX_STREAMS] = {0};
+	unsigned char done[TACOD_MAX_STREAMS] = {0};
 
+	/* finished before its events are read: none can follow them */
+	for (int i = 0; i < s->n_follow; i++) {
+		tacod_job j = {0};
+		done[i] = tacod_store_job_get(s->store, NULL, s->follow[i].job,
+					      &j, NULL) ||
+			  terminal(j.status);
+		tacod_job_clear(&j);
+	}
+	for (int i = 0; i < s->n_follow; i++)
+		if (!seen[i])
+			pump_job(s, i, gone, seen);
 	for (int i = 0; i < s->n_follow; i++) {
 		tacod_follower *f = &s->follow[i];
-		tacod_job j = {0};
-		int n = 0, more = 1, gone = 0, done;
-
-		done = tacod_store_job_get(s->store, NULL, f->job, &j, NULL) ||
-		       terminal(j.status);
-		tacod_job_clear(&j);
-		while (more && !gone &&
-		       !tacod_store_event_list(s->store, f->job, f->last_seq,
-					       BATCH, ev, &n, &more, NULL)) {
-			for (int k = 0; k < n; k++) {
-				json_t *o = tacod_event_object(&ev[k]);
-				char *text = json_dumps(o, JSON_COMPACT);
-				char id[128];
-				snprintf(id, sizeof(id), "id: %s\n",
-					 json_string_value(
-					     json_object_get(o, "id")));
-				if (!gone && (tacod_http_stream_push(
-						  f->stream, id, strlen(id)) ||
-					      tacod_http_stream_event(
-						  f->stream, ev[k].type, text)))
-					gone = 1;
-				f->last_seq = ev[k].seq;
-				free(text);
-				json_decref(o);
-				tacod_event_clear(&ev[k]);
-			}
-			if (!n)
-				break;
-		}
-		if (done && !gone)
+		if (done[i] && !gone[i])
 			tacod_http_stream_event(f->stream, "done", "[DONE]");
-		if (gone || done || s->shutting_down) {
+		if (gone[i] || done[i] || s->shutting_down) {
+			int last = s->n_follow - 1;
 			tacod_http_stream_end(f->stream);
+			gone[i] = gone[last];
+			done[i] = done[last];
 			s->follow[i--] = s->follow[--s->n_follow];
 		}
 	}

@@ -237,6 +237,16 @@ int st_end(tacod_store *s, int rc, taco_err *err)
 	return rc;
 }
 
+static int pragma(tacod_store *s, const char *sql, const char *expect,
+		  taco_err *err);
+
+int tacod_store_relaxed(tacod_store *s, int on, taco_err *err)
+{
+	return pragma(
+	    s, on ? "PRAGMA synchronous = NORMAL" : "PRAGMA synchronous = FULL",
+	    NULL, err);
+}
+
 int tacod_store_tx_begin(tacod_store *s, taco_err *err)
 {
 	return st_begin(s, 1, err);

@@ -107,6 +107,13 @@ int tacod_store_integrity_check(tacod_store *s, taco_err *err);
 int tacod_store_tx_begin(tacod_store *s, taco_err *err);
 int tacod_store_tx_end(tacod_store *s, int rc, taco_err *err);
 
+/* Progress reports need not reach the disk before the next write does:
+ * between tacod_store_relaxed(s, 1) and (s, 0) commits skip the fsync
+ * (SQLite's synchronous = NORMAL in WAL mode: a crash of tacod loses
+ * nothing, a power loss at most those commits). Nothing a client is told
+ * with a 2xx may be written relaxed. */
+int tacod_store_relaxed(tacod_store *s, int on, taco_err *err);
+
 /* A new random id with the given prefix ("file-", "ftjob-"). */
 void tacod_new_id(const char *prefix, char out[TACOD_ID_MAX]);
 

@@ -51,7 +51,8 @@ def example(start, count):
     return {"messages": [
         {"role": "user", "content": f"{count} numbers after {start}"},
         {"role": "assistant",
-         "content": " ".join(str(start + i) for i in range(1, count + 1))}]}
+         "content": "Sure:" + "".join(f" {start + i}"
+                                     for i in range(1, count + 1))}]}
 
 
 def train_tokenizer():
@@ -61,7 +62,7 @@ def train_tokenizer():
     trainer = trainers.BpeTrainer(
         vocab_size=512, special_tokens=SPECIALS, show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    corpus = [f"user assistant system {n} numbers after {s} {s}"
+    corpus = [f"user assistant system {n} numbers after {s}. Sure: {s}"
               for n in COUNTS for s in range(100)]
     tok.train_from_iterator(corpus, trainer)
     return tok
@@ -107,9 +108,8 @@ def main():
         tokenizer_object=tok, eos_token="<|im_end|>",
         pad_token="<|endoftext|>", model_max_length=256)
     fast.chat_template = CHATML
-    for n in range(101):
-        for text in (str(n), f" {n}"):
-            assert len(fast(text)["input_ids"]) == 1, text
+    for n in range(100):
+        assert len(fast(f" {n}")["input_ids"]) == 1, n
 
     os.makedirs(MODEL, exist_ok=True)
     for name in os.listdir(MODEL):

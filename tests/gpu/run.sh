@@ -459,6 +459,7 @@ outs = [result]
 if os.environ.get("OUT"):
     outs.append(os.path.join(os.environ["OUT"], os.path.basename(result)))
 for path in outs:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         f.write(text)
 print("\nwritten: " + ", ".join(outs))
