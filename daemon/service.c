@@ -10,6 +10,7 @@
 
 #include "fsutil.h"
 #include "objects.h"
+#include "plan.h"
 #include "scheduler.h"
 
 int64_t tacod_now(void)
@@ -244,8 +245,10 @@ static void start_job(tacod_service *s, const tacod_job *j)
 		return;
 	}
 	/* --resume starts fresh when there is no checkpoint yet */
-	if (tacod_worker_start(s->loop, s->cfg.taco_train, path, 1, &cb, rj,
-			       &rj->w, &err)) {
+	if (tacod_worker_start(s->loop, s->cfg.taco_train, path, 1,
+			       s->cfg.backend == TACO_BACKEND_CUDA ? "cuda"
+								   : "cpu",
+			       &cb, rj, &rj->w, &err)) {
 		tacod_job f = {0};
 		if (!tacod_store_job_get(s->store, NULL, j->id, &f, NULL)) {
 			json_t *e =

@@ -139,14 +139,14 @@ static void on_proc_exit(uv_process_t *p, int64_t status, int sig)
 }
 
 int tacod_worker_start(uv_loop_t *loop, const char *taco_train,
-		       const char *job_path, int resume,
+		       const char *job_path, int resume, const char *backend,
 		       const tacod_worker_cb *cb, void *ctx, tacod_worker **out,
 		       taco_err *err)
 {
 	tacod_worker *w = calloc(1, sizeof(*w));
 	uv_process_options_t o;
 	uv_stdio_container_t stdio[4];
-	char *args[10];
+	char *args[12];
 	int n = 0, r;
 
 	if (!w)
@@ -163,6 +163,10 @@ int tacod_worker_start(uv_loop_t *loop, const char *taco_train,
 	args[n++] = "--die-with-parent";
 	args[n++] = "--events-fd";
 	args[n++] = "3";
+	if (backend) {
+		args[n++] = "--backend";
+		args[n++] = (char *)backend;
+	}
 	if (resume)
 		args[n++] = "--resume";
 	args[n++] = (char *)job_path;

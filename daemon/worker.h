@@ -26,9 +26,10 @@ typedef struct tacod_worker_cb {
 } tacod_worker_cb;
 
 /* Starts `taco_train --no-progress --die-with-parent --events-fd 3
- * [--resume] job_path`. */
+ * [--backend backend] [--resume] job_path` (backend NULL: taco-train's
+ * default, the CPU). */
 int tacod_worker_start(uv_loop_t *loop, const char *taco_train,
-		       const char *job_path, int resume,
+		       const char *job_path, int resume, const char *backend,
 		       const tacod_worker_cb *cb, void *ctx, tacod_worker **out,
 		       taco_err *err);
 

@@ -111,6 +111,7 @@ int taco_template_detect(const char *model_dir, int *template_id, taco_err *err)
 	char path[4200];
 	char *text = NULL;
 	json_t *root = NULL, *t;
+	json_error_t jerr;
 	const char *tmpl = NULL;
 	char *jinja = NULL;
 	int r;
@@ -121,8 +122,13 @@ int taco_template_detect(const char *model_dir, int *template_id, taco_err *err)
 				       "cannot choose a chat template; set the "
 				       "job option chat_template (chatml, "
 				       "llama3, mistral)");
-	root = json_loads(text, 0, NULL);
+	/* transformers writes model_max_length = 1e30 as an integer, which
+	 * does not fit json_int_t */
+	root = json_loads(text, JSON_DECODE_INT_AS_REAL, &jerr);
 	free(text);
+	if (!root)
+		return taco_err_set(err, -EINVAL, "%s:%d: %s", path, jerr.line,
+				    jerr.text);
 	t = json_object_get(root, "chat_template");
 	if (json_is_string(t)) {
 		tmpl = json_string_value(t);

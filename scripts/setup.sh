@@ -16,6 +16,7 @@ packages=(
 	check libsubunit-dev # unit tests
 	clang libclang-rt-14-dev libomp-14-dev # libFuzzer harnesses
 	python3 python3-venv # tests only: the venv of the openai SDK test
+	curl                # the README's tour and its test (tests/readme_tour.sh)
 )
 
 missing=()

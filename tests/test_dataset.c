@@ -253,6 +253,35 @@ START_TEST(test_overlength_policies)
 }
 END_TEST
 
+/* transformers' default model_max_length (1e30, written as an integer) is
+ * beyond json_int_t; the template must still be found. */
+START_TEST(test_template_beside_huge_integer)
+{
+	char dir[] = "/tmp/taco-tmpl-XXXXXX", path[128];
+	taco_err err = {{0}};
+	int t = -1;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+	f = fopen(path, "w");
+	fputs("{\"model_max_length\": 1000000000000000019884624838656, "
+	      "\"chat_template\": \"{% for m in messages %}<|start_header_id|>"
+	      "{% endfor %}\"}",
+	      f);
+	fclose(f);
+	ck_assert_msg(taco_template_detect(dir, &t, &err) == 0, "%s", err.msg);
+	ck_assert_int_eq(t, TACO_TEMPLATE_LLAMA3);
+	f = fopen(path, "w");
+	fputs("{\"chat_template\": ", f); /* cut short */
+	fclose(f);
+	ck_assert_int_lt(taco_template_detect(dir, &t, &err), 0);
+	ck_assert_ptr_nonnull(strstr(err.msg, "tokenizer_config.json:1"));
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_unrecognised_template)
 {
 	int t;
@@ -312,6 +341,7 @@ int main(void)
 	tcase_add_test(tc, test_every_validation_code);
 	tcase_add_test(tc, test_overlength_policies);
 	tcase_add_test(tc, test_unrecognised_template);
+	tcase_add_test(tc, test_template_beside_huge_integer);
 	tcase_add_test(tc, test_multiple_choice);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);

@@ -82,9 +82,9 @@ static void run(seen *s, const char *job)
 
 	snprintf(bin, sizeof(bin), "%s/taco-train", d ? d : ".");
 	s->loop = uv_default_loop();
-	ck_assert_msg(
-	    tacod_worker_start(s->loop, bin, job, 0, &cb, s, &s->w, &err) == 0,
-	    "%s", err.msg);
+	ck_assert_msg(tacod_worker_start(s->loop, bin, job, 0, NULL, &cb, s,
+					 &s->w, &err) == 0,
+		      "%s", err.msg);
 	uv_run(s->loop, UV_RUN_DEFAULT);
 	ck_assert(s->exited);
 }
@@ -151,10 +151,10 @@ START_TEST(test_missing_binary)
 	taco_err err = {{0}};
 	tacod_worker *w = NULL;
 
-	ck_assert_int_lt(tacod_worker_start(uv_default_loop(),
-					    "/nonexistent/taco-train",
-					    "job.json", 0, &cb, &s, &w, &err),
-			 0);
+	ck_assert_int_lt(
+	    tacod_worker_start(uv_default_loop(), "/nonexistent/taco-train",
+			       "job.json", 0, NULL, &cb, &s, &w, &err),
+	    0);
 	ck_assert_ptr_nonnull(strstr(err.msg, "/nonexistent/taco-train"));
 	uv_run(uv_default_loop(), UV_RUN_DEFAULT); /* closes the handles */
 }

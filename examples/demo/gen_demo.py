@@ -5,7 +5,7 @@ format and a chat task that it learns within a minute on a CPU.
   model/       config.json, model.safetensors (bf16), tokenizer.json
                (byte-level BPE), tokenizer_config.json (the ChatML chat
                template tacod renders), generation_config.json
-  train.jsonl  OpenAI chat format: "4 numbers after 35" -> "36 37 38 39"
+  train.jsonl  OpenAI chat format: "4 numbers after 35" -> "Sure: 36 37 38 39"
   val.jsonl    the same task on (start, count) pairs that train.jsonl
                never shows: the model must combine what it learned
 
@@ -39,8 +39,13 @@ CHATML = (
     "{% if add_generation_prompt %}<|im_start|>assistant{{ '\\n' }}"
     "{% endif %}")
 
-# Every number of the task is one token, with and without a leading space;
-# the counts 3..6 keep every answer under 100.
+# Every number of the task is one token (" 35"); the counts 3..6 keep
+# every answer under 100. The answer starts with "Sure:" so that its first
+# number has a leading space too: it is then the successor of the prompt's
+# token, the same mapping as between the answer's numbers. Written without
+# the space ("36", another token) it is learned much later: with TACO at a
+# constant lr 0.003, validation token accuracy was 0.81 at step 800 and
+# 0.98 only at step 1250, against 0.99 at step 700 with "Sure:".
 COUNTS = range(3, 7)
 STARTS = range(0, 94)
 N_TRAIN = 2000

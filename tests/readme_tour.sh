@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# The README's tour, run as a new user would: each ```sh block that follows
+# a "<!-- tour: NAME -->" line of README.md, exactly as written, against a
+# tacod that scripts/run.sh starts (--no-build, on a free port, in a
+# temporary directory). Blocks run in order, each in its own bash with -e,
+# from a directory laid out like the repository root (examples/, build/
+# with the binaries of TACO_BIN_DIR, build-venv/), with TACOD_URL set.
+#
+# Required: the blocks curl, tacoctl and sdk, tacoctl in TACO_BIN_DIR and
+# the venv build-venv/sdk (scripts/setup.sh makes it): CI has both, so a
+# missing one fails. Optional: the block transformers, run when a Python
+# with transformers and torch is found (python3, or /opt/tacofix).
+#
+#   TACO_BIN_DIR=build tests/readme_tour.sh        (CTest: readme_tour)
+set -euo pipefail
+
+src=$(cd "$(dirname "$0")/.." && pwd)
+bin=$(cd "${TACO_BIN_DIR:?set TACO_BIN_DIR to the build directory}" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/readme-tour.XXXXXX")
+pid=
+
+stop_tacod() {
+	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+		kill -TERM "$pid"
+		wait "$pid" 2>/dev/null || true
+	fi
+	pid=
+}
+cleanup() {
+	stop_tacod
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() {
+	echo "readme_tour: FAIL: $*" >&2
+	if [ -s "$work/tacod.log" ]; then
+		echo "--- tacod (last 30 lines)" >&2
+		tail -n 30 "$work/tacod.log" >&2
+	fi
+	exit 1
+}
+
+# ---- what the tour needs
+for b in tacod taco-train tacoctl; do
+	[ -x "$bin/$b" ] || fail "no $bin/$b: build it first (cmake --build)"
+done
+[ -x "$src/build-venv/sdk/bin/python" ] ||
+	fail "no $src/build-venv/sdk: run scripts/setup.sh to make the SDK's venv"
+
+# ---- the blocks, as README.md has them
+mkdir -p "$work/blocks"
+awk -v dir="$work/blocks" '
+	/^<!-- tour: [a-z]+ -->$/ { name = $3; want = 1; next }
+	want && /^```sh$/ { want = 0; inside = 1; file = dir "/" name ".sh"; next }
+	want && !/^$/ { printf "README.md:%d: <!-- tour: %s --> is not followed by a ```sh block\n", NR, name > "/dev/stderr"; exit 1 }
+	inside && /^```$/ { inside = 0; close(file); order = order name " "; next }
+	inside { print > file }
+	END { print order > (dir "/ORDER") }
+' "$src/README.md" || fail "README.md: a tour marker without its block"
+read -r -a blocks <"$work/blocks/ORDER"
+for need in curl tacoctl sdk; do
+	[ -s "$work/blocks/$need.sh" ] || fail "README.md has no '<!-- tour: $need -->' block"
+done
+
+# ---- the user's checkout: sources, binaries, venv
+repo=$work/repo
+mkdir -p "$repo/build"
+ln -s "$src/examples" "$repo/examples"
+ln -s "$src/build-venv" "$repo/build-venv"
+for b in tacod taco-train tacoctl; do
+	ln -s "$bin/$b" "$repo/build/$b"
+done
+
+# ---- tacod, as scripts/run.sh starts it; another process may take the
+# port between the probe and the bind, so up to three ports
+port=
+for _ in 1 2 3; do
+	p=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	TACOD_LISTEN=127.0.0.1:$p TACOD_DEMO_DIR=$work/demo TACO_BIN_DIR=$bin \
+		"$src/scripts/run.sh" --no-build >"$work/tacod.log" 2>&1 &
+	pid=$!
+	# a GPU machine first runs a one-step CUDA probe: up to 60 s
+	for _ in $(seq 600); do
+		if curl -sf "http://127.0.0.1:$p/healthz" >/dev/null 2>&1; then
+			port=$p
+			break
+		fi
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	[ -z "$port" ] || break
+	stop_tacod
+done
+[ -n "$port" ] || fail "tacod did not start through scripts/run.sh"
+export TACOD_URL=http://127.0.0.1:$port
+grep -q "export TACOD_URL=http://127.0.0.1:$port" "$work/tacod.log" ||
+	fail "scripts/run.sh did not print the tour's first command"
+
+api() { curl -sf "$TACOD_URL$1"; }
+
+# The newest job, checked through the API: it succeeded, and its
+# evaluations show the demo being learned.
+check_newest_job() {
+	api "/v1/fine_tuning/jobs?limit=1" >"$work/job.json" || fail "$1: GET jobs"
+	local job
+	job=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["data"][0]["id"])' "$work/job.json")
+	# all of its events: the stream of a finished job replays them
+	api "/v1/fine_tuning/jobs/$job/events?stream=true" >"$work/events.sse" ||
+		fail "$1: GET events of $job"
+	python3 - "$work/job.json" "$work/events.sse" "$1" <<-'EOF' || fail "$1: the job"
+		import json, sys
+		job = json.load(open(sys.argv[1]))["data"][0]
+		events = [json.loads(line[6:]) for line in open(sys.argv[2])
+		          if line.startswith("data: {")]
+		evals = [e["data"] for e in events if e["data"] and "val_loss" in e["data"]]
+		assert job["status"] == "succeeded", job
+		assert job["model"] == "tacod-demo", job["model"]
+		assert len(evals) >= 2, evals
+		first, last = evals[0], evals[-1]
+		# untrained: loss 5.9 (ln 389), accuracy 0; measured after 500
+		# steps: 0.115 and 0.988 (README.md, "The demo")
+		assert last["val_loss"] < 0.5 and last["val_loss"] < first["val_loss"], evals
+		assert last["val_token_accuracy"] > 0.9, evals
+		print(f"readme_tour: {sys.argv[3]}: {job['id']} succeeded; val_loss "
+		      f"{first['val_loss']:.3f} -> {last['val_loss']:.3f}, token accuracy "
+		      f"{first['val_token_accuracy']:.1%} -> {last['val_token_accuracy']:.1%}")
+	EOF
+}
+
+check_model_dir() { # what: DIR
+	local d=$repo/$2
+	[ -d "$d" ] || fail "$1: no $2"
+	for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
+		[ -s "$d/$f" ] || fail "$1: $2/$f missing or empty"
+	done
+}
+
+# ---- each block, and what it must have done
+run_block() { # NAME [PYTHON-DIR]
+	local t0=$SECONDS
+	echo "readme_tour: running the '$1' block"
+	if ! (cd "$repo" && PATH=${2:+$2:}$PATH bash -euo pipefail "$work/blocks/$1.sh") \
+		>"$work/$1.out" 2>&1; then
+		echo "--- output of the '$1' block (last 40 lines)" >&2
+		tail -n 40 "$work/$1.out" >&2
+		fail "the '$1' block failed"
+	fi
+	echo "readme_tour: '$1' block done in $((SECONDS - t0)) s"
+}
+
+for name in "${blocks[@]}"; do
+	case $name in
+	curl)
+		run_block curl
+		grep -q '"id":"tacod-demo"' "$work/curl.out" || fail "curl: /v1/models lacks tacod-demo"
+		grep -q '^data: \[DONE\]' "$work/curl.out" || fail "curl: the event stream did not end with [DONE]"
+		check_newest_job curl
+		check_model_dir curl build/demo-ft
+		;;
+	tacoctl)
+		run_block tacoctl
+		grep -q 'fits: yes' "$work/tacoctl.out" || fail "tacoctl: the plan does not fit"
+		check_newest_job tacoctl
+		job=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["data"][0]["id"])' "$work/job.json")
+		check_model_dir tacoctl "build/$job"
+		;;
+	sdk)
+		run_block sdk
+		grep -q ' succeeded ft:tacod-demo::' "$work/sdk.out" || fail "sdk: the job did not succeed"
+		check_newest_job sdk
+		check_model_dir sdk build/demo-ft-sdk
+		;;
+	transformers)
+		pydir=
+		if ! python3 -c 'import transformers, torch' 2>/dev/null; then
+			if [ -x /opt/tacofix/bin/python ]; then
+				pydir=$work/py
+				mkdir -p "$pydir"
+				# a script, not a link: a venv's python finds its
+				# packages from the path it was started by
+				printf '#!/bin/sh\nexec /opt/tacofix/bin/python "$@"\n' >"$pydir/python3"
+				chmod +x "$pydir/python3"
+			else
+				echo "readme_tour: skipping the optional 'transformers' block: no Python with transformers"
+				continue
+			fi
+		fi
+		run_block transformers "$pydir"
+		grep -q 'build/demo-ft -> Sure: 28 29 30 31 32$' "$work/transformers.out" ||
+			fail "transformers: the fine-tuned model does not count on from 27"
+		;;
+	*)
+		fail "README.md: unknown tour block '$name'"
+		;;
+	esac
+done
+
+stop_tacod
+echo "readme_tour: the tour works as README.md shows it"
