@@ -246,6 +246,17 @@ deps_setup() {
 			[ -e "$f" ] && sed "s#=/usr#=$SYSROOT/usr#g" "$f" >"$SYSROOT/pc/$m.pc"
 		done
 	done
+	# ... and the modules those require (check needs libsubunit) when the
+	# system lacks them too.
+	for f in "$SYSROOT/usr/lib/$MULTIARCH/pkgconfig/"*.pc \
+		"$SYSROOT/usr/share/pkgconfig/"*.pc; do
+		[ -e "$f" ] || continue
+		m=$(basename "$f" .pc)
+		[ -e "$SYSROOT/pc/$m.pc" ] && continue
+		if [ "$have_pc" = 0 ] || ! pkg-config --exists "$m"; then
+			sed "s#=/usr#=$SYSROOT/usr#g" "$f" >"$SYSROOT/pc/$m.pc"
+		fi
+	done
 	for m in $stub; do
 		printf 'Name: %s\nDescription: stub: only tacod links it, not built here\nVersion: 0\nLibs:\nCflags:\n' \
 			"$m" >"$SYSROOT/pc/$m.pc"
