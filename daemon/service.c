@@ -264,6 +264,7 @@ static void start_job(tacod_service *s, const tacod_job *j)
 		free(rj);
 		return;
 	}
+	rj->started_ms = uv_now(s->loop);
 	s->run[s->n_run++] = rj;
 	{
 		tacod_job u = {0};
@@ -321,6 +322,11 @@ static void apply_stops(tacod_service *s)
 {
 	for (int i = 0; i < s->n_run; i++) {
 		tacod_running *rj = s->run[i];
+		/* a worker needs a moment after its spawn to set its signal
+		 * handler; a stop sent before would kill it without a
+		 * checkpoint. The 1 s tick sends it then. */
+		if (uv_now(s->loop) - rj->started_ms < TACOD_WORKER_SETTLE_MS)
+			continue;
 		if (rj->stop && !rj->stop_sent) {
 			rj->stop_sent = 1;
 			tacod_worker_stop(

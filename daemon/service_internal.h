@@ -14,6 +14,7 @@
 #define TACOD_MAX_RUNNING 64
 #define TACOD_MAX_STREAMS 256 /* event streams open at once */
 #define TACOD_ROUTES_MAX 32
+#define TACOD_WORKER_SETTLE_MS 500 /* no stop signal before this age */
 
 enum {
 	TACOD_STOP_NONE = 0,
@@ -29,6 +30,7 @@ typedef struct tacod_running {
 	uint64_t peak;	     /* the worker's last reported peak */
 	double tokens_per_s; /* its last progress event's */
 	int stop, stop_sent;
+	uint64_t started_ms; /* uv_now when the worker was spawned */
 	char exported[TACOD_PATH_MAX];
 	char error[1024]; /* the worker's last error event */
 	struct tacod_service *svc;

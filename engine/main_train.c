@@ -205,6 +205,14 @@ int main(int argc, char **argv)
 	struct sigaction sa;
 
 	taco_runtime_init(argv);
+	/* first thing after the re-exec: a stop asked while the job loads
+	 * (tacod pauses a job that has just started) is honoured at the
+	 * first step boundary, with a checkpoint */
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'r':
@@ -295,11 +303,6 @@ int main(int argc, char **argv)
 	to.progress = no_progress	      ? TACO_PROGRESS_NONE
 		      : isatty(STDERR_FILENO) ? TACO_PROGRESS_TTY
 					      : TACO_PROGRESS_LINES;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
 	/* events to a reader that is gone fail quietly; training goes on */
 	signal(SIGPIPE, SIG_IGN);
 	/* Under tacod: when tacod dies, checkpoint and stop like on SIGTERM

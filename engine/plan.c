@@ -162,17 +162,32 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 		return taco_err_set(err, -EINVAL, "plan: bad batch shape");
 	memset(&p, 0, sizeof(p));
 	model_terms(shapes, in, p.term);
-	if (in->backend == TACO_BACKEND_CPU) {
+	if (in->backend == TACO_BACKEND_CPU ||
+	    in->backend == TACO_BACKEND_CUDA) {
 		if (shapes->cfg.shapes_only)
 			return taco_err_set(
 			    err, -ENOTSUP,
-			    "%s is planned for the CUDA backend "
-			    "only",
+			    "%s is planned from its shapes only (the bf16 "
+			    "target): tacod does not train it",
 			    taco_arch_name(shapes->cfg.arch));
 		if ((r = cpu_terms(shapes, in, p.term, err)))
 			return r;
 		/* Everything is allocated before the first step and held. */
 		p.peak_phase = "every step (buffers are allocated once)";
+		if (in->backend == TACO_BACKEND_CUDA) {
+			/* kernels/cuda: the cuBLASLt workspace allocated at
+			 * open; the context is outside the allocator's
+			 * counters but inside the device's memory */
+			p.term[TACO_PLAN_GEMM_WORKSPACE] += CUDA_GEMM_WORKSPACE;
+			p.term[TACO_PLAN_BACKEND_FIXED] += CUDA_CONTEXT;
+			for (int t = 0; t < TACO_PLAN_TERMS; t++)
+				if (t != TACO_PLAN_BACKEND_FIXED)
+					dynamic += p.term[t];
+			/* cudaMalloc rounds each buffer to 2 MiB pages, and
+			 * the loss keeps a small per-row buffer */
+			p.term[TACO_PLAN_MARGIN] =
+			    CUDA_MARGIN_FIXED + dynamic / 1000;
+		}
 	} else {
 		cuda_terms(shapes, in, p.term);
 		for (int t = 0; t < TACO_PLAN_TERMS; t++)

@@ -36,7 +36,14 @@ enum taco_plan_term {
 
 enum taco_plan_backend {
 	TACO_BACKEND_CPU = 0,
+	/* the CUDA backend as built: the engine's buffers (fp32 activations
+	 * and weight copies, as on the CPU) plus the CUDA context and GEMM
+	 * workspace. Admission uses this one. */
 	TACO_BACKEND_CUDA,
+	/* the bf16 CUDA engine of shared/docs/memory-budget.md, which the
+	 * engine does not implement yet: a design target, for the docs and
+	 * the headline figures, never for admission */
+	TACO_BACKEND_CUDA_BF16_TARGET,
 };
 
 typedef struct taco_plan_input {

@@ -133,8 +133,10 @@ START_TEST(test_refusal_and_advice)
 }
 END_TEST
 
-/* The headline: Qwen3-32B at batch 4 x 1024 planned under 72 GB on a bf16
- * GPU; OPT-13B's optimizer state under 0.13 GB. */
+/* The headline: Qwen3-32B at batch 4 x 1024 planned under 72 GB by the
+ * bf16 CUDA target; OPT-13B's optimizer state under 0.13 GB. The CUDA
+ * backend as built plans what the engine allocates: more than 80 GB for
+ * Qwen3-32B, so admission refuses it on an 80 GB GPU. */
 START_TEST(test_headline_plans)
 {
 	taco_config c;
@@ -144,7 +146,7 @@ START_TEST(test_headline_plans)
 	taco_err err = {{0}};
 
 	memset(&in, 0, sizeof(in));
-	in.backend = TACO_BACKEND_CUDA;
+	in.backend = TACO_BACKEND_CUDA_BF16_TARGET;
 	in.weight_dtype = TK_BF16;
 	in.B = 4;
 	in.T = 1024;
@@ -157,6 +159,17 @@ START_TEST(test_headline_plans)
 	ck_assert_int_eq(taco_plan_compute(m, &in, &p, &err), 0);
 	ck_assert_uint_eq(p.term[TACO_PLAN_WEIGHTS], 2 * 32762123264ull);
 	ck_assert_uint_lt(p.total, 72000000000ull);
+	{
+		/* the engine's buffers measured on an H200: 83,826,609,664 B
+		 * (bench/results/gpu-2026-11-29.json); plus 32 MiB workspace
+		 * and the context */
+		taco_plan now;
+		in.backend = TACO_BACKEND_CUDA;
+		ck_assert_int_eq(taco_plan_compute(m, &in, &now, &err), 0);
+		ck_assert_uint_gt(now.total, 83826609664ull + (32u << 20));
+		ck_assert_uint_lt(now.total, 83826609664ull * 105 / 100);
+		in.backend = TACO_BACKEND_CUDA_BF16_TARGET;
+	}
 	/* the CPU plan refuses shapes-only models, not these */
 	taco_model_free(m);
 	ck_assert_int_eq(
