@@ -43,14 +43,27 @@ def upload(base, path):
     return req(base, "POST", "/v1/files", body, f"multipart/form-data; boundary={b}")
 
 
+def cpu_s(pid):
+    """User + system CPU seconds of a process so far."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+TACOD_PID = None
+
+
 def sample_tokens(base, job, seconds):
-    """Mean tokens/s of the job over `seconds`, from its trained_tokens."""
+    """Mean tokens/s of the job over `seconds`, from its trained_tokens,
+    and tacod's own CPU use meanwhile (cores)."""
     j0 = req(base, "GET", f"/v1/fine_tuning/jobs/{job}")
+    c0 = cpu_s(TACOD_PID)
     t0 = time.time()
     time.sleep(seconds)
     j1 = req(base, "GET", f"/v1/fine_tuning/jobs/{job}")
     t1 = time.time()
-    return ((j1["trained_tokens"] or 0) - (j0["trained_tokens"] or 0)) / (t1 - t0)
+    c1 = cpu_s(TACOD_PID)
+    return (((j1["trained_tokens"] or 0) - (j0["trained_tokens"] or 0)) / (t1 - t0),
+            (c1 - c0) / (t1 - t0))
 
 
 def sse_client(port, job, stop, counts, i):
@@ -106,6 +119,8 @@ def main():
     d = subprocess.Popen([os.path.join(a.build, "tacod"), "--config", cfg],
                          stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
+    global TACOD_PID
+    TACOD_PID = d.pid
     try:
         for _ in range(100):
             try:
@@ -153,14 +168,14 @@ def main():
 
     print(f"tacod under load, {a.seconds} s per phase, job: llama_gqa fixture, "
           f"seq_len {a.seq_len}, {os.cpu_count()} cores")
-    print(f"| phase | requests/s | p50 ms | p99 ms | job tokens/s | vs job alone |")
-    print(f"| --- | --- | --- | --- | --- | --- |")
-    print(f"| job alone (reference) | - | - | - | {alone:.0f} | 1.000 |")
+    print(f"| phase | requests/s | p50 ms | p99 ms | job tokens/s | vs job alone | tacod CPU (cores) |")
+    print(f"| --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| job alone (reference) | - | - | - | {alone[0]:.0f} | 1.000 | {alone[1]:.3f} |")
     print(f"| GET /v1/fine_tuning/jobs/ID paced at {a.rate}/s | {wrk['rps']:.0f} | "
-          f"{wrk.get('p50', 0):.2f} | {wrk.get('p99', 0):.2f} | {under_get:.0f} | "
-          f"{under_get / alone:.3f} |")
-    print(f"| {a.sse} SSE clients on the job's events | - | - | - | {under_sse:.0f} | "
-          f"{under_sse / alone:.3f} |")
+          f"{wrk.get('p50', 0):.2f} | {wrk.get('p99', 0):.2f} | {under_get[0]:.0f} | "
+          f"{under_get[0] / alone[0]:.3f} | {under_get[1]:.3f} |")
+    print(f"| {a.sse} SSE clients on the job's events | - | - | - | {under_sse[0]:.0f} | "
+          f"{under_sse[0] / alone[0]:.3f} | {under_sse[1]:.3f} |")
     print(f"SSE: {sum(1 for c in counts if c > 0)}/{a.sse} clients received events, "
           f"{min(counts)}..{max(counts)} events each; wrk non-2xx: {wrk['non2xx']}")
 

@@ -358,7 +358,8 @@ START_TEST(test_dataset_roots)
 }
 END_TEST
 
-static void token_line(FILE *f, const char *token, const char *user)
+static void token_line(FILE *f, const char *token, const char *user,
+		       const char *role)
 {
 	tacod_auth_sha256 c;
 	uint8_t d[32];
@@ -368,7 +369,7 @@ static void token_line(FILE *f, const char *token, const char *user)
 	tacod_auth_sha256_final(&c, d);
 	for (int i = 0; i < 32; i++)
 		fprintf(f, "%02x", d[i]);
-	fprintf(f, " %s user\n", user);
+	fprintf(f, " %s %s\n", user, role);
 }
 
 /* The real binary: SIGHUP reads the tokens file again. */
@@ -387,7 +388,7 @@ START_TEST(test_sighup_reloads_tokens)
 	snprintf(cfg, sizeof(cfg), "%s/tacod.json", dir);
 	snprintf(tokens, sizeof(tokens), "%s/tokens", dir);
 	f = fopen(tokens, "w");
-	token_line(f, "token-a", "alice");
+	token_line(f, "token-a", "alice", "user");
 	fclose(f);
 	listen_port = 20000 + (int)(getpid() % 20000);
 	f = fopen(cfg, "w");
@@ -412,7 +413,7 @@ START_TEST(test_sighup_reloads_tokens)
 			 401);
 	json_decref(j);
 	f = fopen(tokens, "w");
-	token_line(f, "token-b", "bob");
+	token_line(f, "token-b", "bob", "user");
 	fclose(f);
 	kill(pid, SIGHUP);
 	for (int i = 0; i < 50; i++) { /* the signal is handled on the loop */
@@ -539,6 +540,119 @@ START_TEST(test_parallel_when_memory_allows)
 }
 END_TEST
 
+static char tokens_path[128];
+
+static void with_tokens(tacod_config *c)
+{
+	snprintf(c->tokens_file, sizeof(c->tokens_file), "%s", tokens_path);
+}
+
+static long as(const char *token, const char *method, const char *path,
+	       const char *json, const char *upload, json_t **out)
+{
+	char h[128];
+
+	snprintf(h, sizeof(h), "Authorization: Bearer %s", token);
+	return th_call_x(method, path, json, upload, h, out, NULL, NULL);
+}
+
+/* Users see and touch only their own files and jobs (another user's are
+ * 404, as if they did not exist); an admin sees everyone's. */
+START_TEST(test_users_are_isolated)
+{
+	char body[512], path[256], *file, *job;
+	json_t *j;
+	FILE *f;
+
+	snprintf(tokens_path, sizeof(tokens_path), "/tmp/tacod-tok-%d",
+		 (int)getpid());
+	f = fopen(tokens_path, "w");
+	token_line(f, "alice-t", "alice", "user");
+	token_line(f, "carol-t", "carol", "user");
+	token_line(f, "bob-t", "bob", "admin");
+	fclose(f);
+	th_start(8ull << 30, with_tokens);
+	ck_assert_int_eq(as("alice-t", "POST", "/v1/files", NULL,
+			    tu_fixture("data/count_train.jsonl"), &j),
+			 200);
+	file = strdup(th_str(j, "id"));
+	json_decref(j);
+	snprintf(body, sizeof(body),
+		 "{\"model\": \"llama_gqa\", \"training_file\": \"%s\", "
+		 "\"taco\": {\"steps\": 100000, \"seq_len\": 24}}",
+		 file);
+	ck_assert_int_eq(
+	    as("alice-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j), 200);
+	job = strdup(th_str(j, "id"));
+	json_decref(j);
+	/* carol: nothing of alice's exists */
+	ck_assert_int_eq(
+	    as("carol-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j), 400);
+	ck_assert_str_eq(th_str(json_object_get(j, "error"), "code"),
+			 "file_not_found");
+	json_decref(j);
+	const char *paths[][2] = {
+	    {"GET", "/v1/fine_tuning/jobs/%s"},
+	    {"POST", "/v1/fine_tuning/jobs/%s/cancel"},
+	    {"POST", "/v1/fine_tuning/jobs/%s/pause"},
+	    {"GET", "/v1/fine_tuning/jobs/%s/events"},
+	    {"GET", "/v1/fine_tuning/jobs/%s/checkpoints"},
+	    {"GET", "/v1/fine_tuning/jobs/%s/model/content"},
+	};
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		snprintf(path, sizeof(path), paths[i][1], job);
+		ck_assert_int_eq(as("carol-t", paths[i][0], path,
+				    strcmp(paths[i][0], "POST") ? NULL : "{}",
+				    NULL, &j),
+				 404);
+		json_decref(j);
+	}
+	snprintf(path, sizeof(path), "/v1/files/%s/content", file);
+	ck_assert_int_eq(as("carol-t", "GET", path, NULL, NULL, &j), 404);
+	json_decref(j);
+	snprintf(path, sizeof(path), "/v1/files/%s", file);
+	ck_assert_int_eq(as("carol-t", "DELETE", path, NULL, NULL, &j), 404);
+	json_decref(j);
+	ck_assert_int_eq(
+	    as("carol-t", "GET", "/v1/fine_tuning/jobs", NULL, NULL, &j), 200);
+	ck_assert_int_eq(json_array_size(json_object_get(j, "data")), 0);
+	json_decref(j);
+	ck_assert_int_eq(as("carol-t", "GET", "/v1/files", NULL, NULL, &j),
+			 200);
+	ck_assert_int_eq(json_array_size(json_object_get(j, "data")), 0);
+	json_decref(j);
+	/* no token, a wrong one */
+	ck_assert_int_eq(th_call("GET", "/v1/fine_tuning/jobs", NULL, NULL, &j),
+			 401);
+	json_decref(j);
+	ck_assert_int_eq(
+	    as("mallory", "GET", "/v1/fine_tuning/jobs", NULL, NULL, &j), 401);
+	json_decref(j);
+	/* bob, an admin, sees and stops alice's job */
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", job);
+	ck_assert_int_eq(as("bob-t", "GET", path, NULL, NULL, &j), 200);
+	json_decref(j);
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/cancel", job);
+	ck_assert_int_eq(as("bob-t", "POST", path, "{}", NULL, &j), 200);
+	json_decref(j);
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", job);
+	for (int i = 0;; i++) {
+		ck_assert_int_eq(as("alice-t", "GET", path, NULL, NULL, &j),
+				 200);
+		if (!strcmp(th_str(j, "status"), "cancelled"))
+			break;
+		json_decref(j);
+		ck_assert_int_lt(i, 600);
+		usleep(100000);
+	}
+	json_decref(j);
+	free(file);
+	free(job);
+	th_stop();
+	unlink(tokens_path);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tacod_api");
@@ -552,6 +666,7 @@ int main(void)
 	tcase_add_test(tc, test_dataset_roots);
 	tcase_add_test(tc, test_parallel_when_memory_allows);
 	tcase_add_test(tc, test_sighup_reloads_tokens);
+	tcase_add_test(tc, test_users_are_isolated);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }
