@@ -78,7 +78,7 @@ int tacod_route_checkpoint_content(tacod_http_req *r, void *ctx)
 	tacod_service *s = ctx;
 	const char *id = tacod_http_param(r, "id");
 	int64_t step = step_of(tacod_http_param(r, "checkpoint"));
-	tacod_checkpoint *c = calloc(TACOD_LIST_MAX, sizeof(*c));
+	tacod_checkpoint *c = NULL;
 	char top[TACOD_ID_MAX + 32], dir[TACOD_PATH_MAX] = "";
 	char base[2 * TACOD_PATH_MAX];
 	tacod_job j = {0};
@@ -86,15 +86,7 @@ int tacod_route_checkpoint_content(tacod_http_req *r, void *ctx)
 	tacod_tar *t = NULL;
 	int n = 0, rc;
 
-	if (!c)
-		return tacod_http_error(r, 500, "server_error", NULL, NULL,
-					"out of memory");
-	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_job_get(s->store, tacod_route_scope(r), id, &j, &err);
-	if (!rc)
-		rc = tacod_store_checkpoint_list(s->store, id, c,
-						 TACOD_LIST_MAX, &n, &err);
-	pthread_mutex_unlock(&s->lock);
+	rc = tacod_route_checkpoints(r, s, id, &j, &c, &n, &err);
 	for (int i = 0; i < n; i++) {
 		if (c[i].step == step)
 			snprintf(dir, sizeof(dir), "%s", c[i].path);

@@ -86,6 +86,12 @@ int tacod_idem_begin(tacod_http_req *r, tacod_service *s, const void *data,
 		     size_t len, tacod_idem *out);
 int tacod_idem_store(tacod_service *s, const char *user, const tacod_idem *k,
 		     int status, json_t *body, taco_err *err);
+/* The job id (as the request's user sees it) and its checkpoints, lowest
+ * step first; *out (calloc'd, TACOD_LIST_MAX rows) is the caller's to
+ * free, with each row's metrics, whatever the result. */
+int tacod_route_checkpoints(tacod_http_req *r, tacod_service *s, const char *id,
+			    tacod_job *j, tacod_checkpoint **out, int *n,
+			    taco_err *err);
 /* Route handlers of the other files. */
 int tacod_route_job_pause(tacod_http_req *r, void *ctx);
 int tacod_route_job_resume(tacod_http_req *r, void *ctx);

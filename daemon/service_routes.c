@@ -753,25 +753,37 @@ static int job_events(tacod_http_req *r, void *ctx)
 				     tacod_list_object(items, total > limit));
 }
 
+int tacod_route_checkpoints(tacod_http_req *r, tacod_service *s, const char *id,
+			    tacod_job *j, tacod_checkpoint **out, int *n,
+			    taco_err *err)
+{
+	tacod_checkpoint *c = calloc(TACOD_LIST_MAX, sizeof(*c));
+	int rc;
+
+	*n = 0;
+	if (!c)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_job_get(s->store, tacod_route_scope(r), id, j, err);
+	if (!rc)
+		rc = tacod_store_checkpoint_list(s->store, id, c,
+						 TACOD_LIST_MAX, n, err);
+	pthread_mutex_unlock(&s->lock);
+	*out = c;
+	return rc;
+}
+
 static int job_checkpoints(tacod_http_req *r, void *ctx)
 {
 	tacod_service *s = ctx;
 	const char *id = tacod_http_param(r, "id");
-	tacod_checkpoint *c = calloc(TACOD_LIST_MAX, sizeof(*c));
+	tacod_checkpoint *c = NULL;
 	tacod_job j = {0};
 	taco_err err = {{0}};
 	json_t *items = json_array();
 	int n = 0, rc;
 
-	if (!c)
-		return tacod_http_error(r, 500, "server_error", NULL, NULL,
-					"out of memory");
-	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_job_get(s->store, tacod_route_scope(r), id, &j, &err);
-	if (!rc)
-		rc = tacod_store_checkpoint_list(s->store, id, c,
-						 TACOD_LIST_MAX, &n, &err);
-	pthread_mutex_unlock(&s->lock);
+	rc = tacod_route_checkpoints(r, s, id, &j, &c, &n, &err);
 	for (int i = n - 1; i >= 0; i--) {
 		if (!rc)
 			json_array_append_new(
