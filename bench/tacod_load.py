@@ -146,7 +146,9 @@ def main():
                               "-s", os.path.join(ROOT, "bench/wrk_delay.lua"),
                               f"{base}/v1/fine_tuning/jobs/{job}"],
                              stdout=subprocess.PIPE, text=True, env=env)
+        w0 = cpu_s(w.pid)
         under_get = sample_tokens(base, job, a.seconds - 1)
+        gen_get = (cpu_s(w.pid) - w0) / (a.seconds - 1)
         wrk = parse_wrk(w.communicate()[0])
 
         stop = threading.Event()
@@ -156,7 +158,9 @@ def main():
         for t in th:
             t.start()
         time.sleep(1)
+        p0 = cpu_s(os.getpid())
         under_sse = sample_tokens(base, job, a.seconds)
+        gen_sse = (cpu_s(os.getpid()) - p0) / a.seconds
         stop.set()
         for t in th:
             t.join()
@@ -168,14 +172,14 @@ def main():
 
     print(f"tacod under load, {a.seconds} s per phase, job: llama_gqa fixture, "
           f"seq_len {a.seq_len}, {os.cpu_count()} cores")
-    print(f"| phase | requests/s | p50 ms | p99 ms | job tokens/s | vs job alone | tacod CPU (cores) |")
-    print(f"| --- | --- | --- | --- | --- | --- | --- |")
-    print(f"| job alone (reference) | - | - | - | {alone[0]:.0f} | 1.000 | {alone[1]:.3f} |")
+    print(f"| phase | requests/s | p50 ms | p99 ms | job tokens/s | vs job alone | tacod CPU (cores) | load generator CPU (cores) |")
+    print(f"| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| job alone (reference) | - | - | - | {alone[0]:.0f} | 1.000 | {alone[1]:.3f} | - |")
     print(f"| GET /v1/fine_tuning/jobs/ID paced at {a.rate}/s | {wrk['rps']:.0f} | "
           f"{wrk.get('p50', 0):.2f} | {wrk.get('p99', 0):.2f} | {under_get[0]:.0f} | "
-          f"{under_get[0] / alone[0]:.3f} | {under_get[1]:.3f} |")
+          f"{under_get[0] / alone[0]:.3f} | {under_get[1]:.3f} | {gen_get:.3f} (wrk) |")
     print(f"| {a.sse} SSE clients on the job's events | - | - | - | {under_sse[0]:.0f} | "
-          f"{under_sse[0] / alone[0]:.3f} | {under_sse[1]:.3f} |")
+          f"{under_sse[0] / alone[0]:.3f} | {under_sse[1]:.3f} | {gen_sse:.3f} (Python clients) |")
     print(f"SSE: {sum(1 for c in counts if c > 0)}/{a.sse} clients received events, "
           f"{min(counts)}..{max(counts)} events each; wrk non-2xx: {wrk['non2xx']}")
 

@@ -27,8 +27,8 @@ static void event(tacod_service *s, const char *job, const char *level,
 			      NULL);
 	free(text);
 	json_decref(data);
-	if (s->n_follow)
-		uv_async_send(&s->wake);
+	/* followers get it on the next pump (at most TACOD_PUMP_MS later):
+	 * one push of several events to each stream, not one per event */
 }
 
 static tacod_running *find_running(tacod_service *s, const char *id)
@@ -457,6 +457,18 @@ static void pump_followers(tacod_service *s)
 	}
 }
 
+/* While anyone follows a job: new events go out every TACOD_PUMP_MS. */
+static void on_pump(uv_timer_t *t)
+{
+	tacod_service *s = t->data;
+
+	pthread_mutex_lock(&s->lock);
+	pump_followers(s);
+	if (!s->n_follow)
+		uv_timer_stop(t);
+	pthread_mutex_unlock(&s->lock);
+}
+
 static void on_wake(uv_async_t *a)
 {
 	tacod_service *s = a->data;
@@ -466,10 +478,13 @@ static void on_wake(uv_async_t *a)
 	if (!s->shutting_down)
 		schedule(s);
 	pump_followers(s);
+	if (s->n_follow && !s->closed && !uv_is_active((uv_handle_t *)&s->pump))
+		uv_timer_start(&s->pump, on_pump, TACOD_PUMP_MS, TACOD_PUMP_MS);
 	if (s->shutting_down && s->n_run == 0 && !s->closed) {
 		s->closed = 1;
 		uv_close((uv_handle_t *)&s->wake, closed);
 		uv_close((uv_handle_t *)&s->tick, closed);
+		uv_close((uv_handle_t *)&s->pump, closed);
 	}
 	pthread_mutex_unlock(&s->lock);
 }
@@ -553,7 +568,8 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 		goto fail;
 	uv_async_init(loop, &s->wake, on_wake);
 	uv_timer_init(loop, &s->tick);
-	s->wake.data = s->tick.data = s;
+	uv_timer_init(loop, &s->pump);
+	s->wake.data = s->tick.data = s->pump.data = s;
 	uv_timer_start(&s->tick, on_tick, 0, 1000);
 	*out = s;
 	return 0;

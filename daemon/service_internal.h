@@ -15,6 +15,7 @@
 #define TACOD_MAX_STREAMS 256 /* event streams open at once */
 #define TACOD_ROUTES_MAX 32
 #define TACOD_WORKER_SETTLE_MS 500 /* no stop signal before this age */
+#define TACOD_PUMP_MS 100	   /* event streams are fed this often */
 
 enum {
 	TACOD_STOP_NONE = 0,
@@ -48,6 +49,7 @@ struct tacod_service {
 	uv_loop_t *loop;
 	uv_async_t wake;
 	uv_timer_t tick;
+	uv_timer_t pump; /* event streams, while there are any */
 	tacod_http_server *http;
 	tacod_http_route routes[TACOD_ROUTES_MAX];
 	char files_dir[TACOD_PATH_MAX + 16], jobs_dir[TACOD_PATH_MAX + 16];

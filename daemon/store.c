@@ -140,15 +140,40 @@ int st_prep(tacod_store *s, st_query *q, const char *what, const char *sql,
 {
 	int rc;
 
+	st_cached *c = NULL;
+
 	q->s = s;
 	q->st = NULL;
 	q->what = what;
 	q->rc = SQLITE_OK;
-	rc = sqlite3_prepare_v2(s->db, sql, -1, &q->st, NULL);
+	q->cached = NULL;
+	for (int i = 0; i < s->n_cache; i++)
+		if (!strcmp(s->cache[i].sql, sql)) {
+			c = &s->cache[i];
+			break;
+		}
+	if (c && !c->busy) {
+		c->busy = 1;
+		q->st = c->st;
+		q->cached = c;
+		return 0;
+	}
+	rc = sqlite3_prepare_v3(
+	    s->db, sql, -1, c ? 0 : SQLITE_PREPARE_PERSISTENT, &q->st, NULL);
 	if (rc != SQLITE_OK) {
 		sqlite3_finalize(q->st);
 		q->st = NULL;
 		return st_fail(s, rc, what, err);
+	}
+	/* a statement in use (nested calls) gets a private copy */
+	if (!c && s->n_cache < ST_CACHE_MAX) {
+		c = &s->cache[s->n_cache];
+		if ((c->sql = strdup(sql))) {
+			c->st = q->st;
+			c->busy = 1;
+			q->cached = c;
+			s->n_cache++;
+		}
 	}
 	return 0;
 }
@@ -194,7 +219,15 @@ int st_step(st_query *q, taco_err *err)
 
 void st_done(st_query *q)
 {
-	sqlite3_finalize(q->st);
+	if (q->cached) {
+		/* ready for the next use; bound strings are the caller's */
+		sqlite3_reset(q->st);
+		sqlite3_clear_bindings(q->st);
+		q->cached->busy = 0;
+		q->cached = NULL;
+	} else {
+		sqlite3_finalize(q->st);
+	}
 	q->st = NULL;
 }
 
@@ -606,6 +639,10 @@ void tacod_store_close(tacod_store *s)
 {
 	if (!s)
 		return;
+	for (int i = 0; i < s->n_cache; i++) {
+		sqlite3_finalize(s->cache[i].st);
+		free(s->cache[i].sql);
+	}
 	sqlite3_close_v2(s->db);
 	free(s);
 }

@@ -10,8 +10,21 @@
 
 #include "store.h"
 
+/* Prepared statements kept for reuse, by SQL text: tacod runs the same
+ * few dozen statements thousands of times a second under load, and
+ * compiling one costs more than running it. */
+#define ST_CACHE_MAX 64
+
+typedef struct st_cached {
+	char *sql;
+	sqlite3_stmt *st;
+	int busy; /* handed out by st_prep, not yet given back by st_done */
+} st_cached;
+
 struct tacod_store {
 	sqlite3 *db;
+	st_cached cache[ST_CACHE_MAX];
+	int n_cache;
 	int tx_depth;  /* open st_begin calls: only the outermost is real */
 	int tx_failed; /* an inner call failed: the outermost rolls back */
 };
@@ -23,6 +36,7 @@ typedef struct st_query {
 	sqlite3_stmt *st;
 	const char *what; /* what the statement does, for messages */
 	int rc;
+	st_cached *cached; /* the cache entry st lives in, or NULL */
 } st_query;
 
 int st_prep(tacod_store *s, st_query *q, const char *what, const char *sql,
