@@ -764,31 +764,44 @@ int tacod_store_file_add(tacod_store *s, const tacod_file *f, taco_err *err)
 	return st_end(s, rc, err);
 }
 
+static int read_file_at(sqlite3_stmt *st, void *rows, int i, taco_err *err);
+
 int tacod_store_file_get(tacod_store *s, const char *user, const char *id,
 			 tacod_file *out, taco_err *err)
 {
+	static const st_page_def def = {"files", FILE_COLS, read_file_at, NULL};
+
+	memset(out, 0, sizeof(*out));
+	return st_get(s, &def, "file", user, id, out, err);
+}
+
+/* One row by id, as the user may see it (store_internal.h). */
+int st_get(tacod_store *s, const st_page_def *d, const char *what,
+	   const char *user, const char *id, void *out, taco_err *err)
+{
+	char sql[512];
 	st_query q;
 	int rc;
 
-	memset(out, 0, sizeof(*out));
 	rc = st_check_user(user, 1, err);
 	if (rc == 0)
 		rc = st_check_str(id, TACOD_ID_MAX, 0, "id", err);
 	if (rc < 0)
 		return rc;
-	rc = st_prep(s, &q, "get file",
-		     "SELECT " FILE_COLS " FROM files"
-		     " WHERE id = ?1 AND (?2 IS NULL OR user = ?2)",
-		     err);
+	snprintf(
+	    sql, sizeof(sql),
+	    "SELECT %s FROM %s WHERE id = ?1 AND (?2 IS NULL OR user = ?2)",
+	    d->cols, d->table);
+	rc = st_prep(s, &q, what, sql, err);
 	if (rc < 0)
 		return rc;
 	st_text(&q, 1, id);
 	st_text(&q, 2, user);
 	rc = st_step(&q, err);
 	if (rc == 1)
-		rc = read_file_row(q.st, out, err);
+		rc = d->read(q.st, out, 0, err);
 	else if (rc == 0)
-		rc = taco_err_set(err, -ENOENT, "no such file: %s", id);
+		rc = taco_err_set(err, -ENOENT, "no such %s: %s", what, id);
 	st_done(&q);
 	return rc;
 }

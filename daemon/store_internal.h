@@ -97,5 +97,9 @@ typedef struct st_page_def {
 int st_page(tacod_store *s, const st_page_def *d, const char *user,
 	    const char *after, int limit, void *out, int *n, int *has_more,
 	    taco_err *err);
+/* The row with this id read into out (d->read at index 0); -ENOENT "no
+ * such <what>" when there is none or user (NULL: anyone) may not see it. */
+int st_get(tacod_store *s, const st_page_def *d, const char *what,
+	   const char *user, const char *id, void *out, taco_err *err);
 
 #endif

@@ -209,33 +209,15 @@ int tacod_store_job_add(tacod_store *s, tacod_job *j, taco_err *err)
 	return rc;
 }
 
+static int read_job_at(sqlite3_stmt *st, void *rows, int i, taco_err *err);
+
 int tacod_store_job_get(tacod_store *s, const char *user, const char *id,
 			tacod_job *out, taco_err *err)
 {
-	st_query q;
-	int rc;
+	static const st_page_def def = {"jobs", JOB_COLS, read_job_at, NULL};
 
 	memset(out, 0, sizeof(*out));
-	rc = st_check_user(user, 1, err);
-	if (rc == 0)
-		rc = st_check_str(id, TACOD_ID_MAX, 0, "id", err);
-	if (rc < 0)
-		return rc;
-	rc = st_prep(s, &q, "get job",
-		     "SELECT " JOB_COLS " FROM jobs"
-		     " WHERE id = ?1 AND (?2 IS NULL OR user = ?2)",
-		     err);
-	if (rc < 0)
-		return rc;
-	st_text(&q, 1, id);
-	st_text(&q, 2, user);
-	rc = st_step(&q, err);
-	if (rc == 1)
-		rc = read_job(q.st, out, err);
-	else if (rc == 0)
-		rc = taco_err_set(err, -ENOENT, "no such job: %s", id);
-	st_done(&q);
-	return rc;
+	return st_get(s, &def, "job", user, id, out, err);
 }
 
 /* Steps q, reading up to cap jobs into out; *more when a row was left. */
