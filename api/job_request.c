@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "job.h"
+#include "job/job.h"
 
 static int fail(tacod_request_error *e, const char *param, const char *code,
 		const char *fmt, ...) __attribute__((format(printf, 4, 5)));

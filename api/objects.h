@@ -5,7 +5,7 @@
 
 #include <jansson.h>
 
-#include "store.h"
+#include "daemon/store.h"
 
 /* {"id", "object": "file", "bytes", "created_at", "filename", "purpose",
  *  "status": "processed"} */

@@ -22,13 +22,14 @@
 
 #include <jansson.h>
 
-#include "config.h"
-#include "model.h"
-#include "optim.h"
-#include "plan.h"
-#include "runtime.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "optim/optim.h"
+#include "plan/plan.h"
 #include "tk_hash.h"
-#include "train.h"
+#include "train/init.h"
+#include "train/train.h"
+#include "util/runtime.h"
 
 #define MAX_STEPS 1000
 

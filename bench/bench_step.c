@@ -9,8 +9,8 @@
 
 #include <jansson.h>
 
-#include "model.h"
-#include "runtime.h"
+#include "model/model.h"
+#include "util/runtime.h"
 
 static double now(void)
 {

@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static double now(void)
 {

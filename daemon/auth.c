@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "fsutil.h"
+#include "util/fsutil.h"
 
 /* ---- SHA-256, FIPS 180-4 section 6.2 ---- */
 

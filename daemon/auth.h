@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "taco_err.h"
+#include "util/taco_err.h"
 
 #define TACOD_AUTH_MAX_LINES 10000
 #define TACOD_AUTH_USER_MAX 64	  /* a user name with its NUL */

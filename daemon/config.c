@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsutil.h"
-#include "plan.h"
+#include "plan/plan.h"
+#include "util/fsutil.h"
 
 void tacod_config_defaults(tacod_config *c)
 {

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "taco_err.h"
+#include "util/taco_err.h"
 
 #define TACOD_MAX_ROOTS 64
 #define TACOD_CONFIG_MAX_BYTES (1u << 20)

@@ -27,7 +27,7 @@
 
 #include "auth.h"
 #include "config.h"
-#include "taco_err.h"
+#include "util/taco_err.h"
 
 #define TACOD_HTTP_MAX_PARAMS 8		 /* {name} segments in a pattern */
 #define TACOD_HTTP_STREAM_MAX (4u << 20) /* bytes buffered per stream */

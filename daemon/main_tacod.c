@@ -7,8 +7,8 @@
 
 #include "config.h"
 #include "notify.h"
-#include "runtime.h"
 #include "service.h"
+#include "util/runtime.h"
 
 static tacod_service *svc;
 static uv_signal_t sig_term, sig_int, sig_hup;

@@ -8,10 +8,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "fsutil.h"
-#include "objects.h"
-#include "plan.h"
+#include "api/objects.h"
+#include "plan/plan.h"
 #include "scheduler.h"
+#include "util/fsutil.h"
 
 int64_t tacod_now(void)
 {

@@ -8,7 +8,7 @@
 #include <uv.h>
 
 #include "config.h"
-#include "taco_err.h"
+#include "util/taco_err.h"
 
 typedef struct tacod_service tacod_service;
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "export.h"
+#include "model/export.h"
 #include "service_internal.h"
 #include "tar.h"
 

@@ -6,7 +6,7 @@
  * with its original queue_seq, so it goes ahead of jobs created after it. */
 #include <stdio.h>
 
-#include "objects.h"
+#include "api/objects.h"
 #include "service_internal.h"
 
 static int reply_job(tacod_http_req *r, tacod_job *j)

@@ -9,13 +9,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fsutil.h"
-#include "job.h"
-#include "job_data.h"
-#include "job_request.h"
-#include "objects.h"
-#include "plan.h"
+#include "api/job_request.h"
+#include "api/objects.h"
+#include "job/job.h"
+#include "job/job_data.h"
+#include "plan/plan.h"
 #include "service_internal.h"
+#include "util/fsutil.h"
 
 /* The user whose rows a request sees: NULL (everything) for admins. */
 const char *tacod_route_scope(tacod_http_req *r)

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "taco_err.h"
+#include "util/taco_err.h"
 
 #define TACOD_ID_MAX 64
 #define TACOD_USER_MAX 64

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "taco_err.h"
+#include "util/taco_err.h"
 
 #define TACOD_TAR_MAX_ENTRIES 256
 #define TACOD_TAR_NAME_MAX 100 /* ustar name field, without a prefix */

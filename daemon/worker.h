@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "taco_err.h"
+#include "util/taco_err.h"
 
 #define TACOD_EVENT_LINE_MAX (1u << 20) /* a longer line kills the worker */
 #define TACOD_STDERR_TAIL 4096

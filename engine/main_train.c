@@ -7,11 +7,11 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "job.h"
-#include "job_data.h"
-#include "plan.h"
-#include "runtime.h"
-#include "train.h"
+#include "job/job.h"
+#include "job/job_data.h"
+#include "plan/plan.h"
+#include "train/train.h"
+#include "util/runtime.h"
 
 enum {
 	EXIT_OK = 0,

@@ -28,7 +28,20 @@ enum tk_dtype {
 	TK_F16 = 2,
 };
 
-size_t tk_dtype_size(int dtype);
+/* Bytes per element; 0 for an unknown dtype. Inline, so that code which
+ * only sizes tensors (the planner, tacod) links no backend. */
+static inline size_t tk_dtype_size(int dtype)
+{
+	switch (dtype) {
+	case TK_F32:
+		return 4;
+	case TK_BF16:
+	case TK_F16:
+		return 2;
+	default:
+		return 0;
+	}
+}
 
 /* Arguments of one TACO update (shared/docs/taco.md). */
 typedef struct tk_taco_args {
@@ -158,9 +171,11 @@ struct tk_ops {
 /* The CPU backend: fp32 reference kernels, OpenBLAS GEMM. */
 const tk_ops *tk_cpu_ops(void);
 
-/* The CUDA backend on device 0: 0 and *out set, or -ENODEV (no device or driver, why says which) / -ENOSYS (built without CUDA). */
+/* The CUDA backend on device 0: 0 and *out set, or -ENODEV (no device or
+ * driver, why says which) / -ENOSYS (built without CUDA). */
 int tk_cuda_open(const tk_ops **out, char *why, size_t why_len);
-/* First CUDA/cuBLAS error since open, or NULL; ops return void so the engine polls this after each step. */
+/* First CUDA/cuBLAS error since open, or NULL; ops return void so the engine
+ * polls this after each step. */
 const char *tk_cuda_last_error(void);
 
 #endif

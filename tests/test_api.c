@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "job_request.h"
-#include "objects.h"
+#include "api/job_request.h"
+#include "api/objects.h"
 #include "testutil.h"
 
 START_TEST(test_objects)

@@ -5,9 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "model.h"
+#include "daemon/config.h"
+#include "model/model.h"
 #include "testutil.h"
+#include "train/init.h"
 
 /* Parameter counts of the reference models (shared/models/README.md). */
 static const struct {

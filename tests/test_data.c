@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data.h"
+#include "data/data.h"
 #include "testutil.h"
 
 static char *write_tmp(const char *text)

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dataset.h"
-#include "eval.h"
+#include "data/dataset.h"
 #include "testutil.h"
+#include "train/eval.h"
 
 static taco_tok *tok;
 static json_t *expected;

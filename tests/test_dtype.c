@@ -5,8 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "dtype.h"
 #include "tk_ops.h"
+#include "util/dtype.h"
 
 /* Every finite or infinite pattern survives decode then encode. */
 START_TEST(test_all_patterns_round_trip)

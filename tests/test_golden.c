@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
-#include "safetensors.h"
+#include "model/model.h"
+#include "safetensors/safetensors.h"
 #include "testutil.h"
 
 static const char *const fixtures[] = {

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "job.h"
+#include "job/job.h"
 
 static int parse(const char *json, taco_job *job, taco_job_problems *p)
 {

@@ -6,11 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fsutil.h"
-#include "model.h"
-#include "model_io.h"
-#include "safetensors.h"
+#include "model/model.h"
+#include "model/model_io.h"
+#include "safetensors/safetensors.h"
 #include "testutil.h"
+#include "train/init.h"
+#include "util/fsutil.h"
 
 static char dir[256];
 

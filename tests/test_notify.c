@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "notify.h"
+#include "daemon/notify.h"
 #include "testutil.h"
 
 /* ---- a pretend service manager ------------------------------------- */

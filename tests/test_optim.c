@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "optim.h"
+#include "optim/optim.h"
 #include "testutil.h"
 
 static size_t state_bytes_of(const taco_model *m, const taco_optim_opts *o)

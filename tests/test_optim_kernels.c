@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "cpu/fp8.h"
-#include "safetensors.h"
+#include "safetensors/safetensors.h"
 #include "testutil.h"
 #include "tk_ops.h"
 

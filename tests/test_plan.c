@@ -7,10 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "job.h"
-#include "plan.h"
+#include "job/job.h"
+#include "plan/plan.h"
 #include "testutil.h"
-#include "train.h"
+#include "train/train.h"
 
 static double worst_error;
 

@@ -1,5 +1,5 @@
 /* test_safetensors.c: safetensors reader, writer and sharded models. */
-#include "safetensors.h"
+#include "safetensors/safetensors.h"
 #include "testutil.h"
 
 #include <check.h>

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store.h"
+#include "daemon/store.h"
 
 static char dir[256];
 static char db[320];

@@ -23,8 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../client/tar.h" /* not daemon/tar.h */
-#include "auth.h"
+#include "client/tar.h"
+#include "daemon/auth.h"
 #include "tacod_harness.h"
 #include "testutil.h"
 

@@ -11,9 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "auth.h"
+#include "daemon/auth.h"
 
-#include "safetensors.h"
+#include "safetensors/safetensors.h"
 #include "tacod_harness.h"
 #include "testutil.h"
 

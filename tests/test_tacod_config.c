@@ -2,8 +2,8 @@
 #include <check.h>
 #include <string.h>
 
-#include "config.h"
-#include "plan.h"
+#include "daemon/config.h"
+#include "plan/plan.h"
 #include "testutil.h"
 
 static int parse(const char *j, tacod_config *c, taco_err *err)

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static const char *const names[] = {"bytelevel", "metaspace", "mistral",
 				    "claude"};

@@ -14,11 +14,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "model.h"
-#include "model_io.h"
-#include "optim.h"
+#include "model/model.h"
+#include "model/model_io.h"
+#include "optim/optim.h"
 #include "testutil.h"
+#include "train/checkpoint.h"
 
 static char tmpdir[256];
 

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/worker.h"
 #include "testutil.h"
-#include "worker.h"
 
 typedef struct seen {
 	uv_loop_t *loop;

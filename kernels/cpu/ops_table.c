@@ -1,18 +1,5 @@
-/* ops_table.c: the CPU backend's op table and tk_dtype_size. */
+/* ops_table.c: the CPU backend's op table. */
 #include "cpu_ops.h"
-
-size_t tk_dtype_size(int dtype)
-{
-	switch (dtype) {
-	case TK_F32:
-		return 4;
-	case TK_BF16:
-	case TK_F16:
-		return 2;
-	default:
-		return 0;
-	}
-}
 
 static const tk_ops cpu_ops = {
     .name = "cpu",

@@ -15,7 +15,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-/* tk_ops.h is C: its functions (tk_dtype_size, tk_cuda_open...) keep C
+/* tk_ops.h is C: its functions (tk_cuda_open, tk_cuda_last_error) keep C
  * linkage here. Include it through this header only. */
 #ifdef __cplusplus
 extern "C" {

@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "dataset.h"
+#include "data/dataset.h"
 
 static taco_tok *tok;
 static char model_dir[4096];

@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "http.h"
+#include "daemon/http.h"
 
 static tacod_http_server *srv;
 static int port;
@@ -36,10 +36,10 @@ static int h_query(tacod_http_req *r, void *ctx)
 	const char *h = tacod_http_header(r, "Last-Event-ID");
 
 	(void)ctx;
-	return tacod_http_reply_json(
-	    r, 200,
-	    json_pack("{ss? ss? ss}", "after", a, "last", h, "id",
-		      tacod_http_param(r, "id")));
+	return tacod_http_reply_json(r, 200,
+				     json_pack("{ss? ss? ss}", "after", a,
+					       "last", h, "id",
+					       tacod_http_param(r, "id")));
 }
 
 static int h_upload(tacod_http_req *r, void *ctx)
@@ -48,10 +48,9 @@ static int h_upload(tacod_http_req *r, void *ctx)
 	const char *p = tacod_http_form(r, "purpose");
 
 	(void)ctx;
-	return tacod_http_reply_json(
-	    r, 200,
-	    json_pack("{ss? sI}", "purpose", p, "size",
-		      (json_int_t)(u ? u->size : 0)));
+	return tacod_http_reply_json(r, 200,
+				     json_pack("{ss? sI}", "purpose", p, "size",
+					       (json_int_t)(u ? u->size : 0)));
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -99,8 +98,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
 		size_t off = 0;
 		while (off < size) {
-			ssize_t n = send(fd, data + off, size - off,
-					 MSG_NOSIGNAL);
+			ssize_t n =
+			    send(fd, data + off, size - off, MSG_NOSIGNAL);
 			if (n <= 0)
 				break;
 			off += (size_t)n;

@@ -1,7 +1,7 @@
 /* fuzz_job.c: JOB.json validation. */
 #include <stdint.h>
 
-#include "job.h"
+#include "job/job.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "job_request.h"
+#include "api/job_request.h"
 
 static char models[64];
 

@@ -5,7 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "data.h"
+#include "data/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -11,7 +11,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* memrchr */
 #endif
-#include "safetensors.h"
+#include "safetensors/safetensors.h"
 
 #include <stdint.h>
 #include <stdlib.h>

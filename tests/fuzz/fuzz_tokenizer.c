@@ -17,8 +17,8 @@
 
 #include <jansson.h>
 
-#include "tokenizer.h"
-#include "tokenizer_internal.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_internal.h"
 
 static taco_tok *toks[3];
 

@@ -15,9 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "job.h"
+#include "job/job.h"
 #include "testutil.h"
-#include "train.h"
+#include "train/train.h"
 
 #define STEPS 20
 

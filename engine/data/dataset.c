@@ -1,0 +1,875 @@
+/* dataset.c: JSONL examples to token ids and labels, with a report. */
+#include "dataset.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/fsutil.h"
+
+static const char *const problem_names[TACO_P_COUNT] = {
+    [TACO_P_INVALID_JSON] = "invalid_json",
+    [TACO_P_INVALID_UTF8] = "invalid_utf8",
+    [TACO_P_UNKNOWN_FORMAT] = "unknown_format",
+    [TACO_P_MISSING_MESSAGES] = "missing_messages",
+    [TACO_P_INVALID_MESSAGE] = "invalid_message",
+    [TACO_P_UNRECOGNIZED_ROLE] = "unrecognized_role",
+    [TACO_P_MISSING_CONTENT] = "missing_content",
+    [TACO_P_NO_ASSISTANT_MESSAGE] = "no_assistant_message",
+    [TACO_P_INVALID_WEIGHT] = "invalid_weight",
+    [TACO_P_INVALID_FIELD] = "invalid_field",
+    [TACO_P_EMPTY_EXAMPLE] = "empty_example",
+    [TACO_P_TOO_LONG] = "too_long",
+    [TACO_P_ALL_LABELS_MASKED] = "all_labels_masked",
+    [TACO_P_LINE_TOO_LONG] = "line_too_long",
+    [TACO_P_INVALID_TOKEN] = "invalid_token",
+};
+
+const char *taco_problem_name(int code)
+{
+	return code >= 0 && code < TACO_P_COUNT ? problem_names[code] : "?";
+}
+
+static const char *const template_names[] = {"auto", "chatml", "llama3",
+					     "mistral"};
+
+const char *taco_template_name(int t)
+{
+	return t >= 0 && t <= TACO_TEMPLATE_MISTRAL ? template_names[t] : "?";
+}
+
+void taco_dataset_defaults(taco_dataset_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->template_id = TACO_TEMPLATE_AUTO;
+	o->seq_len = 1024;
+	o->overlength = TACO_OVERLENGTH_TRUNCATE;
+	o->max_examples = 10000000;
+}
+
+static void report(taco_dataset_report *rep, int64_t line, int code, int error,
+		   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static void report(taco_dataset_report *rep, int64_t line, int code, int error,
+		   const char *fmt, ...)
+{
+	va_list ap;
+
+	rep->by_code[code]++;
+	if (error)
+		rep->errors++;
+	else
+		rep->warnings++;
+	if (rep->n_listed < TACO_DATASET_MAX_LISTED) {
+		taco_problem *p = &rep->listed[rep->n_listed++];
+		p->line = line;
+		p->code = code;
+		p->error = error;
+		va_start(ap, fmt);
+		vsnprintf(p->detail, sizeof(p->detail), fmt, ap);
+		va_end(ap);
+	}
+}
+
+/* Byte offset of the first invalid UTF-8 sequence, or -1. */
+static long utf8_invalid_at(const unsigned char *s, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n) {
+		unsigned c = s[i];
+		size_t len = c < 0x80	      ? 1
+			     : (c >> 5) == 6  ? 2
+			     : (c >> 4) == 14 ? 3
+			     : (c >> 3) == 30 ? 4
+					      : 0;
+		uint32_t cp;
+
+		if (!len || i + len > n)
+			return (long)i;
+		cp = len == 1 ? c : c & (0x7F >> len);
+		for (size_t k = 1; k < len; k++) {
+			if ((s[i + k] & 0xC0) != 0x80)
+				return (long)i;
+			cp = (cp << 6) | (s[i + k] & 0x3F);
+		}
+		if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
+		    (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+		    (cp >= 0xD800 && cp <= 0xDFFF))
+			return (long)i;
+		i += len;
+	}
+	return -1;
+}
+
+/* ---- chat templates ---------------------------------------------------- */
+
+int taco_template_detect(const char *model_dir, int *template_id, taco_err *err)
+{
+	char path[4200];
+	char *text = NULL;
+	json_t *root = NULL, *t;
+	json_error_t jerr;
+	const char *tmpl = NULL;
+	char *jinja = NULL;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/tokenizer_config.json", model_dir);
+	if ((r = taco_read_file(path, 16u << 20, &text, NULL, err)))
+		return taco_err_prefix(err, r,
+				       "cannot choose a chat template; set the "
+				       "job option chat_template (chatml, "
+				       "llama3, mistral)");
+	/* transformers writes model_max_length = 1e30 as an integer, which
+	 * does not fit json_int_t */
+	root = json_loads(text, JSON_DECODE_INT_AS_REAL, &jerr);
+	free(text);
+	if (!root)
+		return taco_err_set(err, -EINVAL, "%s:%d: %s", path, jerr.line,
+				    jerr.text);
+	t = json_object_get(root, "chat_template");
+	if (json_is_string(t)) {
+		tmpl = json_string_value(t);
+	} else if (json_is_array(t)) { /* [{"name": "default", ...}] */
+		size_t i;
+		json_t *e;
+		json_array_foreach(t, i, e)
+		{
+			json_t *n = json_object_get(e, "name");
+			if (json_is_string(n) &&
+			    !strcmp(json_string_value(n), "default"))
+				tmpl = json_string_value(
+				    json_object_get(e, "template"));
+		}
+	}
+	if (!tmpl) { /* transformers 5 keeps it in a file of its own */
+		snprintf(path, sizeof(path), "%s/chat_template.jinja",
+			 model_dir);
+		if (taco_read_file(path, 16u << 20, &jinja, NULL, NULL) == 0)
+			tmpl = jinja;
+	}
+	r = 0;
+	if (tmpl && strstr(tmpl, "<|im_start|>"))
+		*template_id = TACO_TEMPLATE_CHATML;
+	else if (tmpl && strstr(tmpl, "<|start_header_id|>"))
+		*template_id = TACO_TEMPLATE_LLAMA3;
+	else if (tmpl && strstr(tmpl, "[INST]"))
+		*template_id = TACO_TEMPLATE_MISTRAL;
+	else
+		r = taco_err_set(err, -ENOTSUP,
+				 "%s: %s; set the job option chat_template "
+				 "(chatml, llama3, mistral)",
+				 path,
+				 tmpl ? "chat_template is not one tacod "
+					"recognises"
+				      : "no chat_template");
+	json_decref(root);
+	free(jinja);
+	return r;
+}
+
+/* A rendered example: text, and the byte spans whose tokens are trained. */
+typedef struct render {
+	char *text;
+	size_t len, cap;
+	size_t span[2 * TACO_DATASET_MAX_MESSAGES + 4];
+	int n_span;
+} render;
+
+static int put(render *r, const char *s, size_t n)
+{
+	if (r->len + n + 1 > r->cap) {
+		size_t cap = r->cap ? r->cap : 256;
+		char *t;
+		while (cap < r->len + n + 1)
+			cap *= 2;
+		t = realloc(r->text, cap);
+		if (!t)
+			return -ENOMEM;
+		r->text = t;
+		r->cap = cap;
+	}
+	memcpy(r->text + r->len, s, n);
+	r->len += n;
+	r->text[r->len] = 0;
+	return 0;
+}
+
+static int puts_(render *r, const char *s)
+{
+	return put(r, s, strlen(s));
+}
+
+/* Appends s; when trained, its bytes become a trained span. */
+static int put_span(render *r, const char *s, size_t n, int trained)
+{
+	size_t start = r->len;
+	int e = put(r, s, n);
+
+	if (!e && trained && n &&
+	    r->n_span + 2 <= (int)(sizeof(r->span) / sizeof(r->span[0]))) {
+		r->span[r->n_span++] = start;
+		r->span[r->n_span++] = r->len;
+	}
+	return e;
+}
+
+typedef struct message {
+	const char *role, *content;
+	size_t content_len;
+	int weight; /* 0 or 1 */
+} message;
+
+/* The special strings of a template: they are added tokens of the
+ * tokenizer, matched whole when the rendered text is encoded. */
+static int render_chat(int tmpl, const message *m, int n, const char *bos,
+		       const char *eos, int all, render *r)
+{
+	int e = 0;
+
+	switch (tmpl) {
+	case TACO_TEMPLATE_CHATML:
+		for (int i = 0; i < n && !e; i++) {
+			int tr = all || (!strcmp(m[i].role, "assistant") &&
+					 m[i].weight);
+			e = puts_(r, "<|im_start|>") || puts_(r, m[i].role) ||
+			    puts_(r, "\n") ||
+			    put_span(r, m[i].content, m[i].content_len, tr) ||
+			    put_span(r, "<|im_end|>", 10, tr) || puts_(r, "\n");
+		}
+		break;
+	case TACO_TEMPLATE_LLAMA3:
+		e = puts_(r, "<|begin_of_text|>");
+		for (int i = 0; i < n && !e; i++) {
+			int tr = all || (!strcmp(m[i].role, "assistant") &&
+					 m[i].weight);
+			const char *c = m[i].content;
+			size_t len = m[i].content_len;
+			/* the template trims content */
+			while (len && strchr(" \t\n\r", c[0]))
+				c++, len--;
+			while (len && strchr(" \t\n\r", c[len - 1]))
+				len--;
+			e = puts_(r, "<|start_header_id|>") ||
+			    puts_(r, m[i].role) ||
+			    puts_(r, "<|end_header_id|>\n\n") ||
+			    put_span(r, c, len, tr) ||
+			    put_span(r, "<|eot_id|>", 10, tr);
+		}
+		break;
+	case TACO_TEMPLATE_MISTRAL: {
+		int i = 0;
+		e = puts_(r, bos ? bos : "<s>");
+		if (n && !strcmp(m[0].role, "system"))
+			i = 1; /* merged into the first user turn */
+		for (; i < n && !e; i++) {
+			int tr = all || (!strcmp(m[i].role, "assistant") &&
+					 m[i].weight);
+			if (!strcmp(m[i].role, "user")) {
+				e = puts_(r, "[INST] ");
+				if (!e && i == 1 &&
+				    !strcmp(m[0].role, "system"))
+					e = put(r, m[0].content,
+						m[0].content_len) ||
+					    puts_(r, "\n\n");
+				e = e ||
+				    put(r, m[i].content, m[i].content_len) ||
+				    puts_(r, " [/INST]");
+			} else {
+				e = put_span(r, m[i].content, m[i].content_len,
+					     tr) ||
+				    put_span(r, eos ? eos : "</s>",
+					     strlen(eos ? eos : "</s>"), tr);
+			}
+		}
+		break;
+	}
+	}
+	return e ? -ENOMEM : 0;
+}
+
+/* ---- tokens and labels ------------------------------------------------- */
+
+int taco_tokens_before(const taco_tok *tok, const char *text, size_t b,
+		       int add_special, const taco_tok_ids *full,
+		       taco_tok_ids *tmp, size_t *k, taco_err *err)
+{
+	size_t i = 0;
+	int r = taco_tok_encode(tok, text, b, add_special, tmp, err);
+
+	if (r)
+		return r;
+	while (i < tmp->n && i < full->n && tmp->ids[i] == full->ids[i])
+		i++;
+	*k = i;
+	return 0;
+}
+
+/* An example's ids and labels, appended to d. */
+static int append(taco_data *d, const int32_t *ids, const int32_t *labels,
+		  size_t n)
+{
+	if (taco_data_reserve(d, d->n_tokens + n))
+		return -ENOMEM;
+	memcpy(d->tokens + d->n_tokens, ids, n * sizeof(*ids));
+	memcpy(d->labels + d->n_tokens, labels, n * sizeof(*labels));
+	d->n_tokens += n;
+	return 0;
+}
+
+typedef struct loader {
+	const taco_tok *tok;
+	const taco_dataset_opts *o;
+	taco_dataset_report *rep;
+	taco_data *d;
+	size_t offcap;
+	taco_tok_ids ids, tmp;
+	int32_t *labels;
+	size_t labels_cap;
+	int tmpl;
+	const char *bos, *eos; /* token strings */
+	int32_t eos_id;
+} loader;
+
+/* Encodes a rendered example; labels are the ids inside trained spans (or
+ * everywhere with train_on_all), -100 elsewhere. Applies the over-length
+ * policy and stores the example. */
+static int store_example(loader *L, int64_t line, taco_err *err);
+static int grow_labels(loader *L, size_t n, taco_err *err);
+
+static int finish_example(loader *L, int64_t line, const render *rd,
+			  int add_special, int append_eos, taco_err *err)
+{
+	const taco_dataset_opts *o = L->o;
+	size_t n;
+	int r;
+
+	r = taco_tok_encode(L->tok, rd->text, rd->len, add_special, &L->ids,
+			    err);
+	if (r)
+		return r;
+	if (append_eos && L->eos_id >= 0 &&
+	    (L->ids.n == 0 || L->ids.ids[L->ids.n - 1] != L->eos_id)) {
+		if (L->ids.n + 1 > L->ids.cap) {
+			int32_t *g = realloc(L->ids.ids,
+					     (L->ids.n + 1) * sizeof(int32_t));
+			if (!g)
+				return taco_err_set(err, -ENOMEM,
+						    "out of memory");
+			L->ids.ids = g;
+			L->ids.cap = L->ids.n + 1;
+		}
+		L->ids.ids[L->ids.n++] = L->eos_id;
+	}
+	n = L->ids.n;
+	if (n == 0) {
+		report(L->rep, line, TACO_P_EMPTY_EXAMPLE, 1,
+		       "the example has no tokens");
+		return 0;
+	}
+	if ((r = grow_labels(L, n, err)))
+		return r;
+	for (size_t i = 0; i < n; i++)
+		L->labels[i] = o->train_on_all ? L->ids.ids[i] : -100;
+	for (int s = 0; !o->train_on_all && s < rd->n_span; s += 2) {
+		size_t k0, k1;
+		if ((r = taco_tokens_before(L->tok, rd->text, rd->span[s],
+					    add_special, &L->ids, &L->tmp, &k0,
+					    err)) ||
+		    (r = taco_tokens_before(L->tok, rd->text, rd->span[s + 1],
+					    add_special, &L->ids, &L->tmp, &k1,
+					    err)))
+			return r;
+		/* a span ending the text includes what follows (EOS) */
+		if (rd->span[s + 1] == rd->len)
+			k1 = n;
+		for (size_t i = k0; i < k1 && i < n; i++)
+			L->labels[i] = L->ids.ids[i];
+	}
+	return store_example(L, line, err);
+}
+
+static int grow_labels(loader *L, size_t n, taco_err *err)
+{
+	if (n > L->labels_cap) {
+		int32_t *g = realloc(L->labels, n * sizeof(int32_t));
+		if (!g)
+			return taco_err_set(err, -ENOMEM, "out of memory");
+		L->labels = g;
+		L->labels_cap = n;
+	}
+	return 0;
+}
+
+/* The over-length policy, then the example (L->ids, L->labels) is kept. */
+static int store_example(loader *L, int64_t line, taco_err *err)
+{
+	const taco_dataset_opts *o = L->o;
+	size_t n = L->ids.n, trained = 0;
+
+	L->rep->examples++;
+	L->rep->tokens += (int64_t)n;
+	if (n > (size_t)o->seq_len) {
+		if (o->overlength == TACO_OVERLENGTH_ERROR) {
+			report(L->rep, line, TACO_P_TOO_LONG, 1,
+			       "%zu tokens, seq_len is %d", n, o->seq_len);
+			return 0;
+		}
+		if (o->overlength == TACO_OVERLENGTH_DROP) {
+			report(L->rep, line, TACO_P_TOO_LONG, 0,
+			       "%zu tokens, seq_len is %d: dropped", n,
+			       o->seq_len);
+			L->rep->dropped++;
+			return 0;
+		}
+		report(L->rep, line, TACO_P_TOO_LONG, 0,
+		       "%zu tokens, seq_len is %d: truncated", n, o->seq_len);
+		L->rep->truncated++;
+		n = (size_t)o->seq_len;
+	}
+	/* position t predicts label t + 1: label 0 is never a target */
+	for (size_t i = 1; i < n; i++)
+		trained += L->labels[i] != -100;
+	if (!trained) {
+		report(L->rep, line, TACO_P_ALL_LABELS_MASKED, 0,
+		       "no token carries a loss: dropped");
+		L->rep->dropped++;
+		return 0;
+	}
+	if (L->d->n + 2 > L->offcap) {
+		size_t nc = L->offcap ? 2 * L->offcap : 1024;
+		size_t *g = realloc(L->d->off, nc * sizeof(*g));
+		if (!g)
+			return taco_err_set(err, -ENOMEM, "out of memory");
+		if (!L->d->off)
+			g[0] = 0; /* the first example starts at 0 */
+		L->d->off = g;
+		L->offcap = nc;
+	}
+	if (append(L->d, L->ids.ids, L->labels, n))
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	L->d->n++;
+	L->d->off[L->d->n] = L->d->n_tokens;
+	L->rep->kept++;
+	L->rep->trainable_tokens += (int64_t)trained;
+	return 0;
+}
+
+/* ---- formats ----------------------------------------------------------- */
+
+static const char *const roles[] = {"system", "user", "assistant", NULL};
+
+/* Checks a chat example; fills m[0..*n). Returns 1 when it may be
+ * rendered, 0 after reporting its errors. */
+static int check_chat(loader *L, int64_t line, json_t *msgs, message *m, int *n)
+{
+	size_t i;
+	json_t *e;
+	int ok = 1, assistants = 0, trained = 0;
+
+	if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+		report(L->rep, line, TACO_P_MISSING_MESSAGES, 1,
+		       "\"messages\" must be a non-empty array");
+		return 0;
+	}
+	if (json_array_size(msgs) > TACO_DATASET_MAX_MESSAGES) {
+		report(L->rep, line, TACO_P_INVALID_FIELD, 1,
+		       "more than %d messages", TACO_DATASET_MAX_MESSAGES);
+		return 0;
+	}
+	json_array_foreach(msgs, i, e)
+	{
+		json_t *role = json_object_get(e, "role");
+		json_t *content = json_object_get(e, "content");
+		json_t *w = json_object_get(e, "weight");
+		int known = 0;
+
+		if (!json_is_object(e)) {
+			report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
+			       "messages[%zu] is not an object", i);
+			ok = 0;
+			continue;
+		}
+		for (int k = 0; roles[k] && json_is_string(role); k++)
+			known |= !strcmp(json_string_value(role), roles[k]);
+		if (!known) {
+			report(L->rep, line, TACO_P_UNRECOGNIZED_ROLE, 1,
+			       "messages[%zu].role %s%s%s (system, user, "
+			       "assistant)",
+			       i, json_is_string(role) ? "'" : "",
+			       json_is_string(role) ? json_string_value(role)
+						    : "is missing",
+			       json_is_string(role) ? "' is not known" : "");
+			ok = 0;
+			continue;
+		}
+		if (!json_is_string(content)) {
+			report(L->rep, line, TACO_P_MISSING_CONTENT, 1,
+			       "messages[%zu].content must be a string", i);
+			ok = 0;
+			continue;
+		}
+		m[i].role = json_string_value(role);
+		m[i].content = json_string_value(content);
+		m[i].content_len = json_string_length(content);
+		m[i].weight = 1;
+		if (w && !json_is_null(w)) {
+			if (strcmp(m[i].role, "assistant") ||
+			    !json_is_integer(w) ||
+			    (json_integer_value(w) != 0 &&
+			     json_integer_value(w) != 1)) {
+				report(L->rep, line, TACO_P_INVALID_WEIGHT, 1,
+				       "messages[%zu].weight must be 0 or 1, "
+				       "on assistant messages only",
+				       i);
+				ok = 0;
+				continue;
+			}
+			m[i].weight = (int)json_integer_value(w);
+		}
+		if (!strcmp(m[i].role, "assistant")) {
+			assistants++;
+			trained += m[i].weight;
+		}
+		if (!strcmp(m[i].role, "system") && i > 0) {
+			report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
+			       "messages[%zu]: a system message must come "
+			       "first",
+			       i);
+			ok = 0;
+		}
+	}
+	if (!ok)
+		return 0;
+	*n = (int)json_array_size(msgs);
+	if (!assistants) {
+		report(L->rep, line, TACO_P_NO_ASSISTANT_MESSAGE, 1,
+		       "no assistant message to learn from");
+		return 0;
+	}
+	if (L->tmpl == TACO_TEMPLATE_MISTRAL) {
+		int first = !strcmp(m[0].role, "system");
+		for (int k = first; k < *n; k++) {
+			const char *want =
+			    (k - first) % 2 ? "assistant" : "user";
+			if (strcmp(m[k].role, want)) {
+				report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
+				       "messages[%d]: the mistral template "
+				       "needs user and assistant turns "
+				       "alternating, starting with user",
+				       k);
+				return 0;
+			}
+		}
+	}
+	if (!trained && !L->o->train_on_all) {
+		report(L->rep, line, TACO_P_ALL_LABELS_MASKED, 0,
+		       "every assistant message has weight 0: dropped");
+		L->rep->dropped++;
+		return 0;
+	}
+	return 1;
+}
+
+static int string_field(loader *L, int64_t line, json_t *root, const char *key,
+			const char **s, size_t *n)
+{
+	json_t *v = json_object_get(root, key);
+
+	if (!json_is_string(v)) {
+		report(L->rep, line, TACO_P_INVALID_FIELD, 1,
+		       "\"%s\" must be a string", key);
+		return 0;
+	}
+	*s = json_string_value(v);
+	*n = json_string_length(v);
+	return 1;
+}
+
+/* Pre-tokenized: {"input_ids": [...], "labels": [...]?} */
+static int pretokenized(loader *L, int64_t line, json_t *root, taco_err *err)
+{
+	json_t *ids = json_object_get(root, "input_ids");
+	json_t *lab = json_object_get(root, "labels");
+	int32_t vocab = taco_tok_vocab_size(L->tok);
+	size_t i, n = json_array_size(ids);
+	json_t *v;
+
+	if (!json_is_array(ids) || n == 0 ||
+	    (lab && (!json_is_array(lab) || json_array_size(lab) != n))) {
+		report(L->rep, line, TACO_P_INVALID_FIELD, 1,
+		       "\"input_ids\" must be a non-empty array, and "
+		       "\"labels\" as long");
+		return 0;
+	}
+	L->ids.n = 0;
+	if (grow_labels(L, n, err))
+		return -ENOMEM;
+	if (n > L->ids.cap) {
+		int32_t *g = realloc(L->ids.ids, n * sizeof(int32_t));
+		if (!g)
+			return taco_err_set(err, -ENOMEM, "out of memory");
+		L->ids.ids = g;
+		L->ids.cap = n;
+	}
+	json_array_foreach(ids, i, v)
+	{
+		json_int_t x = json_is_integer(v) ? json_integer_value(v) : -1;
+		json_int_t y =
+		    lab ? (json_is_integer(json_array_get(lab, i))
+			       ? json_integer_value(json_array_get(lab, i))
+			       : -2)
+			: x;
+		if (x < 0 || x >= vocab ||
+		    !(y == -100 || (y >= 0 && y < vocab))) {
+			report(L->rep, line, TACO_P_INVALID_TOKEN, 1,
+			       "input_ids[%zu] or labels[%zu] is not a token "
+			       "id in [0, %d)%s",
+			       i, i, vocab, lab ? " or -100" : "");
+			return 0;
+		}
+		L->ids.ids[L->ids.n] = (int32_t)x;
+		L->labels[L->ids.n++] =
+		    L->o->train_on_all ? (int32_t)x : (int32_t)y;
+	}
+	return store_example(L, line, err);
+}
+
+/* One line of the file. */
+static int do_line(loader *L, int64_t line, const char *buf, size_t len,
+		   message *m, taco_err *err)
+{
+	json_error_t jerr;
+	json_t *root;
+	long bad;
+	render rd = {0};
+	int r = 0, n = 0;
+	const char *a, *b;
+	size_t an, bn;
+
+	if ((bad = utf8_invalid_at((const unsigned char *)buf, len)) >= 0) {
+		report(L->rep, line, TACO_P_INVALID_UTF8, 1,
+		       "invalid UTF-8 at byte %ld", bad);
+		return 0;
+	}
+	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root || !json_is_object(root)) {
+		report(L->rep, line, TACO_P_INVALID_JSON, 1, "%s",
+		       root ? "not a JSON object" : jerr.text);
+		json_decref(root);
+		return 0;
+	}
+	if (json_object_get(root, "messages")) {
+		if (L->tmpl == TACO_TEMPLATE_AUTO) {
+			r = taco_template_detect(L->o->model_dir, &L->tmpl,
+						 err);
+			if (r)
+				goto out;
+			L->rep->template_id = L->tmpl;
+		}
+		if (check_chat(L, line, json_object_get(root, "messages"), m,
+			       &n) &&
+		    !(r = render_chat(L->tmpl, m, n, L->bos, L->eos,
+				      L->o->train_on_all, &rd)))
+			r = finish_example(L, line, &rd, 0, 0, err);
+	} else if (json_object_get(root, "completion")) {
+		if (string_field(L, line, root, "prompt", &a, &an) &&
+		    string_field(L, line, root, "completion", &b, &bn)) {
+			if (!an && !bn)
+				report(L->rep, line, TACO_P_EMPTY_EXAMPLE, 1,
+				       "prompt and completion are empty");
+			else if (!(r = put(&rd, a, an)) &&
+				 !(r = put_span(&rd, b, bn, 1)))
+				r = finish_example(L, line, &rd, 1, 1, err);
+		}
+	} else if (json_object_get(root, "text")) {
+		if (string_field(L, line, root, "text", &a, &an)) {
+			if (!an)
+				report(L->rep, line, TACO_P_EMPTY_EXAMPLE, 1,
+				       "\"text\" is empty");
+			else if (!(r = put_span(&rd, a, an, 1)))
+				r = finish_example(L, line, &rd, 1, 1, err);
+		}
+	} else if (json_object_get(root, "input_ids")) {
+		r = pretokenized(L, line, root, err);
+	} else {
+		report(L->rep, line, TACO_P_UNKNOWN_FORMAT, 1,
+		       "expected \"messages\", \"prompt\" and "
+		       "\"completion\", \"text\", or \"input_ids\"");
+	}
+	if (r == -ENOMEM)
+		r = taco_err_set(err, r, "line %lld: out of memory",
+				 (long long)line);
+out:
+	free(rd.text);
+	json_decref(root);
+	return r;
+}
+
+static const char *token_string(const taco_tok *tok, int32_t id, char *buf,
+				size_t cap)
+{
+	size_t n;
+	const char *s = id >= 0 ? taco_tok_id_to_token(tok, id, &n) : NULL;
+
+	if (!s || n >= cap)
+		return NULL;
+	memcpy(buf, s, n);
+	buf[n] = 0;
+	return buf;
+}
+
+int taco_dataset_load(const char *path, const taco_tok *tok,
+		      const taco_dataset_opts *o, taco_data **out,
+		      taco_dataset_report *rep, taco_err *err)
+{
+	FILE *f = fopen(path, "rb");
+	loader L = {0};
+	message *m = NULL;
+	char *line = NULL, bos[256], eos[256];
+	size_t cap = 0;
+	ssize_t len;
+	int64_t lineno = 0;
+	uint64_t bytes = 0;
+	taco_tok_special sp = taco_tok_special_ids(tok);
+	int r = 0;
+
+	memset(rep, 0, sizeof(*rep));
+	if (!f)
+		return taco_err_set(err, -errno, "%s: %s", path,
+				    strerror(errno));
+	L.tok = tok;
+	L.o = o;
+	L.rep = rep;
+	L.tmpl = o->template_id;
+	rep->template_id = o->template_id;
+	L.bos = token_string(tok, sp.bos, bos, sizeof(bos));
+	L.eos = token_string(tok, sp.eos, eos, sizeof(eos));
+	L.eos_id = sp.eos;
+	L.d = calloc(1, sizeof(*L.d));
+	m = calloc(TACO_DATASET_MAX_MESSAGES, sizeof(*m));
+	if (!L.d || !m) {
+		r = taco_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	while ((len = getline(&line, &cap, f)) >= 0) {
+		lineno++;
+		bytes += (uint64_t)len;
+		if (bytes > TACO_DATASET_MAX_FILE) {
+			r = taco_err_set(
+			    err, -EFBIG, "%s: larger than %llu bytes", path,
+			    (unsigned long long)TACO_DATASET_MAX_FILE);
+			goto out;
+		}
+		while (len > 0 &&
+		       (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			len--;
+		if (strspn(line, " \t") == (size_t)len)
+			continue;
+		if ((size_t)len > TACO_DATASET_MAX_LINE) {
+			report(rep, lineno, TACO_P_LINE_TOO_LONG, 1,
+			       "%zd bytes, the limit is %u", len,
+			       TACO_DATASET_MAX_LINE);
+			continue;
+		}
+		if (rep->examples >= o->max_examples) {
+			report(rep, lineno, TACO_P_INVALID_FIELD, 1,
+			       "more than %lld examples",
+			       (long long)o->max_examples);
+			break;
+		}
+		if ((r = do_line(&L, lineno, line, (size_t)len, m, err))) {
+			taco_err_prefix(err, r, "%s:%lld", path,
+					(long long)lineno);
+			goto out;
+		}
+	}
+	rep->lines = lineno;
+	if (ferror(f)) {
+		r = taco_err_set(err, -EIO, "%s: read error", path);
+		goto out;
+	}
+	if (rep->errors) {
+		r = taco_err_set(err, -EINVAL,
+				 "%s: %lld error%s in %lld lines (first: line "
+				 "%lld, %s: %s)",
+				 path, (long long)rep->errors,
+				 rep->errors == 1 ? "" : "s", (long long)lineno,
+				 (long long)rep->listed[0].line,
+				 taco_problem_name(rep->listed[0].code),
+				 rep->listed[0].detail);
+		goto out;
+	}
+	if (!L.d->n) {
+		r = taco_err_set(err, -EINVAL, "%s: no usable examples", path);
+		goto out;
+	}
+	*out = L.d;
+	L.d = NULL;
+out:
+	taco_data_free(L.d);
+	taco_tok_ids_free(&L.ids);
+	taco_tok_ids_free(&L.tmp);
+	free(L.labels);
+	free(m);
+	free(line);
+	fclose(f);
+	return r;
+}
+
+json_t *taco_dataset_report_json(const taco_dataset_report *rep,
+				 const char *file)
+{
+	json_t *codes = json_object(), *list = json_array();
+	json_t *o;
+
+	for (int c = 0; c < TACO_P_COUNT; c++)
+		if (rep->by_code[c])
+			json_object_set_new(codes, problem_names[c],
+					    json_integer(rep->by_code[c]));
+	for (int i = 0; i < rep->n_listed; i++) {
+		const taco_problem *p = &rep->listed[i];
+		json_array_append_new(
+		    list,
+		    json_pack("{sI ss ss ss}", "line", (json_int_t)p->line,
+			      "code", problem_names[p->code], "severity",
+			      p->error ? "error" : "warning", "detail",
+			      p->detail));
+	}
+	o = json_pack(
+	    "{ss sI sI sI sI sI sI sI sI sI so so ss}", "file", file, "lines",
+	    (json_int_t)rep->lines, "examples", (json_int_t)rep->examples,
+	    "kept", (json_int_t)rep->kept, "tokens", (json_int_t)rep->tokens,
+	    "trainable_tokens", (json_int_t)rep->trainable_tokens, "truncated",
+	    (json_int_t)rep->truncated, "dropped", (json_int_t)rep->dropped,
+	    "errors", (json_int_t)rep->errors, "warnings",
+	    (json_int_t)rep->warnings, "by_code", codes, "problems", list,
+	    "chat_template", taco_template_name(rep->template_id));
+	return o;
+}
+
+void taco_dataset_report_print(const taco_dataset_report *rep, const char *file,
+			       FILE *f)
+{
+	fprintf(f,
+		"%s: %lld lines, %lld examples, %lld kept; %lld tokens, %lld "
+		"trained; %lld truncated, %lld dropped; %lld errors, %lld "
+		"warnings\n",
+		file, (long long)rep->lines, (long long)rep->examples,
+		(long long)rep->kept, (long long)rep->tokens,
+		(long long)rep->trainable_tokens, (long long)rep->truncated,
+		(long long)rep->dropped, (long long)rep->errors,
+		(long long)rep->warnings);
+	for (int i = 0; i < rep->n_listed; i++)
+		fprintf(f, "  line %lld: %s %s: %s\n",
+			(long long)rep->listed[i].line,
+			rep->listed[i].error ? "error" : "warning",
+			problem_names[rep->listed[i].code],
+			rep->listed[i].detail);
+	if (rep->errors + rep->warnings > rep->n_listed)
+		fprintf(
+		    f, "  ... and %lld more\n",
+		    (long long)(rep->errors + rep->warnings - rep->n_listed));
+}

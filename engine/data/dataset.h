@@ -1,0 +1,119 @@
+/* dataset.h: JSONL training files (chat, prompt/completion, text,
+ * pre-tokenized) turned into token ids and labels, with a validation report
+ * of every problem by line and code. docs/datasets.md documents the formats.
+ *
+ * Chat examples are rendered with a chat template segment by segment: the
+ * role header and the end-of-turn markup are encoded apart from the
+ * message content, as LLaMA-Factory and axolotl do, so that the label mask
+ * follows message boundaries exactly. */
+#ifndef TACO_DATASET_H
+#define TACO_DATASET_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "data.h"
+#include "tokenizer/tokenizer.h"
+#include "util/taco_err.h"
+
+#define TACO_DATASET_MAX_LINE (8u << 20)    /* bytes in one line */
+#define TACO_DATASET_MAX_FILE (16ull << 30) /* bytes in one file */
+#define TACO_DATASET_MAX_MESSAGES 4096	    /* messages in one example */
+#define TACO_DATASET_MAX_LISTED 100	    /* problems listed in full */
+
+enum taco_template {
+	TACO_TEMPLATE_AUTO = 0, /* from tokenizer_config.json's chat_template */
+	TACO_TEMPLATE_CHATML, /* Qwen: <|im_start|>role\ncontent<|im_end|>\n */
+	TACO_TEMPLATE_LLAMA3,
+	TACO_TEMPLATE_MISTRAL, /* [INST] user [/INST] assistant</s> */
+};
+
+enum taco_overlength {
+	TACO_OVERLENGTH_TRUNCATE = 0,
+	TACO_OVERLENGTH_DROP,
+	TACO_OVERLENGTH_ERROR,
+};
+
+/* Problem codes; docs/datasets.md says what each means. */
+enum taco_problem_code {
+	TACO_P_INVALID_JSON = 0,
+	TACO_P_INVALID_UTF8,
+	TACO_P_UNKNOWN_FORMAT,
+	TACO_P_MISSING_MESSAGES,
+	TACO_P_INVALID_MESSAGE,
+	TACO_P_UNRECOGNIZED_ROLE,
+	TACO_P_MISSING_CONTENT,
+	TACO_P_NO_ASSISTANT_MESSAGE,
+	TACO_P_INVALID_WEIGHT,
+	TACO_P_INVALID_FIELD,
+	TACO_P_EMPTY_EXAMPLE,
+	TACO_P_TOO_LONG,
+	TACO_P_ALL_LABELS_MASKED,
+	TACO_P_LINE_TOO_LONG,
+	TACO_P_INVALID_TOKEN,
+	TACO_P_COUNT
+};
+
+const char *taco_problem_name(int code);
+
+typedef struct taco_dataset_opts {
+	const char *model_dir; /* tokenizer_config.json for TEMPLATE_AUTO */
+	int template_id;       /* enum taco_template */
+	int train_on_all;      /* 1: every token is trained, not only answers */
+	int seq_len;
+	int overlength; /* enum taco_overlength */
+	int64_t max_examples;
+} taco_dataset_opts;
+
+void taco_dataset_defaults(taco_dataset_opts *o);
+
+typedef struct taco_problem {
+	int64_t line;
+	int code;
+	int error; /* 1 error, 0 warning */
+	char detail[192];
+} taco_problem;
+
+typedef struct taco_dataset_report {
+	int64_t lines, examples, kept;
+	int64_t tokens, trainable_tokens;
+	int64_t truncated, dropped;
+	int64_t errors, warnings;
+	int64_t by_code[TACO_P_COUNT];
+	int n_listed;
+	taco_problem listed[TACO_DATASET_MAX_LISTED];
+	int template_id; /* the template used for chat lines */
+} taco_dataset_report;
+
+/* Reads a JSONL file. Every line is checked; the report lists every
+ * problem (the first TACO_DATASET_MAX_LISTED in full, all counted). Returns
+ * 0 with the examples when there is no error (warnings allowed), -EINVAL
+ * when some line has an error (report filled, *out untouched), or another
+ * negative code when the file cannot be read at all. */
+int taco_dataset_load(const char *path, const taco_tok *tok,
+		      const taco_dataset_opts *o, taco_data **out,
+		      taco_dataset_report *rep, taco_err *err);
+
+/* The template of model_dir/tokenizer_config.json's chat_template, or
+ * -ENOTSUP naming the option to set when it is not one we know. */
+int taco_template_detect(const char *model_dir, int *template_id,
+			 taco_err *err);
+
+const char *taco_template_name(int template_id);
+
+/* The report as a JSON object (events, tacod) and as text. */
+json_t *taco_dataset_report_json(const taco_dataset_report *rep,
+				 const char *file);
+void taco_dataset_report_print(const taco_dataset_report *rep, const char *file,
+			       FILE *f);
+
+/* Of full = encode(text), the tokens that encode(text[0..b)) shares: the
+ * index of the first token at or after byte b. Where b falls inside a
+ * token the common prefix ends before it, so that token counts as after b.
+ * tmp is scratch. */
+int taco_tokens_before(const taco_tok *tok, const char *text, size_t b,
+		       int add_special, const taco_tok_ids *full,
+		       taco_tok_ids *tmp, size_t *k, taco_err *err);
+
+#endif

@@ -1,0 +1,32 @@
+/* mc.h: multiple-choice evaluation sets, the way the TACO preprint scores
+ * SST-2, RTE and BoolQ: each candidate completion's log-likelihood given
+ * the prompt, the highest wins (train/eval.h scores them). One JSON object
+ * per line: {"prompt": "...", "choices": ["...", ...], "answer": i}. */
+#ifndef TACO_MC_H
+#define TACO_MC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer/tokenizer.h"
+#include "util/taco_err.h"
+
+#define TACO_MC_MAX_CHOICES 64
+
+typedef struct taco_mc_set {
+	size_t n;	   /* examples */
+	size_t n_rows;	   /* candidates over all examples */
+	int *answer;	   /* [n] */
+	size_t *first_row; /* [n + 1]: rows of example i */
+	size_t *row_off;   /* [n_rows + 1] into tokens */
+	size_t *row_split; /* [n_rows]: tokens of the prompt in each row */
+	int32_t *tokens;
+} taco_mc_set;
+
+/* Reads the file; errors name the line. Prompts keep their tokenizer's
+ * special tokens (BOS); candidates are scored on their own tokens. */
+int taco_mc_load(const char *path, const taco_tok *tok, int64_t max_examples,
+		 taco_mc_set **out, taco_err *err);
+void taco_mc_free(taco_mc_set *s);
+
+#endif

@@ -1,0 +1,71 @@
+/* job.h: the options of one fine-tuning job (JOB.json), validated up front.
+ * docs/job.md documents every field. */
+#ifndef TACO_JOB_H
+#define TACO_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim/optim.h"
+
+#define TACO_JOB_MAX_BYTES (1u << 20)
+#define TACO_JOB_MAX_FREEZE 256
+#define TACO_PATH_MAX 4096
+
+enum taco_schedule {
+	TACO_SCHED_CONSTANT = 0,
+	TACO_SCHED_LINEAR,
+	TACO_SCHED_COSINE,
+};
+
+typedef struct taco_job {
+	char model[TACO_PATH_MAX];
+	char train[TACO_PATH_MAX];
+	char validation[TACO_PATH_MAX]; /* "" = none */
+	char output_dir[TACO_PATH_MAX];
+	int64_t steps; /* 0 = from epochs */
+	double epochs; /* used when steps == 0 */
+	int batch_size;
+	int seq_len;
+	int grad_accum;
+	double lr;
+	int schedule;
+	int64_t warmup_steps;
+	double min_lr_ratio; /* the schedule decays to lr * min_lr_ratio */
+	taco_optim_opts optim;
+	int n_freeze;
+	char **freeze;		  /* tensor-name prefixes */
+	int64_t eval_every;	  /* 0 = at the end only */
+	int64_t checkpoint_every; /* 0 = on stop signals only */
+	int keep_checkpoints;
+	uint64_t export_shard_bytes;
+	int64_t log_every;
+	int64_t max_examples; /* limit on examples read from a data file */
+	int activation_checkpointing; /* 0: keep every layer's activations */
+	int packing;		      /* several examples per sequence */
+	int chat_template;	      /* enum taco_template */
+	int train_on_all;	      /* 0: answers only */
+	int overlength;		      /* enum taco_overlength */
+	char eval_multiple_choice[TACO_PATH_MAX]; /* "" = none */
+} taco_job;
+
+/* A problem list: every problem found, each naming its option. */
+typedef struct taco_job_problems {
+	int n;
+	char msg[64][256];
+} taco_job_problems;
+
+/* Parses and validates JOB.json text. Returns 0, or -EINVAL with every
+ * problem in probs (unknown options included). dir_of_file resolves
+ * relative paths (NULL: as given). */
+int taco_job_parse(const char *json, size_t len, const char *dir_of_file,
+		   taco_job *job, taco_job_problems *probs);
+int taco_job_load(const char *path, taco_job *job, taco_job_problems *probs);
+void taco_job_free(taco_job *job);
+
+/* The learning rate of optimizer step `step` (1-based) of `total`. */
+double taco_job_lr(const taco_job *job, int64_t step, int64_t total);
+
+const char *taco_schedule_name(int schedule);
+
+#endif

@@ -1,0 +1,28 @@
+/* job_data.h: the data of a job: tokenizer, training and validation sets,
+ * multiple-choice evaluation set, and their validation reports. */
+#ifndef TACO_JOB_DATA_H
+#define TACO_JOB_DATA_H
+
+#include "data/data.h"
+#include "data/dataset.h"
+#include "data/mc.h"
+#include "job.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct taco_job_data {
+	taco_tok *tok; /* NULL when the model has no tokenizer.json */
+	taco_data *train, *val;
+	taco_mc_set *mc;
+	taco_dataset_report train_report, val_report;
+	int have_reports;
+} taco_job_data;
+
+/* Loads everything the job names. With a tokenizer.json in the model
+ * directory every format of docs/datasets.md is read; without one only
+ * pre-tokenized lines. Token ids must fit the model's vocab. On a data
+ * error the reports say what is wrong, line by line. */
+int taco_job_data_load(const taco_job *job, int vocab, taco_job_data *out,
+		       taco_err *err);
+void taco_job_data_free(taco_job_data *d);
+
+#endif

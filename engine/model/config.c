@@ -1,0 +1,452 @@
+#include "config.h"
+#include "util/fsutil.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+	const char *arch;
+	const char *model_type;
+	int id;
+} known_archs[] = {
+    {"LlamaForCausalLM", "llama", TACO_ARCH_LLAMA},
+    {"MistralForCausalLM", "mistral", TACO_ARCH_MISTRAL},
+    {"Qwen2ForCausalLM", "qwen2", TACO_ARCH_QWEN2},
+    {"Qwen3ForCausalLM", "qwen3", TACO_ARCH_QWEN3},
+    {"OPTForCausalLM", "opt", TACO_ARCH_OPT},
+    {"GPTNeoXForCausalLM", "gpt_neox", TACO_ARCH_GPT_NEOX},
+};
+
+const char *taco_arch_name(int arch)
+{
+	for (size_t i = 0; i < sizeof(known_archs) / sizeof(known_archs[0]);
+	     i++)
+		if (known_archs[i].id == arch)
+			return known_archs[i].arch;
+	return "unknown";
+}
+
+/* Reads an integer field into *out. Absent: *out keeps its default unless
+ * required. Present but not an integer in [lo, hi]: error. */
+static int get_int(json_t *root, const char *name, const char *key, int *out,
+		   int required, long long lo, long long hi, taco_err *err)
+{
+	json_t *v = json_object_get(root, key);
+	json_int_t x;
+
+	if (!v || json_is_null(v)) {
+		if (required)
+			return taco_err_set(err, -EINVAL,
+					    "%s: field '%s' is required", name,
+					    key);
+		return 0;
+	}
+	if (!json_is_integer(v))
+		return taco_err_set(err, -EINVAL,
+				    "%s: field '%s' must be an integer", name,
+				    key);
+	x = json_integer_value(v);
+	if (x < lo || x > hi)
+		return taco_err_set(err, -EINVAL,
+				    "%s: field '%s' = %lld is outside [%lld, "
+				    "%lld]",
+				    name, key, (long long)x, lo, hi);
+	*out = (int)x;
+	return 0;
+}
+
+static int get_num(json_t *root, const char *name, const char *key, double *out,
+		   double lo, double hi, taco_err *err)
+{
+	json_t *v = json_object_get(root, key);
+	double x;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_number(v))
+		return taco_err_set(
+		    err, -EINVAL, "%s: field '%s' must be a number", name, key);
+	x = json_number_value(v);
+	if (!(x >= lo && x <= hi))
+		return taco_err_set(err, -EINVAL,
+				    "%s: field '%s' = %g is outside [%g, %g]",
+				    name, key, x, lo, hi);
+	*out = x;
+	return 0;
+}
+
+static int get_bool(json_t *root, const char *name, const char *key, int *out,
+		    taco_err *err)
+{
+	json_t *v = json_object_get(root, key);
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_boolean(v))
+		return taco_err_set(err, -EINVAL,
+				    "%s: field '%s' must be true or false",
+				    name, key);
+	*out = json_is_true(v);
+	return 0;
+}
+
+static int parse_arch(json_t *root, const char *name, taco_config *c,
+		      taco_err *err)
+{
+	json_t *archs = json_object_get(root, "architectures");
+	json_t *mt = json_object_get(root, "model_type");
+	const char *want = NULL;
+	int by_type = 0;
+
+	if (archs && json_is_array(archs) && json_array_size(archs) > 0) {
+		if (json_array_size(archs) != 1 ||
+		    !json_is_string(json_array_get(archs, 0)))
+			return taco_err_set(err, -EINVAL,
+					    "%s: field 'architectures' must "
+					    "hold exactly one name",
+					    name);
+		want = json_string_value(json_array_get(archs, 0));
+	} else if (mt && json_is_string(mt)) {
+		want = json_string_value(mt);
+		by_type = 1;
+	} else {
+		return taco_err_set(err, -EINVAL,
+				    "%s: neither 'architectures' nor "
+				    "'model_type' names the model",
+				    name);
+	}
+	for (size_t i = 0; i < sizeof(known_archs) / sizeof(known_archs[0]);
+	     i++) {
+		if (strcmp(want, by_type ? known_archs[i].model_type
+					 : known_archs[i].arch) == 0) {
+			c->arch = known_archs[i].id;
+			return 0;
+		}
+	}
+	return taco_err_set(
+	    err, -ENOTSUP,
+	    "%s: architecture '%s' is not supported (supported: "
+	    "LlamaForCausalLM, MistralForCausalLM, "
+	    "Qwen2ForCausalLM, Qwen3ForCausalLM; "
+	    "OPTForCausalLM and GPTNeoXForCausalLM for "
+	    "planning only)",
+	    name, want);
+}
+
+/* rope_scaling (transformers 4) or rope_parameters (transformers 5). */
+static int parse_rope(json_t *root, const char *name, taco_config *c,
+		      taco_err *err)
+{
+	json_t *rp = json_object_get(root, "rope_parameters");
+	json_t *rs = json_object_get(root, "rope_scaling");
+	const char *where = "rope_parameters";
+	json_t *t;
+	const char *type = "default";
+	int r;
+
+	c->rope_theta = 10000.0;
+	r = get_num(root, name, "rope_theta", &c->rope_theta, 1.0, 1e12, err);
+	if (r)
+		return r;
+	if (!rp || json_is_null(rp)) {
+		rp = rs;
+		where = "rope_scaling";
+	}
+	if (!rp || json_is_null(rp))
+		return 0;
+	if (!json_is_object(rp))
+		return taco_err_set(err, -EINVAL,
+				    "%s: field '%s' must be an object", name,
+				    where);
+	r = get_num(rp, name, "rope_theta", &c->rope_theta, 1.0, 1e12, err);
+	if (r)
+		return r;
+	t = json_object_get(rp, "rope_type");
+	if (!t)
+		t = json_object_get(rp, "type");
+	if (t && json_is_string(t))
+		type = json_string_value(t);
+	else if (t && !json_is_null(t))
+		return taco_err_set(err, -EINVAL,
+				    "%s: field '%s.rope_type' must be a string",
+				    name, where);
+	if (strcmp(type, "default") == 0)
+		return 0;
+	if (strcmp(type, "llama3") != 0)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: %s.rope_type '%s' is not supported "
+				    "(supported: default, llama3)",
+				    name, where, type);
+	c->rope_type = TACO_ROPE_LLAMA3;
+	c->rope_factor = c->rope_low_freq_factor = c->rope_high_freq_factor =
+	    NAN;
+	c->rope_original_max_pos = 0;
+	if ((r = get_num(rp, name, "factor", &c->rope_factor, 1e-3, 1e6,
+			 err)) ||
+	    (r = get_num(rp, name, "low_freq_factor", &c->rope_low_freq_factor,
+			 1e-6, 1e6, err)) ||
+	    (r = get_num(rp, name, "high_freq_factor",
+			 &c->rope_high_freq_factor, 1e-6, 1e6, err)) ||
+	    (r = get_int(rp, name, "original_max_position_embeddings",
+			 &c->rope_original_max_pos, 1, 1, 1 << 30, err)))
+		return r;
+	if (isnan(c->rope_factor) || isnan(c->rope_low_freq_factor) ||
+	    isnan(c->rope_high_freq_factor))
+		return taco_err_set(err, -EINVAL,
+				    "%s: llama3 %s needs factor, "
+				    "low_freq_factor and high_freq_factor",
+				    name, where);
+	if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
+		return taco_err_set(err, -EINVAL,
+				    "%s: %s.high_freq_factor must exceed "
+				    "low_freq_factor",
+				    name, where);
+	return 0;
+}
+
+/* Fields that would change the math in ways we do not implement. */
+static int refuse_unsupported(json_t *root, const char *name,
+			      const taco_config *c, taco_err *err)
+{
+	json_t *v;
+	double drop = 0;
+	int flag = 0, r;
+
+	v = json_object_get(root, "hidden_act");
+	if (!v)
+		v = json_object_get(root, "hidden_activation");
+	if (v &&
+	    (!json_is_string(v) || strcmp(json_string_value(v), "silu") != 0))
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: hidden_act must be \"silu\"", name);
+	if ((r = get_bool(root, name, "mlp_bias", &flag, err)))
+		return r;
+	if (flag)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: mlp_bias = true is not supported",
+				    name);
+	if ((r = get_num(root, name, "attention_dropout", &drop, 0, 1, err)))
+		return r;
+	if (drop != 0)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: attention_dropout must be 0", name);
+	if (c->arch == TACO_ARCH_QWEN2 || c->arch == TACO_ARCH_QWEN3) {
+		flag = 0;
+		if ((r = get_bool(root, name, "use_sliding_window", &flag,
+				  err)))
+			return r;
+		if (flag)
+			return taco_err_set(err, -ENOTSUP,
+					    "%s: use_sliding_window = true is "
+					    "not supported for %s",
+					    name, taco_arch_name(c->arch));
+	}
+	v = json_object_get(root, "layer_types");
+	if (v && json_is_array(v) && c->arch != TACO_ARCH_MISTRAL) {
+		size_t i;
+		json_t *e;
+		json_array_foreach(v, i, e)
+		{
+			if (!json_is_string(e) ||
+			    strcmp(json_string_value(e), "full_attention"))
+				return taco_err_set(
+				    err, -ENOTSUP,
+				    "%s: layer_types[%zu] must be "
+				    "\"full_attention\"",
+				    name, i);
+		}
+	}
+	v = json_object_get(root, "pretraining_tp");
+	if (v && json_is_integer(v) && json_integer_value(v) != 1)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: pretraining_tp must be 1", name);
+	return 0;
+}
+
+/* OPT and GPT-NeoX: the shapes the planner needs, nothing more. */
+static int parse_shapes_only(json_t *root, const char *name, taco_config *c,
+			     taco_err *err)
+{
+	int opt = c->arch == TACO_ARCH_OPT, proj = 0, r;
+
+	c->shapes_only = 1;
+	if ((r = get_int(root, name, "hidden_size", &c->hidden, 1, 1,
+			 TACO_MAX_HIDDEN, err)) ||
+	    (r = get_int(root, name, opt ? "ffn_dim" : "intermediate_size",
+			 &c->intermediate, 1, 1, TACO_MAX_INTERMEDIATE, err)) ||
+	    (r = get_int(root, name, "num_hidden_layers", &c->layers, 1, 1,
+			 TACO_MAX_LAYERS, err)) ||
+	    (r = get_int(root, name, "num_attention_heads", &c->heads, 1, 1,
+			 TACO_MAX_HEADS, err)) ||
+	    (r = get_int(root, name, "vocab_size", &c->vocab, 1, 1,
+			 TACO_MAX_VOCAB, err)) ||
+	    (r = get_int(root, name, "max_position_embeddings", &c->max_pos, 1,
+			 1, 1 << 24, err)))
+		return r;
+	c->kv_heads = c->heads;
+	c->head_dim = c->hidden / c->heads;
+	c->qkv_bias = c->o_bias = 1;
+	c->tie_embeddings = opt; /* the defaults of each family */
+	if ((r = get_bool(root, name, "tie_word_embeddings", &c->tie_embeddings,
+			  err)))
+		return r;
+	if (opt) {
+		proj = c->hidden;
+		if ((r = get_int(root, name, "word_embed_proj_dim", &proj, 0, 1,
+				 TACO_MAX_HIDDEN, err)))
+			return r;
+		if (proj != c->hidden)
+			return taco_err_set(err, -ENOTSUP,
+					    "%s: word_embed_proj_dim != "
+					    "hidden_size is not supported",
+					    name);
+	}
+	return 0;
+}
+
+int taco_config_parse(const char *json, size_t len, const char *name,
+		      taco_config *out, taco_err *err)
+{
+	taco_config c;
+	json_error_t jerr;
+	json_t *root = NULL;
+	double eps = 1e-6;
+	int r, bias = 0;
+
+	memset(&c, 0, sizeof(c));
+	if (len > TACO_CONFIG_MAX_BYTES)
+		return taco_err_set(err, -EFBIG, "%s: larger than %u bytes",
+				    name, TACO_CONFIG_MAX_BYTES);
+	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root)
+		return taco_err_set(err, -EINVAL, "%s: line %d: %s", name,
+				    jerr.line, jerr.text);
+	if (!json_is_object(root)) {
+		r = taco_err_set(err, -EINVAL, "%s: not a JSON object", name);
+		goto out;
+	}
+	if ((r = parse_arch(root, name, &c, err)))
+		goto out;
+	if (c.arch == TACO_ARCH_OPT || c.arch == TACO_ARCH_GPT_NEOX) {
+		r = parse_shapes_only(root, name, &c, err);
+		if (!r)
+			*out = c;
+		goto out;
+	}
+	c.gated_mlp = 1;
+	if ((r = get_int(root, name, "hidden_size", &c.hidden, 1, 1,
+			 TACO_MAX_HIDDEN, err)) ||
+	    (r = get_int(root, name, "intermediate_size", &c.intermediate, 1, 1,
+			 TACO_MAX_INTERMEDIATE, err)) ||
+	    (r = get_int(root, name, "num_hidden_layers", &c.layers, 1, 1,
+			 TACO_MAX_LAYERS, err)) ||
+	    (r = get_int(root, name, "num_attention_heads", &c.heads, 1, 1,
+			 TACO_MAX_HEADS, err)) ||
+	    (r = get_int(root, name, "vocab_size", &c.vocab, 1, 1,
+			 TACO_MAX_VOCAB, err)))
+		goto out;
+	c.kv_heads = c.heads;
+	if ((r = get_int(root, name, "num_key_value_heads", &c.kv_heads, 0, 1,
+			 TACO_MAX_HEADS, err)))
+		goto out;
+	if (c.heads % c.kv_heads) {
+		r = taco_err_set(err, -EINVAL,
+				 "%s: num_attention_heads (%d) is not a "
+				 "multiple of num_key_value_heads (%d)",
+				 name, c.heads, c.kv_heads);
+		goto out;
+	}
+	c.head_dim = c.hidden / c.heads;
+	if ((r = get_int(root, name, "head_dim", &c.head_dim, 0, 2,
+			 TACO_MAX_HEAD_DIM, err)))
+		goto out;
+	if (c.head_dim % 2 || c.head_dim < 2) {
+		r = taco_err_set(err, -EINVAL,
+				 "%s: head_dim (%d) must be even and >= 2",
+				 name, c.head_dim);
+		goto out;
+	}
+	c.max_pos = 0;
+	if ((r = get_int(root, name, "max_position_embeddings", &c.max_pos, 0,
+			 0, 1 << 30, err)))
+		goto out;
+	if ((r = get_num(root, name, "rms_norm_eps", &eps, 1e-30, 1, err)))
+		goto out;
+	c.rms_eps = (float)eps;
+	if ((r = parse_rope(root, name, &c, err)))
+		goto out;
+	if ((r = get_bool(root, name, "tie_word_embeddings", &c.tie_embeddings,
+			  err)))
+		goto out;
+	if ((r = get_bool(root, name, "attention_bias", &bias, err)))
+		goto out;
+	switch (c.arch) {
+	case TACO_ARCH_QWEN2: /* q/k/v always carry a bias in Qwen2 */
+		c.qkv_bias = 1;
+		break;
+	case TACO_ARCH_QWEN3:
+		c.qk_norm = 1;
+		c.qkv_bias = c.o_bias = bias;
+		break;
+	case TACO_ARCH_MISTRAL:
+		if ((r = get_int(root, name, "sliding_window",
+				 &c.sliding_window, 0, 0, 1 << 30, err)))
+			goto out;
+		c.qkv_bias = c.o_bias = bias;
+		break;
+	default:
+		c.qkv_bias = c.o_bias = bias;
+		break;
+	}
+	if ((r = refuse_unsupported(root, name, &c, err)))
+		goto out;
+	*out = c;
+	r = 0;
+out:
+	json_decref(root);
+	return r;
+}
+
+int taco_config_load(const char *path, taco_config *out, taco_err *err)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	int r = taco_read_file(path, TACO_CONFIG_MAX_BYTES, &buf, &n, err);
+
+	if (r)
+		return r;
+	r = taco_config_parse(buf, n, path, out, err);
+	free(buf);
+	return r;
+}
+
+void taco_config_inv_freq(const taco_config *c, float *inv_freq)
+{
+	int half = c->head_dim / 2;
+
+	for (int i = 0; i < half; i++) {
+		float e = (float)(2 * i) / (float)c->head_dim;
+		double f = (float)(1.0 / (float)pow(c->rope_theta, e));
+
+		if (c->rope_type == TACO_ROPE_LLAMA3) {
+			double old = c->rope_original_max_pos;
+			double lo_wl = old / c->rope_low_freq_factor;
+			double hi_wl = old / c->rope_high_freq_factor;
+			double wl = 2 * M_PI / f;
+
+			if (wl > lo_wl) {
+				f = f / c->rope_factor;
+			} else if (wl >= hi_wl) {
+				double s =
+				    (old / wl - c->rope_low_freq_factor) /
+				    (c->rope_high_freq_factor -
+				     c->rope_low_freq_factor);
+				f = (1 - s) * f / c->rope_factor + s * f;
+			}
+		}
+		inv_freq[i] = (float)f;
+	}
+}

@@ -1,0 +1,79 @@
+/* config.h: a Hugging Face config.json, reduced to what the math needs.
+ *
+ * Supported architectures: LlamaForCausalLM, MistralForCausalLM,
+ * Qwen2ForCausalLM, Qwen3ForCausalLM. A field that would change the math in a
+ * way we do not implement is refused by name; fields that do not change the
+ * math (token ids, torch_dtype, max_position_embeddings, ...) are ignored. */
+#ifndef TACO_CONFIG_H
+#define TACO_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/taco_err.h"
+
+/* Limits on sizes a user controls through config.json. */
+#define TACO_CONFIG_MAX_BYTES (1u << 20)
+#define TACO_MAX_LAYERS 1024
+#define TACO_MAX_HIDDEN 65536
+#define TACO_MAX_INTERMEDIATE (1 << 20)
+#define TACO_MAX_HEADS 1024
+#define TACO_MAX_HEAD_DIM 1024
+#define TACO_MAX_VOCAB (1 << 22)
+
+enum taco_arch {
+	TACO_ARCH_LLAMA = 1,
+	TACO_ARCH_MISTRAL,
+	TACO_ARCH_QWEN2,
+	TACO_ARCH_QWEN3,
+	/* Shapes only: the planner sizes them for comparison (the TACO
+	 * preprint's OPT-13B, Pythia), the engine does not train them. */
+	TACO_ARCH_OPT,
+	TACO_ARCH_GPT_NEOX,
+};
+
+enum taco_rope_type {
+	TACO_ROPE_DEFAULT = 0,
+	TACO_ROPE_LLAMA3,
+};
+
+typedef struct taco_config {
+	int arch;
+	int hidden;	  /* hidden_size */
+	int intermediate; /* intermediate_size */
+	int layers;	  /* num_hidden_layers */
+	int heads;	  /* num_attention_heads */
+	int kv_heads;	  /* num_key_value_heads (GQA); = heads when absent */
+	int head_dim;	  /* head_dim, else hidden / heads */
+	int vocab;	  /* vocab_size */
+	int max_pos;	  /* max_position_embeddings (informational) */
+	float rms_eps;	  /* rms_norm_eps */
+	double rope_theta;
+	int rope_type;
+	/* llama3 rope scaling */
+	double rope_factor;
+	double rope_low_freq_factor;
+	double rope_high_freq_factor;
+	int rope_original_max_pos;
+	int tie_embeddings; /* tie_word_embeddings */
+	int qkv_bias;	    /* q/k/v projections have biases */
+	int o_bias;	    /* o projection has a bias */
+	int qk_norm;	    /* Qwen3 per-head RMSNorm of q and k */
+	int sliding_window; /* 0 = none */
+	int shapes_only;    /* OPT, GPT-NeoX: planned, not trained */
+	int gated_mlp;	    /* SwiGLU (3 projections) rather than fc1/fc2 */
+} taco_config;
+
+/* Parses config.json text. name is used in error messages (a path). */
+int taco_config_parse(const char *json, size_t len, const char *name,
+		      taco_config *out, taco_err *err);
+
+/* Reads and parses path. */
+int taco_config_load(const char *path, taco_config *out, taco_err *err);
+
+const char *taco_arch_name(int arch);
+
+/* inv_freq[hd/2] as Hugging Face computes it (fp32 result), scaling applied. */
+void taco_config_inv_freq(const taco_config *c, float *inv_freq);
+
+#endif

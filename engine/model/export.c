@@ -1,0 +1,59 @@
+#include "export.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model_io.h"
+#include "util/fsutil.h"
+
+const char *const taco_export_base_files[] = {
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    NULL,
+};
+
+int taco_export(const taco_model *m, const char *base_dir, const char *out_dir,
+		uint64_t shard_bytes, taco_err *err)
+{
+	char tmp[4200], src[4400], dst[4400];
+	struct stat st;
+	int r;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp-%d", out_dir, (int)getpid()) >=
+	    (int)sizeof(tmp))
+		return taco_err_set(err, -ENAMETOOLONG, "%s: path too long",
+				    out_dir);
+	taco_remove_flat_dir(tmp, NULL);
+	if ((r = taco_mkdir_p(tmp, err)))
+		return r;
+	for (int i = 0; taco_export_base_files[i]; i++) {
+		snprintf(src, sizeof(src), "%s/%s", base_dir,
+			 taco_export_base_files[i]);
+		snprintf(dst, sizeof(dst), "%s/%s", tmp,
+			 taco_export_base_files[i]);
+		if (stat(src, &st) || !S_ISREG(st.st_mode))
+			continue;
+		if ((r = taco_copy_file(src, dst, err)))
+			goto fail;
+	}
+	if ((r = taco_model_save_sharded(m, tmp, shard_bytes, err)) ||
+	    (r = taco_fsync_dir(tmp, err)))
+		goto fail;
+	if ((r = taco_replace_dir(tmp, out_dir, err)))
+		goto fail;
+	return 0;
+fail:
+	taco_remove_flat_dir(tmp, NULL);
+	return r;
+}

@@ -1,0 +1,347 @@
+/* optim.c: per-tensor optimizer state and updates. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim.h"
+#include "safetensors/safetensors.h"
+
+void taco_optim_defaults(taco_optim_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->k = 16;
+	o->beta = 0.9f;
+	o->weight_decay = 0.0f;
+	o->stochastic = 1;
+	o->adam_beta1 = 0.9f;
+	o->adam_beta2 = 0.999f;
+	o->adam_eps = 1e-8f;
+	o->adam_weight_decay = 0.0f;
+}
+
+size_t taco_optim_tensor_bytes(int kind, int ndim, int64_t R, int64_t C, int k)
+{
+	size_t idx_bytes = R <= 65535 ? 2 : 4;
+
+	if (kind == TACO_OPT_TACO && ndim == 2)
+		return (size_t)C * ((size_t)k * idx_bytes + (size_t)k + 4);
+	if (kind == TACO_OPT_ADAMW)
+		return 12 * (size_t)R * (size_t)(ndim == 2 ? C : 1);
+	return 0;
+}
+
+int taco_optim_kind_of(const taco_tensor *t, const taco_optim_opts *o,
+		       int frozen)
+{
+	if (frozen)
+		return TACO_OPT_FROZEN;
+	if (t->ndim == 2 && !o->all_adamw)
+		return TACO_OPT_TACO;
+	return TACO_OPT_ADAMW;
+}
+
+static void *zalloc(const tk_ops *ops, size_t bytes, size_t *total)
+{
+	void *p = ops->alloc(bytes);
+
+	if (p) {
+		ops->memset0(p, bytes);
+		*total += bytes;
+	}
+	return p;
+}
+
+static int init_tensor(taco_optim *o, int id, int kind, taco_err *err)
+{
+	const tk_ops *ops = o->model->ops;
+	const taco_tensor *t = &o->model->tensors[id];
+	taco_optim_tensor *s = &o->t[id];
+	size_t n = t->numel, C = (size_t)t->shape[1], k = (size_t)o->opts.k;
+
+	s->kind = kind;
+	if (kind == TACO_OPT_TACO) {
+		s->idx_bytes = t->shape[0] <= 65535 ? 2 : 4;
+		s->idx =
+		    zalloc(ops, C * k * (size_t)s->idx_bytes, &s->state_bytes);
+		s->q = zalloc(ops, C * k, &s->state_bytes);
+		s->scale = zalloc(ops, C * sizeof(float), &s->state_bytes);
+		if (!s->idx || !s->q || !s->scale)
+			goto nomem;
+		/* all ones = empty slot */
+		{
+			size_t bytes = C * k * (size_t)s->idx_bytes;
+			uint8_t *ones = malloc(bytes);
+			if (!ones)
+				goto nomem;
+			memset(ones, 0xFF, bytes);
+			ops->upload(s->idx, ones, bytes);
+			free(ones);
+		}
+	} else if (kind == TACO_OPT_ADAMW) {
+		s->master = zalloc(ops, n * 4, &s->state_bytes);
+		s->m = zalloc(ops, n * 4, &s->state_bytes);
+		s->v = zalloc(ops, n * 4, &s->state_bytes);
+		if (!s->master || !s->m || !s->v)
+			goto nomem;
+		ops->to_f32(s->master, t->data, t->dtype, n);
+	}
+	o->state_bytes += s->state_bytes;
+	return 0;
+nomem:
+	return taco_err_set(
+	    err, -ENOMEM, "cannot allocate optimizer state for '%s'", t->name);
+}
+
+static void free_tensor(const tk_ops *ops, const taco_tensor *t,
+			taco_optim_tensor *s, int k)
+{
+	size_t C = (size_t)t->shape[1], n = t->numel;
+
+	if (s->idx)
+		ops->free(s->idx, C * (size_t)k * (size_t)s->idx_bytes);
+	if (s->q)
+		ops->free(s->q, C * (size_t)k);
+	if (s->scale)
+		ops->free(s->scale, C * sizeof(float));
+	if (s->master)
+		ops->free(s->master, n * 4);
+	if (s->m)
+		ops->free(s->m, n * 4);
+	if (s->v)
+		ops->free(s->v, n * 4);
+}
+
+void taco_optim_free(taco_optim *o)
+{
+	if (!o)
+		return;
+	for (int i = 0; o->t && i < o->model->n_tensors; i++)
+		free_tensor(o->model->ops, &o->model->tensors[i], &o->t[i],
+			    o->opts.k);
+	free(o->t);
+	free(o);
+}
+
+int taco_optim_create(taco_model *m, const taco_optim_opts *opts,
+		      const uint8_t *frozen, taco_optim **out, taco_err *err)
+{
+	taco_optim *o;
+	int r;
+
+	if (!opts->all_adamw && (opts->k < 1 || opts->k > 16))
+		return taco_err_set(err, -EINVAL, "taco.k must be in [1, 16]");
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	o->model = m;
+	o->opts = *opts;
+	o->t = calloc((size_t)m->n_tensors, sizeof(*o->t));
+	if (!o->t) {
+		free(o);
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < m->n_tensors; i++) {
+		int kind = taco_optim_kind_of(&m->tensors[i], opts,
+					      frozen ? frozen[i] : 0);
+		if ((r = init_tensor(o, i, kind, err))) {
+			taco_optim_free(o);
+			return r;
+		}
+	}
+	*out = o;
+	return 0;
+}
+
+void taco_optim_begin_step(taco_optim *o)
+{
+	o->step++;
+}
+
+int taco_optim_apply(taco_optim *o, int id, const float *grad, float lr)
+{
+	const tk_ops *ops = o->model->ops;
+	taco_tensor *t = &o->model->tensors[id];
+	taco_optim_tensor *s = &o->t[id];
+
+	if (s->kind == TACO_OPT_TACO) {
+		tk_taco_args a = {
+		    .R = (int)t->shape[0],
+		    .C = (int)t->shape[1],
+		    .k = o->opts.k,
+		    .lr = lr,
+		    .beta = o->opts.beta,
+		    .weight_decay = o->opts.weight_decay,
+		    .stochastic = o->opts.stochastic,
+		    .seed = o->opts.seed,
+		    .tensor_index = (uint64_t)id,
+		    .step = o->step,
+		};
+		ops->taco_update(t->data, t->dtype, grad, s->idx, s->q,
+				 s->scale, &a);
+	} else if (s->kind == TACO_OPT_ADAMW) {
+		tk_adamw_args a = {
+		    .lr = lr,
+		    .beta1 = o->opts.adam_beta1,
+		    .beta2 = o->opts.adam_beta2,
+		    .eps = o->opts.adam_eps,
+		    .weight_decay = o->opts.adam_weight_decay,
+		    .step = o->step,
+		};
+		ops->adamw_update(t->data, t->dtype, s->master, s->m, s->v,
+				  grad, t->numel, &a);
+	}
+	return 0;
+}
+
+/* One state buffer of one tensor, as a checkpoint entry. */
+typedef struct state_buf {
+	char name[TACO_NAME_MAX + 16];
+	void *dev;
+	size_t bytes;
+	int dtype;
+	int ndim;
+	int64_t shape[2];
+} state_buf;
+
+static int state_list(const taco_optim *o, state_buf **out, size_t *n_out)
+{
+	size_t n = 0, cap = (size_t)o->model->n_tensors * 3;
+	state_buf *b = calloc(cap ? cap : 1, sizeof(*b));
+
+	if (!b)
+		return -ENOMEM;
+	for (int i = 0; i < o->model->n_tensors; i++) {
+		const taco_tensor *t = &o->model->tensors[i];
+		const taco_optim_tensor *s = &o->t[i];
+		int64_t C = t->shape[1], k = o->opts.k;
+		int64_t numel = (int64_t)t->numel;
+#define PUT(kind, ptr, dt, nd, d0, d1, es)                                     \
+	do {                                                                   \
+		snprintf(b[n].name, sizeof(b[n].name), "%s.%s", kind,          \
+			 t->name);                                             \
+		b[n].dev = (ptr);                                              \
+		b[n].dtype = (dt);                                             \
+		b[n].ndim = (nd);                                              \
+		b[n].shape[0] = (d0);                                          \
+		b[n].shape[1] = (d1);                                          \
+		b[n].bytes =                                                   \
+		    (size_t)(d0) * (size_t)((nd) == 2 ? (d1) : 1) * (es);      \
+		n++;                                                           \
+	} while (0)
+		if (s->kind == TACO_OPT_TACO) {
+			PUT("taco.idx", s->idx,
+			    s->idx_bytes == 2 ? TACO_ST_U16 : TACO_ST_U32, 2, C,
+			    k, (size_t)s->idx_bytes);
+			PUT("taco.q", s->q, TACO_ST_U8, 2, C, k, 1);
+			PUT("taco.scale", s->scale, TK_F32, 1, C, 0, 4);
+		} else if (s->kind == TACO_OPT_ADAMW) {
+			PUT("adamw.master", s->master, TK_F32, 1, numel, 0, 4);
+			PUT("adamw.m", s->m, TK_F32, 1, numel, 0, 4);
+			PUT("adamw.v", s->v, TK_F32, 1, numel, 0, 4);
+		}
+#undef PUT
+	}
+	*out = b;
+	*n_out = n;
+	return 0;
+}
+
+int taco_optim_save(const taco_optim *o, const char *path, taco_err *err)
+{
+	const tk_ops *ops = o->model->ops;
+	state_buf *b = NULL;
+	taco_st_tensor *st = NULL;
+	size_t n = 0;
+	char step[32], k[16], kind[16];
+	const char *meta[] = {"step", step, "k", k, "optimizer", kind, NULL};
+	int r;
+
+	if (state_list(o, &b, &n))
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	st = calloc(n ? n : 1, sizeof(*st));
+	if (!st) {
+		r = taco_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		void *host = malloc(b[i].bytes ? b[i].bytes : 1);
+		if (!host) {
+			r = taco_err_set(err, -ENOMEM, "out of memory");
+			goto out;
+		}
+		ops->download(host, b[i].dev, b[i].bytes);
+		st[i] =
+		    (taco_st_tensor){.name = b[i].name,
+				     .dtype = b[i].dtype,
+				     .ndim = b[i].ndim,
+				     .shape = {b[i].shape[0], b[i].shape[1]},
+				     .nbytes = b[i].bytes,
+				     .data = host};
+	}
+	snprintf(step, sizeof(step), "%" PRIu64, o->step);
+	snprintf(k, sizeof(k), "%d", o->opts.k);
+	snprintf(kind, sizeof(kind), "%s",
+		 o->opts.all_adamw ? "adamw" : "taco");
+	r = taco_st_write(path, st, n, meta, err);
+out:
+	for (size_t i = 0; st && i < n; i++)
+		free((void *)st[i].data);
+	free(st);
+	free(b);
+	return r;
+}
+
+int taco_optim_load(taco_optim *o, const char *path, taco_err *err)
+{
+	const tk_ops *ops = o->model->ops;
+	taco_st_file *f = NULL;
+	state_buf *b = NULL;
+	size_t n = 0;
+	const char *step, *k;
+	char *end;
+	int r;
+
+	if ((r = taco_st_open(path, &f, err)))
+		return r;
+	if (state_list(o, &b, &n)) {
+		r = taco_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	step = taco_st_meta(f, "step");
+	k = taco_st_meta(f, "k");
+	if (!step || !k || atoi(k) != o->opts.k) {
+		r = taco_err_set(err, -EINVAL,
+				 "%s: optimizer state is not for k = %d", path,
+				 o->opts.k);
+		goto out;
+	}
+	if (taco_st_count(f) != n) {
+		r = taco_err_set(err, -EINVAL,
+				 "%s: holds %zu state tensors, this job needs "
+				 "%zu (different model, optimizer or frozen "
+				 "tensors?)",
+				 path, taco_st_count(f), n);
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const taco_st_tensor *t = taco_st_find(f, b[i].name);
+		if (!t || t->dtype != b[i].dtype || t->nbytes != b[i].bytes) {
+			r = taco_err_set(err, -EINVAL,
+					 "%s: state tensor '%s' is missing or "
+					 "has the wrong type or size",
+					 path, b[i].name);
+			goto out;
+		}
+	}
+	/* All checked: now overwrite the live state. */
+	for (size_t i = 0; i < n; i++)
+		ops->upload(b[i].dev, taco_st_find(f, b[i].name)->data,
+			    b[i].bytes);
+	o->step = strtoull(step, &end, 10);
+	r = 0;
+out:
+	free(b);
+	taco_st_close(f);
+	return r;
+}

@@ -1,0 +1,81 @@
+/* optim.h: the optimizer of a model: TACO for every trainable 2-D tensor,
+ * AdamW for the rest (shared/docs/taco.md), or AdamW for all; frozen tensors
+ * get nothing. State lives in backend memory; updates run as backend ops. */
+#ifndef TACO_OPTIM_H
+#define TACO_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "util/taco_err.h"
+
+enum taco_optim_kind {
+	TACO_OPT_FROZEN = 0,
+	TACO_OPT_TACO,
+	TACO_OPT_ADAMW,
+};
+
+typedef struct taco_optim_opts {
+	int all_adamw; /* 1: AdamW for every tensor (the comparison baseline) */
+	int k;	       /* TACO slots per column, 1..16 */
+	float beta;
+	float weight_decay;
+	int stochastic; /* bf16 rounding of TACO updates */
+	float adam_beta1, adam_beta2, adam_eps, adam_weight_decay;
+	uint64_t seed;
+} taco_optim_opts;
+
+/* The defaults of taco.md: k 16, beta 0.9, no decay, stochastic rounding;
+ * AdamW 0.9 / 0.999 / 1e-8 / 0. */
+void taco_optim_defaults(taco_optim_opts *o);
+
+typedef struct taco_optim_tensor {
+	int kind;
+	size_t state_bytes;
+	/* TACO: idx [C * k] (uint16 or uint32), q [C * k], scale [C] */
+	void *idx;
+	uint8_t *q;
+	float *scale;
+	int idx_bytes;
+	/* AdamW: fp32 master, m, v, numel each */
+	float *master, *m, *v;
+} taco_optim_tensor;
+
+typedef struct taco_optim {
+	taco_model *model;
+	taco_optim_opts opts;
+	taco_optim_tensor *t; /* one per model tensor */
+	uint64_t step;	      /* optimizer steps taken */
+	size_t state_bytes;
+} taco_optim;
+
+/* Bytes of optimizer state for one tensor of the given shape and kind:
+ * TACO C * (k * idx_bytes + k + 4), idx_bytes 2 when R <= 65535 else 4;
+ * AdamW 12 per element. */
+size_t taco_optim_tensor_bytes(int kind, int ndim, int64_t R, int64_t C, int k);
+
+/* Which optimizer a tensor gets. */
+int taco_optim_kind_of(const taco_tensor *t, const taco_optim_opts *o,
+		       int frozen);
+
+/* frozen: NULL or one flag per model tensor. */
+int taco_optim_create(taco_model *m, const taco_optim_opts *opts,
+		      const uint8_t *frozen, taco_optim **out, taco_err *err);
+void taco_optim_free(taco_optim *o);
+
+/* Updates tensor id from its fp32 gradient (backend memory) with learning
+ * rate lr, as optimizer step o->step (call taco_optim_begin_step first). */
+int taco_optim_apply(taco_optim *o, int id, const float *grad, float lr);
+
+/* Starts the next optimizer step: o->step += 1. */
+void taco_optim_begin_step(taco_optim *o);
+
+/* The state as named tensors for a checkpoint, and back. Host copies are
+ * made through the backend. names: "taco.idx.<tensor>", "taco.q.<tensor>",
+ * "taco.scale.<tensor>", "adamw.master.<tensor>", "adamw.m.<tensor>",
+ * "adamw.v.<tensor>". */
+int taco_optim_save(const taco_optim *o, const char *path, taco_err *err);
+int taco_optim_load(taco_optim *o, const char *path, taco_err *err);
+
+#endif

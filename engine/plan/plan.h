@@ -1,0 +1,99 @@
+/* plan.h: the memory a job will need, term by term, before it runs.
+ *
+ * For the CPU backend every term is computed from the same buffer lists the
+ * engine allocates from (model_work.c, optim.c, train.c), so the plan is what
+ * the allocator's counters will read. The CUDA terms describe the bf16 GPU
+ * engine of docs/memory-budget; they are the contract that backend's
+ * allocations are checked against. */
+#ifndef TACO_PLAN_H
+#define TACO_PLAN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "job/job.h"
+#include "model/mem_terms.h"
+#include "model/model.h"
+#include "util/taco_err.h"
+
+enum taco_plan_backend {
+	TACO_BACKEND_CPU = 0,
+	/* the CUDA backend as built: the engine's buffers (fp32 activations
+	 * and weight copies, as on the CPU) plus the CUDA context and GEMM
+	 * workspace. Admission uses this one. */
+	TACO_BACKEND_CUDA,
+	/* the bf16 CUDA engine of shared/docs/memory-budget.md, which the
+	 * engine does not implement yet: a design target, for the docs and
+	 * the headline figures, never for admission */
+	TACO_BACKEND_CUDA_BF16_TARGET,
+};
+
+typedef struct taco_plan_input {
+	int backend;
+	int weight_dtype; /* how the weights are stored (TK_F32, TK_BF16) */
+	int B, T, A;	  /* batch, sequence length, gradient accumulation */
+	int keep_activations;
+	taco_optim_opts optim;
+	const uint8_t *frozen; /* NULL or a flag per tensor of the shapes */
+} taco_plan_input;
+
+typedef struct taco_plan {
+	uint64_t term[TACO_PLAN_TERMS];
+	uint64_t total;
+	const char *peak_phase;
+} taco_plan;
+
+const char *taco_plan_term_name(int term);
+
+/* Plans a model of these shapes (taco_model_shapes or a loaded model; the
+ * tensors' dtypes are not used: weight_dtype is). */
+int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
+		      taco_plan *out, taco_err *err);
+
+/* What would fit in `budget` bytes when the plan does not: the largest
+ * batch (same T) and sequence length (same B), 0 when none, and whether
+ * freezing the embeddings and LM head would make the job fit. */
+typedef struct taco_plan_advice {
+	int max_batch;
+	int max_seq_len;
+	int freeze_embeddings_fits;
+	uint64_t frozen_embeddings_total;
+} taco_plan_advice;
+
+int taco_plan_advise(const taco_model *shapes, const taco_plan_input *in,
+		     uint64_t budget, taco_plan_advice *out, taco_err *err);
+
+/* The plan input of a job (CPU backend, dtype of the loaded weights). */
+void taco_plan_input_from_job(const taco_job *job, int weight_dtype,
+			      taco_plan_input *in);
+
+/* The plan of a job without loading its weights: config.json, and the dtype
+ * from the safetensors headers. frozen tensors follow job->freeze. */
+int taco_plan_job(const taco_job *job, int backend, taco_plan *out,
+		  taco_plan_input *in_out, taco_model **shapes_out,
+		  taco_err *err);
+
+/* Frozen flags of job->freeze over a model's tensors (caller frees).
+ * A prefix matching no tensor is an error. */
+int taco_job_frozen(const taco_job *job, const taco_model *m, uint8_t **out,
+		    taco_err *err);
+
+/* Physical memory of this machine (the CPU backend's device). */
+uint64_t taco_plan_host_memory(void);
+
+/* Parses "123", "80GB", "80GiB", "512MB", "1.5TB" (K/M/G/T: powers of
+ * 1000 with B, of 1024 with iB). Returns 0 or -EINVAL. */
+int taco_parse_bytes(const char *s, uint64_t *out);
+
+/* "65.52 GB", "1.08 MB" (decimal units). */
+void taco_plan_format_bytes(uint64_t b, char *buf, size_t len);
+
+/* A readable table of the plan. */
+void taco_plan_print(const taco_plan *p, FILE *f);
+
+/* Describes a plan that does not fit in budget, with what would, into err.
+ * Returns -ENOSPC. */
+int taco_plan_refuse(const taco_model *shapes, const taco_plan_input *in,
+		     const taco_plan *p, uint64_t budget, taco_err *err);
+
+#endif

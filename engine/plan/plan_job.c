@@ -1,0 +1,161 @@
+/* plan_job.c: plans of jobs, and refusing jobs that do not fit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plan.h"
+#include "safetensors/safetensors.h"
+
+int taco_job_frozen(const taco_job *job, const taco_model *m, uint8_t **out,
+		    taco_err *err)
+{
+	uint8_t *frozen = calloc((size_t)m->n_tensors, 1);
+
+	if (!frozen)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	for (int f = 0; f < job->n_freeze; f++) {
+		const char *p = job->freeze[f];
+		int hits = 0;
+		for (int i = 0; i < m->n_tensors; i++) {
+			if (strncmp(m->tensors[i].name, p, strlen(p)) == 0) {
+				frozen[i] = 1;
+				hits++;
+			}
+		}
+		if (!hits) {
+			free(frozen);
+			return taco_err_set(
+			    err, -EINVAL,
+			    "freeze[%d]: '%s' matches no tensor "
+			    "of the model",
+			    f, p);
+		}
+	}
+	*out = frozen;
+	return 0;
+}
+
+uint64_t taco_plan_host_memory(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+
+	return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}
+
+/* The dtype the embedding is stored in, from the headers only. */
+static int stored_dtype(const char *dir, int *dtype, taco_err *err)
+{
+	taco_st_model *st = NULL;
+	const taco_st_tensor *t;
+	int r = taco_st_open_model(dir, &st, err);
+
+	if (r)
+		return r;
+	t = taco_st_model_find(st, "model.embed_tokens.weight");
+	if (!t || !taco_st_dtype_supported(t->dtype))
+		r = taco_err_set(err, -EINVAL,
+				 "%s: no usable model.embed_tokens.weight",
+				 dir);
+	else
+		*dtype = t->dtype;
+	taco_st_model_close(st);
+	return r;
+}
+
+int taco_plan_job(const taco_job *job, int backend, taco_plan *out,
+		  taco_plan_input *in_out, taco_model **shapes_out,
+		  taco_err *err)
+{
+	char path[TACO_PATH_MAX + 16];
+	taco_config cfg;
+	taco_model *shapes = NULL;
+	taco_plan_input in;
+	uint8_t *frozen = NULL;
+	int dtype = TK_BF16, r;
+
+	snprintf(path, sizeof(path), "%s/config.json", job->model);
+	if ((r = taco_config_load(path, &cfg, err)))
+		return r;
+	if (backend == TACO_BACKEND_CPU &&
+	    (r = stored_dtype(job->model, &dtype, err)))
+		return r;
+	if ((r = taco_model_shapes(&cfg, &shapes, err)))
+		return r;
+	if ((r = taco_job_frozen(job, shapes, &frozen, err)))
+		goto out;
+	taco_plan_input_from_job(job, dtype, &in);
+	in.backend = backend;
+	in.frozen = frozen;
+	if ((r = taco_plan_compute(shapes, &in, out, err)))
+		goto out;
+	if (in_out) {
+		in.frozen = NULL; /* freed below */
+		*in_out = in;
+	}
+	if (shapes_out) {
+		*shapes_out = shapes;
+		shapes = NULL;
+	}
+out:
+	free(frozen);
+	taco_model_free(shapes);
+	return r;
+}
+
+int taco_plan_refuse(const taco_model *shapes, const taco_plan_input *in,
+		     const taco_plan *p, uint64_t budget, taco_err *err)
+{
+	taco_plan_advice a;
+	char what[512] = "";
+	int r = taco_plan_advise(shapes, in, budget, &a, err);
+
+	if (r)
+		return r;
+	if (a.max_batch > 0)
+		snprintf(what + strlen(what), sizeof(what) - strlen(what),
+			 "; batch_size %d fits at this seq_len", a.max_batch);
+	if (a.max_seq_len > 0)
+		snprintf(what + strlen(what), sizeof(what) - strlen(what),
+			 "; seq_len %d fits at this batch_size", a.max_seq_len);
+	snprintf(what + strlen(what), sizeof(what) - strlen(what),
+		 "; freezing the embeddings and LM head %s (%.2f GB)",
+		 a.freeze_embeddings_fits ? "fits" : "does not fit",
+		 (double)a.frozen_embeddings_total / 1e9);
+	if (a.max_batch == 0 && a.max_seq_len == 0)
+		snprintf(what + strlen(what), sizeof(what) - strlen(what),
+			 "; no batch shape fits");
+	return taco_err_set(err, -ENOSPC,
+			    "the job needs %.2f GB, %.2f GB more than the %.2f "
+			    "GB available%s",
+			    (double)p->total / 1e9,
+			    (double)(p->total - budget) / 1e9,
+			    (double)budget / 1e9, what);
+}
+
+int taco_parse_bytes(const char *s, uint64_t *out)
+{
+	static const char *const units = "KMGT";
+	char *end;
+	double v = strtod(s, &end), mul = 1;
+	const char *u;
+
+	if (end == s || !(v >= 0))
+		return -EINVAL;
+	if (*end && (u = strchr(units, *end)) != NULL) {
+		int p = (int)(u - units) + 1, bin = end[1] == 'i';
+		for (int i = 0; i < p; i++)
+			mul *= bin ? 1024.0 : 1000.0;
+		end += bin ? 2 : 1;
+		if (*end == 'B')
+			end++;
+		else
+			return -EINVAL;
+	} else if (*end == 'B') {
+		end++;
+	}
+	if (*end || v * mul > 1.8e19)
+		return -EINVAL;
+	*out = (uint64_t)(v * mul);
+	return 0;
+}

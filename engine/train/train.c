@@ -1,0 +1,635 @@
+/* train.c: the training loop. */
+#include "train.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "data/data.h"
+#include "eval.h"
+#include "events.h"
+#include "job/job_data.h"
+#include "model/export.h"
+#include "model/model.h"
+#include "optim/optim.h"
+#include "plan/plan.h"
+#include "util/fsutil.h"
+
+/* The gradient consumer of a step: update each tensor at once (dense NULL)
+ * or accumulate into dense (grad_accum > 1). */
+typedef struct grad_ctx {
+	taco_optim *o;	       /* NULL: no update */
+	const uint8_t *frozen; /* NULL or a flag per tensor */
+	float **dense;	       /* accumulated gradients, or NULL */
+	int micro;	       /* micro-batch of the running step */
+	float lr;	       /* of the running step */
+} grad_ctx;
+
+typedef struct trainer {
+	const taco_job *job;
+	const taco_train_opts *opts;
+	taco_model *m;
+	taco_optim *o;
+	taco_job_data data;
+	taco_data *train, *val; /* data.train, data.val */
+	const tk_ops *ops;	/* the backend trained on */
+	int backend;		/* enum taco_plan_backend of ops */
+	uint8_t *frozen;
+	int32_t *tokens, *targets, *pos; /* [A, B, T] */
+	size_t *order;
+	uint64_t order_epoch;
+	taco_cursor cur;
+	int64_t step, total, start_step;
+	int64_t tokens_seen;
+	double t_start, loss;
+	taco_events ev;
+	taco_plan plan;
+	int lock_fd; /* flock of output_dir/.lock, -1 when not held */
+	grad_ctx g;  /* gradient consumer of the running step */
+} trainer;
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int64_t taco_train_total_steps(const taco_job *job, size_t n_examples)
+{
+	double per_step = (double)job->batch_size * job->grad_accum;
+
+	if (job->steps)
+		return job->steps;
+	return (int64_t)ceil(job->epochs * (double)n_examples / per_step);
+}
+
+/* Gradient consumer: update at once (A = 1) or accumulate (A > 1). */
+static int on_grad(void *ctx, taco_model *m, int id, float *grad)
+{
+	grad_ctx *g = ctx;
+	size_t n = m->tensors[id].numel;
+
+	if ((g->frozen && g->frozen[id]) || !g->o)
+		return 0;
+	if (!g->dense)
+		return taco_optim_apply(g->o, id, grad, g->lr);
+	/* Both are backend memory, and the op table has no device-to-device
+	 * copy (upload's source is host memory): zero, then add. */
+	if (g->micro == 0)
+		m->ops->memset0(g->dense[id], n * sizeof(float));
+	m->ops->add(g->dense[id], grad, n);
+	return 0;
+}
+
+int taco_train_step(taco_model *m, taco_optim *o, const uint8_t *frozen,
+		    const taco_batch *b, float lr, taco_step_stats *stats,
+		    taco_err *err)
+{
+	grad_ctx g = {o, frozen, NULL, 0, lr};
+
+	if (o)
+		taco_optim_begin_step(o);
+	return taco_model_step(m, b, 0, on_grad, &g, stats, err);
+}
+
+/* CUDA ops return void and record their first failure: poll it. */
+static int backend_check(trainer *tr, taco_err *err)
+{
+	const char *e;
+
+	if (tr->backend != TACO_BACKEND_CUDA || !(e = tk_cuda_last_error()))
+		return 0;
+	return taco_err_set(err, -EIO, "CUDA backend: %s", e);
+}
+
+static int alloc_dense(trainer *tr, taco_err *err)
+{
+	taco_model *m = tr->m;
+
+	tr->g.dense = calloc((size_t)m->n_tensors, sizeof(float *));
+	if (!tr->g.dense)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	for (int i = 0; i < m->n_tensors; i++) {
+		if (tr->frozen[i])
+			continue;
+		tr->g.dense[i] = m->ops->alloc(m->tensors[i].numel * 4);
+		if (!tr->g.dense[i])
+			return taco_err_set(err, -ENOMEM,
+					    "cannot allocate the gradient "
+					    "accumulation buffer of '%s'",
+					    m->tensors[i].name);
+	}
+	return 0;
+}
+
+static void free_trainer(trainer *tr)
+{
+	if (tr->g.dense)
+		for (int i = 0; i < tr->m->n_tensors; i++)
+			if (tr->g.dense[i])
+				tr->m->ops->free(tr->g.dense[i],
+						 tr->m->tensors[i].numel * 4);
+	free(tr->g.dense);
+	taco_optim_free(tr->o);
+	taco_model_free(tr->m);
+	taco_job_data_free(&tr->data);
+	free(tr->frozen);
+	free(tr->tokens);
+	free(tr->targets);
+	free(tr->pos);
+	free(tr->order);
+	taco_events_close(&tr->ev);
+	if (tr->lock_fd >= 0)
+		close(tr->lock_fd); /* releases the lock */
+}
+
+/* One optimizer step over grad_accum micro-batches. */
+static int train_step(trainer *tr, taco_err *err)
+{
+	const taco_job *j = tr->job;
+	size_t rows = (size_t)j->batch_size * j->seq_len;
+	int64_t norm = 0;
+	double loss = 0;
+	int r;
+
+	for (int a = 0; a < j->grad_accum; a++)
+		taco_data_next_batch(
+		    tr->train, j->optim.seed, &tr->cur, tr->order,
+		    &tr->order_epoch, j->batch_size, j->seq_len, j->packing,
+		    tr->tokens + a * rows, tr->targets + a * rows,
+		    tr->pos + a * rows);
+	for (size_t i = 0; i < rows * (size_t)j->grad_accum; i++)
+		norm += tr->targets[i] != -100;
+	tr->g.o = tr->o;
+	tr->g.frozen = tr->frozen;
+	tr->g.lr = (float)taco_job_lr(j, tr->step + 1, tr->total);
+	if (!tr->g.dense) {
+		taco_step_stats st;
+		taco_batch b = {j->batch_size, j->seq_len, tr->tokens,
+				tr->targets, tr->pos};
+		if ((r = taco_train_step(tr->m, tr->o, tr->frozen, &b, tr->g.lr,
+					 &st, err)))
+			return r;
+		loss = st.loss_sum;
+		goto done;
+	}
+	taco_optim_begin_step(tr->o);
+	for (tr->g.micro = 0; tr->g.micro < j->grad_accum; tr->g.micro++) {
+		size_t at = (size_t)tr->g.micro * rows;
+		taco_batch b = {j->batch_size, j->seq_len, tr->tokens + at,
+				tr->targets + at, tr->pos + at};
+		taco_step_stats st;
+		if ((r = taco_model_step(tr->m, &b, norm, on_grad, &tr->g, &st,
+					 err)))
+			return r;
+		loss += st.loss_sum;
+	}
+	for (int i = 0; i < tr->m->n_tensors; i++)
+		if (tr->g.dense[i])
+			taco_optim_apply(tr->o, i, tr->g.dense[i], tr->g.lr);
+done:
+	tr->step++;
+	tr->tokens_seen += (int64_t)rows * j->grad_accum;
+	tr->loss = norm ? loss / (double)norm : 0.0;
+	return 0;
+}
+
+static int evaluate(trainer *tr, taco_err *err)
+{
+	const taco_job *j = tr->job;
+	double loss = 0;
+	int64_t n = 0, correct = 0;
+	json_t *ev;
+	int r;
+
+	double mc_acc = -1;
+
+	if (tr->data.mc && (r = taco_mc_eval(tr->m, tr->data.mc, j->batch_size,
+					     j->seq_len, &mc_acc, NULL, err)))
+		return r;
+	for (size_t first = 0; tr->val && first < tr->val->n;
+	     first += j->batch_size) {
+		taco_step_stats st;
+		taco_data_rows(tr->val, first, j->batch_size, j->seq_len,
+			       tr->tokens, tr->targets, tr->pos);
+		if ((r = taco_model_eval(tr->m,
+					 &(taco_batch){j->batch_size,
+						       j->seq_len, tr->tokens,
+						       tr->targets, tr->pos},
+					 &st, err)))
+			return r;
+		loss += st.loss_sum;
+		n += st.n_targets;
+		correct += st.n_correct;
+	}
+	if ((r = backend_check(tr, err)))
+		return r;
+	ev = json_pack("{sI}", "step", (json_int_t)tr->step);
+	if (tr->val)
+		json_object_update_new(
+		    ev,
+		    json_pack("{sf sf sI}", "val_loss",
+			      n ? loss / (double)n : 0.0, "val_token_accuracy",
+			      n ? (double)correct / (double)n : 0.0,
+			      "val_targets", (json_int_t)n));
+	if (tr->data.mc)
+		json_object_update_new(
+		    ev, json_pack("{sf sI}", "mc_accuracy", mc_acc,
+				  "mc_examples", (json_int_t)tr->data.mc->n));
+	taco_events_emit(&tr->ev, "eval", ev);
+	if (!tr->opts->progress)
+		return 0;
+	fprintf(stderr, "%seval at step %lld:",
+		tr->opts->progress == TACO_PROGRESS_TTY ? "\n" : "",
+		(long long)tr->step);
+	if (tr->val)
+		fprintf(stderr, " loss %.4f, token accuracy %.4f",
+			n ? loss / (double)n : 0.0,
+			n ? (double)correct / (double)n : 0.0);
+	if (tr->data.mc)
+		fprintf(stderr, " multiple-choice accuracy %.4f", mc_acc);
+	fputc('\n', stderr);
+	return 0;
+}
+
+/* The options a checkpoint must agree with to be resumed. */
+static json_t *job_identity(const taco_job *j)
+{
+	return json_pack("{ss ss si si si ss si sf sI sb}", "model", j->model,
+			 "train", j->train, "batch_size", j->batch_size,
+			 "seq_len", j->seq_len, "grad_accum", j->grad_accum,
+			 "optimizer", j->optim.all_adamw ? "adamw" : "taco",
+			 "taco_k", j->optim.k, "taco_beta",
+			 (double)j->optim.beta, "seed",
+			 (json_int_t)j->optim.seed, "packing", j->packing);
+}
+
+static int checkpoint(trainer *tr, taco_err *err)
+{
+	char path[4400];
+	json_t *t = json_pack(
+	    "{sI sI sI sI sI so}", "step", (json_int_t)tr->step, "epoch",
+	    (json_int_t)tr->cur.epoch, "index", (json_int_t)tr->cur.index,
+	    "tokens_seen", (json_int_t)tr->tokens_seen, "total_steps",
+	    (json_int_t)tr->total, "job", job_identity(tr->job));
+	int r;
+
+	if (!t)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	r = taco_ckpt_save(tr->job->output_dir, tr->step, tr->m, tr->o, t,
+			   tr->job->keep_checkpoints, path, sizeof(path), err);
+	json_decref(t);
+	/* a failed download would have written garbage: say so */
+	if (r || (r = backend_check(tr, err)))
+		return r;
+	if (tr->opts->progress)
+		fprintf(stderr, "%scheckpoint %s\n",
+			tr->opts->progress == TACO_PROGRESS_TTY ? "\n" : "",
+			path);
+	taco_events_emit(
+	    &tr->ev, "checkpoint",
+	    json_pack("{sI ss}", "step", (json_int_t)tr->step, "path", path));
+	return 0;
+}
+
+static int resume(trainer *tr, taco_err *err)
+{
+	char dir[4400];
+	int64_t step;
+	json_t *t = NULL, *want, *have;
+	const char *key;
+	json_t *v;
+	int r;
+
+	r = taco_ckpt_latest(tr->job->output_dir, dir, sizeof(dir), &step, err);
+	if (r == -ENOENT)
+		return 0; /* nothing to resume: start at step 0 */
+	if (r || (r = taco_ckpt_load(dir, tr->m, tr->o, &t, err)))
+		return r;
+	want = job_identity(tr->job);
+	have = json_object_get(t, "job");
+	json_object_foreach(want, key, v)
+	{
+		if (!json_equal(v, json_object_get(have, key))) {
+			r = taco_err_set(err, -EINVAL,
+					 "%s: checkpoint was made with a "
+					 "different '%s'; resume with the "
+					 "same job",
+					 dir, key);
+			break;
+		}
+	}
+	json_decref(want);
+	if (!r) {
+		tr->step = json_integer_value(json_object_get(t, "step"));
+		tr->cur.epoch =
+		    (uint64_t)json_integer_value(json_object_get(t, "epoch"));
+		tr->cur.index =
+		    (uint64_t)json_integer_value(json_object_get(t, "index"));
+		tr->tokens_seen =
+		    json_integer_value(json_object_get(t, "tokens_seen"));
+		if (tr->step != step || tr->o->step != (uint64_t)step)
+			r = taco_err_set(err, -EINVAL,
+					 "%s: step in trainer.json and "
+					 "optimizer state disagree",
+					 dir);
+	}
+	json_decref(t);
+	return r;
+}
+
+static void fmt_time(char *buf, size_t len, double s)
+{
+	long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+
+	if (t >= 3600)
+		snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60,
+			 t % 60);
+	else
+		snprintf(buf, len, "%02ld:%02ld", t / 60, t % 60);
+}
+
+static void progress(trainer *tr)
+{
+	const taco_job *j = tr->job;
+	double el = now() - tr->t_start;
+	int64_t done = tr->step - tr->start_step;
+	double tok = (double)done * j->batch_size * j->seq_len * j->grad_accum;
+	double tps = el > 0 ? tok / el : 0;
+	double eta =
+	    done > 0 ? el / (double)done * (double)(tr->total - tr->step) : 0;
+	char e1[32], e2[32];
+
+	if (tr->step % j->log_every == 0 || tr->step == tr->total)
+		taco_events_emit(
+		    &tr->ev, "progress",
+		    json_pack(
+			"{sI sI sf sf sI sf sf sf sI sI}", "step",
+			(json_int_t)tr->step, "total_steps",
+			(json_int_t)tr->total, "loss", tr->loss, "lr",
+			(double)tr->g.lr, "tokens", (json_int_t)tr->tokens_seen,
+			"tokens_per_s", tps, "elapsed_s", el, "eta_s", eta,
+			"mem_bytes", (json_int_t)tr->m->ops->mem_current(),
+			"mem_peak_bytes", (json_int_t)tr->m->ops->mem_peak()));
+	if (!tr->opts->progress ||
+	    (tr->opts->progress == TACO_PROGRESS_LINES &&
+	     tr->step % j->log_every && tr->step != tr->total))
+		return;
+	fmt_time(e1, sizeof(e1), el);
+	fmt_time(e2, sizeof(e2), eta);
+	fprintf(stderr,
+		"%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %s "
+		"elapsed | ETA %s%s",
+		tr->opts->progress == TACO_PROGRESS_TTY ? "\r" : "",
+		(long long)tr->step, (long long)tr->total, tr->loss,
+		(double)tr->g.lr, tps, e1, e2,
+		tr->opts->progress == TACO_PROGRESS_TTY ? "   " : "\n");
+	fflush(stderr);
+}
+
+/* Fail before any work when the output cannot be written. */
+static int check_output_dir(const char *dir, taco_err *err)
+{
+	struct stat st;
+	int r = taco_mkdir_p(dir, err);
+
+	if (r)
+		return r;
+	if (stat(dir, &st) || !S_ISDIR(st.st_mode) || access(dir, W_OK))
+		return taco_err_set(err, -ENOTDIR,
+				    "output_dir '%s' is not a writable "
+				    "directory",
+				    dir);
+	return 0;
+}
+
+/* One taco-train per output directory: a second one (a resumed job whose
+ * previous worker is still writing its last checkpoint) waits up to
+ * LOCK_WAIT_S for the lock, then fails. */
+#define LOCK_WAIT_S 120
+
+static int lock_output_dir(trainer *tr, taco_err *err)
+{
+	char path[TACO_PATH_MAX + 16];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/.lock", tr->job->output_dir);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return taco_err_set(err, -errno, "%s: %s", path,
+				    strerror(errno));
+	for (int i = 0; flock(fd, LOCK_EX | LOCK_NB); i++) {
+		if (errno != EWOULDBLOCK || i >= LOCK_WAIT_S * 10) {
+			close(fd);
+			return taco_err_set(err, -EBUSY,
+					    "output_dir '%s' is in use by "
+					    "another taco-train",
+					    tr->job->output_dir);
+		}
+		usleep(100000);
+	}
+	tr->lock_fd = fd;
+	return 0;
+}
+
+/* The plan must fit the memory budget before anything is loaded. The op
+ * table cannot say how much memory a GPU has, so without a budget a CUDA
+ * job is planned (for the started event) but not checked. */
+static int admit(trainer *tr, taco_err *err)
+{
+	uint64_t budget = tr->opts->memory_budget ? tr->opts->memory_budget
+			  : tr->backend == TACO_BACKEND_CPU
+			      ? taco_plan_host_memory()
+			      : 0;
+	taco_model *shapes = NULL;
+	taco_plan_input in;
+	uint8_t *frozen = NULL;
+	int r;
+
+	if ((r = taco_plan_job(tr->job, tr->backend, &tr->plan, &in, &shapes,
+			       err)))
+		return r;
+	if (tr->plan.total > budget && budget) {
+		if (!(r = taco_job_frozen(tr->job, shapes, &frozen, err))) {
+			in.frozen = frozen;
+			r = taco_plan_refuse(shapes, &in, &tr->plan, budget,
+					     err);
+		}
+	}
+	free(frozen);
+	taco_model_free(shapes);
+	return r;
+}
+
+/* The data validation reports, as events and on the terminal. */
+static void validated(trainer *tr)
+{
+	const taco_job_data *d = &tr->data;
+	const taco_job *j = tr->job;
+
+	if (!d->have_reports)
+		return;
+	taco_events_emit(&tr->ev, "validated",
+			 taco_dataset_report_json(&d->train_report, j->train));
+	if (tr->opts->progress)
+		taco_dataset_report_print(&d->train_report, j->train, stderr);
+	if (j->validation[0] && d->val_report.lines) {
+		taco_events_emit(
+		    &tr->ev, "validated",
+		    taco_dataset_report_json(&d->val_report, j->validation));
+		if (tr->opts->progress)
+			taco_dataset_report_print(&d->val_report, j->validation,
+						  stderr);
+	}
+}
+
+static int setup(trainer *tr, taco_err *err)
+{
+	const taco_job *j = tr->job;
+	size_t rows = (size_t)j->batch_size * j->seq_len * j->grad_accum;
+	int r;
+
+	if ((r = check_output_dir(j->output_dir, err)) ||
+	    (r = lock_output_dir(tr, err)))
+		return r;
+	if ((r = admit(tr, err)))
+		return r;
+	if ((r = taco_model_load(j->model, tr->ops, &tr->m, err)) ||
+	    (r = backend_check(tr, err)))
+		return r;
+	tr->m->keep_activations = !j->activation_checkpointing;
+	r = taco_job_data_load(j, tr->m->cfg.vocab, &tr->data, err);
+	validated(tr);
+	if (r)
+		return r;
+	tr->train = tr->data.train;
+	tr->val = tr->data.val;
+	if ((r = taco_job_frozen(j, tr->m, &tr->frozen, err)))
+		return r;
+	if ((r = taco_optim_create(tr->m, &j->optim, tr->frozen, &tr->o, err)))
+		return r;
+	if (j->grad_accum > 1 && (r = alloc_dense(tr, err)))
+		return r;
+	tr->tokens = malloc(rows * sizeof(int32_t));
+	tr->targets = malloc(rows * sizeof(int32_t));
+	tr->pos = malloc(rows * sizeof(int32_t));
+	tr->order = malloc(tr->train->n * sizeof(size_t));
+	if (!tr->tokens || !tr->targets || !tr->pos || !tr->order)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	tr->order_epoch = UINT64_MAX;
+	tr->total = taco_train_total_steps(j, tr->train->n);
+	if (tr->opts->resume && (r = resume(tr, err)))
+		return r;
+	tr->start_step = tr->step;
+	return backend_check(tr, err);
+}
+
+static void started(trainer *tr)
+{
+	const taco_job *j = tr->job;
+	json_t *e = json_pack(
+	    "{ss ss ss sI sI sI sI ss sI sI si si si sI}", "model", j->model,
+	    "backend", tr->backend == TACO_BACKEND_CPU ? "cpu" : "cuda",
+	    "architecture", taco_arch_name(tr->m->cfg.arch), "parameters",
+	    (json_int_t)taco_model_param_count(tr->m), "total_steps",
+	    (json_int_t)tr->total, "start_step", (json_int_t)tr->step,
+	    "train_examples", (json_int_t)tr->train->n, "optimizer",
+	    j->optim.all_adamw ? "adamw" : "taco", "optimizer_state_bytes",
+	    (json_int_t)tr->o->state_bytes, "tokens_per_step",
+	    (json_int_t)((int64_t)j->batch_size * j->seq_len * j->grad_accum),
+	    "batch_size", j->batch_size, "seq_len", j->seq_len, "grad_accum",
+	    j->grad_accum, "planned_bytes", (json_int_t)tr->plan.total);
+
+	taco_events_emit(&tr->ev, "started", e);
+}
+
+static int finish(trainer *tr, taco_err *err)
+{
+	char out[4200];
+	int r;
+
+	if ((tr->val || tr->data.mc) && (r = evaluate(tr, err)))
+		return r;
+	snprintf(out, sizeof(out), "%s/model", tr->job->output_dir);
+	if ((r = taco_export(tr->m, tr->job->model, out,
+			     tr->job->export_shard_bytes, err)) ||
+	    (r = backend_check(tr, err)))
+		return r;
+	if (tr->opts->progress)
+		fprintf(stderr, "exported %s\n", out);
+	taco_events_emit(&tr->ev, "exported", json_pack("{ss}", "path", out));
+	return 0;
+}
+
+int taco_train_run(const taco_job *job, const taco_train_opts *opts,
+		   taco_err *err)
+{
+	trainer tr;
+	int r, end = TACO_TRAIN_FINISHED;
+
+	memset(&tr, 0, sizeof(tr));
+	tr.lock_fd = -1;
+	tr.job = job;
+	tr.opts = opts;
+	tr.ops = opts->ops ? opts->ops : tk_cpu_ops();
+	tr.backend =
+	    tr.ops == tk_cpu_ops() ? TACO_BACKEND_CPU : TACO_BACKEND_CUDA;
+	if (taco_events_open(&tr.ev, opts->events_fd)) {
+		r = taco_err_set(err, -EBADF, "--events-fd %d: not open",
+				 opts->events_fd);
+		goto out;
+	}
+	if ((r = setup(&tr, err)))
+		goto out;
+	started(&tr);
+	tr.t_start = now();
+	while (tr.step < tr.total) {
+		if (opts->stop && *opts->stop) {
+			end = TACO_TRAIN_STOPPED;
+			break;
+		}
+		if ((r = train_step(&tr, err)) || (r = backend_check(&tr, err)))
+			goto out;
+		progress(&tr);
+		if ((tr.val || tr.data.mc) && job->eval_every &&
+		    tr.step % job->eval_every == 0 && tr.step < tr.total &&
+		    (r = evaluate(&tr, err)))
+			goto out;
+		if (job->checkpoint_every &&
+		    tr.step % job->checkpoint_every == 0 &&
+		    (r = checkpoint(&tr, err)))
+			goto out;
+	}
+	if (opts->progress == TACO_PROGRESS_TTY)
+		fputc('\n', stderr);
+	if (end == TACO_TRAIN_STOPPED) {
+		if (!(job->checkpoint_every &&
+		      tr.step % job->checkpoint_every == 0 && tr.step > 0) &&
+		    (r = checkpoint(&tr, err)))
+			goto out;
+	} else if ((r = finish(&tr, err))) {
+		goto out;
+	}
+	taco_events_emit(
+	    &tr.ev, "finished",
+	    json_pack("{ss sI sf sf}", "status",
+		      end == TACO_TRAIN_STOPPED ? "stopped" : "succeeded",
+		      "step", (json_int_t)tr.step, "loss", tr.loss, "elapsed_s",
+		      now() - tr.t_start));
+	r = end;
+out:
+	if (r < 0)
+		taco_events_emit(&tr.ev, "error",
+				 json_pack("{ss}", "message", err->msg));
+	free_trainer(&tr);
+	return r;
+}

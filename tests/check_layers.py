@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""check_layers.py: every quoted #include follows the layers that
+docs/architecture.md lists in its ```layers block.
+
+A quoted include resolves as the compiler resolves it: first beside the
+including file, then from engine/ ("model/model.h"), then from the
+repository root ("daemon/store.h"), then from kernels/ ("tk_ops.h"). An
+include that resolves nowhere is an error (a bare name that only some
+other folder's include path would find), and so is one that reaches a
+module the including module may not use. Backend headers (<cblas.h>,
+<omp.h>, CUDA's) may be included only in kernels/ (and by the tests and
+benchmarks that drive a backend).
+
+Usage: check_layers.py REPO_ROOT"""
+import os
+import re
+import sys
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+SOURCES = ('.c', '.h', '.cu', '.cuh', '.cpp')
+SCANNED = ('engine', 'kernels', 'api', 'daemon', 'client', 'tests', 'bench')
+BACKEND = re.compile(r'^(cblas\.h|omp\.h|cuda.*\.h|cublas.*\.h|cudnn.*\.h)$')
+BACKEND_OK = ('kernels', 'tests', 'bench')  # tests and benchmarks drive one
+
+
+def read_layers(root):
+    text = open(os.path.join(root, 'docs', 'architecture.md')).read()
+    m = re.search(r'^```layers\n(.*?)^```', text, re.S | re.M)
+    if not m:
+        sys.exit('docs/architecture.md: no ```layers block')
+    allowed = {}
+    for n, line in enumerate(m.group(1).splitlines(), 1):
+        line = line.split('#', 1)[0].strip()
+        if not line:
+            continue
+        name, _, deps = line.partition(':')
+        allowed[name.strip()] = set(deps.split())
+    for name, deps in allowed.items():
+        for d in deps:
+            if d != '*' and d not in allowed:
+                sys.exit(f'docs/architecture.md: {name} uses unknown {d}')
+    return allowed
+
+
+def module_of(rel):
+    parts = rel.split('/')
+    if parts[0] == 'engine':
+        return 'engine/' + parts[1] if len(parts) > 2 else 'engine'
+    return parts[0]
+
+
+def resolve(root, rel, name):
+    here = os.path.dirname(rel)
+    bases = [here, 'engine', '', 'kernels']
+    if rel.startswith('tests/'):
+        bases.append('tests')  # the tests' own include directory
+    for base in bases:
+        cand = os.path.normpath(os.path.join(base, name))
+        if os.path.isfile(os.path.join(root, cand)):
+            return cand
+    return None
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    root = sys.argv[1]
+    allowed = read_layers(root)
+    errors = []
+    for top in SCANNED:
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for f in sorted(files):
+                if not f.endswith(SOURCES):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, f), root)
+                mod = module_of(rel)
+                if mod not in allowed:
+                    errors.append(f'{rel}: module {mod} is not in the layers')
+                    continue
+                for n, line in enumerate(open(os.path.join(root, rel),
+                                              errors='replace'), 1):
+                    m = INCLUDE.match(line)
+                    if not m:
+                        continue
+                    kind, name = m.groups()
+                    close = '>' if kind == '<' else '"'
+                    where = f'{rel}:{n}: #include {kind}{name}{close}'
+                    if kind == '<':
+                        if BACKEND.match(name) and mod not in BACKEND_OK:
+                            errors.append(f'{where}: a backend header '
+                                          'outside kernels/')
+                        continue
+                    target = resolve(root, rel, name)
+                    if target is None:
+                        errors.append(f'{where}: resolves nowhere (qualify '
+                                      'it: "model/model.h", "daemon/x.h")')
+                        continue
+                    dep = module_of(target)
+                    if dep == mod:
+                        continue
+                    deps = allowed[mod]
+                    if '*' not in deps and dep not in deps:
+                        errors.append(f'{where}: {mod} may not include '
+                                      f'{dep} (docs/architecture.md)')
+    for e in errors:
+        print(e)
+    if errors:
+        print(f'{len(errors)} include(s) against the layers', file=sys.stderr)
+        return 1
+    print('includes follow the layers')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
