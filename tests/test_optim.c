@@ -23,7 +23,7 @@ static size_t state_bytes_of(const taco_model *m, const taco_optim_opts *o)
 	return total;
 }
 
-/* taco.md's formula on the headline model: 3.80 M columns of 52 bytes, the
+/* docs/taco.md's formula on the headline model: 3.80 M columns of 52 bytes, the
  * two 151936-row tensors at 84, and 0.68 M AdamW elements at 12. */
 START_TEST(test_qwen3_32b_state_bytes)
 {

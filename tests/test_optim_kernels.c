@@ -2,7 +2,7 @@
  *
  * - FP8 E4M3: every code round-trips, midpoints round to even, saturation,
  *   and encode equals a brute-force nearest search over sampled floats.
- * - TACO (shared/docs/taco.md): the closed form of exact TACO (k = 1,
+ * - TACO (docs/taco.md): the closed form of exact TACO (k = 1,
  *   beta = 0); bit-exact agreement with the independent Python reference
  *   (tests/reference/taco_ref.py) on the fixture cases of
  *   tests/fixtures/optim (slot rows, FP8 codes, scales and weights after

@@ -1,5 +1,5 @@
 /* optim.h: the optimizer of a model: TACO for every trainable 2-D tensor,
- * AdamW for the rest (shared/docs/taco.md), or AdamW for all; frozen tensors
+ * AdamW for the rest (docs/taco.md), or AdamW for all; frozen tensors
  * get nothing. State lives in backend memory; updates run as backend ops. */
 #ifndef TACO_OPTIM_H
 #define TACO_OPTIM_H
@@ -26,7 +26,7 @@ typedef struct taco_optim_opts {
 	uint64_t seed;
 } taco_optim_opts;
 
-/* The defaults of taco.md: k 16, beta 0.9, no decay, stochastic rounding;
+/* The defaults of docs/taco.md: k 16, beta 0.9, no decay, stochastic rounding;
  * AdamW 0.9 / 0.999 / 1e-8 / 0. */
 void taco_optim_defaults(taco_optim_opts *o);
 

@@ -89,7 +89,7 @@ static int cpu_terms(const taco_model *shapes, const taco_plan_input *in,
 	return 0;
 }
 
-/* The bf16 CUDA engine of docs/memory-budget: bf16 activations, one fp32
+/* The bf16 CUDA engine of docs/memory-plan.md: bf16 activations, one fp32
  * weight-gradient buffer reused per tensor, the LM head processed in
  * vocabulary chunks so its gradient never exists whole. */
 #define CUDA_VOCAB_CHUNK 8192	     /* rows of the head per chunk */

@@ -3,7 +3,7 @@
  * For the CPU backend every term is computed from the same buffer lists the
  * engine allocates from (model_work.c, optim.c, train.c), so the plan is what
  * the allocator's counters will read. The CUDA terms describe the bf16 GPU
- * engine of docs/memory-budget; they are the contract that backend's
+ * engine of docs/memory-plan.md; they are the contract that backend's
  * allocations are checked against. */
 #ifndef TACO_PLAN_H
 #define TACO_PLAN_H
@@ -22,7 +22,7 @@ enum taco_plan_backend {
 	 * and weight copies, as on the CPU) plus the CUDA context and GEMM
 	 * workspace. Admission uses this one. */
 	TACO_BACKEND_CUDA,
-	/* the bf16 CUDA engine of shared/docs/memory-budget.md, which the
+	/* the bf16 CUDA engine of docs/memory-plan.md, which the
 	 * engine does not implement yet: a design target, for the docs and
 	 * the headline figures, never for admission */
 	TACO_BACKEND_CUDA_BF16_TARGET,

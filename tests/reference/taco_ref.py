@@ -1,4 +1,5 @@
-"""taco_ref.py: an independent reference of shared/docs/taco.md in Python.
+"""taco_ref.py: an independent reference of the TACO specification in
+Python (docs/taco.md describes the engine's implementation of it).
 
 Written from the spec, not from the C code: FP8 E4M3 encoding searches the
 table of representable values for the nearest one instead of manipulating
