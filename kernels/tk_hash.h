@@ -1,12 +1,15 @@
 /* tk_hash.h: splitmix64, the one mixing function of the project (TACO's
- * stochastic-rounding hash, data order, random initialisation). */
+ * stochastic-rounding hash, data order, random initialisation); host and,
+ * under nvcc, device code (TK_HD). */
 #ifndef TK_HASH_H
 #define TK_HASH_H
 
 #include <stdint.h>
 
-/* The standard splitmix64 output for state x (shared/docs/taco.md). */
-static inline uint64_t tk_splitmix64(uint64_t x)
+#include "tk_hd.h"
+
+/* The standard splitmix64 output for state x (docs/taco.md). */
+static inline TK_HD uint64_t tk_splitmix64(uint64_t x)
 {
 	uint64_t z = x + 0x9E3779B97F4A7C15ull;
 
@@ -16,7 +19,7 @@ static inline uint64_t tk_splitmix64(uint64_t x)
 }
 
 /* A stream: returns the next output and advances *s. */
-static inline uint64_t tk_splitmix64_next(uint64_t *s)
+static inline TK_HD uint64_t tk_splitmix64_next(uint64_t *s)
 {
 	uint64_t z = tk_splitmix64(*s);
 

@@ -43,7 +43,7 @@ static inline size_t tk_dtype_size(int dtype)
 	}
 }
 
-/* Arguments of one TACO update (shared/docs/taco.md). */
+/* Arguments of one TACO update (docs/taco.md). */
 typedef struct tk_taco_args {
 	int R, C;   /* W and G are [R, C] row-major; column j = W[:, j] */
 	int k;	    /* slots per column, 1..16 */
@@ -158,7 +158,7 @@ struct tk_ops {
 	 * gradient G [R, C]. State, column-major, column j's slots contiguous:
 	 * idx [C * k] (uint16_t when R <= 65535, else uint32_t; all ones =
 	 * empty slot), q [C * k] FP8 E4M3 codes, scale [C]. Bit-exact across
-	 * backends: see shared/docs/taco.md. */
+	 * backends: see docs/taco.md. */
 	void (*taco_update)(void *W, int dtype, const float *G, void *idx,
 			    uint8_t *q, float *scale, const tk_taco_args *a);
 	/* AdamW of n elements: master (fp32 copy), m, v updated in place and

@@ -1,12 +1,12 @@
-/* test_dtype.c: fp32 to bf16/f16 rounding, against the kernels' decoders. */
+/* test_dtype.c: fp32 to bf16/f16 rounding (kernels/tk_convert.h). */
 #include <check.h>
 
 #include "testutil.h"
 #include <math.h>
 #include <string.h>
 
+#include "tk_convert.h"
 #include "tk_ops.h"
-#include "util/dtype.h"
 
 /* Every finite or infinite pattern survives decode then encode. */
 START_TEST(test_all_patterns_round_trip)
@@ -19,15 +19,15 @@ START_TEST(test_all_patterns_round_trip)
 
 		o->to_f32(&f, &x, TK_F16, 1);
 		if (!isnan(f))
-			ck_assert_uint_eq(taco_f32_to_f16(f), x);
+			ck_assert_uint_eq(tk_f32_f16_rne(f), x);
 		else
 			ck_assert(isnan(f) &&
-				  (taco_f32_to_f16(f) & 0x7C00) == 0x7C00);
+				  (tk_f32_f16_rne(f) & 0x7C00) == 0x7C00);
 		o->to_f32(&f, &x, TK_BF16, 1);
 		if (!isnan(f))
-			ck_assert_uint_eq(taco_f32_to_bf16(f), x);
+			ck_assert_uint_eq(tk_f32_bf16_rne(f), x);
 		else
-			ck_assert(isnan(taco_bf16_to_f32(taco_f32_to_bf16(f))));
+			ck_assert(isnan(tk_bf16_f32(tk_f32_bf16_rne(f))));
 	}
 }
 END_TEST
@@ -35,21 +35,21 @@ END_TEST
 START_TEST(test_rounding)
 {
 	/* Ties to even: 1 + 2^-8 lies halfway between bf16 1 and 1 + 2^-7. */
-	ck_assert_uint_eq(taco_f32_to_bf16(1.0f + 0x1p-8f), 0x3F80);
-	ck_assert_uint_eq(taco_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82);
-	ck_assert_uint_eq(taco_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3F81);
+	ck_assert_uint_eq(tk_f32_bf16_rne(1.0f + 0x1p-8f), 0x3F80);
+	ck_assert_uint_eq(tk_f32_bf16_rne(1.0f + 3 * 0x1p-8f), 0x3F82);
+	ck_assert_uint_eq(tk_f32_bf16_rne(1.0f + 0x1p-8f + 0x1p-20f), 0x3F81);
 	/* f16: halfway between 1 and 1 + 2^-10 goes to 1. */
-	ck_assert_uint_eq(taco_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);
-	ck_assert_uint_eq(taco_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02);
-	ck_assert_uint_eq(taco_f32_to_f16(65504.0f), 0x7BFF);
-	ck_assert_uint_eq(taco_f32_to_f16(65519.0f), 0x7BFF);
-	ck_assert_uint_eq(taco_f32_to_f16(65520.0f), 0x7C00);
-	ck_assert_uint_eq(taco_f32_to_f16(-1e10f), 0xFC00);
+	ck_assert_uint_eq(tk_f32_f16_rne(1.0f + 0x1p-11f), 0x3C00);
+	ck_assert_uint_eq(tk_f32_f16_rne(1.0f + 3 * 0x1p-11f), 0x3C02);
+	ck_assert_uint_eq(tk_f32_f16_rne(65504.0f), 0x7BFF);
+	ck_assert_uint_eq(tk_f32_f16_rne(65519.0f), 0x7BFF);
+	ck_assert_uint_eq(tk_f32_f16_rne(65520.0f), 0x7C00);
+	ck_assert_uint_eq(tk_f32_f16_rne(-1e10f), 0xFC00);
 	/* Subnormals: 2^-24 is the smallest; half of it rounds to 0. */
-	ck_assert_uint_eq(taco_f32_to_f16(0x1p-24f), 0x0001);
-	ck_assert_uint_eq(taco_f32_to_f16(0x1p-25f), 0x0000);
-	ck_assert_uint_eq(taco_f32_to_f16(0x1.8p-24f), 0x0002);
-	ck_assert_uint_eq(taco_f32_to_f16(-0.0f), 0x8000);
+	ck_assert_uint_eq(tk_f32_f16_rne(0x1p-24f), 0x0001);
+	ck_assert_uint_eq(tk_f32_f16_rne(0x1p-25f), 0x0000);
+	ck_assert_uint_eq(tk_f32_f16_rne(0x1.8p-24f), 0x0002);
+	ck_assert_uint_eq(tk_f32_f16_rne(-0.0f), 0x8000);
 }
 END_TEST
 

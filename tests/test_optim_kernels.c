@@ -2,6 +2,9 @@
  *
  * - FP8 E4M3: every code round-trips, midpoints round to even, saturation,
  *   and encode equals a brute-force nearest search over sampled floats.
+ * - kernels/tk_convert.h (run by the CPU and the CUDA kernels alike): bf16,
+ *   f16 and FP8 rounding against plain double arithmetic over millions of
+ *   patterns (ties, subnormals, infinities, NaNs), f16 / bf16 decoding.
  * - TACO (docs/taco.md): the closed form of exact TACO (k = 1,
  *   beta = 0); bit-exact agreement with the independent Python reference
  *   (tests/reference/taco_ref.py) on the fixture cases of
@@ -22,9 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/fp8.h"
 #include "safetensors/safetensors.h"
 #include "testutil.h"
+#include "tk_convert.h"
 #include "tk_ops.h"
 
 static const tk_ops *ops;
@@ -325,6 +328,127 @@ START_TEST(test_small_float_rounding)
 		if ((h & 0x7C00) == 0x7C00)
 			continue;
 		ck_assert_uint_eq(tk_f32_f16_rne(tk_f16_f32((uint16_t)h)), h);
+	}
+}
+END_TEST
+
+/* Round |x| (finite) to a binary format with mbits mantissa bits and
+ * exponent bias `bias` by plain arithmetic: scale to the format's quantum at
+ * the exponent of x (never below the smallest normal one), round to nearest
+ * even in double (exact: a float times a power of two), then code =
+ * ((e + bias - 1) << mbits) + q, which also covers subnormals (e clamped,
+ * q < 2^mbits) and a carry into the next binade (q = 2^(mbits+1)). The sign
+ * bit is left to the caller; codes past the largest finite are too. */
+static uint32_t ref_round(float x, int mbits, int bias)
+{
+	double a = fabs((double)x), q;
+	int ex;
+
+	if (a == 0)
+		return 0;
+	frexp(a, &ex); /* a in [2^(ex-1), 2^ex) */
+	ex--;
+	if (ex < 1 - bias)
+		ex = 1 - bias;
+	q = nearbyint(ldexp(a, mbits - ex));
+	return ((uint32_t)(ex + bias - 1) << mbits) + (uint32_t)q;
+}
+
+static uint16_t ref_bf16(float x)
+{
+	uint32_t c = isinf(x) ? 0x7F80u : ref_round(x, 7, 127);
+
+	return (uint16_t)((signbit(x) ? 0x8000u : 0) |
+			  (c > 0x7F80u ? 0x7F80u : c));
+}
+
+static uint16_t ref_f16(float x)
+{
+	uint32_t c = isinf(x) ? 0x7C00u : ref_round(x, 10, 15);
+
+	return (uint16_t)((signbit(x) ? 0x8000u : 0) |
+			  (c > 0x7C00u ? 0x7C00u : c));
+}
+
+static uint8_t ref_fp8(float x)
+{
+	uint32_t c = isinf(x) ? 0x7Eu : ref_round(x, 3, 7);
+
+	return (uint8_t)((signbit(x) ? 0x80u : 0) | (c > 0x7Eu ? 0x7Eu : c));
+}
+
+/* One input against the reference: NaNs stay quiet NaNs of their sign (bf16
+ * keeps the top of the payload; fp8 NaN is 0x7F). */
+static void check_rne_one(uint32_t b)
+{
+	float x = u2f(b);
+	uint16_t r;
+
+	if (isnan(x)) {
+		r = tk_f32_bf16_rne(x);
+		ck_assert_uint_eq(r, (b >> 16) | 0x40);
+		ck_assert((r & 0x7F80) == 0x7F80 && (r & 0x40));
+		ck_assert_uint_eq(tk_f32_bf16_sr(x, (uint32_t)b * 40503u),
+				  (b >> 16) | 0x40);
+		ck_assert_uint_eq(tk_f32_f16_rne(x),
+				  ((b >> 16) & 0x8000) | 0x7E00);
+		ck_assert_uint_eq(tk_fp8_e4m3_encode(x), 0x7F);
+		return;
+	}
+	if (tk_f32_bf16_rne(x) != ref_bf16(x))
+		ck_abort_msg("bf16 of %08x: %04x, reference %04x", b,
+			     tk_f32_bf16_rne(x), ref_bf16(x));
+	if (tk_f32_f16_rne(x) != ref_f16(x))
+		ck_abort_msg("f16 of %08x: %04x, reference %04x", b,
+			     tk_f32_f16_rne(x), ref_f16(x));
+	if (tk_fp8_e4m3_encode(x) != ref_fp8(x))
+		ck_abort_msg("fp8 of %08x: %02x, reference %02x", b,
+			     tk_fp8_e4m3_encode(x), ref_fp8(x));
+}
+
+/* kernels/tk_convert.h (the one definition the CUDA kernels run as well)
+ * against plain arithmetic: every upper half-word with lower bits that make
+ * ties and near-ties for bf16, f16 (normal and subnormal) and fp8, plus
+ * random patterns; and every f16 code decodes to its value. */
+START_TEST(test_convert_reference)
+{
+	static const uint32_t low13[] = {0, 1, 0x0FFF, 0x1000, 0x1001, 0x1FFF};
+	uint64_t s = 99;
+
+	for (uint32_t hi = 0; hi < 0x10000; hi++)
+		for (uint32_t v = 0; v < 8; v++)
+			for (size_t l = 0; l < sizeof(low13) / sizeof(*low13);
+			     l++)
+				check_rne_one(hi << 16 | v << 13 | low13[l]);
+	for (int i = 0; i < 1000000; i++)
+		check_rne_one((uint32_t)rng_next(&s));
+	/* named cases: infinities, FLT_MAX, the smallest subnormal, ties */
+	check_rne_one(0x7F800000u);
+	check_rne_one(0xFF800000u);
+	check_rne_one(f2u(FLT_MAX));
+	check_rne_one(0x00000001u);
+	check_rne_one(0x80000001u);
+	ck_assert_uint_eq(ref_bf16(1.0f + 0x1p-8f), 0x3F80);
+	ck_assert_uint_eq(ref_f16(0x1p-25f), 0x0000);
+	ck_assert_uint_eq(ref_f16(65520.0f), 0x7C00);
+	ck_assert_uint_eq(ref_fp8(432.0f), 0x7E);
+
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
+		float f = tk_f16_f32((uint16_t)h), want;
+
+		if (e == 0x1F && m) { /* NaN: sign and payload kept */
+			ck_assert_uint_eq(f2u(f), (h & 0x8000u) << 16 |
+						      0x7F800000u | m << 13);
+			continue;
+		}
+		want = e == 0x1F ? INFINITY
+		       : e == 0	 ? ldexpf((float)m, -24)
+				 : ldexpf(1.0f + m / 1024.0f, (int)e - 15);
+		if (h & 0x8000)
+			want = -want;
+		ck_assert_uint_eq(f2u(f), f2u(want));
+		ck_assert_uint_eq(f2u(tk_bf16_f32((uint16_t)h)), h << 16);
 	}
 }
 END_TEST
@@ -1073,6 +1197,7 @@ static Suite *optim_suite(void)
 	tcase_add_test(tc, test_fp8_saturation_and_specials);
 	tcase_add_test(tc, test_fp8_brute_force);
 	tcase_add_test(tc, test_small_float_rounding);
+	tcase_add_test(tc, test_convert_reference);
 	tcase_add_test(tc, test_taco_exact);
 	tcase_add_test(tc, test_taco_fixtures);
 	tcase_add_test(tc, test_taco_zero_gradient);

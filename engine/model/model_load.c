@@ -7,7 +7,6 @@
 #include "model.h"
 #include "model_work.h"
 #include "safetensors/safetensors.h"
-#include "util/dtype.h"
 
 static const char *const layer_names[TACO_L_COUNT] = {
     [TACO_L_ATTN_NORM] = "input_layernorm.weight",

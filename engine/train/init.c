@@ -14,8 +14,8 @@
 
 #include "init.h"
 
+#include "tk_convert.h"
 #include "tk_hash.h"
-#include "util/dtype.h"
 
 #define LEVELS 65536
 #define BLOCK 4096		/* elements per random stream */
@@ -57,7 +57,8 @@ static int make_table(int dtype, void **out)
 		f[i] = x;
 		f[LEVELS - 1 - i] = -x; /* symmetric */
 	}
-	taco_f32_to_dtype(t, f, LEVELS, dtype);
+	for (size_t i = 0; i < LEVELS; i++)
+		tk_store_f32_rne(t, dtype, i, f[i]);
 	free(f);
 	*out = t;
 	return 0;
@@ -98,7 +99,7 @@ static void fill_const(void *dst, int dtype, float v, size_t n)
 {
 	size_t es = tk_dtype_size(dtype);
 
-	taco_f32_to_dtype(dst, &v, 1, dtype);
+	tk_store_f32_rne(dst, dtype, 0, v);
 	for (size_t j = 1; j < n; j++)
 		memcpy((char *)dst + j * es, dst, es);
 }

@@ -1,5 +1,5 @@
-/* adamw.c: AdamW for the tensors TACO does not update (taco.md, "AdamW for
- * the other tensors").
+/* adamw.c: AdamW for the tensors TACO does not update (docs/taco.md,
+ * "AdamW, for the other tensors").
  *
  * Semantics: torch.optim.AdamW (single-tensor path, foreach=False,
  * amsgrad=False, maximize=False) on an fp32 master copy, the model copy being
@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #include "cpu_ops.h"
-#include "fp8.h"
+#include "tk_convert.h"
 
 void tk_cpu_adamw_update(void *p, int dtype, float *master, float *m, float *v,
 			 const float *g, size_t n, const tk_adamw_args *a)
@@ -74,16 +74,6 @@ void tk_cpu_adamw_update(void *p, int dtype, float *master, float *m, float *v,
 		master[i] = x;
 		m[i] = mi;
 		v[i] = vi;
-		switch (dtype) {
-		case TK_F32:
-			((float *)p)[i] = x;
-			break;
-		case TK_BF16:
-			((uint16_t *)p)[i] = tk_f32_bf16_rne(x);
-			break;
-		default:
-			((uint16_t *)p)[i] = tk_f32_f16_rne(x);
-			break;
-		}
+		tk_store_f32_rne(p, dtype, (size_t)i, x);
 	}
 }

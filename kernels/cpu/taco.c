@@ -1,4 +1,4 @@
-/* taco.c: one TACO optimizer step on the CPU (shared/docs/taco.md).
+/* taco.c: one TACO optimizer step on the CPU (docs/taco.md).
  *
  * Every column j of W [R, C] is independent: decode its k slots, track them
  * with this step's gradient, propose the k largest untracked rows, merge,
@@ -52,7 +52,7 @@
 #include <omp.h>
 
 #include "cpu_ops.h"
-#include "fp8.h"
+#include "tk_convert.h"
 #include "tk_hash.h"
 
 #ifdef __SSE2__
@@ -268,35 +268,15 @@ static void step_weight(void *W, int dtype, size_t at, float v,
 {
 	float w, x, nw;
 
-	switch (dtype) {
-	case TK_F32:
-		w = ((float *)W)[at];
-		break;
-	case TK_BF16:
-		w = tk_bf16_f32(((uint16_t *)W)[at]);
-		break;
-	default:
-		w = tk_f16_f32(((uint16_t *)W)[at]);
-		break;
-	}
+	w = tk_load_f32(W, dtype, at);
 	x = w * decay;
 	nw = v > 0.0f ? x - a->lr : x + a->lr;
-	switch (dtype) {
-	case TK_F32:
-		((float *)W)[at] = nw;
-		break;
-	case TK_BF16:
-		if (a->stochastic) {
-			uint32_t h =
-			    (uint32_t)tk_splitmix64(hbase ^ (uint64_t)j);
-			((uint16_t *)W)[at] = tk_f32_bf16_sr(nw, h);
-		} else {
-			((uint16_t *)W)[at] = tk_f32_bf16_rne(nw);
-		}
-		break;
-	default: /* F16: nearest even only (the spec has no stochastic f16) */
-		((uint16_t *)W)[at] = tk_f32_f16_rne(nw);
-		break;
+	if (dtype == TK_BF16 && a->stochastic) {
+		uint32_t h = (uint32_t)tk_splitmix64(hbase ^ (uint64_t)j);
+
+		((uint16_t *)W)[at] = tk_f32_bf16_sr(nw, h);
+	} else { /* F16: nearest even only (the spec has no stochastic f16) */
+		tk_store_f32_rne(W, dtype, at, nw);
 	}
 }
 

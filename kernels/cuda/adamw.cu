@@ -11,53 +11,13 @@
 #include <stdint.h>
 
 #include "cuda_ops.h"
+#include "tk_convert.h"
 
 /* The per-step scalars of kernels/cpu/adamw.c. */
 struct adamw_scalars {
 	float decay, w1, w1m1, beta2, w2, nstep, bc2s, eps;
 	int small, decayed;
 };
-
-static __device__ uint16_t bf16_rne(float f)
-{
-	uint32_t b = __float_as_uint(f);
-
-	if ((b & 0x7FFFFFFFu) > 0x7F800000u)
-		return (uint16_t)((b >> 16) | 0x40);
-	b += 0x7FFFu + ((b >> 16) & 1u);
-	return (uint16_t)(b >> 16);
-}
-
-/* kernels/cpu/fp8.h tk_f32_f16_rne. */
-static __device__ uint16_t f16_rne(float f)
-{
-	uint32_t x = __float_as_uint(f);
-	uint32_t sign = (x >> 16) & 0x8000u;
-	uint32_t a = x & 0x7FFFFFFFu;
-
-	if (a > 0x7F800000u)
-		return (uint16_t)(sign | 0x7E00u);
-	if (a >= 0x477FF000u)
-		return (uint16_t)(sign | 0x7C00u);
-	if (a < 0x38800000u) {
-		uint32_t e = a >> 23, man, q, rem, half;
-		int shift;
-
-		if (e < 102)
-			return (uint16_t)sign;
-		man = (a & 0x7FFFFFu) | 0x800000u;
-		shift = 126 - (int)e;
-		q = man >> shift;
-		rem = man & ((1u << shift) - 1u);
-		half = 1u << (shift - 1);
-		if (rem > half || (rem == half && (q & 1u)))
-			q++;
-		return (uint16_t)(sign | q);
-	}
-	a -= 0x38000000u;
-	a += 0xFFFu + ((a >> 13) & 1u);
-	return (uint16_t)(sign | (a >> 13));
-}
 
 /* Grid-stride over n elements. */
 static __global__ void adamw_kernel(void *p, int dtype, float *master, float *m,
@@ -86,17 +46,7 @@ static __global__ void adamw_kernel(void *p, int dtype, float *master, float *m,
 		master[i] = x;
 		m[i] = mi;
 		v[i] = vi;
-		switch (dtype) {
-		case TK_F32:
-			((float *)p)[i] = x;
-			break;
-		case TK_BF16:
-			((uint16_t *)p)[i] = bf16_rne(x);
-			break;
-		default:
-			((uint16_t *)p)[i] = f16_rne(x);
-			break;
-		}
+		tk_store_f32_rne(p, dtype, i, x);
 	}
 }
 

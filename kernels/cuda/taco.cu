@@ -1,10 +1,11 @@
-/* taco.cu: one TACO optimizer step on the GPU (shared/docs/taco.md), bit for
+/* taco.cu: one TACO optimizer step on the GPU (docs/taco.md), bit for
  * bit the CPU reference kernels/cpu/taco.c: the same arithmetic (each fp32
  * operation rounded on its own: __fmul_rn / __fadd_rn / __fdiv_rn, and the
  * file is built with -fmad=false), the same merge keys and insertion sorts,
- * the same FP8 E4M3 / bf16 / f16 conversions (integer code, ported), the
- * same hash, the same non-finite column skip and corrupt-slot rules. The
- * choices the spec leaves open are documented in kernels/cpu/taco.c.
+ * the same FP8 E4M3 / bf16 / f16 conversions and the same hash (one
+ * definition for both: kernels/tk_convert.h, kernels/tk_hash.h), the same
+ * non-finite column skip and corrupt-slot rules. The choices the spec leaves
+ * open are documented in kernels/cpu/taco.c.
  *
  * Layout: G [R, C] is row-major, so a block takes TACO_COLS = 32 adjacent
  * columns (threadIdx.x) and every row it reads is one coalesced 128-byte
@@ -20,132 +21,13 @@
 #include <stdint.h>
 
 #include "cuda_ops.h"
+#include "tk_convert.h"
 #include "tk_hash.h"
 
 #define TACO_KMAX 16
 #define TACO_COLS 32	      /* columns per block: one warp wide */
 #define TACO_SMEM (48 * 1024) /* static limit: no opt-in needed */
 #define TACO_SEG_MAX 32	      /* warps per block (1024 threads) */
-
-/* ---- conversions (kernels/cpu/fp8.h, fp8.c) ------------------------------ */
-
-static __device__ float fp8_decode(uint8_t code)
-{
-	uint32_t sign = (uint32_t)(code & 0x80u) << 24;
-	uint32_t e = (code >> 3) & 0xFu;
-	uint32_t m = code & 0x7u;
-
-	if (e == 0xF && m == 0x7)
-		return __uint_as_float(sign | 0x7FC00000u);
-	if (e == 0) { /* m * 2^-9, exact */
-		float f = __fmul_rn((float)m, 0x1p-9f);
-		return sign ? -f : f;
-	}
-	return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
-}
-
-static __device__ uint8_t fp8_encode(float x)
-{
-	uint32_t b = __float_as_uint(x);
-	uint8_t sign = (uint8_t)((b >> 24) & 0x80u);
-	uint32_t a = b & 0x7FFFFFFFu;
-
-	if (a > 0x7F800000u)
-		return 0x7F;
-	if (a >= 0x43E00000u)
-		return (uint8_t)(sign | 0x7Eu);
-	if (a < 0x3C800000u) {
-		uint32_t e = a >> 23, man, q, rem, half;
-		int shift;
-
-		if (e < 116)
-			return sign;
-		man = (a & 0x7FFFFFu) | 0x800000u;
-		shift = 141 - (int)e;
-		q = man >> shift;
-		rem = man & ((1u << shift) - 1u);
-		half = 1u << (shift - 1);
-		if (rem > half || (rem == half && (q & 1u)))
-			q++;
-		return (uint8_t)(sign | q);
-	}
-	a += 0x7FFFFu + ((a >> 20) & 1u);
-	return (uint8_t)(sign | ((a >> 20) - (120u << 3)));
-}
-
-static __device__ uint16_t bf16_rne(float f)
-{
-	uint32_t b = __float_as_uint(f);
-
-	if ((b & 0x7FFFFFFFu) > 0x7F800000u)
-		return (uint16_t)((b >> 16) | 0x40);
-	b += 0x7FFFu + ((b >> 16) & 1u);
-	return (uint16_t)(b >> 16);
-}
-
-static __device__ uint16_t bf16_sr(float f, uint32_t h)
-{
-	uint32_t b = __float_as_uint(f);
-
-	if ((b & 0x7FFFFFFFu) > 0x7F800000u)
-		return (uint16_t)((b >> 16) | 0x40);
-	b = (b + (h & 0xFFFFu)) & 0xFFFF0000u;
-	return (uint16_t)(b >> 16);
-}
-
-static __device__ float f16_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-	uint32_t exp = (h >> 10) & 0x1Fu;
-	uint32_t man = h & 0x3FFu;
-
-	if (exp == 0x1F)
-		return __uint_as_float(sign | 0x7F800000u | (man << 13));
-	if (exp == 0) {
-		float f = __fmul_rn((float)man, 0x1p-24f);
-		return sign ? -f : f;
-	}
-	return __uint_as_float(sign | ((exp + 112) << 23) | (man << 13));
-}
-
-static __device__ uint16_t f16_rne(float f)
-{
-	uint32_t x = __float_as_uint(f);
-	uint32_t sign = (x >> 16) & 0x8000u;
-	uint32_t a = x & 0x7FFFFFFFu;
-
-	if (a > 0x7F800000u)
-		return (uint16_t)(sign | 0x7E00u);
-	if (a >= 0x477FF000u)
-		return (uint16_t)(sign | 0x7C00u);
-	if (a < 0x38800000u) {
-		uint32_t e = a >> 23, man, q, rem, half;
-		int shift;
-
-		if (e < 102)
-			return (uint16_t)sign;
-		man = (a & 0x7FFFFFu) | 0x800000u;
-		shift = 126 - (int)e;
-		q = man >> shift;
-		rem = man & ((1u << shift) - 1u);
-		half = 1u << (shift - 1);
-		if (rem > half || (rem == half && (q & 1u)))
-			q++;
-		return (uint16_t)(sign | q);
-	}
-	a -= 0x38000000u;
-	a += 0xFFFu + ((a >> 13) & 1u);
-	return (uint16_t)(sign | (a >> 13));
-}
-
-static __device__ uint64_t splitmix64_dev(uint64_t x)
-{
-	uint64_t z = x + 0x9E3779B97F4A7C15ull;
-
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
 
 /* ---- candidate lists ------------------------------------------------------
  */
@@ -201,8 +83,8 @@ struct taco_ent {
 
 static __device__ uint64_t merge_key(float mag, int proposed, uint32_t row)
 {
-	return (uint64_t)__float_as_uint(mag) << 33 |
-	       (uint64_t)!proposed << 32 | (uint64_t)(0xFFFFFFFFu - row);
+	return (uint64_t)tk_f32_bits(mag) << 33 | (uint64_t)!proposed << 32 |
+	       (uint64_t)(0xFFFFFFFFu - row);
 }
 
 static __device__ uint64_t slot_key(const taco_ent *e)
@@ -246,35 +128,15 @@ static __device__ void step_weight(void *W, int dtype, size_t at, float v,
 {
 	float w, x, nw;
 
-	switch (dtype) {
-	case TK_F32:
-		w = ((float *)W)[at];
-		break;
-	case TK_BF16:
-		w = __uint_as_float((uint32_t)((uint16_t *)W)[at] << 16);
-		break;
-	default:
-		w = f16_f32(((uint16_t *)W)[at]);
-		break;
-	}
+	w = tk_load_f32(W, dtype, at);
 	x = __fmul_rn(w, decay);
 	nw = v > 0.0f ? __fsub_rn(x, a.lr) : __fadd_rn(x, a.lr);
-	switch (dtype) {
-	case TK_F32:
-		((float *)W)[at] = nw;
-		break;
-	case TK_BF16:
-		if (a.stochastic) {
-			uint32_t h =
-			    (uint32_t)splitmix64_dev(hbase ^ (uint64_t)j);
-			((uint16_t *)W)[at] = bf16_sr(nw, h);
-		} else {
-			((uint16_t *)W)[at] = bf16_rne(nw);
-		}
-		break;
-	default:
-		((uint16_t *)W)[at] = f16_rne(nw);
-		break;
+	if (dtype == TK_BF16 && a.stochastic) {
+		uint32_t h = (uint32_t)tk_splitmix64(hbase ^ (uint64_t)j);
+
+		((uint16_t *)W)[at] = tk_f32_bf16_sr(nw, h);
+	} else {
+		tk_store_f32_rne(W, dtype, at, nw);
 	}
 }
 
@@ -324,8 +186,8 @@ static __global__ void __launch_bounds__(TACO_COLS *TACO_SEG_MAX)
 				if (row == empty || row >= (uint32_t)R)
 					continue;
 				trow_s[tx * TACO_KMAX + n] = row;
-				tval[n] =
-				    __fmul_rn(fp8_decode(q[o + s]), scale[j]);
+				tval[n] = __fmul_rn(
+				    tk_fp8_e4m3_decode(q[o + s]), scale[j]);
 				n++;
 			}
 		}
@@ -455,7 +317,8 @@ static __global__ void __launch_bounds__(TACO_COLS *TACO_SEG_MAX)
 
 			if (s < nkeep) {
 				idx_set(idx, wide, at, e[s].row);
-				q[at] = fp8_encode(__fdiv_rn(e[s].v, sc));
+				q[at] =
+				    tk_fp8_e4m3_encode(__fdiv_rn(e[s].v, sc));
 			} else {
 				idx_set(idx, wide, at, empty);
 				q[at] = 0;

@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/fp8.h"
 #include "testutil.h"
+#include "tk_convert.h"
 #include "tk_hash.h"
 #include "tk_ops.h"
 
