@@ -147,10 +147,26 @@ json_t *tacod_list_object(json_t *items, int has_more)
 			 last ? last : json_null());
 }
 
+json_t *tacod_error_fields(const char *message, const char *code,
+			   const char *param)
+{
+	json_t *e = json_object();
+	json_t *m = json_string(message ? message : "(no message)");
+
+	/* a message that is not UTF-8 (json_string refuses it) still says
+	 * something */
+	json_object_set_new(e, "message", m ? m : json_string("(no message)"));
+	json_object_set_new(e, "code", str_or_null(code));
+	json_object_set_new(e, "param", str_or_null(param));
+	return e;
+}
+
 json_t *tacod_error_object(const char *message, const char *type,
 			   const char *param, const char *code)
 {
-	return json_pack("{s{ss ss so so}}", "error", "message", message,
-			 "type", type, "param", str_or_null(param), "code",
-			 str_or_null(code));
+	json_t *e = tacod_error_fields(message, code, param);
+
+	json_object_set_new(e, "type",
+			    json_string(type && type[0] ? type : "error"));
+	return json_pack("{so}", "error", e);
 }

@@ -5,7 +5,7 @@
 
 #include <jansson.h>
 
-#include "daemon/store.h"
+#include "types.h"
 
 /* {"id", "object": "file", "bytes", "created_at", "filename", "purpose",
  *  "status": "processed"} */
@@ -29,7 +29,16 @@ json_t *tacod_checkpoint_object(const tacod_checkpoint *c, const tacod_job *j);
  *  "last_id"} */
 json_t *tacod_list_object(json_t *items, int has_more);
 
-/* {"error": {"message", "type", "param", "code"}} */
+/* The one builder of OpenAI's error object, for replies and for a job's
+ * error alike. message NULL reads "(no message)"; a NULL or empty type,
+ * param or code is JSON null (OpenAI's "none"), except that a reply's type
+ * defaults to "error". */
+
+/* {"message", "code", "param"}: a fine-tuning job's "error" field. */
+json_t *tacod_error_fields(const char *message, const char *code,
+			   const char *param);
+
+/* {"error": {"message", "type", "param", "code"}}: an error reply. */
 json_t *tacod_error_object(const char *message, const char *type,
 			   const char *param, const char *code);
 

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/objects.h"
+
 #define THREADS 4		  /* MHD polling threads per listener */
 #define CONN_TIMEOUT_S 300	  /* idle connections are closed */
 #define CONN_MEMORY (128u << 10)  /* MHD's per-connection pool */
@@ -295,27 +297,6 @@ int tacod_http_reply_text(tacod_http_req *r, int status, const char *text)
 				     text, strlen(text));
 }
 
-static json_t *str_or_null(const char *s)
-{
-	json_t *v = s ? json_string(s) : NULL;
-
-	return v ? v : json_null();
-}
-
-static json_t *error_body(const char *msg, const char *type, const char *code,
-			  const char *param)
-{
-	json_t *e = json_object(), *o = json_object();
-	json_t *m = json_string(msg);
-
-	json_object_set_new(e, "message", m ? m : json_string("(no message)"));
-	json_object_set_new(e, "type", str_or_null(type ? type : "error"));
-	json_object_set_new(e, "param", str_or_null(param));
-	json_object_set_new(e, "code", str_or_null(code));
-	json_object_set_new(o, "error", e);
-	return o;
-}
-
 static int reply_json_dump(tacod_http_req *r, int status, json_t *body)
 {
 	char *text =
@@ -366,7 +347,8 @@ static int verror(tacod_http_req *r, int status, const char *type,
 	 * job in the wrong state, a key reused, a full queue), not races */
 	if (status == 409 || status == 429)
 		tacod_http_add_header(r, "x-should-retry", "false");
-	return reply_json_dump(r, status, error_body(msg, type, code, param));
+	return reply_json_dump(r, status,
+			       tacod_error_object(msg, type, param, code));
 }
 
 int tacod_http_error(tacod_http_req *r, int status, const char *type,

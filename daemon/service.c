@@ -170,10 +170,9 @@ static void finish_job(tacod_service *s, tacod_running *rj, int64_t status,
 		free(j.error);
 		j.error = NULL;
 		{
-			json_t *e =
-			    json_pack("{ss ss sn}", "message",
-				      err[0] ? err : "the worker failed",
-				      "code", "job_failed", "param");
+			json_t *e = tacod_error_fields(
+			    err[0] ? err : "the worker failed", "job_failed",
+			    NULL);
 			j.error = json_dumps(e, JSON_COMPACT);
 			json_decref(e);
 		}
@@ -251,9 +250,8 @@ static void start_job(tacod_service *s, const tacod_job *j)
 			       &cb, rj, &rj->w, &err)) {
 		tacod_job f = {0};
 		if (!tacod_store_job_get(s->store, NULL, j->id, &f, NULL)) {
-			json_t *e =
-			    json_pack("{ss ss sn}", "message", err.msg, "code",
-				      "worker_start_failed", "param");
+			json_t *e = tacod_error_fields(
+			    err.msg, "worker_start_failed", NULL);
 			f.status = TACOD_FAILED;
 			f.finished_at = tacod_now();
 			f.error = json_dumps(e, JSON_COMPACT);

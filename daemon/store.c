@@ -419,34 +419,7 @@ int st_anchor(tacod_store *s, const char *table, const char *user,
 	return rc;
 }
 
-/* ---- names and ids ---- */
-
-static const char *const status_names[] = {
-    [TACOD_VALIDATING] = "validating_files",
-    [TACOD_QUEUED] = "queued",
-    [TACOD_RUNNING] = "running",
-    [TACOD_PAUSED] = "paused",
-    [TACOD_SUCCEEDED] = "succeeded",
-    [TACOD_FAILED] = "failed",
-    [TACOD_CANCELLED] = "cancelled",
-};
-
-const char *tacod_status_name(int status)
-{
-	if (status < TACOD_VALIDATING || status > TACOD_CANCELLED)
-		return "unknown";
-	return status_names[status];
-}
-
-int tacod_status_from_name(const char *name)
-{
-	if (!name)
-		return -1;
-	for (int i = TACOD_VALIDATING; i <= TACOD_CANCELLED; i++)
-		if (strcmp(name, status_names[i]) == 0)
-			return i;
-	return -1;
-}
+/* ---- ids ---- */
 
 static int random_bytes(unsigned char *buf, size_t n)
 {

@@ -1,5 +1,6 @@
 /* store.h: tacod's durable state in SQLite (WAL): uploaded files, jobs,
- * their events and checkpoints, and idempotency keys.
+ * their events and checkpoints (the rows of api/types.h), and idempotency
+ * keys.
  *
  * Everything a client was told with a 2xx is committed before the reply:
  * every write is one transaction, synchronous = FULL. A store is used from
@@ -11,87 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api/types.h"
 #include "util/taco_err.h"
 
-#define TACOD_ID_MAX 64
-#define TACOD_USER_MAX 64
-#define TACOD_NAME_MAX 256
-#define TACOD_PATH_MAX 4096
-#define TACOD_LIST_MAX 100	 /* rows in one list call */
-#define TACOD_TEXT_MAX (1 << 20) /* bytes of one JSON or message text */
-#define TACOD_IDEM_KEY_MAX 256	 /* an Idempotency-Key, with its NUL */
-#define TACOD_HASH_MAX 129	 /* a request hash (hex), with its NUL */
-
 typedef struct tacod_store tacod_store;
-
-/* An uploaded file, stored by content hash under the state directory. */
-typedef struct tacod_file {
-	char id[TACOD_ID_MAX];	   /* "file-<24 hex>" */
-	char user[TACOD_USER_MAX]; /* owner */
-	char filename[TACOD_NAME_MAX];
-	char purpose[32];	   /* "fine-tune", ... */
-	char sha256[65];	   /* hex */
-	char path[TACOD_PATH_MAX]; /* where the bytes are */
-	int64_t bytes;
-	int64_t created_at; /* unix seconds */
-} tacod_file;
-
-enum tacod_job_status {
-	TACOD_VALIDATING = 0,
-	TACOD_QUEUED,
-	TACOD_RUNNING,
-	TACOD_PAUSED,
-	TACOD_SUCCEEDED,
-	TACOD_FAILED,
-	TACOD_CANCELLED,
-};
-
-const char *tacod_status_name(int status);    /* "validating_files", ... */
-int tacod_status_from_name(const char *name); /* -1 when unknown */
-
-/* A fine-tuning job. Text fields hold JSON where they say so. */
-typedef struct tacod_job {
-	char id[TACOD_ID_MAX]; /* "ftjob-<24 hex>" */
-	char user[TACOD_USER_MAX];
-	int status;
-	char model[TACOD_NAME_MAX];
-	char training_file[TACOD_ID_MAX];
-	char validation_file[TACOD_ID_MAX]; /* "" = none */
-	char suffix[64];
-	char *request; /* JSON: the create request as accepted (owned) */
-	char *error;   /* JSON {"message","code","param"} or NULL (owned) */
-	char fine_tuned_model[TACOD_NAME_MAX]; /* "" until succeeded */
-	char output_dir[TACOD_PATH_MAX];
-	int64_t trained_tokens;
-	int64_t planned_bytes, measured_peak_bytes;
-	int64_t created_at, started_at, finished_at,
-	    estimated_finish; /* 0 =
-				  none */
-	int64_t queue_seq;    /* FIFO order of the queue */
-	int retries;
-} tacod_job;
-
-void tacod_job_clear(tacod_job *j); /* frees request and error */
-
-typedef struct tacod_event {
-	char job_id[TACOD_ID_MAX];
-	int64_t seq; /* per job, from 1 */
-	int64_t created_at;
-	char level[8]; /* "info", "warn", "error" */
-	char type[32]; /* "message", "metrics", "status", ... */
-	char *message; /* owned */
-	char *data;    /* JSON or NULL, owned */
-} tacod_event;
-
-void tacod_event_clear(tacod_event *e);
-
-typedef struct tacod_checkpoint {
-	char job_id[TACOD_ID_MAX];
-	int64_t step;
-	char path[TACOD_PATH_MAX];
-	int64_t created_at;
-	char *metrics; /* JSON or NULL, owned */
-} tacod_checkpoint;
 
 /* Opens (creating when missing) the database at path and brings its schema
  * up to date. -ENOTSUP when it was written by a newer tacod. */

@@ -22,26 +22,6 @@
 	" started_at = ?16, finished_at = ?17, estimated_finish = ?18,"        \
 	" queue_seq = ?19, retries = ?20"
 
-void tacod_job_clear(tacod_job *j)
-{
-	if (!j)
-		return;
-	free(j->request);
-	free(j->error);
-	j->request = NULL;
-	j->error = NULL;
-}
-
-void tacod_event_clear(tacod_event *e)
-{
-	if (!e)
-		return;
-	free(e->message);
-	free(e->data);
-	e->message = NULL;
-	e->data = NULL;
-}
-
 static int check_job(const tacod_job *j, taco_err *err)
 {
 	int rc = st_check_str(j->id, sizeof(j->id), 0, "id", err);

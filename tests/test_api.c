@@ -1,5 +1,6 @@
 /* test_api.c: OpenAI-compatible objects and the create-job request. */
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,21 @@ START_TEST(test_objects)
 	ck_assert_str_eq(s, "{\"error\":{\"code\":null,\"message\":\"bad\","
 			    "\"param\":\"model\",\"type\":"
 			    "\"invalid_request_error\"}}");
+	free(s);
+	json_decref(o);
+
+	/* One rule for both error shapes: an empty param or code is null, a
+	 * missing type is "error". */
+	o = tacod_error_object("bad", NULL, "", "");
+	s = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+	ck_assert_str_eq(s, "{\"error\":{\"code\":null,\"message\":\"bad\","
+			    "\"param\":null,\"type\":\"error\"}}");
+	free(s);
+	json_decref(o);
+	o = tacod_error_fields("worker died", "job_failed", "");
+	s = json_dumps(o, JSON_COMPACT);
+	ck_assert_str_eq(s, "{\"message\":\"worker died\",\"code\":"
+			    "\"job_failed\",\"param\":null}");
 	free(s);
 	json_decref(o);
 }
