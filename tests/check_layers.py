@@ -11,7 +11,8 @@ module the including module may not use. Backend headers (<cblas.h>,
 <omp.h>, CUDA's) may be included only in kernels/ (and by the tests and
 benchmarks that drive a backend).
 
-Usage: check_layers.py REPO_ROOT"""
+Usage: check_layers.py REPO_ROOT
+       check_layers.py --self-test   (the check finds planted violations)"""
 import os
 import re
 import sys
@@ -61,10 +62,7 @@ def resolve(root, rel, name):
     return None
 
 
-def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    root = sys.argv[1]
+def check(root):
     allowed = read_layers(root)
     errors = []
     for top in SCANNED:
@@ -102,10 +100,59 @@ def main():
                     if '*' not in deps and dep not in deps:
                         errors.append(f'{where}: {mod} may not include '
                                       f'{dep} (docs/architecture.md)')
+    return errors
+
+
+SELF_TEST_TREE = {
+    'docs/architecture.md': '```layers\nkernels:\nengine/low:\n'
+                            'engine/high: engine/low\ndaemon: engine/high\n'
+                            'tests: *\n```\n',
+    'kernels/tk_k.h': '',
+    'engine/low/low.h': '#include "high/high.h"\n',      # upward
+    'engine/high/high.h': '#include "low/low.h"\n#include "tk_k.h"\n',
+    'engine/high/high.c': '#include "high.h"\n#include <cblas.h>\n',
+    'daemon/d.c': '#include "low.h"\n#include "low/low.h"\n',
+    'tests/t.c': '#include "daemon/nothere.h"\n#include <omp.h>\n',
+}
+SELF_TEST_EXPECT = [
+    'daemon/d.c:1: #include "low.h": resolves nowhere',
+    'daemon/d.c:2: #include "low/low.h": daemon may not include engine/low',
+    'engine/high/high.c:2: #include <cblas.h>: a backend header',
+    'engine/high/high.h:2: #include "tk_k.h": engine/high may not include '
+    'kernels',
+    'engine/low/low.h:1: #include "high/high.h": engine/low may not include '
+    'engine/high',
+    'tests/t.c:1: #include "daemon/nothere.h": resolves nowhere',
+]
+
+
+def self_test():
+    import tempfile
+    with tempfile.TemporaryDirectory() as root:
+        for rel, text in SELF_TEST_TREE.items():
+            os.makedirs(os.path.dirname(os.path.join(root, rel)),
+                        exist_ok=True)
+            with open(os.path.join(root, rel), 'w') as f:
+                f.write(text)
+        got = sorted(check(root))
+    ok = len(got) == len(SELF_TEST_EXPECT) and all(
+        g.startswith(e) for g, e in zip(got, SELF_TEST_EXPECT))
+    for g in got:
+        print(g)
+    print('self-test', 'passed' if ok else 'FAILED')
+    return 0 if ok else 1
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    if sys.argv[1] == '--self-test':
+        return self_test()
+    errors = check(sys.argv[1])
     for e in errors:
         print(e)
     if errors:
-        print(f'{len(errors)} include(s) against the layers', file=sys.stderr)
+        print(f'{len(errors)} include(s) against the layers')
         return 1
     print('includes follow the layers')
     return 0
