@@ -59,29 +59,47 @@ esac
 rm -rf "$demo/models/tacod-demo"
 cp -R examples/demo/model "$demo/models/tacod-demo"
 
+# A one-step job of the demo on a backend: 0 when it trains. tacod runs
+# every job this way, so a taco-train that cannot train here is reported
+# now instead of by every job later.
+probe() {
+	local dir=$demo/probe-$1
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	cat >"$dir/job.json" <<-EOF
+		{"model": "$root/examples/demo/model",
+		 "train": "$root/examples/demo/train.jsonl",
+		 "output_dir": "$dir/out", "steps": 1, "batch_size": 1,
+		 "seq_len": 32}
+	EOF
+	if "$bin/taco-train" --backend "$1" --no-progress "$dir/job.json" \
+		>"$dir/log" 2>&1; then
+		rm -rf "$dir"
+		return 0
+	fi
+	probe_log=$dir/log
+	return 1
+}
+
+if ! probe cpu; then
+	echo "run.sh: taco-train cannot train the demo on the CPU, so every job" \
+		"of tacod would fail; not starting it. taco-train said:" >&2
+	tail -n 5 "$probe_log" >&2
+	exit 1
+fi
+
 # The CUDA backend when this build has it and a GPU runs a one-step job of
 # the demo; the CPU otherwise. Either way tacod starts.
 backend=cpu
 device_memory=
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-	probe=$demo/cuda-probe
-	rm -rf "$probe"
-	mkdir -p "$probe"
-	cat >"$probe/job.json" <<-EOF
-		{"model": "$root/examples/demo/model",
-		 "train": "$root/examples/demo/train.jsonl",
-		 "output_dir": "$probe/out", "steps": 1, "batch_size": 1,
-		 "seq_len": 32}
-	EOF
-	if "$bin/taco-train" --backend cuda --no-progress "$probe/job.json" \
-		>"$probe/log" 2>&1; then
+	if probe cuda; then
 		backend=cuda
 		mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
 		device_memory=$((mib * 1048576))
-		rm -rf "$probe"
 	else
 		echo "run.sh: a GPU is present but the CUDA backend is not usable here" \
-			"($(tail -n 1 "$probe/log")); using the CPU" >&2
+			"($(tail -n 1 "$probe_log")); using the CPU" >&2
 	fi
 fi
 

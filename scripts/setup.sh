@@ -17,6 +17,9 @@ packages=(
 	clang libclang-rt-14-dev libomp-14-dev # libFuzzer harnesses
 	python3 python3-venv # tests only: the venv of the openai SDK test
 	curl                # the README's tour and its test (tests/readme_tour.sh)
+	systemd             # tests only: systemd-analyze verify of the unit,
+	                    # systemd-sysusers (systemd_unit, tacod_install)
+	util-linux          # tests only: unshare (cpu_without_cuda)
 )
 
 missing=()

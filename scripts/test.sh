@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs dependencies, builds, runs every unit test,
 # runs them again under AddressSanitizer + UndefinedBehaviorSanitizer, then
-# runs each libFuzzer harness briefly on its corpus.
+# runs each libFuzzer harness briefly on its corpus. It lists every skipped
+# test with its reason and fails when one was skipped for any reason but a
+# missing GPU (scripts/ctest_skips.py).
 #   FUZZ_SECONDS   seconds per fuzz harness (default 30; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,13 +15,15 @@ echo "== build (RelWithDebInfo)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$jobs"
 echo "== unit tests"
-(cd build && ctest --output-on-failure -j "$jobs")
+(cd build && ctest --output-on-failure -j "$jobs" --output-junit ctest.xml)
+python3 scripts/ctest_skips.py build/ctest.xml
 
 echo "== unit tests under ASan + UBSan"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTACO_SANITIZE=ON >/dev/null
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	ctest --output-on-failure -j "$jobs")
+	ctest --output-on-failure -j "$jobs" --output-junit ctest.xml)
+python3 scripts/ctest_skips.py build-asan/ctest.xml
 
 if [ "$fuzz_seconds" -gt 0 ]; then
 	echo "== fuzz harnesses, ${fuzz_seconds}s each"

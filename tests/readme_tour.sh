@@ -197,4 +197,33 @@ for name in "${blocks[@]}"; do
 done
 
 stop_tacod
+
+# ---- the curl block stops when its job fails, also as a user runs it
+# (bash without -e): a tacod whose worker fails every job, and the block
+# must end non-zero, name the failure, and download nothing.
+fake=$work/fail-bin
+mkdir -p "$fake" "$work/fail/state" "$work/fail/models"
+cp -R "$src/examples/demo/model" "$work/fail/models/tacod-demo"
+printf '#!/bin/sh\necho "taco-train: this worker fails every job" >&2\nexit 1\n' >"$fake/taco-train"
+chmod +x "$fake/taco-train"
+p=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+printf '{"listen": "127.0.0.1:%s", "state_dir": "%s", "models_dir": "%s", "taco_train": "%s"}\n' \
+	"$p" "$work/fail/state" "$work/fail/models" "$fake/taco-train" >"$work/fail/tacod.json"
+"$bin/tacod" --config "$work/fail/tacod.json" >"$work/tacod.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do
+	curl -sf "http://127.0.0.1:$p/healthz" >/dev/null 2>&1 && break
+	sleep 0.1
+done
+rm -rf "$repo/build/demo-ft" "$repo/build/model.tar"
+if (cd "$repo" && TACOD_URL=http://127.0.0.1:$p bash "$work/blocks/curl.sh") \
+	>"$work/curl-fail.out" 2>&1; then
+	tail -n 20 "$work/curl-fail.out" >&2
+	fail "curl: the block ended with status 0 although its job failed"
+fi
+grep -q 'job failed' "$work/curl-fail.out" || fail "curl: a failed job is not reported"
+[ ! -e "$repo/build/demo-ft" ] || fail "curl: a failed job's model was extracted"
+echo "readme_tour: the curl block stops at a failed job"
+stop_tacod
+
 echo "readme_tour: the tour works as README.md shows it"

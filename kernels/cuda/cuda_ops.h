@@ -15,8 +15,10 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-/* tk_ops.h is C: its functions (tk_cuda_open, tk_cuda_last_error) keep C
- * linkage here. Include it through this header only. */
+/* tk_ops.h is C: include it through this header only. */
+/* The module is built with hidden visibility; its entry points say so. */
+#define TKC_EXPORT __attribute__((visibility("default")))
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -58,7 +60,7 @@ void tkc_matmul(int transa, int transb, int M, int N, int K, float alpha,
 		const float *A, int lda, const float *B, int ldb, float beta,
 		float *C, int ldc);
 /* Allocates the GEMM workspace (counted like any buffer): 0 or -ENOMEM.
- * Called once by tk_cuda_open, after the stream and handle exist. */
+ * Called once by tk_cuda_module_open, after the stream and handle exist. */
 int tkc_matmul_init(void);
 
 /* add.cu */

@@ -1,5 +1,6 @@
 /* ops_table.cu: the CUDA backend's op table, its shared state (stream,
- * cuBLASLt handle, first error) and tk_cuda_open.
+ * cuBLASLt handle, first error) and the module's entry points, which
+ * kernels/cuda_loader.c (tk_cuda_open) finds with dlsym.
  *
  * Ops return void, so a failing CUDA or cuBLAS call is recorded once (the
  * first, the root cause: later ones usually follow from it) and the engine
@@ -76,7 +77,9 @@ unsigned tkc_blocks(size_t n)
 	return b > TKC_MAX_BLOCKS ? TKC_MAX_BLOCKS : (unsigned)b;
 }
 
-extern "C" const char *tk_cuda_last_error(void)
+/* The module's two entry points, found by kernels/cuda_loader.c with
+ * dlsym; nothing else of the module is exported. */
+extern "C" TKC_EXPORT const char *tk_cuda_module_last_error(void)
 {
 	std::lock_guard<std::mutex> g(err_lock);
 
@@ -208,7 +211,8 @@ fail_quiet:
 	return -ENODEV;
 }
 
-extern "C" int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
+extern "C" TKC_EXPORT int tk_cuda_module_open(const tk_ops **out, char *why,
+					  size_t why_len)
 {
 	std::lock_guard<std::mutex> g(state_lock);
 	int r;

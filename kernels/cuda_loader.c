@@ -1,0 +1,140 @@
+/* cuda_loader.c: tk_cuda_open and tk_cuda_last_error, which load the CUDA
+ * backend (libtaco_cuda.so, kernels/cuda) on demand.
+ *
+ * Why a loadable module: a program that NEEDs libcudart cannot start at all
+ * where the CUDA runtime is not on the loader's path (a toolkit from
+ * NVIDIA's runfile or tarball has no ld.so.conf entry), and then even CPU
+ * jobs fail. Nothing but this file knows of the module; a CPU job never
+ * touches it, and a failed load is an error of tk_cuda_open that names the
+ * library that is missing.
+ *
+ * Where the module is looked for, first hit wins:
+ *   $TACO_CUDA_BACKEND             a path, for tests and unusual installs
+ *   <program dir>/libtaco_cuda.so  the build tree
+ *   <program dir>/TK_CUDA_REL_DIR/libtaco_cuda.so  an installed tree */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tk_ops.h"
+
+#define MODULE "libtaco_cuda.so"
+
+typedef int (*open_fn)(const tk_ops **out, char *why, size_t why_len);
+typedef const char *(*last_error_fn)(void);
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static last_error_fn module_last_error; /* set once the module is open */
+
+__attribute__((format(printf, 3, 4))) static void say(char *why, size_t why_len,
+						      const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!why || !why_len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, why_len, fmt, ap);
+	va_end(ap);
+}
+
+#ifdef TK_CUDA_BUILT
+/* The directory of the running program, with a trailing '/'. */
+static int program_dir(char *buf, size_t cap)
+{
+	ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+	char *slash;
+
+	if (n <= 0 || (size_t)n >= cap - 1)
+		return -1;
+	buf[n] = 0;
+	slash = strrchr(buf, '/');
+	if (!slash)
+		return -1;
+	slash[1] = 0;
+	return 0;
+}
+
+/* dlopen of the first candidate that exists; the error of the first one
+ * that exists but does not load (a missing libcudart) is what why says. */
+static void *load(char *why, size_t why_len)
+{
+	static const char *const rel[] = {MODULE, TK_CUDA_REL_DIR "/" MODULE};
+	const char *env = getenv("TACO_CUDA_BACKEND");
+	char dir[PATH_MAX], path[PATH_MAX + 64];
+	void *h;
+
+	if (env && env[0]) {
+		if (!(h = dlopen(env, RTLD_NOW | RTLD_LOCAL)))
+			say(why, why_len, "the CUDA backend %s: %s", env,
+			    dlerror());
+		return h;
+	}
+	if (program_dir(dir, sizeof(dir))) {
+		say(why, why_len, "%s: cannot find the program's directory",
+		    MODULE);
+		return NULL;
+	}
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", dir, rel[i]);
+		if (access(path, F_OK))
+			continue;
+		if (!(h = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
+			say(why, why_len, "the CUDA backend %s: %s", path,
+			    dlerror());
+		return h;
+	}
+	say(why, why_len, "no CUDA backend (%s) beside the program in %s",
+	    MODULE, dir);
+	return NULL;
+}
+
+int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
+{
+	static void *handle;
+	static open_fn module_open;
+	int r;
+
+	pthread_mutex_lock(&lock);
+	if (!handle && (handle = load(why, why_len))) {
+		module_open = (open_fn)dlsym(handle, "tk_cuda_module_open");
+		module_last_error =
+		    (last_error_fn)dlsym(handle, "tk_cuda_module_last_error");
+		if (!module_open || !module_last_error) {
+			say(why, why_len,
+			    "%s: not a tacod CUDA backend (no entry points)",
+			    MODULE);
+			dlclose(handle);
+			handle = NULL;
+			module_open = NULL;
+			module_last_error = NULL;
+		}
+	}
+	r = handle ? module_open(out, why, why_len) : -ENODEV;
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+#else
+int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
+{
+	(void)out;
+	say(why, why_len, "built without CUDA");
+	return -ENOSYS;
+}
+#endif
+
+const char *tk_cuda_last_error(void)
+{
+	last_error_fn f;
+
+	pthread_mutex_lock(&lock);
+	f = module_last_error;
+	pthread_mutex_unlock(&lock);
+	return f ? f() : NULL;
+}
