@@ -1,6 +1,10 @@
-/* store_internal.h: what store.c and store_jobs.c share: the store handle,
- * a prepared-statement wrapper that remembers the first binding error, the
- * transaction helpers and the checks on caller-supplied strings. */
+/* store_internal.h: what the store's files share: the store handle, a
+ * prepared-statement wrapper that remembers the first binding error, st_exec
+ * for a statement run once, the transaction helpers, the column readers, the
+ * checks on caller-supplied strings and newest-first pagination. They are
+ * defined in store_sql.c; store_schema.c opens and closes the store, and
+ * store_files.c, store_jobs.c, store_events.c, store_checkpoints.c and
+ * store_idem.c hold one table each. */
 #ifndef TACOD_STORE_INTERNAL_H
 #define TACOD_STORE_INTERNAL_H
 
@@ -49,6 +53,37 @@ void st_done(st_query *q);
 
 /* A SQLite result code as a negative errno, with the message in err. */
 int st_fail(tacod_store *s, int rc, const char *what, taco_err *err);
+
+/* One value bound by st_exec: ST_TEXT(v) (NULL binds NULL; the string must
+ * outlive the call) or ST_INT(v). ST_ARGS(...) lists them in the order of
+ * ?1, ?2, ...; a zero type (ST_ARG_END) ends a list. */
+enum { ST_ARG_END, ST_ARG_TEXT, ST_ARG_INT };
+typedef struct st_arg {
+	int type;
+	const char *text;
+	int64_t num;
+} st_arg;
+#define ST_TEXT(v) ((st_arg){.type = ST_ARG_TEXT, .text = (v)})
+#define ST_INT(v) ((st_arg){.type = ST_ARG_INT, .num = (v)})
+#define ST_ARGS(...) ((const st_arg[]){__VA_ARGS__, {.type = ST_ARG_END}})
+
+/* Reads the row st_exec stepped to (0, or a negative errno). */
+typedef int (*st_row_fn)(sqlite3_stmt *st, void *ctx, taco_err *err);
+
+/* One statement run once: st_prep, the binds of args (NULL: none), one
+ * st_step and st_done. On a row, row(st, ctx) reads it first when row is
+ * not NULL; later rows are not read. 1 for a row (or row's negative errno),
+ * 0 for none, negative errno on failure, with "store: <what>: ..." in err
+ * as from st_step. */
+int st_exec(tacod_store *s, const char *what, const char *sql,
+	    const st_arg *args, st_row_fn row, void *ctx, taco_err *err);
+/* A row reader for st_exec: column 0 into the int64_t at ctx. */
+int st_read_int64(sqlite3_stmt *st, void *ctx, taco_err *err);
+/* Rows changed by the last INSERT, UPDATE or DELETE (sqlite3_changes). */
+int64_t st_changes(tacod_store *s);
+/* SQL text without parameters, one statement or several (sqlite3_exec). */
+int st_exec_sql(tacod_store *s, const char *what, const char *sql,
+		taco_err *err);
 
 /* BEGIN IMMEDIATE (write) or BEGIN (read); st_end commits when rc is 0 and
  * rolls back otherwise, returning rc or the COMMIT failure. Calls nest:
@@ -101,5 +136,8 @@ int st_page(tacod_store *s, const st_page_def *d, const char *user,
  * such <what>" when there is none or user (NULL: anyone) may not see it. */
 int st_get(tacod_store *s, const st_page_def *d, const char *what,
 	   const char *user, const char *id, void *out, taco_err *err);
+
+/* 0 when the job exists, -ENOENT "no such job" when not (store_jobs.c). */
+int st_job_exists(tacod_store *s, const char *id, taco_err *err);
 
 #endif
