@@ -136,17 +136,29 @@ static int print_plan(const taco_job *job, int backend, uint64_t budget)
 	taco_err err = {{0}};
 	int r;
 
-	if (!budget)
-		budget = backend == TACO_BACKEND_CPU ? taco_plan_host_memory()
-						     : 80000000000ull;
-	if (taco_plan_job(job, backend, &p, &in, &shapes, &err)) {
+	r = taco_plan_job(job, backend, &p, &in, &shapes, &err);
+	if (r == -ENOTSUP) {
+		/* a family the engine cannot train yet (OPT, GPT-NeoX): its
+		 * shapes still give the bf16 CUDA engine's plan */
+		printf("taco-train: %s; the plan below is the bf16 CUDA "
+		       "target's\n",
+		       err.msg);
+		backend = TACO_BACKEND_CUDA_BF16_TARGET;
+		r = taco_plan_job(job, backend, &p, &in, &shapes, &err);
+	}
+	if (r) {
 		fprintf(stderr, "taco-train: %s\n", err.msg);
 		return EXIT_FAILED;
 	}
+	if (!budget)
+		budget = backend == TACO_BACKEND_CPU ? taco_plan_host_memory()
+						     : 80000000000ull;
 	printf("Memory plan: %s, %s backend, weights %s, batch %d x %d, "
 	       "grad_accum %d, %s\n",
 	       taco_arch_name(shapes->cfg.arch),
-	       backend == TACO_BACKEND_CPU ? "CPU" : "CUDA",
+	       backend == TACO_BACKEND_CPU    ? "CPU"
+	       : backend == TACO_BACKEND_CUDA ? "CUDA"
+					      : "bf16 CUDA target",
 	       in.weight_dtype == TK_F32    ? "F32"
 	       : in.weight_dtype == TK_BF16 ? "BF16"
 					    : "F16",

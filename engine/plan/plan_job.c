@@ -43,20 +43,26 @@ uint64_t taco_plan_host_memory(void)
 	return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
 }
 
-/* The dtype the embedding is stored in, from the headers only. */
-static int stored_dtype(const char *dir, int *dtype, taco_err *err)
+/* The dtype the embedding is stored in, from the headers only. The name is
+ * the family's (shapes: model.embed_tokens, model.decoder.embed_tokens,
+ * gpt_neox.embed_in); checkpoints saved from the bare model class (OPTModel,
+ * GPTNeoXModel) lack its first component, as transformers allows. */
+static int stored_dtype(const char *dir, const taco_model *shapes, int *dtype,
+			taco_err *err)
 {
+	const char *name = shapes->tensors[shapes->embed].name;
+	const char *bare = strchr(name, '.');
 	taco_st_model *st = NULL;
 	const taco_st_tensor *t;
 	int r = taco_st_open_model(dir, &st, err);
 
 	if (r)
 		return r;
-	t = taco_st_model_find(st, "model.embed_tokens.weight");
+	t = taco_st_model_find(st, name);
+	if (!t && bare)
+		t = taco_st_model_find(st, bare + 1);
 	if (!t || !taco_st_dtype_supported(t->dtype))
-		r = taco_err_set(err, -EINVAL,
-				 "%s: no usable model.embed_tokens.weight",
-				 dir);
+		r = taco_err_set(err, -EINVAL, "%s: no usable %s", dir, name);
 	else
 		*dtype = t->dtype;
 	taco_st_model_close(st);
@@ -77,11 +83,11 @@ int taco_plan_job(const taco_job *job, int backend, taco_plan *out,
 	snprintf(path, sizeof(path), "%s/config.json", job->model);
 	if ((r = taco_config_load(path, &cfg, err)))
 		return r;
-	if (backend == TACO_BACKEND_CPU &&
-	    (r = stored_dtype(job->model, &dtype, err)))
-		return r;
 	if ((r = taco_model_shapes(&cfg, &shapes, err)))
 		return r;
+	if (backend == TACO_BACKEND_CPU &&
+	    (r = stored_dtype(job->model, shapes, &dtype, err)))
+		goto out;
 	if ((r = taco_job_frozen(job, shapes, &frozen, err)))
 		goto out;
 	taco_plan_input_from_job(job, dtype, &in);
