@@ -301,8 +301,58 @@ static void problem(assessment *a, const char *code, const char *param,
 	snprintf(a->msg, sizeof(a->msg), "%s", msg);
 }
 
-/* Plans the memory of a job file and validates its data. */
-static void assess(tacod_service *s, const char *path, assessment *a)
+/* Replaces every occurrence of from in msg by to (in place, truncating at
+ * cap). */
+static void replace_all(char *msg, size_t cap, const char *from, const char *to)
+{
+	size_t nf = strlen(from), nt = strlen(to);
+	char *at = msg, *hit;
+
+	if (!nf)
+		return;
+	while ((hit = strstr(at, from))) {
+		size_t tail = strlen(hit + nf);
+		size_t keep = (size_t)(hit - msg) + nt;
+
+		if (keep >= cap)
+			break;
+		if (keep + tail >= cap)
+			tail = cap - keep - 1;
+		memmove(hit + nt, hit + nf, tail);
+		hit[nt + tail] = 0;
+		memcpy(hit, to, nt);
+		at = hit + nt;
+	}
+}
+
+/* The engine names files by their paths; a client knows them by the
+ * request's names (file ids, the model's name), and the server's
+ * directories are none of its business. Longest paths first: a data file
+ * lives under the state directory. */
+static void name_paths(const tacod_service *s, const taco_job *job, json_t *req,
+		       char *msg, size_t cap)
+{
+	const char *model = json_string_value(json_object_get(req, "model"));
+	const char *train =
+	    json_string_value(json_object_get(req, "training_file"));
+	const char *val =
+	    json_string_value(json_object_get(req, "validation_file"));
+
+	if (job) {
+		replace_all(msg, cap, job->train, train ? train : "");
+		if (job->validation[0])
+			replace_all(msg, cap, job->validation, val ? val : "");
+		replace_all(msg, cap, job->model, model ? model : "");
+	}
+	replace_all(msg, cap, s->jobs_dir, "<job>");
+	replace_all(msg, cap, s->cfg.state_dir, "<state>");
+	replace_all(msg, cap, s->cfg.models_dir, "<models>");
+}
+
+/* Plans the memory of a job file and validates its data; req is the
+ * create request, for naming its files in the messages. */
+static void assess(tacod_service *s, const char *path, json_t *req,
+		   assessment *a)
 {
 	taco_job job;
 	taco_job_problems probs;
@@ -315,8 +365,10 @@ static void assess(tacod_service *s, const char *path, assessment *a)
 	int rc;
 
 	memset(a, 0, sizeof(*a));
+	memset(&data, 0, sizeof(data));
 	if (taco_job_load(path, &job, &probs)) {
 		problem(a, "invalid_option", NULL, probs.msg[0]);
+		name_paths(s, NULL, req, a->msg, sizeof(a->msg));
 		return;
 	}
 	snprintf(path_cfg, sizeof(path_cfg), "%s/config.json", job.model);
@@ -341,6 +393,7 @@ static void assess(tacod_service *s, const char *path, assessment *a)
 		    taco_dataset_report_json(&data.train_report, job.train);
 	if (rc)
 		problem(a, "invalid_training_file", "training_file", err.msg);
+	name_paths(s, &job, req, a->msg, sizeof(a->msg));
 	taco_job_data_free(&data);
 	taco_job_free(&job);
 }
@@ -401,7 +454,7 @@ static int job_plan(tacod_http_req *r, void *ctx)
 		json_decref(req);
 		return 0;
 	}
-	assess(s, path, &a);
+	assess(s, path, req, &a);
 	taco_remove_flat_dir(dir, NULL);
 	terms = json_object();
 	for (int t = 0; a.planned && t < TACO_PLAN_TERMS; t++)
@@ -499,7 +552,7 @@ static int job_create(tacod_http_req *r, void *ctx)
 		rc = 0;
 		goto out;
 	}
-	assess(s, path, &a);
+	assess(s, path, req, &a);
 	json_decref(a.report);
 	if (a.code[0]) {
 		taco_remove_flat_dir(dir, NULL);

@@ -85,6 +85,19 @@ static size_t sink(char *d, size_t sz, size_t n, void *ctx)
 	return sz * n;
 }
 
+/* No reply names a path of the server's: the state directory is tacod's
+ * business, and a client knows its files by id. (Downloads are archives of
+ * the job's own files and carry names relative to the model.) */
+static void no_server_path(const char *method, const char *path,
+			   const char *body, size_t n)
+{
+	if (!body || !th_state[0])
+		return;
+	ck_assert_msg(!memmem(body, n, th_state, strlen(th_state)),
+		      "%s %s: the reply names the state directory %s: %.*s",
+		      method, path, th_state, (int)(n < 600 ? n : 600), body);
+}
+
 long th_call_x(const char *method, const char *path, const char *json,
 	       const char *upload, const char *header, json_t **out, char **raw,
 	       size_t *raw_len)
@@ -126,6 +139,7 @@ long th_call_x(const char *method, const char *path, const char *json,
 	}
 	ck_assert_int_eq(curl_easy_perform(c), CURLE_OK);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	no_server_path(method, path, b.p, b.n);
 	if (out)
 		*out = b.p ? json_loads(b.p, 0, NULL) : NULL;
 	if (raw) {
@@ -164,6 +178,7 @@ char *th_get_text(const char *path, const char *last_id)
 		curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	}
 	ck_assert_int_eq(curl_easy_perform(c), CURLE_OK);
+	no_server_path("GET", path, b.p, b.n);
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 	return b.p;

@@ -358,6 +358,57 @@ START_TEST(test_dataset_roots)
 }
 END_TEST
 
+/* A plan or create whose training file is empty or malformed names the
+ * file by its id in every message, never by where tacod keeps it (and the
+ * harness fails any reply that names the state directory). */
+START_TEST(test_bad_training_file_named_by_id)
+{
+	static const char *const bodies[] = {"", "not json\n",
+					     "{\"messages\": 3}\n"};
+	char local[] = "/tmp/tacod-bad-XXXXXX", body[512];
+	json_t *j, *f;
+	int fd;
+
+	th_start(8ull << 30, NULL);
+	for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+		const char *id, *msg;
+		long st;
+
+		snprintf(local, sizeof(local), "/tmp/tacod-bad-XXXXXX");
+		ck_assert_int_ge(fd = mkstemp(local), 0);
+		ck_assert_int_eq(write(fd, bodies[i], strlen(bodies[i])),
+				 (ssize_t)strlen(bodies[i]));
+		close(fd);
+		st = th_call("POST", "/v1/files", NULL, local, &f);
+		unlink(local);
+		if (st != 200) { /* an empty upload may be refused at once */
+			ck_assert_int_eq(st, 400);
+			json_decref(f);
+			continue;
+		}
+		id = th_str(f, "id");
+		snprintf(body, sizeof(body),
+			 "{\"model\": \"llama_gqa\", \"training_file\": "
+			 "\"%s\", \"taco\": {\"seq_len\": 24}}",
+			 id);
+		ck_assert_int_eq(
+		    th_call("POST", "/v1/fine_tuning/plan", body, NULL, &j),
+		    200);
+		msg = th_str(json_object_get(j, "error"), "message");
+		ck_assert_msg(msg && strstr(msg, id), "plan: %s", msg);
+		json_decref(j);
+		ck_assert_int_eq(
+		    th_call("POST", "/v1/fine_tuning/jobs", body, NULL, &j),
+		    400);
+		msg = th_str(json_object_get(j, "error"), "message");
+		ck_assert_msg(msg && strstr(msg, id), "create: %s", msg);
+		json_decref(j);
+		json_decref(f);
+	}
+	th_stop();
+}
+END_TEST
+
 static void token_line(FILE *f, const char *token, const char *user,
 		       const char *role)
 {
@@ -664,6 +715,7 @@ int main(void)
 	tcase_add_test(tc, test_idempotency);
 	tcase_add_test(tc, test_downloads_device_metrics);
 	tcase_add_test(tc, test_dataset_roots);
+	tcase_add_test(tc, test_bad_training_file_named_by_id);
 	tcase_add_test(tc, test_parallel_when_memory_allows);
 	tcase_add_test(tc, test_sighup_reloads_tokens);
 	tcase_add_test(tc, test_users_are_isolated);
