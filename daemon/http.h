@@ -8,7 +8,7 @@
  * "localhost:8226"; port 0 picks a free port, see tacod_http_port) and/or
  * config.unix_socket (created here, mode 0660; a stale socket file is
  * replaced, a live one is -EADDRINUSE). Each runs a small pool of MHD
- * polling threads (poll(); see http.c for why not epoll), so handlers run on
+ * polling threads (poll(); see http_server.c for why not epoll), so handlers run on
  * several threads at once and must be thread-safe. A handler blocks the
  * connections of its thread while it runs: it should not take long.
  *
