@@ -487,10 +487,28 @@ static void on_wake(uv_async_t *a)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* Idempotency keys are kept for a day (as Stripe does): long enough for
+ * any retry of a lost reply, and the table stays bounded. Purged once an
+ * hour. */
+#define TACOD_IDEM_TTL_S (24 * 3600)
+
+static void purge_idempotency_keys(tacod_service *s)
+{
+	int64_t now = tacod_now();
+
+	if (now - s->idem_purged_at < 3600)
+		return;
+	s->idem_purged_at = now;
+	pthread_mutex_lock(&s->lock);
+	tacod_store_idem_purge(s->store, now - TACOD_IDEM_TTL_S, NULL, NULL);
+	pthread_mutex_unlock(&s->lock);
+}
+
 static void on_tick(uv_timer_t *t)
 {
 	tacod_service *s = t->data;
 
+	purge_idempotency_keys(s);
 	uv_async_send(&s->wake);
 }
 

@@ -63,6 +63,7 @@ struct tacod_service {
 	tacod_follower follow[TACOD_MAX_STREAMS];
 	int n_follow;
 	int shutting_down, closed;
+	int64_t idem_purged_at; /* unix seconds */
 };
 
 int64_t tacod_now(void);

@@ -149,6 +149,17 @@ int tacod_store_file_delete(tacod_store *s, const char *user, const char *id,
 			     /* TACOD_SUCCEEDED: the first finished state */
 			     ST_ARGS(ST_TEXT(id), ST_INT(TACOD_SUCCEEDED)),
 			     file_in_use, (void *)id, err);
+	/* The upload's Idempotency-Key goes with the file: a retry that comes
+	 * after the delete is a new upload, not the replay of an id that no
+	 * longer exists (docs/tacod.md, "Idempotency-Key"). */
+	if (rc == 0)
+		rc = st_exec(s, "forget the file's idempotency key",
+			     "DELETE FROM idempotency WHERE user ="
+			     " (SELECT user FROM files WHERE id = ?1)"
+			     " AND json_valid(body)"
+			     " AND json_extract(body, '$.object') = 'file'"
+			     " AND json_extract(body, '$.id') = ?1",
+			     ST_ARGS(ST_TEXT(id)), NULL, NULL, err);
 	if (rc == 0)
 		rc =
 		    st_exec(s, "delete file", "DELETE FROM files WHERE id = ?1",

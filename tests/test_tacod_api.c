@@ -152,6 +152,26 @@ START_TEST(test_idempotency)
 				   "Idempotency-Key: up-1", &j1, NULL, NULL),
 			 200);
 	ck_assert_str_eq(th_str(j1, "id"), th_str(j2, "id"));
+	/* deleting the file forgets its key: the same key uploads anew and
+	 * the new id is there */
+	snprintf(body, sizeof(body), "/v1/files/%s", th_str(j1, "id"));
+	ck_assert_int_eq(th_call("DELETE", body, NULL, NULL, NULL), 200);
+	json_decref(j2);
+	ck_assert_int_eq(th_call_x("POST", "/v1/files", NULL,
+				   tu_fixture("data/count_train.jsonl"),
+				   "Idempotency-Key: up-1", &j2, &raw, &n),
+			 200);
+	free(raw);
+	ck_assert_str_ne(th_str(j1, "id"), th_str(j2, "id"));
+	snprintf(body, sizeof(body), "/v1/files/%s", th_str(j2, "id"));
+	ck_assert_int_eq(th_call("GET", body, NULL, NULL, NULL), 200);
+	json_decref(j1);
+	/* ... and a retry of that upload replays it */
+	ck_assert_int_eq(th_call_x("POST", "/v1/files", NULL,
+				   tu_fixture("data/count_train.jsonl"),
+				   "Idempotency-Key: up-1", &j1, NULL, NULL),
+			 200);
+	ck_assert_str_eq(th_str(j1, "id"), th_str(j2, "id"));
 	json_decref(j1);
 	json_decref(j2);
 	free(file);
