@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "job/job.h"
+#include "job/job_schema.h"
 
 static int fail(tacod_request_error *e, const char *param, const char *code,
 		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -23,30 +24,6 @@ static int fail(tacod_request_error *e, const char *param, const char *code,
 	va_end(ap);
 	return -EINVAL;
 }
-
-/* tacod's options that a request may set in "taco" (the rest of docs/job.md
- * is the daemon's: paths and output). */
-static const char *const taco_keys[] = {"steps",
-					"seq_len",
-					"grad_accum",
-					"lr",
-					"schedule",
-					"warmup_steps",
-					"min_lr_ratio",
-					"optimizer",
-					"taco",
-					"adamw",
-					"freeze",
-					"eval_every",
-					"checkpoint_every",
-					"keep_checkpoints",
-					"log_every",
-					"packing",
-					"chat_template",
-					"train_on",
-					"overlength",
-					"activation_checkpointing",
-					NULL};
 
 static int name_ok(const char *s, size_t max)
 {
@@ -292,10 +269,10 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx, json_t **job,
 			    "taco must be an object of tacod options");
 	json_object_foreach(ext, k, v)
 	{
-		int ok = 0;
-		for (int i = 0; taco_keys[i]; i++)
-			ok |= !strcmp(k, taco_keys[i]);
-		if (!ok) {
+		/* the job file's options that the request may set; the rest
+		 * (paths, output, what the OpenAI fields map to) are tacod's */
+		const taco_job_key *jk = taco_job_key_find(k);
+		if (!jk || jk->setter != TACO_JOB_BY_REQUEST) {
 			snprintf(p, sizeof(p), "taco.%s", k);
 			return fail(e, p, "unknown_parameter",
 				    "%s is not an option tacod takes "

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
-#include "util/fsutil.h"
+#include "util/json_file.h"
 
 void tacod_config_defaults(tacod_config *c)
 {
@@ -129,27 +129,19 @@ static int limits(json_t *o, tacod_limits *l, const char *name, taco_err *err)
 	return 0;
 }
 
-int tacod_config_parse(const char *json, size_t len, const char *name,
-		       tacod_config *c, taco_err *err)
+/* The fields of the object root, over what the tacod_config arg holds. */
+static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 {
 	static const char *const keys[] = {
 	    "listen",	   "unix_socket", "state_dir",	      "models_dir",
 	    "tokens_file", "taco_train",  "dataset_roots",    "device_memory",
 	    "backend",	   "max_retries", "cancel_timeout_s", "limits",
 	    NULL};
-	json_error_t jerr;
-	json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+	tacod_config *c = arg;
 	json_t *v;
 	int64_t x;
 	int r;
 
-	if (!root)
-		return taco_err_set(err, -EINVAL, "%s: line %d: %s", name,
-				    jerr.line, jerr.text);
-	if (!json_is_object(root)) {
-		r = taco_err_set(err, -EINVAL, "%s: not a JSON object", name);
-		goto out;
-	}
 	if ((r = known(root, keys, "", name, err)) ||
 	    (r = str(root, "listen", c->listen, sizeof(c->listen), name,
 		     err)) ||
@@ -164,72 +156,62 @@ int tacod_config_parse(const char *json, size_t len, const char *name,
 	    (r = str(root, "taco_train", c->taco_train, sizeof(c->taco_train),
 		     name, err)) ||
 	    (r = size(root, "device_memory", &c->device_memory, name, err)))
-		goto out;
+		return r;
 	if ((v = json_object_get(root, "dataset_roots"))) {
 		size_t i;
 		json_t *e;
-		if (!json_is_array(v) || json_array_size(v) > TACOD_MAX_ROOTS) {
-			r = taco_err_set(err, -EINVAL,
-					 "%s: 'dataset_roots' must be an array "
-					 "of at most %d paths",
-					 name, TACOD_MAX_ROOTS);
-			goto out;
-		}
+		if (!json_is_array(v) || json_array_size(v) > TACOD_MAX_ROOTS)
+			return taco_err_set(err, -EINVAL,
+					    "%s: 'dataset_roots' must be an "
+					    "array of at most %d paths",
+					    name, TACOD_MAX_ROOTS);
 		c->n_roots = 0;
 		json_array_foreach(v, i, e)
 		{
 			if (!json_is_string(e) || json_string_length(e) == 0 ||
-			    json_string_length(e) >= sizeof(c->roots[0])) {
-				r = taco_err_set(err, -EINVAL,
-						 "%s: dataset_roots[%zu] must "
-						 "be a path",
-						 name, i);
-				goto out;
-			}
+			    json_string_length(e) >= sizeof(c->roots[0]))
+				return taco_err_set(err, -EINVAL,
+						    "%s: dataset_roots[%zu] "
+						    "must be a path",
+						    name, i);
 			memcpy(c->roots[c->n_roots++], json_string_value(e),
 			       json_string_length(e) + 1);
 		}
 	}
 	if ((v = json_object_get(root, "backend"))) {
 		const char *b = json_is_string(v) ? json_string_value(v) : "";
-		if (strcmp(b, "cpu") && strcmp(b, "cuda")) {
-			r = taco_err_set(err, -EINVAL,
-					 "%s: 'backend' must be \"cpu\" or "
-					 "\"cuda\"",
-					 name);
-			goto out;
-		}
+		if (strcmp(b, "cpu") && strcmp(b, "cuda"))
+			return taco_err_set(err, -EINVAL,
+					    "%s: 'backend' must be \"cpu\" or "
+					    "\"cuda\"",
+					    name);
 		c->backend =
 		    strcmp(b, "cpu") ? TACO_BACKEND_CUDA : TACO_BACKEND_CPU;
 	}
 	x = c->max_retries;
 	if ((r = num(root, "max_retries", 0, 100, &x, name, err)))
-		goto out;
+		return r;
 	c->max_retries = (int)x;
 	x = c->cancel_timeout_s;
 	if ((r = num(root, "cancel_timeout_s", 1, 86400, &x, name, err)))
-		goto out;
+		return r;
 	c->cancel_timeout_s = (int)x;
-	if ((v = json_object_get(root, "limits")) &&
-	    (r = limits(v, &c->limits, name, err)))
-		goto out;
-	r = 0;
-out:
-	json_decref(root);
-	return r;
+	if ((v = json_object_get(root, "limits")))
+		return limits(v, &c->limits, name, err);
+	return 0;
+}
+
+int tacod_config_parse(const char *json, size_t len, const char *name,
+		       tacod_config *c, taco_err *err)
+{
+	return taco_json_read(name, json, len, 0, TACO_JSON_OBJECT, from_json,
+			      c, err);
 }
 
 int tacod_config_load(const char *path, tacod_config *c, taco_err *err)
 {
-	char *buf = NULL;
-	size_t n = 0;
-	int r = taco_read_file(path, TACOD_CONFIG_MAX_BYTES, &buf, &n, err);
-
-	if (r)
-		return r;
-	r = tacod_config_parse(buf, n, path, c, err);
-	free(buf);
-	return r;
+	return taco_json_read_file(path, TACOD_CONFIG_MAX_BYTES,
+				   TACO_JSON_OBJECT, from_json, c, err);
 }
 
 int tacod_config_loopback(const tacod_config *c)

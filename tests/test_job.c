@@ -3,9 +3,12 @@
 
 #include "testutil.h"
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "job/job.h"
+#include "job/job_schema.h"
 
 static int parse(const char *json, taco_job *job, taco_job_problems *p)
 {
@@ -141,6 +144,139 @@ START_TEST(test_schedules)
 }
 END_TEST
 
+/* A list of option names, as the schema or a document has them. */
+typedef struct names {
+	int n;
+	char v[128][64];
+} names;
+
+static void add(names *l, const char *s, size_t len)
+{
+	ck_assert_int_lt(l->n, 128);
+	ck_assert_uint_lt(len, sizeof(l->v[0]));
+	memcpy(l->v[l->n], s, len);
+	l->v[l->n++][len] = 0;
+}
+
+static int in(const names *l, const char *s)
+{
+	for (int i = 0; i < l->n; i++)
+		if (!strcmp(l->v[i], s))
+			return 1;
+	return 0;
+}
+
+static void same(const names *doc, const names *schema, const char *what)
+{
+	for (int i = 0; i < schema->n; i++)
+		ck_assert_msg(in(doc, schema->v[i]), "%s lacks %s", what,
+			      schema->v[i]);
+	for (int i = 0; i < doc->n; i++)
+		ck_assert_msg(in(schema, doc->v[i]),
+			      "%s has %s, which job/job_schema.c has not", what,
+			      doc->v[i]);
+}
+
+static char *source_file(const char *rel)
+{
+	char path[4096];
+	char *text;
+
+	/* TACO_FIXTURES is <repo>/tests/fixtures */
+	snprintf(path, sizeof(path), "%s", tu_fixture(rel));
+	text = tu_read_file(path, NULL);
+	ck_assert_msg(text, "cannot read %s", path);
+	return text;
+}
+
+/* The key of a line of openapi.yaml at indent ind ("KEY:" alone), or 0. */
+static size_t yaml_key(const char *line, size_t len, size_t ind,
+		       const char **key)
+{
+	if (len < ind + 2 || strspn(line, " ") != ind || line[len - 1] != ':')
+		return 0;
+	*key = line + ind;
+	return len - ind - 1;
+}
+
+/* docs/job.md and the TacoOptions of api/openapi.yaml name the options of
+ * the schema table, no more and no fewer. */
+START_TEST(test_schema_documented)
+{
+	names schema = {0}, request = {0}, doc = {0}, spec = {0};
+	char *text, *p, name[64];
+	const char *key;
+	int in_options = 0, in_props = 0;
+	size_t n;
+
+	for (const taco_job_key *k = taco_job_keys; k->name; k++) {
+		if (k->setter == TACO_JOB_BY_REQUEST)
+			add(&request, k->name, strlen(k->name));
+		if (k->type != TACO_JOB_OBJECT) {
+			add(&schema, k->name, strlen(k->name));
+			continue;
+		}
+		for (const taco_job_key *f = k->fields; f->name; f++) {
+			snprintf(name, sizeof(name), "%s.%s", k->name, f->name);
+			add(&schema, name, strlen(name));
+			if (k->setter == TACO_JOB_BY_REQUEST)
+				add(&request, name, strlen(name));
+		}
+	}
+	ck_assert_str_eq(taco_job_key_find("packing")->name, "packing");
+	ck_assert_int_eq(taco_job_key_find("model")->setter,
+			 TACO_JOB_BY_DAEMON);
+	ck_assert_ptr_null(taco_job_key_find("k"));
+
+	/* docs/job.md: the first cell of each row of the options table */
+	text = source_file("../../docs/job.md");
+	for (p = text; *p; p += strcspn(p, "\n"), p += *p == '\n') {
+		size_t cell = strncmp(p, "| `", 3) ? 0 : strcspn(p + 1, "|");
+		for (char *q = p + 1; q < p + 1 + cell;) {
+			char *a = memchr(q, '`', (size_t)(p + 1 + cell - q));
+			char *b = a ? strchr(a + 1, '`') : NULL;
+			if (!b)
+				break;
+			add(&doc, a + 1, (size_t)(b - a - 1));
+			q = b + 1;
+		}
+	}
+	free(text);
+	same(&doc, &schema, "docs/job.md");
+
+	/* api/openapi.yaml: TacoOptions' properties (indent 8) and, under
+	 * their own properties: (indent 10), theirs (indent 12) */
+	text = source_file("../../api/openapi.yaml");
+	for (p = text; *p; p += n, p += *p == '\n') {
+		size_t kn;
+
+		n = strcspn(p, "\n");
+		if (strspn(p, " ") >= n)
+			continue; /* blank */
+		if (strspn(p, " ") <= 4)
+			in_options = !strncmp(p, "    TacoOptions:\n", 17);
+		if (!in_options)
+			continue;
+		if ((kn = yaml_key(p, n, 6, &key))) {
+			in_props = !strncmp(key, "properties:", 11) ? 6 : 0;
+		} else if (in_props && (kn = yaml_key(p, n, 8, &key))) {
+			snprintf(name, sizeof(name), "%.*s", (int)kn, key);
+			add(&spec, name, kn);
+			in_props = 6;
+		} else if (in_props && (kn = yaml_key(p, n, 10, &key))) {
+			in_props = !strncmp(key, "properties:", 11) ? 10 : 6;
+		} else if (in_props == 10 && (kn = yaml_key(p, n, 12, &key))) {
+			char sub[140];
+			snprintf(sub, sizeof(sub), "%s.%.*s", name, (int)kn,
+				 key);
+			add(&spec, sub, strlen(sub));
+		}
+	}
+	free(text);
+	same(&spec, &request, "api/openapi.yaml TacoOptions");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("job");
@@ -151,6 +287,7 @@ int main(void)
 	tcase_add_test(tc, test_all_problems_together);
 	tcase_add_test(tc, test_bad_json);
 	tcase_add_test(tc, test_schedules);
+	tcase_add_test(tc, test_schema_documented);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

@@ -1,5 +1,5 @@
 /* job.h: the options of one fine-tuning job (JOB.json), validated up front.
- * docs/job.md documents every field. */
+ * docs/job.md documents every field; job_schema.h lists them. */
 #ifndef TACO_JOB_H
 #define TACO_JOB_H
 

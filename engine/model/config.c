@@ -1,10 +1,9 @@
 #include "config.h"
-#include "util/fsutil.h"
+#include "util/json_file.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static const struct {
@@ -307,34 +306,23 @@ static int parse_shapes_only(json_t *root, const char *name, taco_config *c,
 	return 0;
 }
 
-int taco_config_parse(const char *json, size_t len, const char *name,
-		      taco_config *out, taco_err *err)
+/* The config of the object root into the taco_config arg (untouched on an
+ * error). */
+static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 {
+	taco_config *out = arg;
 	taco_config c;
-	json_error_t jerr;
-	json_t *root = NULL;
 	double eps = 1e-6;
 	int r, bias = 0;
 
 	memset(&c, 0, sizeof(c));
-	if (len > TACO_CONFIG_MAX_BYTES)
-		return taco_err_set(err, -EFBIG, "%s: larger than %u bytes",
-				    name, TACO_CONFIG_MAX_BYTES);
-	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (!root)
-		return taco_err_set(err, -EINVAL, "%s: line %d: %s", name,
-				    jerr.line, jerr.text);
-	if (!json_is_object(root)) {
-		r = taco_err_set(err, -EINVAL, "%s: not a JSON object", name);
-		goto out;
-	}
 	if ((r = parse_arch(root, name, &c, err)))
-		goto out;
+		return r;
 	if (c.arch == TACO_ARCH_OPT || c.arch == TACO_ARCH_GPT_NEOX) {
 		r = parse_shapes_only(root, name, &c, err);
 		if (!r)
 			*out = c;
-		goto out;
+		return r;
 	}
 	c.gated_mlp = 1;
 	if ((r = get_int(root, name, "hidden_size", &c.hidden, 1, 1,
@@ -347,42 +335,38 @@ int taco_config_parse(const char *json, size_t len, const char *name,
 			 TACO_MAX_HEADS, err)) ||
 	    (r = get_int(root, name, "vocab_size", &c.vocab, 1, 1,
 			 TACO_MAX_VOCAB, err)))
-		goto out;
+		return r;
 	c.kv_heads = c.heads;
 	if ((r = get_int(root, name, "num_key_value_heads", &c.kv_heads, 0, 1,
 			 TACO_MAX_HEADS, err)))
-		goto out;
-	if (c.heads % c.kv_heads) {
-		r = taco_err_set(err, -EINVAL,
-				 "%s: num_attention_heads (%d) is not a "
-				 "multiple of num_key_value_heads (%d)",
-				 name, c.heads, c.kv_heads);
-		goto out;
-	}
+		return r;
+	if (c.heads % c.kv_heads)
+		return taco_err_set(err, -EINVAL,
+				    "%s: num_attention_heads (%d) is not a "
+				    "multiple of num_key_value_heads (%d)",
+				    name, c.heads, c.kv_heads);
 	c.head_dim = c.hidden / c.heads;
 	if ((r = get_int(root, name, "head_dim", &c.head_dim, 0, 2,
 			 TACO_MAX_HEAD_DIM, err)))
-		goto out;
-	if (c.head_dim % 2 || c.head_dim < 2) {
-		r = taco_err_set(err, -EINVAL,
-				 "%s: head_dim (%d) must be even and >= 2",
-				 name, c.head_dim);
-		goto out;
-	}
+		return r;
+	if (c.head_dim % 2 || c.head_dim < 2)
+		return taco_err_set(err, -EINVAL,
+				    "%s: head_dim (%d) must be even and >= 2",
+				    name, c.head_dim);
 	c.max_pos = 0;
 	if ((r = get_int(root, name, "max_position_embeddings", &c.max_pos, 0,
 			 0, 1 << 30, err)))
-		goto out;
+		return r;
 	if ((r = get_num(root, name, "rms_norm_eps", &eps, 1e-30, 1, err)))
-		goto out;
+		return r;
 	c.rms_eps = (float)eps;
 	if ((r = parse_rope(root, name, &c, err)))
-		goto out;
+		return r;
 	if ((r = get_bool(root, name, "tie_word_embeddings", &c.tie_embeddings,
 			  err)))
-		goto out;
+		return r;
 	if ((r = get_bool(root, name, "attention_bias", &bias, err)))
-		goto out;
+		return r;
 	switch (c.arch) {
 	case TACO_ARCH_QWEN2: /* q/k/v always carry a bias in Qwen2 */
 		c.qkv_bias = 1;
@@ -394,7 +378,7 @@ int taco_config_parse(const char *json, size_t len, const char *name,
 	case TACO_ARCH_MISTRAL:
 		if ((r = get_int(root, name, "sliding_window",
 				 &c.sliding_window, 0, 0, 1 << 30, err)))
-			goto out;
+			return r;
 		c.qkv_bias = c.o_bias = bias;
 		break;
 	default:
@@ -402,25 +386,22 @@ int taco_config_parse(const char *json, size_t len, const char *name,
 		break;
 	}
 	if ((r = refuse_unsupported(root, name, &c, err)))
-		goto out;
+		return r;
 	*out = c;
-	r = 0;
-out:
-	json_decref(root);
-	return r;
+	return 0;
+}
+
+int taco_config_parse(const char *json, size_t len, const char *name,
+		      taco_config *out, taco_err *err)
+{
+	return taco_json_read(name, json, len, TACO_CONFIG_MAX_BYTES,
+			      TACO_JSON_OBJECT, from_json, out, err);
 }
 
 int taco_config_load(const char *path, taco_config *out, taco_err *err)
 {
-	char *buf = NULL;
-	size_t n = 0;
-	int r = taco_read_file(path, TACO_CONFIG_MAX_BYTES, &buf, &n, err);
-
-	if (r)
-		return r;
-	r = taco_config_parse(buf, n, path, out, err);
-	free(buf);
-	return r;
+	return taco_json_read_file(path, TACO_CONFIG_MAX_BYTES,
+				   TACO_JSON_OBJECT, from_json, out, err);
 }
 
 void taco_config_inv_freq(const taco_config *c, float *inv_freq)

@@ -1,0 +1,359 @@
+/* job_schema.c: the options of the job file, one row each, and reading them.
+ * Every problem is collected, so a user fixes them all in one round. */
+#include "job_schema.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void taco_job_problem(taco_job_problems *p, const char *fmt, ...)
+{
+	va_list ap;
+	int cap = (int)(sizeof(p->msg) / sizeof(p->msg[0]));
+
+	if (p->n < cap) {
+		va_start(ap, fmt);
+		vsnprintf(p->msg[p->n], sizeof(p->msg[0]), fmt, ap);
+		va_end(ap);
+	}
+	p->n++;
+}
+
+/* Checks across options. */
+
+static void steps_or_epochs(json_t *o, taco_job *job, taco_job_problems *p)
+{
+	if (!job->steps && job->epochs == 0)
+		taco_job_problem(p, "steps: set steps or epochs");
+	if (json_object_get(o, "steps") && json_object_get(o, "epochs"))
+		taco_job_problem(p, "epochs: set steps or epochs, not both");
+}
+
+static void tokens_per_batch(json_t *o, taco_job *job, taco_job_problems *p)
+{
+	if ((int64_t)job->batch_size * job->seq_len > (1 << 20))
+		taco_job_problem(p,
+				 "batch_size: batch_size x seq_len must be "
+				 "at most %d tokens",
+				 1 << 20);
+}
+
+/* The rows: name, setter, type, then the value's place and limits. */
+
+#define AT(field) .offset = offsetof(taco_job, field)
+#define INTS(lo, hi) .imin = (lo), .imax = (hi)
+#define NUMS(lo, hi) .min = (lo), .max = (hi)
+
+enum { DAEMON = TACO_JOB_BY_DAEMON, REQUEST = TACO_JOB_BY_REQUEST };
+
+static const char *const schedules[] = {"constant", "linear", "cosine", NULL};
+static const char *const optimizers[] = {"taco", "adamw", NULL};
+static const char *const roundings[] = {"nearest", "stochastic", NULL};
+/* in the order of enum taco_template and enum taco_overlength */
+static const char *const templates[] = {"auto", "chatml", "llama3", "mistral",
+					NULL};
+static const char *const train_on[] = {"answers", "all", NULL};
+static const char *const overlength[] = {"truncate", "drop", "error", NULL};
+
+static const taco_job_key taco_fields[] = {
+    {"k", REQUEST, TACO_JOB_INT, AT(optim.k), INTS(1, 16)},
+    {"beta", REQUEST, TACO_JOB_FLOAT, AT(optim.beta), NUMS(0, 0.999999)},
+    {"weight_decay", REQUEST, TACO_JOB_FLOAT, AT(optim.weight_decay),
+     NUMS(0, 1)},
+    {"rounding", REQUEST, TACO_JOB_ENUM, AT(optim.stochastic),
+     .names = roundings},
+    {.name = NULL},
+};
+
+static const taco_job_key adamw_fields[] = {
+    {"beta1", REQUEST, TACO_JOB_FLOAT, AT(optim.adam_beta1), NUMS(0, 0.999999)},
+    {"beta2", REQUEST, TACO_JOB_FLOAT, AT(optim.adam_beta2),
+     NUMS(0, 0.99999999)},
+    {"eps", REQUEST, TACO_JOB_FLOAT, AT(optim.adam_eps), NUMS(0, 1),
+     .open_min = 1},
+    {"weight_decay", REQUEST, TACO_JOB_FLOAT, AT(optim.adam_weight_decay),
+     NUMS(0, 1)},
+    {.name = NULL},
+};
+
+const taco_job_key taco_job_keys[] = {
+    {"model", DAEMON, TACO_JOB_PATH, AT(model), .required = 1},
+    {"train", DAEMON, TACO_JOB_PATH, AT(train), .required = 1},
+    {"validation", DAEMON, TACO_JOB_PATH, AT(validation)},
+    {"output_dir", DAEMON, TACO_JOB_PATH, AT(output_dir), .required = 1},
+    {"steps", REQUEST, TACO_JOB_I64, AT(steps), INTS(1, 1000000000)},
+    {"epochs", DAEMON, TACO_JOB_NUM, AT(epochs), NUMS(0, 100000), .open_min = 1,
+     .then = steps_or_epochs},
+    {"batch_size", DAEMON, TACO_JOB_INT, AT(batch_size), INTS(1, 4096)},
+    {"seq_len", REQUEST, TACO_JOB_INT, AT(seq_len), INTS(2, 1 << 17)},
+    {"grad_accum", REQUEST, TACO_JOB_INT, AT(grad_accum), INTS(1, 4096),
+     .then = tokens_per_batch},
+    {"lr", REQUEST, TACO_JOB_NUM, AT(lr), NUMS(0, 10), .open_min = 1},
+    {"schedule", REQUEST, TACO_JOB_ENUM, AT(schedule), .names = schedules},
+    {"warmup_steps", REQUEST, TACO_JOB_I64, AT(warmup_steps),
+     INTS(0, 1000000000)},
+    {"min_lr_ratio", REQUEST, TACO_JOB_NUM, AT(min_lr_ratio), NUMS(0, 1)},
+    {"optimizer", REQUEST, TACO_JOB_ENUM, AT(optim.all_adamw),
+     .names = optimizers},
+    {"taco", REQUEST, TACO_JOB_OBJECT, .fields = taco_fields},
+    {"adamw", REQUEST, TACO_JOB_OBJECT, .fields = adamw_fields},
+    {"freeze", REQUEST, TACO_JOB_PREFIXES, AT(freeze)},
+    {"seed", DAEMON, TACO_JOB_U64, AT(optim.seed), INTS(0, INT64_MAX)},
+    {"eval_every", REQUEST, TACO_JOB_I64, AT(eval_every), INTS(0, 1000000000)},
+    {"checkpoint_every", REQUEST, TACO_JOB_I64, AT(checkpoint_every),
+     INTS(0, 1000000000)},
+    {"keep_checkpoints", REQUEST, TACO_JOB_INT, AT(keep_checkpoints),
+     INTS(1, 1000)},
+    {"export_shard_bytes", DAEMON, TACO_JOB_U64, AT(export_shard_bytes),
+     INTS(4096, INT64_MAX)},
+    {"log_every", REQUEST, TACO_JOB_I64, AT(log_every), INTS(1, 1000000000)},
+    {"max_examples", DAEMON, TACO_JOB_I64, AT(max_examples),
+     INTS(1, 100000000)},
+    {"activation_checkpointing", REQUEST, TACO_JOB_BOOL,
+     AT(activation_checkpointing)},
+    {"packing", REQUEST, TACO_JOB_BOOL, AT(packing)},
+    {"chat_template", REQUEST, TACO_JOB_ENUM, AT(chat_template),
+     .names = templates},
+    {"train_on", REQUEST, TACO_JOB_ENUM, AT(train_on_all), .names = train_on},
+    {"overlength", REQUEST, TACO_JOB_ENUM, AT(overlength), .names = overlength},
+    {"eval_multiple_choice", DAEMON, TACO_JOB_PATH, AT(eval_multiple_choice)},
+    {.name = NULL},
+};
+
+const char *taco_schedule_name(int s)
+{
+	return s >= 0 && s <= 2 ? schedules[s] : "?";
+}
+
+static const taco_job_key *find(const taco_job_key *keys, const char *name)
+{
+	for (const taco_job_key *k = keys; k->name; k++)
+		if (!strcmp(k->name, name))
+			return k;
+	return NULL;
+}
+
+const taco_job_key *taco_job_key_find(const char *name)
+{
+	return find(taco_job_keys, name);
+}
+
+/* Reading a value. Absent or null: the default stays. */
+
+static void get_path(json_t *o, const char *key, const char *dir, int required,
+		     char *out, taco_job_problems *p)
+{
+	json_t *v = json_object_get(o, key);
+	const char *s;
+	int n;
+
+	out[0] = 0;
+	if (!v || json_is_null(v)) {
+		if (required)
+			taco_job_problem(p, "%s: required (a path)", key);
+		return;
+	}
+	if (!json_is_string(v) || !json_string_length(v)) {
+		taco_job_problem(p, "%s: must be a non-empty string", key);
+		return;
+	}
+	s = json_string_value(v);
+	if (s[0] == '/' || !dir)
+		n = snprintf(out, TACO_PATH_MAX, "%s", s);
+	else
+		n = snprintf(out, TACO_PATH_MAX, "%s/%s", dir, s);
+	if (n >= TACO_PATH_MAX) {
+		taco_job_problem(p, "%s: path longer than %d bytes", key,
+				 TACO_PATH_MAX - 1);
+		out[0] = 0;
+	}
+}
+
+static void get_i64(json_t *o, const char *where, const char *key, int64_t lo,
+		    int64_t hi, int64_t *out, taco_job_problems *p)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!v || json_is_null(v))
+		return;
+	if (!json_is_integer(v) || json_integer_value(v) < lo ||
+	    json_integer_value(v) > hi) {
+		taco_job_problem(p, "%s%s: must be an integer in [%lld, %lld]",
+				 where, key, (long long)lo, (long long)hi);
+		return;
+	}
+	*out = json_integer_value(v);
+}
+
+/* A number in (lo, hi] or [lo, hi] depending on open_lo. */
+static void get_num(json_t *o, const char *where, const char *key, double lo,
+		    double hi, int open_lo, double *out, taco_job_problems *p)
+{
+	json_t *v = json_object_get(o, key);
+	double x;
+
+	if (!v || json_is_null(v))
+		return;
+	x = json_is_number(v) ? json_number_value(v) : NAN;
+	if (!(x <= hi && (open_lo ? x > lo : x >= lo))) {
+		taco_job_problem(p, "%s%s: must be a number in %s%g, %g]",
+				 where, key, open_lo ? "(" : "[", lo, hi);
+		return;
+	}
+	*out = x;
+}
+
+static void get_bool(json_t *o, const char *where, const char *key, int *out,
+		     taco_job_problems *p)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!v || json_is_null(v))
+		return;
+	if (json_is_boolean(v))
+		*out = json_is_true(v);
+	else
+		taco_job_problem(p, "%s%s: must be true or false", where, key);
+}
+
+static void get_enum(json_t *o, const char *where, const char *key,
+		     const char *const *names, int *out, taco_job_problems *p)
+{
+	json_t *v = json_object_get(o, key);
+	char list[256] = "";
+
+	if (!v || json_is_null(v))
+		return;
+	for (int i = 0; names[i]; i++) {
+		if (json_is_string(v) &&
+		    strcmp(json_string_value(v), names[i]) == 0) {
+			*out = i;
+			return;
+		}
+		snprintf(list + strlen(list), sizeof(list) - strlen(list),
+			 "%s%s", i ? ", " : "", names[i]);
+	}
+	taco_job_problem(p, "%s%s: must be one of %s", where, key, list);
+}
+
+static void get_prefixes(json_t *v, const char *key, taco_job *job,
+			 taco_job_problems *p)
+{
+	size_t i;
+	json_t *e;
+
+	if (!json_is_array(v) || json_array_size(v) > TACO_JOB_MAX_FREEZE) {
+		taco_job_problem(p,
+				 "%s: must be an array of at most %d "
+				 "tensor-name prefixes",
+				 key, TACO_JOB_MAX_FREEZE);
+		return;
+	}
+	job->freeze = calloc(json_array_size(v) + 1, sizeof(char *));
+	if (!job->freeze) {
+		taco_job_problem(p, "%s: out of memory", key);
+		return;
+	}
+	json_array_foreach(v, i, e)
+	{
+		if (!json_is_string(e) || !json_string_length(e) ||
+		    json_string_length(e) >= 256) {
+			taco_job_problem(p,
+					 "%s[%zu]: must be a non-empty string "
+					 "under 256 bytes",
+					 key, i);
+			continue;
+		}
+		job->freeze[job->n_freeze++] = strdup(json_string_value(e));
+	}
+}
+
+/* The options of obj, where: "" or the enclosing option and a dot. */
+static void read_keys(json_t *obj, const char *where, const taco_job_key *keys,
+		      const char *dir, taco_job *job, taco_job_problems *p);
+
+static void read_key(json_t *o, const char *where, const taco_job_key *k,
+		     const char *dir, taco_job *job, taco_job_problems *p)
+{
+	void *at = (char *)job + k->offset;
+	json_t *v = json_object_get(o, k->name);
+	char sub[64];
+	uint64_t *u;
+	int64_t x;
+	double d;
+
+	switch (k->type) {
+	case TACO_JOB_PATH:
+		get_path(o, k->name, dir, k->required, at, p);
+		break;
+	case TACO_JOB_INT:
+		x = *(int *)at;
+		get_i64(o, where, k->name, k->imin, k->imax, &x, p);
+		*(int *)at = (int)x;
+		break;
+	case TACO_JOB_I64:
+		get_i64(o, where, k->name, k->imin, k->imax, at, p);
+		break;
+	case TACO_JOB_U64:
+		u = at;
+		x = (int64_t)*u;
+		get_i64(o, where, k->name, k->imin, k->imax, &x, p);
+		*u = (uint64_t)x;
+		break;
+	case TACO_JOB_NUM:
+		get_num(o, where, k->name, k->min, k->max, k->open_min, at, p);
+		break;
+	case TACO_JOB_FLOAT:
+		d = *(float *)at;
+		get_num(o, where, k->name, k->min, k->max, k->open_min, &d, p);
+		*(float *)at = (float)d;
+		break;
+	case TACO_JOB_BOOL:
+		get_bool(o, where, k->name, at, p);
+		break;
+	case TACO_JOB_ENUM:
+		get_enum(o, where, k->name, k->names, at, p);
+		break;
+	case TACO_JOB_OBJECT:
+		if (!v)
+			break;
+		if (!json_is_object(v)) {
+			taco_job_problem(p, "%s%s: must be an object", where,
+					 k->name);
+			break;
+		}
+		snprintf(sub, sizeof(sub), "%s%s.", where, k->name);
+		read_keys(v, sub, k->fields, dir, job, p);
+		break;
+	case TACO_JOB_PREFIXES:
+		if (v)
+			get_prefixes(v, k->name, job, p);
+		break;
+	}
+	if (k->then)
+		k->then(o, job, p);
+}
+
+static void read_keys(json_t *obj, const char *where, const taco_job_key *keys,
+		      const char *dir, taco_job *job, taco_job_problems *p)
+{
+	const char *name;
+	json_t *v;
+
+	json_object_foreach(obj, name, v)
+	{
+		if (!find(keys, name))
+			taco_job_problem(p, "%s%s: unknown option", where,
+					 name);
+	}
+	for (const taco_job_key *k = keys; k->name; k++)
+		read_key(obj, where, k, dir, job, p);
+}
+
+void taco_job_read(json_t *root, const char *dir, taco_job *job,
+		   taco_job_problems *p)
+{
+	read_keys(root, "", taco_job_keys, dir, job, p);
+}
