@@ -8,6 +8,7 @@
 
 #include "job/job.h"
 #include "job/job_schema.h"
+#include "types.h"
 
 static int fail(tacod_request_error *e, const char *param, const char *code,
 		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -109,16 +110,20 @@ static int metadata(json_t *m, tacod_request_error *e)
 
 	if (!m || json_is_null(m))
 		return 0;
-	if (!json_is_object(m) || json_object_size(m) > 16)
+	if (!json_is_object(m) ||
+	    json_object_size(m) > TACOD_METADATA_PAIRS_MAX)
 		return fail(e, "metadata", "invalid_metadata",
-			    "metadata must be an object of at most 16 pairs");
+			    "metadata must be an object of at most %d pairs",
+			    TACOD_METADATA_PAIRS_MAX);
 	json_object_foreach(m, k, v)
 	{
-		if (strlen(k) > 64 || !json_is_string(v) ||
-		    json_string_length(v) > 512)
+		if (strlen(k) > TACOD_METADATA_KEY_MAX || !json_is_string(v) ||
+		    json_string_length(v) > TACOD_METADATA_VALUE_MAX)
 			return fail(e, "metadata", "invalid_metadata",
-				    "metadata keys are at most 64 characters, "
-				    "values strings of at most 512");
+				    "metadata keys are at most %d characters, "
+				    "values strings of at most %d",
+				    TACOD_METADATA_KEY_MAX,
+				    TACOD_METADATA_VALUE_MAX);
 	}
 	return 0;
 }

@@ -17,6 +17,10 @@
 #define TACOD_TEXT_MAX (1 << 20) /* bytes of one JSON or message text */
 #define TACOD_IDEM_KEY_MAX 256	 /* an Idempotency-Key, with its NUL */
 #define TACOD_HASH_MAX 129	 /* a request hash (hex), with its NUL */
+/* A job's metadata, as OpenAI limits it: pairs, key and value bytes. */
+#define TACOD_METADATA_PAIRS_MAX 16
+#define TACOD_METADATA_KEY_MAX 64
+#define TACOD_METADATA_VALUE_MAX 512
 
 /* An uploaded file, stored by content hash under the state directory. */
 typedef struct tacod_file {

@@ -8,8 +8,8 @@
  * "localhost:8226"; port 0 picks a free port, see tacod_http_port) and/or
  * config.unix_socket (created here, mode 0660; a stale socket file is
  * replaced, a live one is -EADDRINUSE). Each runs a small pool of MHD
- * polling threads (poll(); see http_server.c for why not epoll), so handlers run on
- * several threads at once and must be thread-safe. A handler blocks the
+ * polling threads (poll(); see http_server.c for why not epoll), so handlers
+ * run on several threads at once and must be thread-safe. A handler blocks the
  * connections of its thread while it runs: it should not take long.
  *
  * Errors use OpenAI's shape: {"error": {"message", "type", "param",
@@ -104,6 +104,11 @@ const char *tacod_http_param(const tacod_http_req *r, const char *name);
 /* A query parameter (the first when repeated), decoded; NULL when
  * absent. */
 const char *tacod_http_query(const tacod_http_req *r, const char *name);
+/* The i-th query parameter in the order sent (0 <= i < count), decoded:
+ * for names that are families, such as metadata[key]. */
+int tacod_http_query_count(const tacod_http_req *r);
+void tacod_http_query_at(const tacod_http_req *r, int i, const char **name,
+			 const char **value);
 /* A request header, names compared case-insensitively. */
 const char *tacod_http_header(const tacod_http_req *r, const char *name);
 const tacod_identity *tacod_http_identity(const tacod_http_req *r);

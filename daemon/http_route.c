@@ -388,6 +388,18 @@ const char *tacod_http_query(const tacod_http_req *r, const char *name)
 	return http_kv_get(r->query, r->nquery, name);
 }
 
+int tacod_http_query_count(const tacod_http_req *r)
+{
+	return r->nquery;
+}
+
+void tacod_http_query_at(const tacod_http_req *r, int i, const char **name,
+			 const char **value)
+{
+	*name = r->query[i].k;
+	*value = r->query[i].v;
+}
+
 const char *tacod_http_header(const tacod_http_req *r, const char *name)
 {
 	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);

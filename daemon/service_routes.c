@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "api/job_request.h"
 #include "api/objects.h"
@@ -611,6 +612,49 @@ out:
 	return rc;
 }
 
+/* OpenAI's list filter, metadata[key]=value (every pair must match), as a
+ * JSON object; NULL when there is none. 0, or a 400 has been sent. */
+static int metadata_filter(tacod_http_req *r, char **out)
+{
+	json_t *f = json_object();
+	int count = 0;
+
+	*out = NULL;
+	for (int i = 0; i < tacod_http_query_count(r); i++) {
+		const char *name, *value, *close;
+		char key[TACOD_METADATA_KEY_MAX + 1];
+		size_t n;
+
+		tacod_http_query_at(r, i, &name, &value);
+		if (strncmp(name, "metadata[", 9))
+			continue;
+		close = strchr(name + 9, ']');
+		n = close ? (size_t)(close - name - 9) : 0;
+		if (!close || close[1] || !n || n > TACOD_METADATA_KEY_MAX ||
+		    strlen(value) > TACOD_METADATA_VALUE_MAX ||
+		    ++count > TACOD_METADATA_PAIRS_MAX) {
+			json_decref(f);
+			return tacod_http_error(r, 400, "invalid_request_error",
+						"invalid_metadata", "metadata",
+						"a metadata filter is "
+						"metadata[key]=value: at most "
+						"%d pairs, keys of 1 to %d "
+						"bytes, values up to %d",
+						TACOD_METADATA_PAIRS_MAX,
+						TACOD_METADATA_KEY_MAX,
+						TACOD_METADATA_VALUE_MAX),
+			       -EINVAL;
+		}
+		memcpy(key, name + 9, n);
+		key[n] = 0;
+		json_object_set_new(f, key, json_string(value));
+	}
+	if (json_object_size(f))
+		*out = json_dumps(f, JSON_COMPACT);
+	json_decref(f);
+	return 0;
+}
+
 static int job_list(tacod_http_req *r, void *ctx)
 {
 	tacod_service *s = ctx;
@@ -618,16 +662,23 @@ static int job_list(tacod_http_req *r, void *ctx)
 	const char *after = tacod_http_query(r, "after");
 	json_t *items = json_array();
 	taco_err err = {{0}};
+	char *filter = NULL;
 	int n = 0, more = 0, rc;
 
 	if (!rows)
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
 					"out of memory");
+	if (metadata_filter(r, &filter)) {
+		free(rows);
+		json_decref(items);
+		return 0;
+	}
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_job_list(s->store, tacod_route_scope(r),
-				  after ? after : "", tacod_route_limit(r),
-				  rows, &n, &more, &err);
+	rc = tacod_store_job_list_metadata(
+	    s->store, tacod_route_scope(r), filter, after ? after : "",
+	    tacod_route_limit(r), rows, &n, &more, &err);
 	pthread_mutex_unlock(&s->lock);
+	free(filter);
 	for (int i = 0; i < n; i++) {
 		if (!rc)
 			json_array_append_new(items,
@@ -821,6 +872,25 @@ int tacod_route_checkpoints(tacod_http_req *r, tacod_service *s, const char *id,
 	if (!rc)
 		rc = tacod_store_checkpoint_list(s->store, id, c,
 						 TACOD_LIST_MAX, n, err);
+	/* Only what can be downloaded: the worker removes checkpoints beyond
+	 * keep_checkpoints after it has reported them, so a row whose
+	 * weights are gone is forgotten here. */
+	if (!rc) {
+		int k = 0;
+		for (int i = 0; i < *n; i++) {
+			char w[TACOD_PATH_MAX + 32];
+			snprintf(w, sizeof(w), "%s/model.safetensors",
+				 c[i].path);
+			if (access(w, F_OK) == 0) {
+				c[k++] = c[i];
+				continue;
+			}
+			tacod_store_checkpoint_delete(s->store, id, c[i].step,
+						      NULL);
+			free(c[i].metrics);
+		}
+		*n = k;
+	}
 	pthread_mutex_unlock(&s->lock);
 	*out = c;
 	return rc;

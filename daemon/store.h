@@ -66,6 +66,12 @@ int tacod_store_job_get(tacod_store *s, const char *user, const char *id,
 int tacod_store_job_list(tacod_store *s, const char *user, const char *after,
 			 int limit, tacod_job *out, int *n, int *has_more,
 			 taco_err *err);
+/* The same list, of the jobs whose request's metadata holds every pair of
+ * metadata_json (a JSON object of strings; NULL: no filter). */
+int tacod_store_job_list_metadata(tacod_store *s, const char *user,
+				  const char *metadata_json, const char *after,
+				  int limit, tacod_job *out, int *n,
+				  int *has_more, taco_err *err);
 /* Jobs in a status, oldest queue_seq first (the scheduler's view). */
 int tacod_store_job_by_status(tacod_store *s, int status, tacod_job *out,
 			      int cap, int *n, taco_err *err);

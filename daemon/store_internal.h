@@ -132,6 +132,11 @@ typedef struct st_page_def {
 int st_page(tacod_store *s, const st_page_def *d, const char *user,
 	    const char *after, int limit, void *out, int *n, int *has_more,
 	    taco_err *err);
+/* The same, of the rows that also satisfy cond, an SQL condition on the
+ * table's columns whose one parameter ?5 is bound to cond_arg. */
+int st_page_where(tacod_store *s, const st_page_def *d, const char *user,
+		  const char *cond, const char *cond_arg, const char *after,
+		  int limit, void *out, int *n, int *has_more, taco_err *err);
 /* The row with this id read into out (d->read at index 0); -ENOENT "no
  * such <what>" when there is none or user (NULL: anyone) may not see it. */
 int st_get(tacod_store *s, const st_page_def *d, const char *what,

@@ -234,14 +234,36 @@ static void clear_job_at(void *rows, int i)
 	tacod_job_clear(&((tacod_job *)rows)[i]);
 }
 
+static const st_page_def job_page = {"jobs", JOB_COLS, read_job_at,
+				     clear_job_at};
+
 int tacod_store_job_list(tacod_store *s, const char *user, const char *after,
 			 int limit, tacod_job *out, int *n, int *has_more,
 			 taco_err *err)
 {
-	static const st_page_def def = {"jobs", JOB_COLS, read_job_at,
-					clear_job_at};
+	return st_page(s, &job_page, user, after, limit, out, n, has_more, err);
+}
 
-	return st_page(s, &def, user, after, limit, out, n, has_more, err);
+/* Every pair of the filter is among the request's metadata: matched pair
+ * by pair with json_each, so no key is ever spliced into a JSON path. */
+int tacod_store_job_list_metadata(tacod_store *s, const char *user,
+				  const char *metadata_json, const char *after,
+				  int limit, tacod_job *out, int *n,
+				  int *has_more, taco_err *err)
+{
+	int rc = st_check_text(metadata_json, 1, "metadata filter", err);
+
+	if (rc < 0)
+		return rc;
+	if (!metadata_json)
+		return tacod_store_job_list(s, user, after, limit, out, n,
+					    has_more, err);
+	return st_page_where(
+	    s, &job_page, user,
+	    "NOT EXISTS (SELECT 1 FROM json_each(?5) AS f WHERE NOT EXISTS"
+	    " (SELECT 1 FROM json_each(request, '$.metadata') AS m"
+	    " WHERE m.key = f.key AND m.type = 'text' AND m.value = f.value))",
+	    metadata_json, after, limit, out, n, has_more, err);
 }
 
 int tacod_store_job_by_status(tacod_store *s, int status, tacod_job *out,

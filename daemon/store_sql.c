@@ -423,7 +423,15 @@ int st_page(tacod_store *s, const st_page_def *d, const char *user,
 	    const char *after, int limit, void *out, int *n, int *has_more,
 	    taco_err *err)
 {
-	char sql[1024];
+	return st_page_where(s, d, user, NULL, NULL, after, limit, out, n,
+			     has_more, err);
+}
+
+int st_page_where(tacod_store *s, const st_page_def *d, const char *user,
+		  const char *cond, const char *cond_arg, const char *after,
+		  int limit, void *out, int *n, int *has_more, taco_err *err)
+{
+	char sql[2048];
 	int64_t at, row;
 	st_query q;
 	int rc;
@@ -435,11 +443,15 @@ int st_page(tacod_store *s, const st_page_def *d, const char *user,
 	if (rc < 0)
 		return rc;
 	/* created_at <= ?1 bounds the index range; the rest breaks ties. */
-	snprintf(sql, sizeof(sql),
-		 "SELECT %s FROM %s WHERE %s created_at <= ?1"
-		 " AND (created_at < ?1 OR rowid < ?2)"
-		 " ORDER BY created_at DESC, rowid DESC LIMIT ?3",
-		 d->cols, d->table, user ? "user = ?4 AND" : "");
+	if (snprintf(sql, sizeof(sql),
+		     "SELECT %s FROM %s WHERE %s created_at <= ?1"
+		     " AND (created_at < ?1 OR rowid < ?2)%s%s%s"
+		     " ORDER BY created_at DESC, rowid DESC LIMIT ?3",
+		     d->cols, d->table, user ? "user = ?4 AND" : "",
+		     cond ? " AND (" : "", cond ? cond : "",
+		     cond ? ")" : "") >= (int)sizeof(sql))
+		return taco_err_set(err, -EINVAL, "store: %s: query too long",
+				    d->table);
 	rc = st_begin(s, 0, err);
 	if (rc < 0)
 		return rc;
@@ -452,6 +464,8 @@ int st_page(tacod_store *s, const st_page_def *d, const char *user,
 		st_int(&q, 3, limit + 1);
 		if (user)
 			st_text(&q, 4, user);
+		if (cond)
+			st_text(&q, 5, cond_arg);
 		while ((rc = st_step(&q, err)) == 1) {
 			if (*n == limit) {
 				*has_more = 1;

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "api/types.h"
 #include "daemon/auth.h"
 
 #include "safetensors/safetensors.h"
@@ -313,6 +314,28 @@ START_TEST(test_downloads_device_metrics)
 	ck_assert_ptr_nonnull(
 	    strstr(raw, "tacod_http_requests_total{code=\"404\"} 2\n"));
 	free(raw);
+	/* keep_checkpoints 2 of 5 written: the list shows the 2 kept, and
+	 * each of them downloads */
+	free(job);
+	job = th_create(file,
+			"\"steps\": 10, \"checkpoint_every\": 2, "
+			"\"keep_checkpoints\": 2",
+			200);
+	json_decref(th_wait_status(job, "succeeded"));
+	job_path(path, sizeof(path), job, "/checkpoints");
+	ck_assert_int_eq(th_call("GET", path, NULL, NULL, &j), 200);
+	ck_assert_int_eq(json_array_size(json_object_get(j, "data")), 2);
+	for (size_t i = 0; i < 2; i++) {
+		c = json_array_get(json_object_get(j, "data"), i);
+		snprintf(path, sizeof(path),
+			 "/v1/fine_tuning/jobs/%s/checkpoints/%s/content", job,
+			 th_str(c, "id"));
+		ck_assert_int_eq(
+		    th_call_x("GET", path, NULL, NULL, NULL, NULL, &raw, &n),
+		    200);
+		free(raw);
+	}
+	json_decref(j);
 	free(file);
 	free(job);
 	th_stop();
@@ -425,6 +448,98 @@ START_TEST(test_bad_training_file_named_by_id)
 		json_decref(j);
 		json_decref(f);
 	}
+	th_stop();
+}
+END_TEST
+
+/* GET /v1/fine_tuning/jobs?metadata[key]=value lists the jobs whose
+ * metadata holds every pair given (OpenAI's filter), paging included. */
+START_TEST(test_list_by_metadata)
+{
+	static const char *const meta[] = {
+	    "{\"team\": \"nlp\", \"run\": \"a\"}",
+	    "{\"team\": \"nlp\", \"run\": \"b\"}",
+	    "{\"team\": \"vision\"}",
+	    "null",
+	};
+	char *file, body[512], ids[4][TACOD_ID_MAX];
+	json_t *j, *d;
+
+	th_start(8ull << 30, NULL);
+	file = th_upload_count();
+	for (int i = 0; i < 4; i++) {
+		snprintf(body, sizeof(body),
+			 "{\"model\": \"llama_gqa\", \"training_file\": "
+			 "\"%s\", \"metadata\": %s, \"taco\": {\"steps\": 1, "
+			 "\"seq_len\": 24}}",
+			 file, meta[i]);
+		ck_assert_int_eq(
+		    th_call("POST", "/v1/fine_tuning/jobs", body, NULL, &j),
+		    200);
+		snprintf(ids[i], sizeof(ids[i]), "%s", th_str(j, "id"));
+		json_decref(j);
+	}
+	ck_assert_int_eq(th_call("GET",
+				 "/v1/fine_tuning/jobs?metadata[team]=nlp",
+				 NULL, NULL, &j),
+			 200);
+	d = json_object_get(j, "data");
+	ck_assert_int_eq(json_array_size(d), 2); /* newest first */
+	ck_assert_str_eq(th_str(json_array_get(d, 0), "id"), ids[1]);
+	ck_assert_str_eq(th_str(json_array_get(d, 1), "id"), ids[0]);
+	json_decref(j);
+	/* every pair must match; pages of one */
+	ck_assert_int_eq(
+	    th_call("GET",
+		    "/v1/fine_tuning/jobs?metadata[team]=nlp&metadata[run]=a",
+		    NULL, NULL, &j),
+	    200);
+	d = json_object_get(j, "data");
+	ck_assert_int_eq(json_array_size(d), 1);
+	ck_assert_str_eq(th_str(json_array_get(d, 0), "id"), ids[0]);
+	json_decref(j);
+	ck_assert_int_eq(th_call("GET",
+				 "/v1/fine_tuning/jobs?metadata[team]=nlp"
+				 "&limit=1",
+				 NULL, NULL, &j),
+			 200);
+	ck_assert(json_is_true(json_object_get(j, "has_more")));
+	ck_assert_str_eq(
+	    th_str(json_array_get(json_object_get(j, "data"), 0), "id"),
+	    ids[1]);
+	json_decref(j);
+	snprintf(body, sizeof(body),
+		 "/v1/fine_tuning/jobs?metadata[team]=nlp&limit=1&after=%s",
+		 ids[1]);
+	ck_assert_int_eq(th_call("GET", body, NULL, NULL, &j), 200);
+	ck_assert(json_is_false(json_object_get(j, "has_more")));
+	ck_assert_str_eq(
+	    th_str(json_array_get(json_object_get(j, "data"), 0), "id"),
+	    ids[0]);
+	json_decref(j);
+	ck_assert_int_eq(th_call("GET",
+				 "/v1/fine_tuning/jobs?metadata[team]=none",
+				 NULL, NULL, &j),
+			 200);
+	ck_assert_int_eq(json_array_size(json_object_get(j, "data")), 0);
+	json_decref(j);
+	/* no filter: all four; a malformed filter is refused */
+	ck_assert_int_eq(th_call("GET", "/v1/fine_tuning/jobs", NULL, NULL, &j),
+			 200);
+	ck_assert_int_eq(json_array_size(json_object_get(j, "data")), 4);
+	json_decref(j);
+	ck_assert_int_eq(th_call("GET", "/v1/fine_tuning/jobs?metadata[team=x",
+				 NULL, NULL, &j),
+			 400);
+	ck_assert_str_eq(th_str(json_object_get(j, "error"), "code"),
+			 "invalid_metadata");
+	json_decref(j);
+	for (int i = 0; i < 4; i++) {
+		snprintf(body, sizeof(body), "/v1/fine_tuning/jobs/%s/cancel",
+			 ids[i]);
+		th_call("POST", body, NULL, NULL, NULL);
+	}
+	free(file);
 	th_stop();
 }
 END_TEST
@@ -735,6 +850,7 @@ int main(void)
 	tcase_add_test(tc, test_idempotency);
 	tcase_add_test(tc, test_downloads_device_metrics);
 	tcase_add_test(tc, test_dataset_roots);
+	tcase_add_test(tc, test_list_by_metadata);
 	tcase_add_test(tc, test_bad_training_file_named_by_id);
 	tcase_add_test(tc, test_parallel_when_memory_allows);
 	tcase_add_test(tc, test_sighup_reloads_tokens);
