@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "util/fsutil.h"
+#include "util/hex.h"
 
 /* ---- SHA-256, FIPS 180-4 section 6.2 ---- */
 
@@ -172,17 +173,6 @@ int tacod_auth_valid_user(const char *name)
 	return n > 0;
 }
 
-static int hexval(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
 /* Splits a line (NUL-terminated, modified) into at most cap fields. */
 static int fields(char *line, char **f, int cap)
 {
@@ -223,7 +213,8 @@ static int parse_line(char *line, const char *name, int lineno, entry *e,
 				    "digits (the SHA-256 of the token)",
 				    name, lineno);
 	for (int i = 0; i < 32; i++) {
-		int hi = hexval(f[0][2 * i]), lo = hexval(f[0][2 * i + 1]);
+		int hi = taco_hex_value(f[0][2 * i]),
+		    lo = taco_hex_value(f[0][2 * i + 1]);
 		if (hi < 0 || lo < 0)
 			return taco_err_set(err, -EINVAL,
 					    "%s:%d: the token hash must be 64 "

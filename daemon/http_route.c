@@ -10,17 +10,7 @@
 #include <sys/socket.h>
 
 #include "http_internal.h"
-
-static int hexval(int ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
+#include "util/hex.h"
 
 /* Percent-decodes [s, s+n) into out (room for n + 1). plus: '+' is a
  * space (query strings). Returns -1 on a bad escape or a %00 when strict,
@@ -31,8 +21,9 @@ static long pct_decode(const char *s, size_t n, char *out, int plus, int strict)
 
 	for (size_t i = 0; i < n; i++) {
 		int hi, lo;
-		if (s[i] == '%' && i + 2 < n && (hi = hexval(s[i + 1])) >= 0 &&
-		    (lo = hexval(s[i + 2])) >= 0) {
+		if (s[i] == '%' && i + 2 < n &&
+		    (hi = taco_hex_value(s[i + 1])) >= 0 &&
+		    (lo = taco_hex_value(s[i + 2])) >= 0) {
 			char ch = (char)(hi << 4 | lo);
 			if (ch == 0 && strict)
 				return -1;

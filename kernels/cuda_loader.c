@@ -16,13 +16,13 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "tk_ops.h"
+#include "tk_why.h"
 
 #define MODULE "libtaco_cuda.so"
 
@@ -31,18 +31,6 @@ typedef const char *(*last_error_fn)(void);
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static last_error_fn module_last_error; /* set once the module is open */
-
-__attribute__((format(printf, 3, 4))) static void say(char *why, size_t why_len,
-						      const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!why || !why_len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(why, why_len, fmt, ap);
-	va_end(ap);
-}
 
 #ifdef TK_CUDA_BUILT
 /* The directory of the running program, with a trailing '/'. */
@@ -72,13 +60,13 @@ static void *load(char *why, size_t why_len)
 
 	if (env && env[0]) {
 		if (!(h = dlopen(env, RTLD_NOW | RTLD_LOCAL)))
-			say(why, why_len, "the CUDA backend %s: %s", env,
-			    dlerror());
+			tk_why(why, why_len, "the CUDA backend %s: %s", env,
+			       dlerror());
 		return h;
 	}
 	if (program_dir(dir, sizeof(dir))) {
-		say(why, why_len, "%s: cannot find the program's directory",
-		    MODULE);
+		tk_why(why, why_len, "%s: cannot find the program's directory",
+		       MODULE);
 		return NULL;
 	}
 	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
@@ -86,12 +74,12 @@ static void *load(char *why, size_t why_len)
 		if (access(path, F_OK))
 			continue;
 		if (!(h = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
-			say(why, why_len, "the CUDA backend %s: %s", path,
-			    dlerror());
+			tk_why(why, why_len, "the CUDA backend %s: %s", path,
+			       dlerror());
 		return h;
 	}
-	say(why, why_len, "no CUDA backend (%s) beside the program in %s",
-	    MODULE, dir);
+	tk_why(why, why_len, "no CUDA backend (%s) beside the program in %s",
+	       MODULE, dir);
 	return NULL;
 }
 
@@ -107,9 +95,9 @@ int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
 		module_last_error =
 		    (last_error_fn)dlsym(handle, "tk_cuda_module_last_error");
 		if (!module_open || !module_last_error) {
-			say(why, why_len,
-			    "%s: not a tacod CUDA backend (no entry points)",
-			    MODULE);
+			tk_why(why, why_len,
+			       "%s: not a tacod CUDA backend (no entry points)",
+			       MODULE);
 			dlclose(handle);
 			handle = NULL;
 			module_open = NULL;
@@ -124,7 +112,7 @@ int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
 int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
 {
 	(void)out;
-	say(why, why_len, "built without CUDA");
+	tk_why(why, why_len, "built without CUDA");
 	return -ENOSYS;
 }
 #endif

@@ -6,6 +6,7 @@
 
 #include "tokenizer_internal.h"
 #include "tokenizer_unidata.h"
+#include "util/hex.h"
 
 /* ------------------------------------------------------------ buffers */
 
@@ -866,17 +867,6 @@ static void tl_free(struct toklist *l)
 	memset(l, 0, sizeof(*l));
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Rust u8::from_str_radix(s, 16) on two chars: an optional '+' then hex. */
 static int byte_token(const char *t, size_t n)
 {
@@ -885,9 +875,9 @@ static int byte_token(const char *t, size_t n)
 	if (n != 6 || memcmp(t, "<0x", 3) || t[5] != '>')
 		return -1;
 	if (t[3] == '+')
-		return hexval(t[4]);
-	a = hexval(t[3]);
-	b = hexval(t[4]);
+		return taco_hex_value(t[4]);
+	a = taco_hex_value(t[3]);
+	b = taco_hex_value(t[4]);
 	return a < 0 || b < 0 ? -1 : a * 16 + b;
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cuda_ops.h"
+#include "tk_why.h"
 
 static std::mutex state_lock;
 static int opened;
@@ -124,18 +125,6 @@ static void fill_table(tk_ops *t)
 	t->adamw_update = tkc_adamw_update;
 }
 
-__attribute__((format(printf, 3, 4))) static void say(char *why, size_t why_len,
-						      const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!why || !why_len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(why, why_len, fmt, ap);
-	va_end(ap);
-}
-
 /* Device 0, a stream, a cuBLASLt handle, the GEMM workspace and one probe
  * launch. Returns 0 or -ENODEV with why set; on failure nothing is kept. */
 static int open_device(char *why, size_t why_len)
@@ -147,21 +136,21 @@ static int open_device(char *why, size_t why_len)
 	e = cudaGetDeviceCount(&count);
 	if (e != cudaSuccess) {
 		/* No driver, a driver older than the runtime, no device. */
-		say(why, why_len, "no usable CUDA driver or device: %s",
+		tk_why(why, why_len, "no usable CUDA driver or device: %s",
 		    cudaGetErrorString(e));
 		return -ENODEV;
 	}
 	if (count < 1) {
-		say(why, why_len, "no CUDA device");
+		tk_why(why, why_len, "no CUDA device");
 		return -ENODEV;
 	}
 	if ((e = cudaSetDevice(0)) != cudaSuccess ||
 	    (e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
-		say(why, why_len, "CUDA device 0: %s", cudaGetErrorString(e));
+		tk_why(why, why_len, "CUDA device 0: %s", cudaGetErrorString(e));
 		return -ENODEV;
 	}
 	if (prop.major < 8) {
-		say(why, why_len,
+		tk_why(why, why_len,
 		    "%s: compute capability %d.%d, need 8.0 "
 		    "(bf16 tensor cores)",
 		    prop.name, prop.major, prop.minor);
@@ -169,7 +158,7 @@ static int open_device(char *why, size_t why_len)
 	}
 	if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) !=
 	    cudaSuccess) {
-		say(why, why_len, "cudaStreamCreate: %s",
+		tk_why(why, why_len, "cudaStreamCreate: %s",
 		    cudaGetErrorString(e));
 		return -ENODEV;
 	}
@@ -185,15 +174,15 @@ static int open_device(char *why, size_t why_len)
 	cudaFree(probe);
 	probe = NULL;
 	if (one != 1) {
-		say(why, why_len, "%s: probe kernel did not run", prop.name);
+		tk_why(why, why_len, "%s: probe kernel did not run", prop.name);
 		goto fail_quiet;
 	}
 	if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
-		say(why, why_len, "cublasLtCreate failed");
+		tk_why(why, why_len, "cublasLtCreate failed");
 		goto fail_quiet;
 	}
 	if (tkc_matmul_init() < 0) {
-		say(why, why_len, "%s: no memory for the GEMM workspace",
+		tk_why(why, why_len, "%s: no memory for the GEMM workspace",
 		    prop.name);
 		cublasLtDestroy(lt);
 		lt = NULL;
@@ -202,7 +191,7 @@ static int open_device(char *why, size_t why_len)
 	return 0;
 
 fail:
-	say(why, why_len, "%s: %s", prop.name, cudaGetErrorString(e));
+	tk_why(why, why_len, "%s: %s", prop.name, cudaGetErrorString(e));
 fail_quiet:
 	if (probe)
 		cudaFree(probe);
