@@ -305,7 +305,7 @@ END_TEST
 
 START_TEST(test_small_float_rounding)
 {
-	/* The kernels' bf16 / fp16 helpers (engine/dtype.c agrees). */
+	/* The bf16 / fp16 helpers of kernels/tk_convert.h. */
 	ck_assert_uint_eq(tk_f32_bf16_rne(1.0f + 0x1p-8f), 0x3F80);
 	ck_assert_uint_eq(tk_f32_bf16_rne(1.0f + 3 * 0x1p-8f), 0x3F82);
 	ck_assert_uint_eq(tk_f32_bf16_rne(FLT_MAX), 0x7F80);
