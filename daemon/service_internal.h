@@ -71,7 +71,8 @@ int64_t tacod_now(void);
 /* Shared by the route files (service_routes.c, service_jobs.c, ...). */
 /* The user whose rows a request sees: NULL (everything) for admins. */
 const char *tacod_route_scope(tacod_http_req *r);
-/* ?limit= clamped to [1, TACOD_LIST_MAX], 20 by default. */
+/* ?limit=, 20 by default; -1 when it is not an integer in [1,
+ * TACOD_LIST_MAX] (a 400 has been sent). */
 int tacod_route_limit(tacod_http_req *r);
 /* A store error as the HTTP error that fits (404 naming `what`, 400, 500). */
 int tacod_route_store_error(tacod_http_req *r, int code, const taco_err *err,

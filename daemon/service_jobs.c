@@ -51,8 +51,8 @@ int tacod_route_job_pause(tacod_http_req *r, void *ctx)
 		}
 	} else if (rc == 0 && j.status == TACOD_RUNNING) {
 		tacod_service_request_stop(s, id, TACOD_STOP_PAUSE);
-	} else if (rc == 0) {
-		ok = 0; /* paused already, or finished */
+	} else if (rc == 0 && j.status != TACOD_PAUSED) {
+		ok = 0; /* finished: a paused job's pause is a no-op */
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (rc)

@@ -34,9 +34,20 @@ static const char *user_of(tacod_http_req *r)
 int tacod_route_limit(tacod_http_req *r)
 {
 	const char *l = tacod_http_query(r, "limit");
-	int n = l ? atoi(l) : 20;
+	char *end;
+	long n;
 
-	return n < 1 ? 1 : n > TACOD_LIST_MAX ? TACOD_LIST_MAX : n;
+	if (!l)
+		return 20;
+	errno = 0;
+	n = strtol(l, &end, 10);
+	if (end == l || *end || errno || n < 1 || n > TACOD_LIST_MAX) {
+		tacod_http_error(
+		    r, 400, "invalid_request_error", "invalid_value", "limit",
+		    "limit must be an integer from 1 to %d", TACOD_LIST_MAX);
+		return -1;
+	}
+	return (int)n;
 }
 
 int tacod_route_store_error(tacod_http_req *r, int code, const taco_err *err,
@@ -156,19 +167,22 @@ static int file_upload(tacod_http_req *r, void *ctx)
 static int file_list(tacod_http_req *r, void *ctx)
 {
 	tacod_service *s = ctx;
-	tacod_file *rows = calloc(TACOD_LIST_MAX, sizeof(*rows));
+	tacod_file *rows;
 	const char *after = tacod_http_query(r, "after");
-	json_t *items = json_array();
+	json_t *items;
 	taco_err err = {{0}};
-	int n = 0, more = 0, rc;
+	int n = 0, more = 0, rc, limit = tacod_route_limit(r);
 
-	if (!rows)
+	if (limit < 0)
+		return 0;
+	if (!(rows = calloc(TACOD_LIST_MAX, sizeof(*rows))))
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
 					"out of memory");
+	items = json_array();
 	pthread_mutex_lock(&s->lock);
 	rc = tacod_store_file_list(s->store, tacod_route_scope(r),
-				   after ? after : "", tacod_route_limit(r),
-				   rows, &n, &more, &err);
+				   after ? after : "", limit, rows, &n, &more,
+				   &err);
 	pthread_mutex_unlock(&s->lock);
 	for (int i = 0; !rc && i < n; i++)
 		json_array_append_new(items, tacod_file_object(&rows[i]));
@@ -663,20 +677,20 @@ static int job_list(tacod_http_req *r, void *ctx)
 	json_t *items = json_array();
 	taco_err err = {{0}};
 	char *filter = NULL;
-	int n = 0, more = 0, rc;
+	int n = 0, more = 0, rc, limit;
 
 	if (!rows)
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
 					"out of memory");
-	if (metadata_filter(r, &filter)) {
+	if ((limit = tacod_route_limit(r)) < 0 || metadata_filter(r, &filter)) {
 		free(rows);
 		json_decref(items);
 		return 0;
 	}
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_job_list_metadata(
-	    s->store, tacod_route_scope(r), filter, after ? after : "",
-	    tacod_route_limit(r), rows, &n, &more, &err);
+	rc = tacod_store_job_list_metadata(s->store, tacod_route_scope(r),
+					   filter, after ? after : "", limit,
+					   rows, &n, &more, &err);
 	pthread_mutex_unlock(&s->lock);
 	free(filter);
 	for (int i = 0; i < n; i++) {
@@ -803,7 +817,7 @@ static int job_events(tacod_http_req *r, void *ctx)
 	tacod_job j = {0};
 	taco_err err = {{0}};
 	json_t *items = json_array();
-	int n = 0, more = 0, rc, limit = tacod_route_limit(r);
+	int n = 0, more = 0, rc, limit;
 	int64_t after = 0, total = 0;
 	const char *stream = tacod_http_query(r, "stream");
 	const char *after_id = tacod_http_query(r, "after");
@@ -812,6 +826,11 @@ static int job_events(tacod_http_req *r, void *ctx)
 		free(ev);
 		json_decref(items);
 		return job_follow(r, s, id);
+	}
+	if ((limit = tacod_route_limit(r)) < 0) {
+		free(ev);
+		json_decref(items);
+		return 0;
 	}
 	if (!ev)
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,

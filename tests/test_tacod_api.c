@@ -64,6 +64,10 @@ START_TEST(test_pause_resume_and_queue_limit)
 	ck_assert_int_eq(post(path, &j), 200);
 	ck_assert_str_eq(th_str(j, "status"), "paused");
 	json_decref(j);
+	/* pausing a paused job is a no-op (api/openapi.yaml) */
+	ck_assert_int_eq(post(path, &j), 200);
+	ck_assert_str_eq(th_str(j, "status"), "paused");
+	json_decref(j);
 	job_path(path, sizeof(path), b, "/resume");
 	ck_assert_int_eq(post(path, &j), 200);
 	ck_assert_str_eq(th_str(j, "status"), "queued");
@@ -522,6 +526,23 @@ START_TEST(test_list_by_metadata)
 				 NULL, NULL, &j),
 			 200);
 	ck_assert_int_eq(json_array_size(json_object_get(j, "data")), 0);
+	json_decref(j);
+	/* limit is 1 to 100, as the spec says, not clamped */
+	ck_assert_int_eq(
+	    th_call("GET", "/v1/fine_tuning/jobs?limit=101", NULL, NULL, &j),
+	    400);
+	ck_assert_str_eq(th_str(json_object_get(j, "error"), "param"), "limit");
+	json_decref(j);
+	ck_assert_int_eq(th_call("GET", "/v1/files?limit=0", NULL, NULL, &j),
+			 400);
+	json_decref(j);
+	snprintf(body, sizeof(body), "/v1/fine_tuning/jobs/%s/events?limit=x",
+		 ids[0]);
+	ck_assert_int_eq(th_call("GET", body, NULL, NULL, &j), 400);
+	json_decref(j);
+	ck_assert_int_eq(
+	    th_call("GET", "/v1/fine_tuning/jobs?limit=100", NULL, NULL, &j),
+	    200);
 	json_decref(j);
 	/* no filter: all four; a malformed filter is refused */
 	ck_assert_int_eq(th_call("GET", "/v1/fine_tuning/jobs", NULL, NULL, &j),

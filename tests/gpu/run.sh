@@ -296,7 +296,7 @@ else
 		cmake --build "$1" -j"$2" --target taco-train bench_model_step >&2
 		echo built' \
 		_ "$BUILD" "$JOBS" "${GEN[@]}" "${CMAKE_ARGS[@]}"
-	# The CUDA tests are targets named as their tests (CMakeLists.txt):
+	# The CUDA tests are targets named as their tests (tests/CMakeLists.txt):
 	# ctest -N lists those this configuration has.
 	# shellcheck disable=SC2016
 	part_ok build && run_part "build tests" "$BUILD_CAP" "$WORK/build-tests.log" bash -c '
