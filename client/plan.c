@@ -141,6 +141,10 @@ int ctl_cmd_plan(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 		memory(r.json);
 		advice(json_object_get(r.json, "advice"));
 		validation(json_object_get(r.json, "validation"));
+		/* too large to read at once: a create validates it later */
+		if (ctl_str(r.json, "note")[0])
+			printf("\nTraining data not validated: %s\n",
+			       ctl_str(r.json, "note"));
 		if (json_is_object(e))
 			printf("\nThe job would be refused: %s%s%s\n",
 			       ctl_str(e, "code"),

@@ -24,6 +24,7 @@ void tacod_config_defaults(tacod_config *c)
 	c->limits.max_connections = 256;
 	c->limits.max_queued_jobs_per_user = 100;
 	c->limits.max_running_jobs = 8;
+	c->limits.max_sync_validate_bytes = 64ull << 20;
 }
 
 static int str(json_t *o, const char *key, char *out, size_t cap,
@@ -101,9 +102,13 @@ static int known(json_t *o, const char *const *keys, const char *where,
 
 static int limits(json_t *o, tacod_limits *l, const char *name, taco_err *err)
 {
-	static const char *const keys[] = {
-	    "max_body_bytes",		"max_upload_bytes", "max_connections",
-	    "max_queued_jobs_per_user", "max_running_jobs", NULL};
+	static const char *const keys[] = {"max_body_bytes",
+					   "max_upload_bytes",
+					   "max_connections",
+					   "max_queued_jobs_per_user",
+					   "max_running_jobs",
+					   "max_sync_validate_bytes",
+					   NULL};
 	int64_t x;
 	int r;
 
@@ -113,6 +118,9 @@ static int limits(json_t *o, tacod_limits *l, const char *name, taco_err *err)
 	if ((r = known(o, keys, "limits.", name, err)) ||
 	    (r = size(o, "max_body_bytes", &l->max_body_bytes, name, err)) ||
 	    (r = size(o, "max_upload_bytes", &l->max_upload_bytes, name, err)))
+		return r;
+	if ((r = size(o, "max_sync_validate_bytes", &l->max_sync_validate_bytes,
+		      name, err)))
 		return r;
 	x = l->max_connections;
 	if ((r = num(o, "max_connections", 1, 100000, &x, name, err)))

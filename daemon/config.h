@@ -17,6 +17,7 @@ typedef struct tacod_limits {
 	int max_connections;
 	int max_queued_jobs_per_user;
 	int max_running_jobs;
+	uint64_t max_sync_validate_bytes; /* data a plan reads at once */
 } tacod_limits;
 
 typedef struct tacod_config {

@@ -478,7 +478,9 @@ static void on_wake(uv_async_t *a)
 	pump_followers(s);
 	if (s->n_follow && !s->closed && !uv_is_active((uv_handle_t *)&s->pump))
 		uv_timer_start(&s->pump, on_pump, TACOD_PUMP_MS, TACOD_PUMP_MS);
-	if (s->shutting_down && s->n_run == 0 && !s->closed) {
+	/* a drain ends when no worker runs and no validation is in progress
+	 * (whose outcome is recorded first) */
+	if (s->shutting_down && s->n_run == 0 && !s->val_job[0] && !s->closed) {
 		s->closed = 1;
 		uv_close((uv_handle_t *)&s->wake, closed);
 		uv_close((uv_handle_t *)&s->tick, closed);
@@ -554,6 +556,28 @@ static int requeue_running(tacod_service *s, taco_err *err)
 	return rc;
 }
 
+/* Jobs that were validating when the last tacod stopped are still in
+ * validating_files: the validation thread takes them again. */
+static int revalidate(tacod_service *s, taco_err *err)
+{
+	tacod_job *v = calloc(TACOD_MAX_VALIDATING, sizeof(*v));
+	int n = 0, rc;
+
+	if (!v)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	rc = tacod_store_job_by_status(s->store, TACOD_VALIDATING, v,
+				       TACOD_MAX_VALIDATING, &n, err);
+	for (int i = 0; i < n; i++) {
+		if (!rc)
+			event(s, v[i].id, "warn", "status",
+			      "tacod restarted: the files are validated again",
+			      json_pack("{ss}", "status", "validating_files"));
+		tacod_job_clear(&v[i]);
+	}
+	free(v);
+	return rc;
+}
+
 int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 			tacod_service **out, taco_err *err)
 {
@@ -577,7 +601,8 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 	    (r = taco_mkdir_p(s->jobs_dir, err)) ||
 	    (r = taco_mkdir_p(s->upload_dir, err)) ||
 	    (r = tacod_store_open(db, &s->store, err)) ||
-	    (r = requeue_running(s, err)))
+	    (r = requeue_running(s, err)) || (r = revalidate(s, err)) ||
+	    (r = tacod_validate_start(s, err)))
 		goto fail;
 	tacod_service_routes(s);
 	if ((r = tacod_http_start(&s->cfg, s->routes, s, &s->http, err)))
@@ -587,9 +612,13 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 	uv_timer_init(loop, &s->pump);
 	s->wake.data = s->tick.data = s->pump.data = s;
 	uv_timer_start(&s->tick, on_tick, 0, 1000);
+	pthread_mutex_lock(&s->lock);
+	s->armed = 1; /* the validation thread may wake the loop */
+	pthread_mutex_unlock(&s->lock);
 	*out = s;
 	return 0;
 fail:
+	tacod_validate_join(s);
 	tacod_store_close(s->store);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
@@ -605,6 +634,9 @@ void tacod_service_shutdown(tacod_service *s)
 {
 	pthread_mutex_lock(&s->lock);
 	s->shutting_down = 1;
+	/* the validation in progress is recorded; the jobs still waiting
+	 * stay in validating_files for the next start */
+	tacod_validate_stop(s);
 	for (int i = 0; i < s->n_run; i++)
 		if (!s->run[i]->stop)
 			s->run[i]->stop = TACOD_STOP_SHUTDOWN;
@@ -651,6 +683,7 @@ void tacod_service_free(tacod_service *s)
 		return;
 	if (s->http)
 		tacod_http_stop(s->http);
+	tacod_validate_join(s);
 	tacod_store_close(s->store);
 	pthread_mutex_destroy(&s->lock);
 	free(s);

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "http.h"
+#include "plan/plan.h"
 #include "service.h"
 #include "store.h"
 #include "worker.h"
@@ -16,6 +17,9 @@
 #define TACOD_ROUTES_MAX 32
 #define TACOD_WORKER_SETTLE_MS 500 /* no stop signal before this age */
 #define TACOD_PUMP_MS 100	   /* event streams are fed this often */
+/* Jobs waiting in validating_files, of all users together: a create past
+ * it is refused with 429 validation_queue_full (service_validate.c). */
+#define TACOD_MAX_VALIDATING 256
 
 enum {
 	TACOD_STOP_NONE = 0,
@@ -64,6 +68,13 @@ struct tacod_service {
 	int n_follow;
 	int shutting_down, closed;
 	int64_t idem_purged_at; /* unix seconds */
+	int armed; /* wake, tick and pump are initialised */
+	/* the validation thread (service_validate.c): it takes the oldest
+	 * job in validating_files from the store, so the store is its queue */
+	pthread_t val_thread;
+	pthread_cond_t val_cond; /* signalled when there may be work */
+	int val_started, val_stop;
+	char val_job[TACOD_ID_MAX]; /* being validated now; "" when idle */
 };
 
 int64_t tacod_now(void);
@@ -107,6 +118,33 @@ void tacod_service_routes(tacod_service *s);
 /* Asks a running job to stop (why: TACOD_STOP_*) and wakes the loop. */
 void tacod_service_request_stop(tacod_service *s, const char *id, int why);
 void tacod_service_wake(tacod_service *s);
+/* What a job file needs (service_assess.c). TACOD_ASSESS_PLAN: the memory
+ * plan, from the model's config and safetensors headers (fast);
+ * TACOD_ASSESS_DATA: reading and tokenizing the data files (slow), done
+ * only when they hold at most data_limit bytes. req is the create request,
+ * for naming its files in the messages and the report. No lock needed. */
+enum { TACOD_ASSESS_PLAN = 1, TACOD_ASSESS_DATA = 2 };
+typedef struct tacod_assessment {
+	int planned; /* plan and fits are set */
+	taco_plan plan;
+	int fits;
+	taco_plan_advice advice;
+	uint64_t
+	    data_bytes; /* training, validation and multiple-choice files */
+	int validated;	/* the data was read */
+	json_t *report; /* the training file's validation report, or NULL */
+	char code[48], param[48], msg[1024]; /* the first problem, if any */
+} tacod_assessment;
+void tacod_assess(tacod_service *s, const char *path, json_t *req, int what,
+		  uint64_t data_limit, tacod_assessment *a);
+/* The validation thread (service_validate.c). notify (lock held): there
+ * is a new job in validating_files. stop (lock held): no validation starts
+ * after the one in progress, whose outcome is still recorded; join (lock
+ * not held) waits for the thread's end. */
+int tacod_validate_start(tacod_service *s, taco_err *err);
+void tacod_validate_notify(tacod_service *s);
+void tacod_validate_stop(tacod_service *s);
+void tacod_validate_join(tacod_service *s);
 /* Adds a follower (lock held); -EBUSY when too many streams are open. */
 int tacod_service_follow(tacod_service *s, const char *job,
 			 tacod_http_stream *stream, int64_t after_seq);

@@ -12,9 +12,6 @@
 
 #include "api/job_request.h"
 #include "api/objects.h"
-#include "job/job.h"
-#include "job/job_data.h"
-#include "plan/plan.h"
 #include "service_internal.h"
 #include "util/fsutil.h"
 
@@ -296,123 +293,6 @@ static int dataset_path(void *ctx, const char *p, char *path, size_t cap)
 	return -EACCES;
 }
 
-/* What a job file would need and whether its data is usable. */
-typedef struct assessment {
-	int planned; /* plan and fits are set */
-	taco_plan plan;
-	int fits;
-	taco_plan_advice advice;
-	json_t *report; /* the training file's validation report, or NULL */
-	char code[48], param[48], msg[1024]; /* the first problem, if any */
-} assessment;
-
-static void problem(assessment *a, const char *code, const char *param,
-		    const char *msg)
-{
-	if (a->code[0])
-		return;
-	snprintf(a->code, sizeof(a->code), "%s", code);
-	snprintf(a->param, sizeof(a->param), "%s", param ? param : "");
-	snprintf(a->msg, sizeof(a->msg), "%s", msg);
-}
-
-/* Replaces every occurrence of from in msg by to (in place, truncating at
- * cap). */
-static void replace_all(char *msg, size_t cap, const char *from, const char *to)
-{
-	size_t nf = strlen(from), nt = strlen(to);
-	char *at = msg, *hit;
-
-	if (!nf)
-		return;
-	while ((hit = strstr(at, from))) {
-		size_t tail = strlen(hit + nf);
-		size_t keep = (size_t)(hit - msg) + nt;
-
-		if (keep >= cap)
-			break;
-		if (keep + tail >= cap)
-			tail = cap - keep - 1;
-		memmove(hit + nt, hit + nf, tail);
-		hit[nt + tail] = 0;
-		memcpy(hit, to, nt);
-		at = hit + nt;
-	}
-}
-
-/* The engine names files by their paths; a client knows them by the
- * request's names (file ids, the model's name), and the server's
- * directories are none of its business. Longest paths first: a data file
- * lives under the state directory. */
-static void name_paths(const tacod_service *s, const taco_job *job, json_t *req,
-		       char *msg, size_t cap)
-{
-	const char *model = json_string_value(json_object_get(req, "model"));
-	const char *train =
-	    json_string_value(json_object_get(req, "training_file"));
-	const char *val =
-	    json_string_value(json_object_get(req, "validation_file"));
-
-	if (job) {
-		replace_all(msg, cap, job->train, train ? train : "");
-		if (job->validation[0])
-			replace_all(msg, cap, job->validation, val ? val : "");
-		replace_all(msg, cap, job->model, model ? model : "");
-	}
-	replace_all(msg, cap, s->jobs_dir, "<job>");
-	replace_all(msg, cap, s->cfg.state_dir, "<state>");
-	replace_all(msg, cap, s->cfg.models_dir, "<models>");
-}
-
-/* Plans the memory of a job file and validates its data; req is the
- * create request, for naming its files in the messages. */
-static void assess(tacod_service *s, const char *path, json_t *req,
-		   assessment *a)
-{
-	taco_job job;
-	taco_job_problems probs;
-	taco_plan_input in;
-	taco_model *shapes = NULL;
-	taco_job_data data;
-	taco_err err = {{0}};
-	char path_cfg[TACOD_PATH_MAX + 16];
-	taco_config cfg;
-	int rc;
-
-	memset(a, 0, sizeof(*a));
-	memset(&data, 0, sizeof(data));
-	if (taco_job_load(path, &job, &probs)) {
-		problem(a, "invalid_option", NULL, probs.msg[0]);
-		name_paths(s, NULL, req, a->msg, sizeof(a->msg));
-		return;
-	}
-	snprintf(path_cfg, sizeof(path_cfg), "%s/config.json", job.model);
-	if (taco_plan_job(&job, s->cfg.backend, &a->plan, &in, &shapes, &err)) {
-		problem(a, "invalid_model", "model", err.msg);
-	} else {
-		a->planned = 1;
-		a->fits = a->plan.total <= s->cfg.device_memory;
-		if (!a->fits) {
-			taco_plan_advise(shapes, &in, s->cfg.device_memory,
-					 &a->advice, NULL);
-			taco_plan_refuse(shapes, &in, &a->plan,
-					 s->cfg.device_memory, &err);
-			problem(a, "insufficient_memory", NULL, err.msg);
-		}
-	}
-	taco_model_free(shapes);
-	rc = taco_config_load(path_cfg, &cfg, &err) ||
-	     taco_job_data_load(&job, cfg.vocab, &data, &err);
-	if (data.have_reports)
-		a->report =
-		    taco_dataset_report_json(&data.train_report, job.train);
-	if (rc)
-		problem(a, "invalid_training_file", "training_file", err.msg);
-	name_paths(s, &job, req, a->msg, sizeof(a->msg));
-	taco_job_data_free(&data);
-	taco_job_free(&job);
-}
-
 /* Parses and maps a create request, writes the job file into dir. 0, or
  * a 400/500 reply has been sent. */
 static int write_job(tacod_http_req *r, tacod_service *s, json_t *req,
@@ -451,14 +331,17 @@ static int write_job(tacod_http_req *r, tacod_service *s, json_t *req,
 }
 
 /* POST /v1/fine_tuning/plan: the memory plan and validation report of a
- * create request, without creating anything. */
+ * create request, without creating anything. The data is read on this
+ * thread only up to limits.max_sync_validate_bytes; a larger one is left
+ * to the validation a create does in the background. */
 static int job_plan(tacod_http_req *r, void *ctx)
 {
 	tacod_service *s = ctx;
 	json_t *req = tacod_http_body_json(r), *o, *terms;
 	char id[TACOD_ID_MAX], dir[TACOD_PATH_MAX + 128];
 	char out[TACOD_PATH_MAX + 160], path[TACOD_PATH_MAX + 192];
-	assessment a;
+	uint64_t limit = s->cfg.limits.max_sync_validate_bytes;
+	tacod_assessment a;
 
 	if (!req)
 		return 0;
@@ -469,7 +352,8 @@ static int job_plan(tacod_http_req *r, void *ctx)
 		json_decref(req);
 		return 0;
 	}
-	assess(s, path, req, &a);
+	tacod_assess(s, path, req, TACOD_ASSESS_PLAN | TACOD_ASSESS_DATA, limit,
+		     &a);
 	taco_remove_flat_dir(dir, NULL);
 	terms = json_object();
 	for (int t = 0; a.planned && t < TACO_PLAN_TERMS; t++)
@@ -492,12 +376,24 @@ static int job_plan(tacod_http_req *r, void *ctx)
 			      a.advice.freeze_embeddings_fits,
 			      "frozen_embeddings_total_bytes",
 			      (json_int_t)a.advice.frozen_embeddings_total));
-	/* the report names the file as the client did, not where it lives */
-	if (a.report && json_object_get(a.report, "file"))
-		json_object_set(a.report, "file",
-				json_object_get(req, "training_file"));
 	json_decref(req);
 	json_object_set_new(o, "validation", a.report ? a.report : json_null());
+	json_object_set_new(o, "validated", json_boolean(a.validated));
+	json_object_set_new(o, "data_bytes",
+			    json_integer((json_int_t)a.data_bytes));
+	json_object_set_new(o, "max_sync_validate_bytes",
+			    json_integer((json_int_t)limit));
+	if (!a.validated && a.data_bytes > limit) {
+		char note[256];
+		snprintf(note, sizeof(note),
+			 "the data (%llu bytes) is larger than "
+			 "limits.max_sync_validate_bytes (%llu): it was not "
+			 "read here; a created job validates it in the "
+			 "background (status validating_files)",
+			 (unsigned long long)a.data_bytes,
+			 (unsigned long long)limit);
+		json_object_set_new(o, "note", json_string(note));
+	}
 	if (a.code[0]) {
 		json_t *e =
 		    tacod_error_object(a.msg, "invalid_request_error",
@@ -508,23 +404,49 @@ static int job_plan(tacod_http_req *r, void *ctx)
 	return tacod_http_reply_json(r, 200, o);
 }
 
-/* The job row, its first event and the idempotency key in one
- * transaction; -EDQUOT when the user has too many jobs waiting. */
-static int add_job(tacod_service *s, tacod_job *j, const tacod_idem *idem,
-		   taco_err *err)
+/* "Validating training file: file-a[ and validation file: file-b]", as
+ * OpenAI's event says it. */
+static void validating_message(json_t *req, char *msg, size_t cap)
 {
-	int64_t counts[TACOD_CANCELLED + 1];
+	const char *t =
+	    json_string_value(json_object_get(req, "training_file"));
+	const char *v =
+	    json_string_value(json_object_get(req, "validation_file"));
+	int n = snprintf(msg, cap, "Validating training file: %s", t ? t : "");
+
+	if (v && n >= 0 && (size_t)n < cap)
+		snprintf(msg + n, cap - (size_t)n, " and validation file: %s",
+			 v);
+}
+
+/* The job row (validating_files), its first events and the idempotency key
+ * in one transaction; -EDQUOT when the user has too many jobs waiting,
+ * -ENOBUFS when the validation queue is full. Lock held. */
+static int add_job(tacod_service *s, tacod_job *j, json_t *req,
+		   const tacod_idem *idem, taco_err *err)
+{
+	int64_t counts[TACOD_CANCELLED + 1] = {0}, waiting;
 	json_t *body = NULL;
+	char msg[2 * TACOD_PATH_MAX];
 	int rc;
 
 	rc = tacod_store_job_count(s->store, j->user, counts, err);
-	if (rc == 0 && counts[TACOD_QUEUED] + counts[TACOD_PAUSED] >=
-			   s->cfg.limits.max_queued_jobs_per_user)
-		return taco_err_set(
-		    err, -EDQUOT,
-		    "you have %lld jobs queued or paused, "
-		    "the most allowed (max_queued_jobs_per_user)",
-		    (long long)(counts[TACOD_QUEUED] + counts[TACOD_PAUSED]));
+	waiting = counts[TACOD_VALIDATING] + counts[TACOD_QUEUED] +
+		  counts[TACOD_PAUSED];
+	if (rc == 0 && waiting >= s->cfg.limits.max_queued_jobs_per_user)
+		return taco_err_set(err, -EDQUOT,
+				    "you have %lld jobs validating, queued or "
+				    "paused, the most allowed "
+				    "(max_queued_jobs_per_user)",
+				    (long long)waiting);
+	if (rc == 0)
+		rc = tacod_store_job_count(s->store, NULL, counts, err);
+	if (rc == 0 && counts[TACOD_VALIDATING] >= TACOD_MAX_VALIDATING)
+		return taco_err_set(err, -ENOBUFS,
+				    "%lld jobs are waiting for their files to "
+				    "be validated, the most tacod holds: try "
+				    "again later",
+				    (long long)counts[TACOD_VALIDATING]);
 	if (rc == 0)
 		rc = tacod_store_tx_begin(s->store, err);
 	if (rc < 0)
@@ -534,12 +456,25 @@ static int add_job(tacod_service *s, tacod_job *j, const tacod_idem *idem,
 		rc = tacod_store_event_add(s->store, j->id, "info", "status",
 					   "Created fine-tuning job", NULL,
 					   NULL, err);
+	validating_message(req, msg, sizeof(msg));
+	if (rc == 0)
+		rc = tacod_store_event_add(
+		    s->store, j->id, "info", "status", msg,
+		    "{\"status\":\"validating_files\"}", NULL, err);
 	if (rc == 0 && !(body = tacod_job_object(j)))
 		rc = taco_err_set(err, -ENOMEM, "out of memory");
 	if (rc == 0)
 		rc = tacod_idem_store(s, j->user, idem, 200, body, err);
 	json_decref(body);
 	return tacod_store_tx_end(s->store, rc, err);
+}
+
+/* 429: the validation queue is full; a client may try again later. */
+static int queue_full(tacod_http_req *r, const taco_err *err)
+{
+	tacod_http_add_header(r, "Retry-After", "10");
+	return tacod_http_error(r, 429, "rate_limit_error",
+				"validation_queue_full", NULL, "%s", err->msg);
 }
 
 static int job_create(tacod_http_req *r, void *ctx)
@@ -551,7 +486,7 @@ static int job_create(tacod_http_req *r, void *ctx)
 	tacod_job j = {0};
 	taco_err err = {{0}};
 	tacod_idem idem;
-	assessment a;
+	tacod_assessment a;
 	size_t blen;
 	const char *body = tacod_http_body(r, &blen);
 	int rc;
@@ -567,7 +502,9 @@ static int job_create(tacod_http_req *r, void *ctx)
 		rc = 0;
 		goto out;
 	}
-	assess(s, path, req, &a);
+	/* the memory plan here, at once: a job that can never fit is refused
+	 * now; the data is read by the validation thread */
+	tacod_assess(s, path, req, TACOD_ASSESS_PLAN, 0, &a);
 	json_decref(a.report);
 	if (a.code[0]) {
 		taco_remove_flat_dir(dir, NULL);
@@ -576,7 +513,7 @@ static int job_create(tacod_http_req *r, void *ctx)
 		goto out;
 	}
 	snprintf(j.user, sizeof(j.user), "%s", user_of(r));
-	j.status = TACOD_QUEUED;
+	j.status = TACOD_VALIDATING;
 	snprintf(j.model, sizeof(j.model), "%s",
 		 json_string_value(json_object_get(req, "model")));
 	/* the id columns hold uploaded files' ids; a path stays in the
@@ -603,7 +540,9 @@ static int job_create(tacod_http_req *r, void *ctx)
 	j.planned_bytes = (int64_t)a.plan.total;
 	j.created_at = tacod_now();
 	pthread_mutex_lock(&s->lock);
-	rc = add_job(s, &j, &idem, &err);
+	rc = add_job(s, &j, req, &idem, &err);
+	if (rc == 0)
+		tacod_validate_notify(s);
 	pthread_mutex_unlock(&s->lock);
 	if (rc) {
 		taco_remove_flat_dir(dir, NULL);
@@ -614,11 +553,12 @@ static int job_create(tacod_http_req *r, void *ctx)
 			rc = tacod_http_error(r, 429, "rate_limit_error",
 					      "too_many_queued_jobs", NULL,
 					      "%s", err.msg);
+		else if (rc == -ENOBUFS)
+			rc = queue_full(r, &err);
 		else
 			rc = tacod_route_store_error(r, rc, &err, "job");
 		goto out;
 	}
-	tacod_service_wake(s);
 	rc = tacod_http_reply_json(r, 200, tacod_job_object(&j));
 out:
 	free(j.request);

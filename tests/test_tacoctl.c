@@ -251,7 +251,8 @@ static char *first_line(const char *text)
 
 static char sock_path[160];
 static char tokens_path[160];
-static int running_max; /* limits.max_running_jobs, 0: default */
+static int running_max;	    /* limits.max_running_jobs, 0: default */
+static uint64_t sync_limit; /* limits.max_sync_validate_bytes, 0: default */
 
 static void tweak(tacod_config *c)
 {
@@ -259,6 +260,8 @@ static void tweak(tacod_config *c)
 	snprintf(c->tokens_file, sizeof(c->tokens_file), "%s", tokens_path);
 	if (running_max)
 		c->limits.max_running_jobs = running_max;
+	if (sync_limit)
+		c->limits.max_sync_validate_bytes = sync_limit;
 }
 
 static void make_home(void)
@@ -522,6 +525,8 @@ START_TEST(test_plan_pause_cancel_device)
 	FILE *f;
 
 	running_max = 1;
+	sync_limit =
+	    1000; /* the plan reads no data file of 1000 bytes or more */
 	setup(64ull << 20); /* 64 MB of "device" */
 	ck_run(0, &r, "files", "upload", tu_fixture("data/count_train.jsonl"));
 	file = first_line(r.out);
@@ -550,6 +555,8 @@ START_TEST(test_plan_pause_cancel_device)
 	fclose(f);
 	ck_run(0, &r, "plan", jobfile, "--seq-len", "24");
 	has(r.out, "fits: yes");
+	has(r.out, "Training data not validated: ");
+	has(r.out, "larger than limits.max_sync_validate_bytes (1000)");
 	run_free(&r);
 	ck_run(0, &r, "plan", jobfile, "--seq-len", "24", "--json");
 	j = parse(r.out);
@@ -567,6 +574,7 @@ START_TEST(test_plan_pause_cancel_device)
 	b = first_line(r.out);
 	run_free(&r);
 	wait_for(a, "running");
+	wait_for(b, "queued"); /* its files validated */
 	ck_run(0, &r, "device");
 	has(r.out, "backend");
 	has(r.out, "cpu");
@@ -631,6 +639,7 @@ START_TEST(test_plan_pause_cancel_device)
 	free(b);
 	teardown();
 	running_max = 0;
+	sync_limit = 0;
 }
 END_TEST
 

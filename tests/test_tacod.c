@@ -1,5 +1,7 @@
 /* test_tacod.c: tacod over real HTTP on loopback: upload, create, run to
- * completion, events, validation errors, memory refusal, cancel. */
+ * completion, events, validation errors, memory refusal, cancel; the
+ * data's validation in the background (validating_files), cancelled, and
+ * after a kill -9. */
 #include <check.h>
 #include <curl/curl.h>
 #include <jansson.h>
@@ -9,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tacod_harness.h"
@@ -179,30 +182,76 @@ START_TEST(test_rejections_and_cancel)
 }
 END_TEST
 
+/* The real tacod binary on a unix socket in a fresh directory dir (64
+ * bytes) with its config file cfg (128 bytes); limits is the JSON of
+ * "limits". */
+static pid_t real_tacod(char *dir, char *cfg, const char *limits)
+{
+	const char *bin = getenv("TACO_BIN_DIR");
+	FILE *f;
+
+	snprintf(dir, 64, "/tmp/tacod-k9-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(th_sock, sizeof(th_sock), "%s/th_sock", dir);
+	snprintf(cfg, 128, "%s/tacod.json", dir);
+	f = fopen(cfg, "w");
+	fprintf(f,
+		"{\"listen\": \"\", \"unix_socket\": \"%s\", \"state_dir\": "
+		"\"%s/state\", \"models_dir\": \"%s\", \"taco_train\": "
+		"\"%s/taco-train\", \"limits\": %s}",
+		th_sock, dir, tu_fixture("models"), bin ? bin : ".", limits);
+	fclose(f);
+	return th_spawn_tacod(cfg);
+}
+
+/* kill -9, and the binary again on the same state. */
+static pid_t kill9_restart(pid_t pid, const char *cfg)
+{
+	int st;
+
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	unlink(th_sock);
+	return th_spawn_tacod(cfg);
+}
+
+/* The job is in status now. */
+static void expect_status(const char *id, const char *status)
+{
+	char path[256];
+	json_t *j;
+
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", id);
+	ck_assert_int_eq(th_call("GET", path, NULL, NULL, &j), 200);
+	ck_assert_str_eq(th_str(j, "status"), status);
+	json_decref(j);
+}
+
+/* SIGTERM: a clean exit; then the directory goes. */
+static void real_tacod_end(pid_t pid, const char *dir)
+{
+	char cmd[128];
+	int st;
+
+	kill(pid, SIGTERM);
+	waitpid(pid, &st, 0);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	th_sock[0] = 0;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
 /* kill -9 of tacod with a job running and one queued: after a restart both
  * finish, the running one from its checkpoint. */
 START_TEST(test_kill9_recovery)
 {
 	char cfg[128], dir[64], path[512];
-	const char *bin = getenv("TACO_BIN_DIR");
 	pid_t pid;
 	json_t *j, *ev;
 	char *file, *a, *b;
-	FILE *f;
 	int restarted = 0, st;
 
-	snprintf(dir, sizeof(dir), "/tmp/tacod-k9-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	snprintf(th_sock, sizeof(th_sock), "%s/th_sock", dir);
-	snprintf(cfg, sizeof(cfg), "%s/tacod.json", dir);
-	f = fopen(cfg, "w");
-	fprintf(f,
-		"{\"listen\": \"\", \"unix_socket\": \"%s\", \"state_dir\": "
-		"\"%s/state\", \"models_dir\": \"%s\", \"taco_train\": "
-		"\"%s/taco-train\", \"limits\": {\"max_running_jobs\": 1}}",
-		th_sock, dir, tu_fixture("models"), bin ? bin : ".");
-	fclose(f);
-	pid = th_spawn_tacod(cfg);
+	pid = real_tacod(dir, cfg, "{\"max_running_jobs\": 1}");
 	file = th_upload_count();
 	a = th_create(file,
 		      "\"steps\": 60, \"lr\": 0.01, \"checkpoint_every\": 10, "
@@ -220,14 +269,8 @@ START_TEST(test_kill9_recovery)
 		usleep(100000);
 	}
 	ck_assert_int_gt(st, 0);
-	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", b);
-	ck_assert_int_eq(th_call("GET", path, NULL, NULL, &j), 200);
-	ck_assert_str_eq(th_str(j, "status"), "queued");
-	json_decref(j);
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
-	unlink(th_sock);
-	pid = th_spawn_tacod(cfg);
+	expect_status(b, "queued");
+	pid = kill9_restart(pid, cfg);
 	json_decref(th_wait_status(a, "succeeded"));
 	json_decref(th_wait_status(b, "succeeded"));
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/events?limit=100",
@@ -242,15 +285,274 @@ START_TEST(test_kill9_recovery)
 			"tacod restarted") != NULL;
 	ck_assert(restarted);
 	json_decref(ev);
-	kill(pid, SIGTERM);
-	waitpid(pid, &st, 0);
-	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	real_tacod_end(pid, dir);
 	free(file);
 	free(a);
 	free(b);
-	th_sock[0] = 0;
-	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
-	ck_assert_int_eq(system(path), 0);
+}
+END_TEST
+
+/* ---- validation in the background ------------------------------------- */
+
+/* The count training data, repeated to at least 48 MB: a plan validates it
+ * synchronously in about 1.5 s on this machine's cores (a RelWithDebInfo
+ * build; several times that under ASan); a create must not wait for that.
+ * The path is the caller's to unlink and free. */
+static char *big_train(void)
+{
+	char *path = strdup("/tmp/tacod-big-XXXXXX");
+	FILE *in = fopen(tu_fixture("data/count_train.jsonl"), "rb");
+	static char chunk[1 << 17];
+	size_t n = in ? fread(chunk, 1, sizeof(chunk), in) : 0;
+	int fd = mkstemp(path);
+	FILE *out = fdopen(fd, "wb");
+	long long total = 0;
+
+	ck_assert(in && out && n > 1000 && n < sizeof(chunk));
+	fclose(in);
+	while (total < 48ll << 20) {
+		ck_assert_uint_eq(fwrite(chunk, 1, n, out), n);
+		total += (long long)n;
+	}
+	ck_assert_int_eq(fclose(out), 0);
+	return path;
+}
+
+static char *upload(const char *local)
+{
+	json_t *f;
+	char *id;
+
+	ck_assert_int_eq(th_call("POST", "/v1/files", NULL, local, &f), 200);
+	id = strdup(th_str(f, "id"));
+	json_decref(f);
+	return id;
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* The job's events (newest first), dumped. */
+static char *events_dump(const char *job)
+{
+	char path[256], *d;
+	json_t *ev;
+
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/events?limit=100",
+		 job);
+	ck_assert_int_eq(th_call("GET", path, NULL, NULL, &ev), 200);
+	d = json_dumps(ev, 0);
+	json_decref(ev);
+	return d;
+}
+
+static long job_post(const char *job, const char *action, json_t **out)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/%s", job, action);
+	return th_call("POST", path, "{}", NULL, out);
+}
+
+/* A create answers at once, in validating_files, while the data (too
+ * large to tokenize on a request thread) is validated in the background;
+ * the plan endpoint, which validates it synchronously, shows how long that
+ * takes. */
+START_TEST(test_create_validates_in_background)
+{
+	char *big = big_train(), *file, body[512], *ev;
+	double t0, t_plan, t_create;
+	json_t *j;
+
+	th_start(8ull << 30, NULL);
+	file = upload(big);
+	snprintf(body, sizeof(body),
+		 "{\"model\": \"llama_gqa\", \"training_file\": \"%s\", "
+		 "\"suffix\": \"t\", \"taco\": {\"seq_len\": 24, \"steps\": "
+		 "2}}",
+		 file);
+	t0 = now_s();
+	ck_assert_int_eq(
+	    th_call("POST", "/v1/fine_tuning/plan", body, NULL, &j), 200);
+	t_plan = now_s() - t0;
+	ck_assert_ptr_null(json_object_get(j, "error"));
+	json_decref(j);
+	t0 = now_s();
+	ck_assert_int_eq(
+	    th_call("POST", "/v1/fine_tuning/jobs", body, NULL, &j), 200);
+	t_create = now_s() - t0;
+	fprintf(stderr,
+		"validating %s synchronously (plan): %.3f s; create: %.3f s\n",
+		big, t_plan, t_create);
+	ck_assert_msg(t_create < 1.0 && t_create * 4 < t_plan,
+		      "the create took %.3f s, a synchronous validation %.3f s",
+		      t_create, t_plan);
+	ck_assert_str_eq(th_str(j, "status"), "validating_files");
+	ck_assert(json_is_null(json_object_get(j, "error")));
+	{
+		char *id = strdup(th_str(j, "id"));
+		json_decref(j);
+		json_decref(th_wait_status(id, "succeeded"));
+		ev = events_dump(id);
+		ck_assert_ptr_nonnull(strstr(ev, "Validating training file: "));
+		ck_assert_ptr_nonnull(strstr(ev, file));
+		ck_assert_ptr_nonnull(
+		    strstr(ev, "Files validated, moving job to queued state"));
+		free(ev);
+		free(id);
+	}
+	unlink(big);
+	free(big);
+	free(file);
+	th_stop();
+}
+END_TEST
+
+/* Malformed data: the create is accepted (200, validating_files), then the
+ * job fails with the first problem naming the file by its id, and an error
+ * event carries the validation report. */
+START_TEST(test_bad_data_fails_in_background)
+{
+	char local[] = "/tmp/tacod-badchat-XXXXXX", body[512], *file, *job;
+	const char *lines =
+	    "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+	    "{\"role\": \"assistant\", \"content\": \"hello\"}]}\n"
+	    "not json\n"
+	    "{\"messages\": 3}\n";
+	json_t *j, *e, *ev, *report = NULL;
+	size_t i;
+	int fd;
+
+	th_start(8ull << 30, NULL);
+	ck_assert_int_ge(fd = mkstemp(local), 0);
+	ck_assert_int_eq(write(fd, lines, strlen(lines)),
+			 (ssize_t)strlen(lines));
+	close(fd);
+	file = upload(local);
+	unlink(local);
+	snprintf(body, sizeof(body),
+		 "{\"model\": \"chat_llama\", \"training_file\": \"%s\", "
+		 "\"taco\": {\"seq_len\": 64, \"steps\": 2}}",
+		 file);
+	ck_assert_int_eq(
+	    th_call("POST", "/v1/fine_tuning/jobs", body, NULL, &j), 200);
+	ck_assert_str_eq(th_str(j, "status"), "validating_files");
+	job = strdup(th_str(j, "id"));
+	json_decref(j);
+	j = th_wait_status(job, "failed");
+	e = json_object_get(j, "error");
+	ck_assert_str_eq(th_str(e, "code"), "invalid_training_file");
+	ck_assert_str_eq(th_str(e, "param"), "training_file");
+	ck_assert_msg(strstr(th_str(e, "message"), file), "%s",
+		      th_str(e, "message"));
+	ck_assert(json_is_integer(json_object_get(j, "finished_at")));
+	json_decref(j);
+	snprintf(body, sizeof(body), "/v1/fine_tuning/jobs/%s/events?limit=100",
+		 job);
+	ck_assert_int_eq(th_call("GET", body, NULL, NULL, &ev), 200);
+	json_array_foreach(json_object_get(ev, "data"), i, e)
+	{
+		if (!strcmp(th_str(e, "level"), "error"))
+			report = json_object_get(json_object_get(e, "data"),
+						 "validation");
+		if (report) {
+			ck_assert(strstr(th_str(e, "message"), file));
+			break;
+		}
+	}
+	ck_assert_msg(json_is_object(report), "no error event with a report");
+	ck_assert_str_eq(th_str(report, "file"), file);
+	ck_assert_int_ge(json_integer_value(json_object_get(report, "errors")),
+			 2);
+	ck_assert_int_ge(json_array_size(json_object_get(report, "problems")),
+			 2);
+	json_decref(ev);
+	free(job);
+	free(file);
+	th_stop();
+}
+END_TEST
+
+/* A job whose files are being validated cannot be paused (409) and is
+ * cancelled at once; the validation in progress is dropped, and one still
+ * waiting never runs. */
+START_TEST(test_cancel_while_validating)
+{
+	char *big = big_train(), *file, *small, *a, *b, *c, *ev;
+	json_t *j;
+
+	th_start(8ull << 30, NULL);
+	file = upload(big);
+	small = th_upload_count();
+	a = th_create(file, "\"steps\": 2", 200); /* validating now */
+	b = th_create(file, "\"steps\": 2", 200); /* waiting behind a */
+	ck_assert_int_eq(job_post(a, "pause", &j), 409);
+	ck_assert_str_eq(th_str(json_object_get(j, "error"), "code"),
+			 "invalid_state");
+	json_decref(j);
+	ck_assert_int_eq(job_post(b, "resume", &j), 409);
+	json_decref(j);
+	ck_assert_int_eq(job_post(a, "cancel", &j), 200);
+	ck_assert_str_eq(th_str(j, "status"), "cancelled");
+	json_decref(j);
+	ck_assert_int_eq(job_post(b, "cancel", &j), 200);
+	ck_assert_str_eq(th_str(j, "status"), "cancelled");
+	json_decref(j);
+	/* one validation at a time, oldest first: c's comes after a's */
+	c = th_create(small, "\"steps\": 2", 200);
+	json_decref(th_wait_status(c, "succeeded"));
+	for (int k = 0; k < 2; k++) {
+		const char *id = k ? b : a;
+		j = th_wait_status(id, "cancelled");
+		json_decref(j);
+		ev = events_dump(id);
+		ck_assert_ptr_nonnull(strstr(ev, "was cancelled"));
+		ck_assert_ptr_null(strstr(ev, "Files validated"));
+		free(ev);
+	}
+	unlink(big);
+	free(big);
+	free(file);
+	free(small);
+	free(a);
+	free(b);
+	free(c);
+	th_stop();
+}
+END_TEST
+
+/* kill -9 while jobs wait for their files to be validated: a restarted
+ * tacod validates them again, and they run. */
+START_TEST(test_kill9_while_validating)
+{
+	char cfg[128], dir[64], *big = big_train(), *ev;
+	char *file, *a, *b;
+	pid_t pid;
+
+	pid = real_tacod(dir, cfg, "{}");
+	file = upload(big);
+	a = th_create(file, "\"steps\": 2", 200);
+	b = th_create(file, "\"steps\": 2", 200);
+	expect_status(b, "validating_files");
+	pid = kill9_restart(pid, cfg);
+	json_decref(th_wait_status(a, "succeeded"));
+	json_decref(th_wait_status(b, "succeeded"));
+	ev = events_dump(b);
+	ck_assert_ptr_nonnull(
+	    strstr(ev, "tacod restarted: the files are validated again"));
+	ck_assert_ptr_nonnull(strstr(ev, "Files validated"));
+	free(ev);
+	real_tacod_end(pid, dir);
+	unlink(big);
+	free(big);
+	free(file);
+	free(a);
+	free(b);
 }
 END_TEST
 
@@ -264,6 +566,10 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle);
 	tcase_add_test(tc, test_rejections_and_cancel);
 	tcase_add_test(tc, test_kill9_recovery);
+	tcase_add_test(tc, test_create_validates_in_background);
+	tcase_add_test(tc, test_bad_data_fails_in_background);
+	tcase_add_test(tc, test_cancel_while_validating);
+	tcase_add_test(tc, test_kill9_while_validating);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

@@ -1,6 +1,7 @@
 /* test_tacod_api.c: tacod's API beyond the lifecycle: pause and resume,
  * Idempotency-Key, the per-user queue limit, /v1/device, /metrics,
- * checkpoint and model downloads as tar, /v1/openapi.yaml. */
+ * checkpoint and model downloads as tar, /v1/openapi.yaml, the plan's
+ * limit on synchronous validation. */
 #include <check.h>
 #include <curl/curl.h>
 #include <jansson.h>
@@ -56,10 +57,13 @@ START_TEST(test_pause_resume_and_queue_limit)
 	json_decref(th_wait_status(a, "running"));
 	b = th_create(file, "\"steps\": 3", 200);
 	c = th_create(file, "\"steps\": 3", 200);
-	/* a running, b and c queued: the user's limit of 2 waiting jobs */
+	/* a running, b and c validating or queued: the user's limit of 2
+	 * waiting jobs */
 	j = NULL;
 	th_create(file, "\"steps\": 3", 429);
-	/* a queued job pauses at once and keeps its place */
+	/* once its files are validated, a queued job pauses at once and keeps
+	 * its place */
+	json_decref(th_wait_status(b, "queued"));
 	job_path(path, sizeof(path), b, "/pause");
 	ck_assert_int_eq(post(path, &j), 200);
 	ck_assert_str_eq(th_str(j, "status"), "paused");
@@ -407,12 +411,15 @@ END_TEST
 
 /* A plan or create whose training file is empty or malformed names the
  * file by its id in every message, never by where tacod keeps it (and the
- * harness fails any reply that names the state directory). */
+ * harness fails any reply that names the state directory). The create is
+ * accepted (its data is validated in the background) and the job fails:
+ * its error and its events name the file by id. */
 START_TEST(test_bad_training_file_named_by_id)
 {
 	static const char *const bodies[] = {"", "not json\n",
 					     "{\"messages\": 3}\n"};
-	char local[] = "/tmp/tacod-bad-XXXXXX", body[512];
+	char local[] = "/tmp/tacod-bad-XXXXXX", body[512], job[64];
+	char path[256];
 	json_t *j, *f;
 	int fd;
 
@@ -446,9 +453,19 @@ START_TEST(test_bad_training_file_named_by_id)
 		json_decref(j);
 		ck_assert_int_eq(
 		    th_call("POST", "/v1/fine_tuning/jobs", body, NULL, &j),
-		    400);
+		    200);
+		ck_assert_str_eq(th_str(j, "status"), "validating_files");
+		snprintf(job, sizeof(job), "%s", th_str(j, "id"));
+		json_decref(j);
+		j = th_wait_status(job, "failed");
+		ck_assert_str_eq(th_str(json_object_get(j, "error"), "code"),
+				 "invalid_training_file");
 		msg = th_str(json_object_get(j, "error"), "message");
 		ck_assert_msg(msg && strstr(msg, id), "create: %s", msg);
+		json_decref(j);
+		job_path(path, sizeof(path), job, "/events?limit=100");
+		ck_assert_int_eq(th_call("GET", path, NULL, NULL, &j), 200);
+		ck_assert(dump_has(j, id));
 		json_decref(j);
 		json_decref(f);
 	}
@@ -562,6 +579,53 @@ START_TEST(test_list_by_metadata)
 	}
 	free(file);
 	th_stop();
+}
+END_TEST
+
+static void small_sync_limit(tacod_config *c)
+{
+	c->limits.max_sync_validate_bytes = 1000;
+}
+
+/* The plan reads the data only up to limits.max_sync_validate_bytes, and
+ * says so: above it, the memory plan without a validation, and a note. */
+START_TEST(test_plan_sync_validation_limit)
+{
+	char body[512], *file;
+	json_t *j;
+
+	for (int small = 0; small < 2; small++) {
+		th_start(8ull << 30, small ? small_sync_limit : NULL);
+		file = th_upload_count();
+		snprintf(body, sizeof(body),
+			 "{\"model\": \"llama_gqa\", \"training_file\": "
+			 "\"%s\", \"taco\": {\"seq_len\": 24}}",
+			 file);
+		ck_assert_int_eq(
+		    th_call("POST", "/v1/fine_tuning/plan", body, NULL, &j),
+		    200);
+		ck_assert(json_is_true(json_object_get(j, "fits")));
+		ck_assert_ptr_null(json_object_get(j, "error"));
+		ck_assert_int_eq(
+		    json_integer_value(json_object_get(j, "data_bytes")),
+		    103137);
+		ck_assert_int_eq(json_integer_value(json_object_get(
+				     j, "max_sync_validate_bytes")),
+				 small ? 1000 : 64 << 20);
+		/* a pre-tokenized file is checked without a report */
+		ck_assert(json_is_null(json_object_get(j, "validation")));
+		ck_assert(json_is_boolean(json_object_get(j, "validated")));
+		ck_assert_int_eq(json_is_true(json_object_get(j, "validated")),
+				 !small);
+		if (small)
+			ck_assert(
+			    dump_has(j, "max_sync_validate_bytes (1000)"));
+		else
+			ck_assert_ptr_null(json_object_get(j, "note"));
+		json_decref(j);
+		free(file);
+		th_stop();
+	}
 }
 END_TEST
 
@@ -873,6 +937,7 @@ int main(void)
 	tcase_add_test(tc, test_dataset_roots);
 	tcase_add_test(tc, test_list_by_metadata);
 	tcase_add_test(tc, test_bad_training_file_named_by_id);
+	tcase_add_test(tc, test_plan_sync_validation_limit);
 	tcase_add_test(tc, test_parallel_when_memory_allows);
 	tcase_add_test(tc, test_sighup_reloads_tokens);
 	tcase_add_test(tc, test_users_are_isolated);

@@ -38,7 +38,8 @@ START_TEST(test_full_config)
 	    "\"cuda\", \"max_retries\": 1, \"cancel_timeout_s\": 30, "
 	    "\"limits\": {\"max_body_bytes\": 65536, \"max_upload_bytes\": "
 	    "\"2GiB\", \"max_connections\": 64, "
-	    "\"max_queued_jobs_per_user\": 5, \"max_running_jobs\": 2}}";
+	    "\"max_queued_jobs_per_user\": 5, \"max_running_jobs\": 2, "
+	    "\"max_sync_validate_bytes\": \"16MiB\"}}";
 
 	ck_assert_int_eq(parse(j, &c, &err), 0);
 	ck_assert_int_eq(tacod_config_check(&c, &err), 0);
@@ -48,6 +49,7 @@ START_TEST(test_full_config)
 	ck_assert_str_eq(c.roots[1], "/scratch");
 	ck_assert_uint_eq(c.limits.max_upload_bytes, 2ull << 30);
 	ck_assert_int_eq(c.limits.max_running_jobs, 2);
+	ck_assert_uint_eq(c.limits.max_sync_validate_bytes, 16ull << 20);
 	ck_assert(!tacod_config_loopback(&c));
 }
 END_TEST

@@ -169,7 +169,8 @@ def run(base_url):
         extra_body={"taco": {"steps": 4, "seq_len": 24}},
     )
     check(job.id.startswith("ftjob-") and job.object == "fine_tuning.job", f"jobs.create: {job.id}")
-    check(job.status == "queued" and job.model == "llama_gqa", f"jobs.create: {job.status} {job.model}")
+    # answered at once: the data is validated in the background
+    check(job.status == "validating_files" and job.model == "llama_gqa", f"jobs.create: {job.status} {job.model}")
     check(job.training_file == f.id and job.validation_file is None, "jobs.create: files")
     check(job.seed == 1 and job.metadata == {"run": "sdk"}, f"jobs.create: {job.seed} {job.metadata}")
     check(
@@ -194,6 +195,8 @@ def run(base_url):
     check(not page.has_more and len(events) >= 4, f"list_events: {len(events)} events, has_more {page.has_more}")
     check(all(e.object == "fine_tuning.job.event" for e in events), "event objects")
     check(events[-1].message == "Created fine-tuning job", f"oldest event: {events[-1].message}")
+    check(events[-2].message == f"Validating training file: {f.id}", f"second event: {events[-2].message}")
+    check(any(e.data == {"status": "queued", "validation": None} for e in events), "no validated event")
     check(events[0].created_at >= events[-1].created_at, "events are newest first")
     metrics = [e for e in events if e.type == "metrics" and e.data and "train_loss" in e.data]
     check(len(metrics) == 4, f"{len(metrics)} step metrics for 4 steps")
@@ -277,6 +280,21 @@ def run(base_url):
     except openai.BadRequestError as e:
         check(e.code == "unknown_parameter" and e.param == "taco.bogus", f"taco.bogus: {e.code} {e.param}")
     steps.append("errors (404, 400)")
+
+    # ---- data that is not valid: accepted, then failed with the reason
+    bad = client.files.create(file=("bad.jsonl", b"not json\n"), purpose="fine-tune")
+    job = client.fine_tuning.jobs.create(model="llama_gqa", training_file=bad.id, extra_body={"taco": {"seq_len": 24}})
+    check(job.status == "validating_files", f"jobs.create of bad data: {job.status}")
+    t0 = time.monotonic()
+    while job.status == "validating_files":
+        check(time.monotonic() - t0 < DEADLINE_S, "bad data: still validating")
+        time.sleep(0.1)
+        job = client.fine_tuning.jobs.retrieve(job.id)
+    check(job.status == "failed" and job.error is not None, f"bad data: {job.status}")
+    check(job.error.code == "invalid_training_file" and job.error.param == "training_file", f"bad data: {job.error}")
+    check(bad.id in job.error.message, f"bad data: the error names {job.error.message}")
+    check(job.finished_at is not None, "bad data: finished_at")
+    steps.append("jobs.create of invalid data: validating_files, then failed")
     return steps
 
 
