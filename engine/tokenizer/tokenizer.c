@@ -1263,8 +1263,8 @@ void taco_tok_free(taco_tok *t)
 	tok_trie_free(&t->trie_raw);
 	tok_trie_free(&t->trie_norm);
 	tok_regex_free(&t->word_re);
-	free(t->qc_nfc);
-	free(t->qc_nfkc);
+	for (int i = 0; i < 4; i++)
+		free(t->qc[i]);
 	if (t->mctx)
 		pcre2_match_context_free(t->mctx);
 	tok_work_pool_free(t);
@@ -1283,7 +1283,7 @@ static int parse_root(struct loader *L, json_t *root)
 					   "model",	     NULL};
 	taco_tok *t = L->tok;
 	json_t *v;
-	int r, need_nfc = 0, need_nfkc = 0;
+	int r, need_nf[4] = {0};
 
 	if (!json_is_object(root))
 		return fail(L, -EINVAL, "the top level must be an object");
@@ -1319,13 +1319,11 @@ static int parse_root(struct loader *L, json_t *root)
 		if ((r = parse_decoder(L, v, "decoder", 0)))
 			return r;
 	}
-	for (int i = 0; i < t->n_norms; i++) {
-		need_nfc |= t->norms[i].type == NORM_NFC ||
-			    t->norms[i].type == NORM_NFD;
-		need_nfkc |= t->norms[i].type == NORM_NFKC ||
-			     t->norms[i].type == NORM_NFKD;
-	}
-	if (tok_unicode_init(t, need_nfc, need_nfkc))
+	for (int i = 0; i < t->n_norms; i++)
+		if (t->norms[i].type >= NORM_NFC &&
+		    t->norms[i].type <= NORM_NFKD)
+			need_nf[t->norms[i].type] = 1;
+	if (tok_unicode_init(t, need_nf))
 		return oom(L);
 	t->mctx = pcre2_match_context_create(NULL);
 	if (!t->mctx)
