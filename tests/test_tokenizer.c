@@ -805,6 +805,15 @@ START_TEST(test_unicode_classes)
 		bad += check_class(&a, pat, json_string_value(v), r, got,
 				   report, &rl);
 	}
+	{
+		/* the Digits pre-tokenizer's char::is_numeric */
+		struct tok_buf np = {0};
+		ck_assert_int_eq(tok_numeric_pattern(&np, 0), 0);
+		bad += check_class(&a, np.p, "Digits",
+				   json_object_get(all, "numeric"), got, report,
+				   &rl);
+		tok_buf_free(&np);
+	}
 	tok_regex_explicit_classes = 0;
 	ck_assert_msg(bad == 0, "%zu classes differ from tokenizers:%s", bad,
 		      report);
@@ -862,6 +871,77 @@ START_TEST(test_unicode_new_chars)
 	tok_regex_explicit_classes = 0;
 	ck_assert_msg(bad == 0, "%zu texts differ from tokenizers:%s", bad,
 		      report);
+	json_decref(all);
+}
+END_TEST
+
+/* Whether v has id. */
+static int ids_have(const taco_tok_ids *v, int32_t id)
+{
+	for (size_t i = 0; i < v->n; i++)
+		if (v->ids[i] == id)
+			return 1;
+	return 0;
+}
+
+/* A single_word added token ("ZZ") right after (_i 0) or right before
+ * (_i 1) each code point: it matches where tokenizers has no word char
+ * there (unicode_classes.json's single_word). */
+START_TEST(test_unicode_single_word)
+{
+	json_t *all = json_fixture("tokenizers/unicode_classes.json");
+	json_t *sw = json_object_get(all, "single_word");
+	json_t *ranges = json_object_get(sw, _i ? "after" : "before");
+	char *js = patched(json_string_value(json_object_get(sw, "base")),
+			   json_object_get(sw, "patch"));
+	uint8_t *word = calloc(0x110000, 1);
+	taco_tok *tok;
+	taco_tok_ids ids = {0};
+	taco_err err = {{0}};
+	int32_t zz;
+	char report[4096] = "";
+	size_t rl = 0, bad = 0;
+
+	ck_assert_msg(
+	    taco_tok_load_buffer(js, strlen(js), "t.json", &tok, &err) == 0,
+	    "%s", err.msg);
+	free(js);
+	zz = taco_tok_token_to_id(tok, "ZZ", 2);
+	ck_assert_int_ge(zz, 0);
+	for (size_t j = 0; j + 1 < json_array_size(ranges); j += 2)
+		for (json_int_t c =
+			 json_integer_value(json_array_get(ranges, j));
+		     c <= json_integer_value(json_array_get(ranges, j + 1));
+		     c++)
+			word[c] = 1;
+	for (uint32_t c = 0; c < 0x110000; c++) {
+		char s[8];
+		int n;
+
+		if ((c >= 0xD800 && c < 0xE000) || c == 'Z')
+			continue;
+		if (_i) {
+			memcpy(s, "ZZ", 2);
+			n = 2 + tok_utf8_put(c, s + 2);
+		} else {
+			n = tok_utf8_put(c, s);
+			memcpy(s + n, "ZZ", 2);
+			n += 2;
+		}
+		if (taco_tok_encode(tok, s, (size_t)n, 0, &ids, &err))
+			ck_abort_msg("U+%04X: %s", c, err.msg);
+		if (ids_have(&ids, zz) == !word[c])
+			continue;
+		if (!bad++ || rl < sizeof(report) - 100)
+			rl += (size_t)snprintf(report + rl, sizeof(report) - rl,
+					       " U+%04X", c);
+	}
+	ck_assert_msg(bad == 0,
+		      "%zu code points differ from tokenizers as word chars:%s",
+		      bad, report);
+	taco_tok_ids_free(&ids);
+	taco_tok_free(tok);
+	free(word);
 	json_decref(all);
 }
 END_TEST
@@ -1216,6 +1296,8 @@ static Suite *suite(void)
 	tcase_add_loop_test(tcase(s, "classes"), test_unicode_classes, 0, 2);
 	tcase_add_loop_test(tcase(s, "new_chars"), test_unicode_new_chars, 0,
 			    2);
+	tcase_add_loop_test(tcase(s, "single_word"), test_unicode_single_word,
+			    0, 2);
 	tcase_add_loop_test(tcase(s, "normalization"),
 			    test_unicode_normalization, 0, 4);
 	tcase_add_test(tcase(s, "refusals"), test_refusals);

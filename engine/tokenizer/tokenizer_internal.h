@@ -234,8 +234,6 @@ struct taco_tok {
 	int32_t *added_by_id; /* by id: index into added, or -1 */
 	uint32_t n_added_by_id;
 	struct tok_trie trie_raw, trie_norm;
-	struct tok_regex word_re; /* single_word: alphanumeric or '_' */
-	int has_word_re;
 
 	int32_t vocab_size;
 	taco_tok_special special;
@@ -267,6 +265,12 @@ size_t tok_utf8_valid_prefix(const unsigned char *s, size_t n, size_t *bad);
 /* Appends s with invalid sequences replaced by U+FFFD. */
 int tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n);
 int tok_is_whitespace(uint32_t cp);
+/* A word char next to a single_word added token, as tokenizers has them
+ * (tokenizer_unidata.h). */
+int tok_is_word_cp(uint32_t cp);
+/* Appends the pattern of char::is_numeric as tokenizers' Digits has it (its
+ * runs when runs is set). */
+int tok_numeric_pattern(struct tok_buf *o, int runs);
 
 /* Unicode normalization of s into out (appended). form: NORM_NF*. */
 int tok_unicode_normalize(const struct taco_tok *tok, int form, const char *s,

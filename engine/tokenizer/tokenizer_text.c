@@ -543,6 +543,30 @@ static int put_range(struct tok_buf *o, uint32_t a, uint32_t b)
 	return tok_buf_put(o, t, (size_t)k);
 }
 
+int tok_numeric_pattern(struct tok_buf *o, int runs)
+{
+	int r = tok_buf_put(o, "[\\p{N}", 6);
+
+	for (size_t i = 0; !r && i < NTAB(tok_numeric_extra); i++)
+		r = put_range(o, tok_numeric_extra[i][0],
+			      tok_numeric_extra[i][1]);
+	return r ? r : tok_buf_put(o, runs ? "]+" : "]", runs ? 2u : 1u);
+}
+
+int tok_is_word_cp(uint32_t cp)
+{
+	size_t lo = 0, hi = NTAB(tok_word_ranges);
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (tok_word_ranges[mid][1] < cp)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < NTAB(tok_word_ranges) && tok_word_ranges[lo][0] <= cp;
+}
+
 /* Appends, as class items, the code points whose category is in mask (not
  * in mask when negate), surrogates left out. *any: whether any was. */
 static int put_gc_ranges(struct tok_buf *o, uint32_t mask, int negate, int *any)
@@ -620,6 +644,35 @@ static void mark_add(struct xlate *x, uint32_t lo, uint32_t hi)
 		x->blocks[b >> 3] |= (uint8_t)(1u << (b & 7));
 }
 
+/* Appends (unless x->no_adds; o NULL: only marks) the code points that
+ * tokenizers has in the categories of mask and PCRE2's tables not, as
+ * ranges, adjacent ones merged. */
+static int put_adds(struct tok_buf *o, uint32_t mask, struct xlate *x)
+{
+	int r = 0;
+
+	for (size_t i = 0; !r && i < NTAB(tok_gc_pcre2_diff); i++) {
+		const struct tok_gc_diff *d = &tok_gc_pcre2_diff[i];
+		uint32_t hi = d->hi;
+		if (!((mask >> d->hf) & 1) || ((mask >> d->pcre2) & 1))
+			continue;
+		while (i + 1 < NTAB(tok_gc_pcre2_diff) &&
+		       tok_gc_pcre2_diff[i + 1].lo == hi + 1 &&
+		       ((mask >> tok_gc_pcre2_diff[i + 1].hf) & 1) &&
+		       !((mask >> tok_gc_pcre2_diff[i + 1].pcre2) & 1))
+			hi = tok_gc_pcre2_diff[++i].hi;
+		mark_add(x, d->lo, hi);
+		if (o && !x->no_adds)
+			r = put_range(o, d->lo, hi);
+	}
+	return r;
+}
+
+static void mark_adds(struct xlate *x, uint32_t mask)
+{
+	put_adds(NULL, mask, x);
+}
+
 /* Appends the class of the categories in mask (negated: the others), as an
  * atom ([..]) or, in_class, as items of the class being written. */
 static int put_gc_class(struct tok_buf *o, uint32_t mask, int negate,
@@ -647,26 +700,25 @@ static int put_gc_class(struct tok_buf *o, uint32_t mask, int negate,
 		tok_buf_free(&one);
 		native = 0;
 	}
+	if (native && !in_class && (!add || x->no_adds)) {
+		/* PCRE2's own \p{X} (\P{X}) when one item says it all */
+		struct tok_buf one = {0};
+		if (!put_gc_native(&one, mask) &&
+		    !memchr(one.p + 1, '\\', one.n - 1)) {
+			one.p[1] = negate ? 'P' : 'p';
+			mark_adds(x, mask);
+			r = tok_buf_put(o, one.p, one.n);
+			tok_buf_free(&one);
+			return r;
+		}
+		tok_buf_free(&one);
+	}
 	if (native) {
 		r = in_class
 			? 0
 			: tok_buf_put(o, negate ? "[^" : "[", 1 + !!negate);
 		r = r ? r : put_gc_native(o, mask);
-		/* the added ranges, adjacent ones merged */
-		for (size_t i = 0; !r && i < NTAB(tok_gc_pcre2_diff); i++) {
-			const struct tok_gc_diff *d = &tok_gc_pcre2_diff[i];
-			uint32_t hi = d->hi;
-			if (!((mask >> d->hf) & 1) || ((mask >> d->pcre2) & 1))
-				continue;
-			while (i + 1 < NTAB(tok_gc_pcre2_diff) &&
-			       tok_gc_pcre2_diff[i + 1].lo == hi + 1 &&
-			       ((mask >> tok_gc_pcre2_diff[i + 1].hf) & 1) &&
-			       !((mask >> tok_gc_pcre2_diff[i + 1].pcre2) & 1))
-				hi = tok_gc_pcre2_diff[++i].hi;
-			mark_add(x, d->lo, hi);
-			if (!x->no_adds)
-				r = put_range(o, d->lo, hi);
-		}
+		r = r ? r : put_adds(o, mask, x);
 		return r ? r : in_class ? 0 : tok_buf_put(o, "]", 1);
 	}
 	if (in_class)
