@@ -1,7 +1,7 @@
 /* test_dataset.c: data files against what Hugging Face computes
  * (tests/fixtures/chat/gen_chat.py): chat templates with their assistant
- * masks, prompt/completion and text, multiple-choice scores; and every
- * validation code. */
+ * masks, prompt/completion and text, multiple-choice scores, the Llama 3
+ * template's trim; every validation code and the report's summary. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -220,6 +220,109 @@ START_TEST(test_every_validation_code)
 }
 END_TEST
 
+/* The Llama 3 template's `| trim` is Python's str.strip(): every
+ * str.isspace() character (NBSP, U+3000, U+2028, \x0b, \x1c-\x1f, \x85,
+ * ...) is stripped, others (U+200B, U+FEFF, ...) are not; against
+ * apply_chat_template (chat/trim_expected.json, gen_chat.py --trim). */
+START_TEST(test_llama3_trim)
+{
+	json_t *exp =
+	    json_load_file(tu_fixture("chat/trim_expected.json"), 0, NULL);
+	taco_dataset_opts o;
+	taco_dataset_report rep;
+	taco_data *d = NULL;
+	taco_err err = {{0}};
+	int r;
+
+	ck_assert_ptr_nonnull(exp);
+	ck_assert_uint_eq(json_array_size(json_object_get(exp, "py_space")),
+			  29);
+	opts(&o, TACO_TEMPLATE_LLAMA3);
+	r = taco_dataset_load(tu_fixture("chat/trim.jsonl"), tok, &o, &d, &rep,
+			      &err);
+	ck_assert_msg(r == 0, "%s", err.msg);
+	ck_assert_int_eq(rep.errors, 0);
+	compare(d, json_object_get(exp, "llama3"), "llama3 trim");
+	taco_data_free(d);
+	json_decref(exp);
+}
+END_TEST
+
+/* The summary (the error a file fails with, the report's "summary" and
+ * its printed line) quotes the first error, not an earlier warning, even
+ * past the listed problems; with warnings only it says there is no error
+ * and quotes the first warning. */
+START_TEST(test_summary_first_error)
+{
+	static const char long_line[] =
+	    "{\"text\": \"the quick brown fox jumps over the lazy dog the "
+	    "quick brown fox jumps over the lazy dog\"}\n";
+	char *text = malloc(200 * sizeof(long_line) + 64), *path, *out = NULL;
+	taco_dataset_opts o;
+	taco_dataset_report rep;
+	taco_data *d = NULL;
+	taco_err err = {{0}};
+	json_t *j;
+	size_t outlen = 0;
+	FILE *f;
+
+	/* a warning on line 1, the first error on line 2 */
+	strcpy(text, long_line);
+	strcat(text, "{not json\n{\"foo\": 1}\n");
+	path = write_tmp(text);
+	opts(&o, TACO_TEMPLATE_CHATML);
+	o.seq_len = 16;
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err),
+			 -EINVAL);
+	ck_assert_msg(strstr(err.msg, "2 errors in 3 lines (first: line 2, "
+				      "invalid_json: ") &&
+			  !strstr(err.msg, "too_long"),
+		      "%s", err.msg);
+	ck_assert_int_eq(rep.first_error.line, 2);
+	ck_assert_int_eq(rep.first_warning.line, 1);
+	j = taco_dataset_report_json(&rep, "train.jsonl");
+	ck_assert_ptr_nonnull(strstr(
+	    json_string_value(json_object_get(j, "summary")),
+	    "train.jsonl: 2 errors in 3 lines (first: line 2, invalid_json"));
+	json_decref(j);
+	f = open_memstream(&out, &outlen);
+	taco_dataset_report_print(&rep, "train.jsonl", f);
+	fclose(f);
+	ck_assert_ptr_nonnull(strstr(out, "(first: line 2, invalid_json"));
+	free(out);
+	unlink(path);
+
+	/* the first error after more warnings than are listed */
+	text[0] = 0;
+	for (int i = 0; i < TACO_DATASET_MAX_LISTED + 5; i++)
+		strcat(text, long_line);
+	strcat(text, "{\"foo\": 1}\n");
+	path = write_tmp(text);
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err),
+			 -EINVAL);
+	ck_assert_msg(strstr(err.msg, "1 error in 106 lines (first: line 106, "
+				      "unknown_format: "),
+		      "%s", err.msg);
+	unlink(path);
+
+	/* warnings only: the file loads; no error, the first warning */
+	strcpy(text, "{\"text\": \"ok\"}\n");
+	strcat(text, long_line);
+	strcat(text, long_line);
+	path = write_tmp(text);
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err), 0);
+	taco_data_free(d);
+	j = taco_dataset_report_json(&rep, "train.jsonl");
+	ck_assert_str_eq(
+	    json_string_value(json_object_get(j, "summary")),
+	    "train.jsonl: no errors, 2 warnings in 3 lines (first warning: "
+	    "line 2, too_long: 19 tokens, seq_len is 16: truncated)");
+	json_decref(j);
+	unlink(path);
+	free(text);
+}
+END_TEST
+
 /* Warnings only: the file passes; drop and error policies. */
 START_TEST(test_overlength_policies)
 {
@@ -339,6 +442,8 @@ int main(void)
 	tcase_add_test(tc, test_completion_and_text);
 	tcase_add_test(tc, test_train_on_all);
 	tcase_add_test(tc, test_every_validation_code);
+	tcase_add_test(tc, test_llama3_trim);
+	tcase_add_test(tc, test_summary_first_error);
 	tcase_add_test(tc, test_overlength_policies);
 	tcase_add_test(tc, test_unrecognised_template);
 	tcase_add_test(tc, test_template_beside_huge_integer);

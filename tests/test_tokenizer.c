@@ -1,7 +1,9 @@
 /* test_tokenizer.c: the tokenizer against Hugging Face tokenizers
  * (fixtures made by tests/fixtures/tokenizers/gen_tokenizers.py): the same
  * ids on every corpus line for every fixture tokenizer, the same decoding,
- * tokenizer variants, invalid UTF-8, refusals and limits. */
+ * tokenizer variants, invalid UTF-8, every code point's regex classes and
+ * normalizations (unicode_classes.json, normalization.json), refusals and
+ * limits. */
 #include <check.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -11,6 +13,7 @@
 
 #include "testutil.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_internal.h"
 
 static const char *const names[] = {"bytelevel", "metaspace", "mistral",
 				    "claude"};
@@ -650,6 +653,387 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* ------------------------------------------------------------ Unicode */
+
+/* Every code point but the surrogates, as UTF-8, with the offset of each. */
+struct allcp {
+	char *s;
+	size_t n;
+	uint32_t *off; /* by index */
+	uint32_t *cp;  /* by index */
+	size_t count;
+};
+
+static void allcp_make(struct allcp *a)
+{
+	a->s = malloc(0x110000 * 4);
+	a->off = malloc(0x110000 * sizeof(uint32_t));
+	a->cp = malloc(0x110000 * sizeof(uint32_t));
+	a->n = a->count = 0;
+	for (uint32_t c = 0; c < 0x110000; c++) {
+		if (c >= 0xD800 && c < 0xE000)
+			continue;
+		a->off[a->count] = (uint32_t)a->n;
+		a->cp[a->count++] = c;
+		a->n += (size_t)tok_utf8_put(c, a->s + a->n);
+	}
+}
+
+static void allcp_free(struct allcp *a)
+{
+	free(a->s);
+	free(a->off);
+	free(a->cp);
+}
+
+/* Index of the code point starting at byte offset o (binary search). */
+static size_t allcp_at(const struct allcp *a, size_t o)
+{
+	size_t lo = 0, hi = a->count;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (a->off[mid] < o)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Checks that pattern (one char a match) matches exactly the code points
+ * of ranges ([lo, hi, ...]); returns the number of code points that
+ * differ, the first in *first. */
+static size_t class_diff(const struct allcp *a, const char *pattern,
+			 json_t *ranges, uint8_t *got, uint32_t *first)
+{
+	struct tok_regex re;
+	struct tok_matcher m = {0};
+	taco_err err = {{0}};
+	size_t pos = 0, last = SIZE_MAX, ms, me, bad = 0;
+	int r;
+
+	m.md = pcre2_match_data_create(1, NULL);
+	memset(got, 0, 0x110000);
+	if (tok_regex_compile(&re, pattern, strlen(pattern), 0, "t", "class",
+			      &err)) {
+		/* does not compile: as if it matched nothing */
+		fprintf(stderr, "%s: %s\n", pattern, err.msg);
+		pcre2_match_data_free(m.md);
+		m.md = NULL;
+		goto compare;
+	}
+	while ((r = tok_regex_next(&re, &m, a->s, a->n, &pos, &last, &ms, &me,
+				   &err)) > 0) {
+		/* (no ck_assert per match: each one is a write to a pipe) */
+		size_t i = allcp_at(a, ms);
+		if (i >= a->count || a->off[i] != ms ||
+		    (i + 1 < a->count ? a->off[i + 1] : a->n) != me)
+			ck_abort_msg("%s: a match of more than one char at %zu",
+				     pattern, ms);
+		got[a->cp[i]] = 1;
+	}
+	ck_assert_msg(r == 0, "%s: %s", pattern, err.msg);
+	tok_regex_free(&re);
+compare:
+	*first = UINT32_MAX;
+	for (size_t j = 0; j + 1 < json_array_size(ranges); j += 2) {
+		uint32_t lo = (uint32_t)json_integer_value(
+			     json_array_get(ranges, j)),
+			 hi = (uint32_t)json_integer_value(
+			     json_array_get(ranges, j + 1));
+		for (uint32_t c = lo; c <= hi && c < 0x110000; c++)
+			got[c] ^= 2; /* bit 1: wanted */
+	}
+	for (size_t i = 0; i < a->count; i++) {
+		uint32_t c = a->cp[i];
+		if (got[c] == 1 || got[c] == 2) {
+			if (!bad++)
+				*first = c;
+		}
+	}
+	if (m.md)
+		pcre2_match_data_free(m.md);
+	return bad;
+}
+
+/* class_diff of pattern against ranges, noted in report (4096 bytes) when
+ * it differs (as is: the class it is an alias of). 1 when it differs. */
+static int check_class(const struct allcp *a, const char *pattern,
+		       const char *as, json_t *ranges, uint8_t *got,
+		       char *report, size_t *rl)
+{
+	uint32_t first;
+	size_t d = class_diff(a, pattern, ranges, got, &first);
+
+	if (d && *rl < 4096 - 200)
+		*rl += (size_t)snprintf(report + *rl, 4096 - *rl,
+					"\n  %s%s%s%s: %zu code points differ, "
+					"first U+%04X",
+					pattern, *as ? " (" : "", as,
+					*as ? ")" : "", d, first);
+	return d != 0;
+}
+
+/* Every code point's class under \p{..} of each General_Category (short
+ * and long names), \s, \d and negated and class forms, against what the
+ * regex engine of tokenizers has (unicode_classes.json); _i 0: with
+ * PCRE2's own tables plus what they lack, 1: explicit ranges only. */
+START_TEST(test_unicode_classes)
+{
+	json_t *all = json_fixture("tokenizers/unicode_classes.json");
+	json_t *classes = json_object_get(all, "classes");
+	json_t *aliases = json_object_get(all, "aliases"), *v;
+	struct allcp a;
+	uint8_t *got = malloc(0x110000);
+	const char *pat;
+	char report[4096] = "";
+	size_t rl = 0, bad = 0;
+
+	tok_regex_explicit_classes = _i;
+	allcp_make(&a);
+	ck_assert_uint_ge(json_object_size(classes), 60);
+	ck_assert_uint_ge(json_object_size(aliases), 40);
+	json_object_foreach(classes, pat, v)
+	{
+		bad += check_class(&a, pat, "", v, got, report, &rl);
+	}
+	json_object_foreach(aliases, pat, v)
+	{
+		json_t *r = json_object_get(classes, json_string_value(v));
+		ck_assert_ptr_nonnull(r);
+		bad += check_class(&a, pat, json_string_value(v), r, got,
+				   report, &rl);
+	}
+	{
+		/* the Digits pre-tokenizer's char::is_numeric */
+		struct tok_buf np = {0};
+		ck_assert_int_eq(tok_numeric_pattern(&np, 0), 0);
+		bad += check_class(&a, np.p, "Digits",
+				   json_object_get(all, "numeric"), got, report,
+				   &rl);
+		tok_buf_free(&np);
+	}
+	tok_regex_explicit_classes = 0;
+	ck_assert_msg(bad == 0, "%zu classes differ from tokenizers:%s", bad,
+		      report);
+	allcp_free(&a);
+	free(got);
+	json_decref(all);
+}
+END_TEST
+
+/* Ids of texts with letters and digits of Unicode 15.0-16.0 ("c" and a
+ * Garay letter is one pre-token of GPT-2's pattern in tokenizers). */
+START_TEST(test_unicode_new_chars)
+{
+	json_t *all = json_fixture("tokenizers/unicode_classes.json");
+	json_t *sets = json_object_get(all, "ids"), *set;
+	size_t si, bad = 0;
+	char report[4096] = "";
+	size_t rl = 0;
+
+	tok_regex_explicit_classes = _i;
+	ck_assert_uint_ge(json_array_size(sets), 3);
+	json_array_foreach(sets, si, set)
+	{
+		json_t *patch = json_object_get(set, "patch");
+		json_t *texts = json_object_get(set, "texts");
+		json_t *ids = json_object_get(set, "ids");
+		char *js = patched(
+		    json_string_value(json_object_get(set, "base")), patch);
+		taco_tok *tok;
+		taco_tok_ids got = {0};
+		taco_err err = {{0}};
+
+		ck_assert_msg(taco_tok_load_buffer(js, strlen(js), "t.json",
+						   &tok, &err) == 0,
+			      "set %zu: %s", si, err.msg);
+		free(js);
+		for (size_t i = 0; i < json_array_size(texts); i++) {
+			const char *t =
+			    json_string_value(json_array_get(texts, i));
+			ck_assert_int_eq(
+			    taco_tok_encode(tok, t, strlen(t), 0, &got, &err),
+			    0);
+			if (!ids_equal_json(&got, json_array_get(ids, i))) {
+				bad++;
+				if (rl < sizeof(report) - 600)
+					rl += (size_t)snprintf(
+					    report + rl, sizeof(report) - rl,
+					    "\n  set %zu text %zu: %s", si, i,
+					    ids_str(got.ids, got.n));
+			}
+		}
+		taco_tok_ids_free(&got);
+		taco_tok_free(tok);
+	}
+	tok_regex_explicit_classes = 0;
+	ck_assert_msg(bad == 0, "%zu texts differ from tokenizers:%s", bad,
+		      report);
+	json_decref(all);
+}
+END_TEST
+
+/* Whether v has id. */
+static int ids_have(const taco_tok_ids *v, int32_t id)
+{
+	for (size_t i = 0; i < v->n; i++)
+		if (v->ids[i] == id)
+			return 1;
+	return 0;
+}
+
+/* A single_word added token ("ZZ") right after (_i 0) or right before
+ * (_i 1) each code point: it matches where tokenizers has no word char
+ * there (unicode_classes.json's single_word). */
+START_TEST(test_unicode_single_word)
+{
+	json_t *all = json_fixture("tokenizers/unicode_classes.json");
+	json_t *sw = json_object_get(all, "single_word");
+	json_t *ranges = json_object_get(sw, _i ? "after" : "before");
+	char *js = patched(json_string_value(json_object_get(sw, "base")),
+			   json_object_get(sw, "patch"));
+	uint8_t *word = calloc(0x110000, 1);
+	taco_tok *tok;
+	taco_tok_ids ids = {0};
+	taco_err err = {{0}};
+	int32_t zz;
+	char report[4096] = "";
+	size_t rl = 0, bad = 0;
+
+	ck_assert_msg(
+	    taco_tok_load_buffer(js, strlen(js), "t.json", &tok, &err) == 0,
+	    "%s", err.msg);
+	free(js);
+	zz = taco_tok_token_to_id(tok, "ZZ", 2);
+	ck_assert_int_ge(zz, 0);
+	for (size_t j = 0; j + 1 < json_array_size(ranges); j += 2)
+		for (json_int_t c =
+			 json_integer_value(json_array_get(ranges, j));
+		     c <= json_integer_value(json_array_get(ranges, j + 1));
+		     c++)
+			word[c] = 1;
+	for (uint32_t c = 0; c < 0x110000; c++) {
+		char s[8];
+		int n;
+
+		if ((c >= 0xD800 && c < 0xE000) || c == 'Z')
+			continue;
+		if (_i) {
+			memcpy(s, "ZZ", 2);
+			n = 2 + tok_utf8_put(c, s + 2);
+		} else {
+			n = tok_utf8_put(c, s);
+			memcpy(s + n, "ZZ", 2);
+			n += 2;
+		}
+		if (taco_tok_encode(tok, s, (size_t)n, 0, &ids, &err))
+			ck_abort_msg("U+%04X: %s", c, err.msg);
+		if (ids_have(&ids, zz) == !word[c])
+			continue;
+		if (!bad++ || rl < sizeof(report) - 100)
+			rl += (size_t)snprintf(report + rl, sizeof(report) - rl,
+					       " U+%04X", c);
+	}
+	ck_assert_msg(bad == 0,
+		      "%zu code points differ from tokenizers as word chars:%s",
+		      bad, report);
+	taco_tok_ids_free(&ids);
+	taco_tok_free(tok);
+	free(word);
+	json_decref(all);
+}
+END_TEST
+
+static uint64_t fnv1a64(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *s = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ s[i]) * 0x100000001B3ull;
+	return h;
+}
+
+/* Every code point alone through the normalizer (NFC, NFD, NFKC, NFKD by
+ * _i) of a loaded tokenizer, against tokenizers' normalizers
+ * (normalization.json): changed where it lists, itself elsewhere. */
+START_TEST(test_unicode_normalization)
+{
+	static const char *const forms[] = {"NFC", "NFD", "NFKC", "NFKD"};
+	json_t *all = json_fixture("tokenizers/normalization.json");
+	json_t *form =
+	    json_object_get(json_object_get(all, "forms"), forms[_i]);
+	json_t *changed = json_object_get(form, "changed");
+	json_t *patch = json_pack("{s:{s:s}}", "normalizer", "type", forms[_i]);
+	char *js = patched("bytelevel", patch);
+	int32_t *idx = malloc(0x110000 * sizeof(int32_t));
+	char(*want)[64] = calloc(json_array_size(changed), 64);
+	taco_tok *tok;
+	taco_err err = {{0}};
+	struct tok_matcher m = {0};
+	struct tok_buf out = {0}, tmp = {0};
+	uint64_t h = 0xCBF29CE484222325ull;
+	char hex[32], report[4096] = "";
+	size_t rl = 0, bad = 0;
+
+	ck_assert_msg(
+	    taco_tok_load_buffer(js, strlen(js), "t.json", &tok, &err) == 0,
+	    "%s", err.msg);
+	free(js);
+	json_decref(patch);
+	for (uint32_t c = 0; c < 0x110000; c++)
+		idx[c] = -1;
+	ck_assert_uint_gt(json_array_size(changed), 1000);
+	for (size_t i = 0; i < json_array_size(changed); i++) {
+		const char *e = json_string_value(json_array_get(changed, i));
+		char *end;
+		uint32_t c = (uint32_t)strtoul(e, &end, 16);
+		size_t k = 0;
+		idx[c] = (int32_t)i;
+		while (*end == ' ') {
+			uint32_t r = (uint32_t)strtoul(end + 1, &end, 16);
+			ck_assert_uint_lt(k, 60);
+			k += (size_t)tok_utf8_put(r, want[i] + k);
+		}
+		want[i][k] = 0;
+	}
+	for (uint32_t c = 0; c < 0x110000; c++) {
+		char s[4];
+		int n;
+		const char *w;
+
+		if (c >= 0xD800 && c < 0xE000)
+			continue;
+		n = tok_utf8_put(c, s);
+		if (tok_normalize(tok, &m, s, (size_t)n, &out, &tmp, &err))
+			ck_abort_msg("U+%04X: %s", c, err.msg);
+		if (c >= 0xAC00 && c <= 0xD7A3) {
+			h = fnv1a64(h, out.p, out.n + 1); /* with its NUL */
+			continue;
+		}
+		w = idx[c] >= 0 ? want[idx[c]] : NULL;
+		if (w ? out.n == strlen(w) && !memcmp(out.p, w, out.n)
+		      : out.n == (size_t)n && !memcmp(out.p, s, out.n))
+			continue;
+		if (!bad++ || rl < sizeof(report) - 100)
+			rl += (size_t)snprintf(report + rl, sizeof(report) - rl,
+					       " U+%04X", c);
+	}
+	snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
+	ck_assert_msg(bad == 0, "%s: %zu code points differ from tokenizers:%s",
+		      forms[_i], bad, report);
+	ck_assert_str_eq(
+	    hex, json_string_value(json_object_get(form, "hangul_fnv1a64")));
+	tok_buf_free(&out);
+	tok_buf_free(&tmp);
+	taco_tok_free(tok);
+	free(idx);
+	free(want);
+	json_decref(all);
+}
+END_TEST
+
 /* ------------------------------------------------------------ refusals */
 
 static const struct {
@@ -909,6 +1293,13 @@ static Suite *suite(void)
 			    n);
 	tcase_add_test(tcase(s, "api"), test_api);
 	tcase_add_test(tcase(s, "threads"), test_threads);
+	tcase_add_loop_test(tcase(s, "classes"), test_unicode_classes, 0, 2);
+	tcase_add_loop_test(tcase(s, "new_chars"), test_unicode_new_chars, 0,
+			    2);
+	tcase_add_loop_test(tcase(s, "single_word"), test_unicode_single_word,
+			    0, 2);
+	tcase_add_loop_test(tcase(s, "normalization"),
+			    test_unicode_normalization, 0, 4);
 	tcase_add_test(tcase(s, "refusals"), test_refusals);
 	tcase_add_test(tcase(s, "malformed"), test_malformed);
 	tcase_add_test(tcase(s, "limits"), test_limits);

@@ -56,21 +56,17 @@ static void report(taco_dataset_report *rep, int64_t line, int code, int error,
 		   const char *fmt, ...)
 {
 	va_list ap;
+	taco_problem p = {line, code, error, ""};
+	int64_t *count = error ? &rep->errors : &rep->warnings;
 
 	rep->by_code[code]++;
-	if (error)
-		rep->errors++;
-	else
-		rep->warnings++;
-	if (rep->n_listed < TACO_DATASET_MAX_LISTED) {
-		taco_problem *p = &rep->listed[rep->n_listed++];
-		p->line = line;
-		p->code = code;
-		p->error = error;
-		va_start(ap, fmt);
-		vsnprintf(p->detail, sizeof(p->detail), fmt, ap);
-		va_end(ap);
-	}
+	va_start(ap, fmt);
+	vsnprintf(p.detail, sizeof(p.detail), fmt, ap);
+	va_end(ap);
+	if (!(*count)++)
+		*(error ? &rep->first_error : &rep->first_warning) = p;
+	if (rep->n_listed < TACO_DATASET_MAX_LISTED)
+		rep->listed[rep->n_listed++] = p;
 }
 
 /* Byte offset of the first invalid UTF-8 sequence, or -1. */
@@ -222,6 +218,59 @@ typedef struct message {
 	int weight; /* 0 or 1 */
 } message;
 
+/* Python's str.isspace() (Unicode 14.0, Python 3.11): the characters that
+ * Jinja's trim (str.strip()) removes. */
+static int py_isspace(uint32_t c)
+{
+	return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) ||
+	       c == 0x85 || c == 0xA0 || c == 0x1680 ||
+	       (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+	       c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* Decodes the UTF-8 char at s (n > 0 bytes); its length, 0 when it is not
+ * well formed. */
+static size_t utf8_char(const unsigned char *s, size_t n, uint32_t *cp)
+{
+	size_t len = s[0] < 0x80	 ? 1
+		     : (s[0] >> 5) == 6	 ? 2
+		     : (s[0] >> 4) == 14 ? 3
+		     : (s[0] >> 3) == 30 ? 4
+					 : 0;
+
+	if (!len || len > n)
+		return 0;
+	*cp = len == 1 ? s[0] : s[0] & (0x7F >> len);
+	for (size_t k = 1; k < len; k++) {
+		if ((s[k] & 0xC0) != 0x80)
+			return 0;
+		*cp = (*cp << 6) | (s[k] & 0x3F);
+	}
+	return len;
+}
+
+/* Length of the str.isspace() char that s[0..n) starts with, or 0. */
+static size_t py_space_at(const char *s, size_t n)
+{
+	uint32_t cp;
+	size_t k = utf8_char((const unsigned char *)s, n, &cp);
+
+	return k && py_isspace(cp) ? k : 0;
+}
+
+/* Length of the str.isspace() char that s[0..n) ends with, or 0. */
+static size_t py_space_before(const char *s, size_t n)
+{
+	size_t k = 1;
+	uint32_t cp;
+
+	while (k < 4 && k < n && ((unsigned char)s[n - k] & 0xC0) == 0x80)
+		k++;
+	if (utf8_char((const unsigned char *)s + n - k, k, &cp) != k)
+		return 0;
+	return py_isspace(cp) ? k : 0;
+}
+
 /* The special strings of a template: they are added tokens of the
  * tokenizer, matched whole when the rendered text is encoded. */
 static int render_chat(int tmpl, const message *m, int n, const char *bos,
@@ -247,11 +296,12 @@ static int render_chat(int tmpl, const message *m, int n, const char *bos,
 					 m[i].weight);
 			const char *c = m[i].content;
 			size_t len = m[i].content_len;
-			/* the template trims content */
-			while (len && strchr(" \t\n\r", c[0]))
-				c++, len--;
-			while (len && strchr(" \t\n\r", c[len - 1]))
-				len--;
+			/* the template trims content (Python's str.strip()) */
+			size_t k;
+			while (len && (k = py_space_at(c, len)))
+				c += k, len -= k;
+			while (len && (k = py_space_before(c, len)))
+				len -= k;
 			e = puts_(r, "<|start_header_id|>") ||
 			    puts_(r, m[i].role) ||
 			    puts_(r, "<|end_header_id|>\n\n") ||
@@ -792,14 +842,9 @@ int taco_dataset_load(const char *path, const taco_tok *tok,
 		goto out;
 	}
 	if (rep->errors) {
-		r = taco_err_set(err, -EINVAL,
-				 "%s: %lld error%s in %lld lines (first: line "
-				 "%lld, %s: %s)",
-				 path, (long long)rep->errors,
-				 rep->errors == 1 ? "" : "s", (long long)lineno,
-				 (long long)rep->listed[0].line,
-				 taco_problem_name(rep->listed[0].code),
-				 rep->listed[0].detail);
+		char sum[sizeof(err->msg)];
+		taco_dataset_report_summary(rep, path, sum, sizeof(sum));
+		r = taco_err_set(err, -EINVAL, "%s", sum);
 		goto out;
 	}
 	if (!L.d->n) {
@@ -819,9 +864,31 @@ out:
 	return r;
 }
 
+void taco_dataset_report_summary(const taco_dataset_report *rep,
+				 const char *file, char *buf, size_t cap)
+{
+	const taco_problem *p =
+	    rep->errors ? &rep->first_error : &rep->first_warning;
+	long long n = (long long)(rep->errors ? rep->errors : rep->warnings);
+
+	if (!rep->errors && !rep->warnings)
+		snprintf(buf, cap, "%s: no problems in %lld lines", file,
+			 (long long)rep->lines);
+	else
+		snprintf(buf, cap,
+			 "%s: %s%lld %s%s in %lld lines (first%s: line "
+			 "%lld, %s: %s)",
+			 file, rep->errors ? "" : "no errors, ", n,
+			 rep->errors ? "error" : "warning", n == 1 ? "" : "s",
+			 (long long)rep->lines, rep->errors ? "" : " warning",
+			 (long long)p->line, taco_problem_name(p->code),
+			 p->detail);
+}
+
 json_t *taco_dataset_report_json(const taco_dataset_report *rep,
 				 const char *file)
 {
+	char sum[512];
 	json_t *codes = json_object(), *list = json_array();
 	json_t *o;
 
@@ -847,6 +914,8 @@ json_t *taco_dataset_report_json(const taco_dataset_report *rep,
 	    "errors", (json_int_t)rep->errors, "warnings",
 	    (json_int_t)rep->warnings, "by_code", codes, "problems", list,
 	    "chat_template", taco_template_name(rep->template_id));
+	taco_dataset_report_summary(rep, file, sum, sizeof(sum));
+	json_object_set_new(o, "summary", json_string(sum));
 	return o;
 }
 
@@ -862,6 +931,11 @@ void taco_dataset_report_print(const taco_dataset_report *rep, const char *file,
 		(long long)rep->trainable_tokens, (long long)rep->truncated,
 		(long long)rep->dropped, (long long)rep->errors,
 		(long long)rep->warnings);
+	if (rep->errors || rep->warnings) {
+		char sum[512];
+		taco_dataset_report_summary(rep, file, sum, sizeof(sum));
+		fprintf(f, "  %s\n", sum);
+	}
 	for (int i = 0; i < rep->n_listed; i++)
 		fprintf(f, "  line %lld: %s %s: %s\n",
 			(long long)rep->listed[i].line,

@@ -83,6 +83,9 @@ typedef struct taco_dataset_report {
 	int64_t by_code[TACO_P_COUNT];
 	int n_listed;
 	taco_problem listed[TACO_DATASET_MAX_LISTED];
+	/* the first error and the first warning, listed or not (set when
+	 * errors, warnings > 0) */
+	taco_problem first_error, first_warning;
 	int template_id; /* the template used for chat lines */
 } taco_dataset_report;
 
@@ -102,7 +105,14 @@ int taco_template_detect(const char *model_dir, int *template_id,
 
 const char *taco_template_name(int template_id);
 
-/* The report as a JSON object (events, tacod) and as text. */
+/* The report in one line: with errors, their count and the first error
+ * (never a warning); with warnings only, that there is no error, their
+ * count and the first warning; else that there is no problem. */
+void taco_dataset_report_summary(const taco_dataset_report *rep,
+				 const char *file, char *buf, size_t cap);
+
+/* The report as a JSON object (events, tacod; "summary" is the line
+ * above) and as text. */
 json_t *taco_dataset_report_json(const taco_dataset_report *rep,
 				 const char *file);
 void taco_dataset_report_print(const taco_dataset_report *rep, const char *file,

@@ -429,11 +429,18 @@ static int parse_pretok(struct loader *L, json_t *o, const char *where,
 		if ((r = check_keys(L, o, where, dig)) ||
 		    (r = get_bool(L, o, where, "individual_digits", 0, &ind)))
 			return r;
-		/* char::is_numeric is \p{N}; grouped digits are contiguous
-		 * runs */
-		return tok_regex_compile(&pt->re, ind ? "\\p{N}" : "\\p{N}+",
-					 ind ? 5 : 6, 0, L->name, where,
-					 L->err);
+		/* char::is_numeric (Rust's tables); grouped digits are
+		 * contiguous runs */
+		{
+			struct tok_buf pat = {0};
+			if (tok_numeric_pattern(&pat, !ind))
+				r = oom(L);
+			else
+				r = tok_regex_compile(&pt->re, pat.p, pat.n, 0,
+						      L->name, where, L->err);
+			tok_buf_free(&pat);
+			return r;
+		}
 	}
 	/* Metaspace */
 	pt->type = PT_METASPACE;
@@ -1111,13 +1118,6 @@ static int build_added(struct loader *L)
 		return oom(L);
 	for (int i = 0; i < t->n_added && !r; i++) {
 		struct tok_added *x = &t->added[i];
-		if (x->single_word && !t->has_word_re) {
-			if ((r = tok_regex_compile(
-				 &t->word_re, "[\\p{Alphabetic}\\p{N}_]", 22, 0,
-				 L->name, "single_word", L->err)))
-				break;
-			t->has_word_re = 1;
-		}
 		if (x->normalized && t->n_norms) {
 			taco_err e2;
 			L->has_normalized_added = 1;
@@ -1262,9 +1262,8 @@ void taco_tok_free(taco_tok *t)
 	free(t->added_by_id);
 	tok_trie_free(&t->trie_raw);
 	tok_trie_free(&t->trie_norm);
-	tok_regex_free(&t->word_re);
-	free(t->qc_nfc);
-	free(t->qc_nfkc);
+	for (int i = 0; i < 4; i++)
+		free(t->qc[i]);
 	if (t->mctx)
 		pcre2_match_context_free(t->mctx);
 	tok_work_pool_free(t);
@@ -1283,7 +1282,7 @@ static int parse_root(struct loader *L, json_t *root)
 					   "model",	     NULL};
 	taco_tok *t = L->tok;
 	json_t *v;
-	int r, need_nfc = 0, need_nfkc = 0;
+	int r, need_nf[4] = {0};
 
 	if (!json_is_object(root))
 		return fail(L, -EINVAL, "the top level must be an object");
@@ -1319,13 +1318,11 @@ static int parse_root(struct loader *L, json_t *root)
 		if ((r = parse_decoder(L, v, "decoder", 0)))
 			return r;
 	}
-	for (int i = 0; i < t->n_norms; i++) {
-		need_nfc |= t->norms[i].type == NORM_NFC ||
-			    t->norms[i].type == NORM_NFD;
-		need_nfkc |= t->norms[i].type == NORM_NFKC ||
-			     t->norms[i].type == NORM_NFKD;
-	}
-	if (tok_unicode_init(t, need_nfc, need_nfkc))
+	for (int i = 0; i < t->n_norms; i++)
+		if (t->norms[i].type >= NORM_NFC &&
+		    t->norms[i].type <= NORM_NFKD)
+			need_nf[t->norms[i].type] = 1;
+	if (tok_unicode_init(t, need_nf))
 		return oom(L);
 	t->mctx = pcre2_match_context_create(NULL);
 	if (!t->mctx)

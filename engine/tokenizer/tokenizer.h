@@ -28,9 +28,16 @@
  *
  * Regex patterns (Split, Replace) are run by PCRE2 in UTF + UCP mode with
  * JIT; \s and \S are rewritten to the Unicode White_Space set that
- * Oniguruma (the engine of `tokenizers`) uses. Patterns with constructs
- * whose meaning differs between the two engines (\w, \W, \b, \B, \h, \H,
- * \X, \Q, class intersection &&, \S inside a class) are refused.
+ * Oniguruma (the engine of `tokenizers`) uses, and \p{..} / \P{..} /
+ * \p{^..} of a General_Category value (short or long name, any case, ' ',
+ * '-' and '_' ignored, as Oniguruma reads them; LC and Assigned too) and \d
+ * / \D (\p{Nd}) to the code points Oniguruma has at its Unicode version
+ * (tokenizer_unidata.h), not PCRE2's own tables of an older one; \p
+ * without a brace is the letter p, as in Oniguruma. Other \p{..} names
+ * (scripts, binary properties) keep PCRE2's meaning. Patterns with
+ * constructs whose meaning differs between the two engines (\w, \W, \b,
+ * \B, \h, \H, \X, \Q, class intersection &&, \S inside a class) are
+ * refused.
  *
  * Invalid UTF-8 input: every maximal invalid subsequence (the Unicode
  * "maximal subpart" rule, the same as Python's bytes.decode(errors=

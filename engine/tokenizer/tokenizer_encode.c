@@ -950,18 +950,17 @@ static int encode_piece(const taco_tok *tok, struct work *w, const char *s,
 
 /* ------------------------------------------------------------ added */
 
-static int is_word_char(const taco_tok *tok, struct work *w, const char *s,
-			size_t n)
+/* The char s[0..n) is a word char next to a single_word added token. */
+static int is_word_char(const char *s, size_t n)
 {
-	int rc;
+	uint32_t cp;
 
 	if (n == 1)
 		return (s[0] >= '0' && s[0] <= '9') ||
 		       (s[0] >= 'a' && s[0] <= 'z') ||
 		       (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_';
-	rc = pcre2_match(tok->word_re.code, (PCRE2_SPTR)s, n, 0,
-			 PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, w->m.md, NULL);
-	return rc >= 0;
+	tok_utf8_next((const unsigned char *)s, n, &cp);
+	return tok_is_word_cp(cp);
 }
 
 static size_t prev_char(const char *s, size_t i)
@@ -1006,7 +1005,7 @@ static int split_added(const taco_tok *tok, const struct tok_trie *t,
 			int ok = 1;
 			if (start > 0) {
 				size_t p = prev_char(s, start);
-				if (is_word_char(tok, w, s + p, start - p))
+				if (is_word_char(s + p, start - p))
 					ok = 0;
 			}
 			if (ok && stop < n) {
@@ -1014,7 +1013,7 @@ static int split_added(const taco_tok *tok, const struct tok_trie *t,
 				int l = tok_utf8_next((const unsigned char *)s +
 							  stop,
 						      n - stop, &cp);
-				if (is_word_char(tok, w, s + stop, (size_t)l))
+				if (is_word_char(s + stop, (size_t)l))
 					ok = 0;
 			}
 			if (!ok)

@@ -61,10 +61,17 @@ struct tok_merges {
 const struct tok_merge *tok_merges_find(const struct tok_merges *m, int32_t a,
 					int32_t b);
 
-/* A compiled pattern. */
+/* A compiled pattern. When its \p{..} classes have code points that
+ * PCRE2's tables lack (added as ranges), fast is the same pattern without
+ * them, used on texts that have none of them (add_blocks: one bit per 256
+ * code points where they are; add_lead: the lead byte of the smallest). */
 struct tok_regex {
 	pcre2_code *code;
 	int jit;
+	pcre2_code *fast;
+	int fast_jit;
+	uint8_t *add_blocks;
+	unsigned char add_lead;
 };
 
 /* Compiles an Oniguruma-style pattern (or a literal when literal != 0);
@@ -73,11 +80,20 @@ int tok_regex_compile(struct tok_regex *re, const char *pat, size_t len,
 		      int literal, const char *name, const char *what,
 		      taco_err *err);
 void tok_regex_free(struct tok_regex *re);
+/* Tests only: when set, \p{..} classes are always compiled as explicit
+ * ranges, not as PCRE2's own \p{..} plus what its tables lack. */
+extern int tok_regex_explicit_classes;
 
-/* Per-call matching state. */
+/* Per-call matching state (zero-initialize it; re, s, n and exact are
+ * tok_regex_next's: whether the text it matches on has added code points
+ * of re). */
 struct tok_matcher {
 	pcre2_match_data *md;
 	pcre2_match_context *mc;
+	const struct tok_regex *re;
+	const char *s;
+	size_t n;
+	int exact;
 };
 
 /* find_iter over s[0..n) from start: the next match at or after *pos with
@@ -218,14 +234,13 @@ struct taco_tok {
 	int32_t *added_by_id; /* by id: index into added, or -1 */
 	uint32_t n_added_by_id;
 	struct tok_trie trie_raw, trie_norm;
-	struct tok_regex word_re; /* single_word: alphanumeric or '_' */
-	int has_word_re;
 
 	int32_t vocab_size;
 	taco_tok_special special;
 
-	/* NFC/NFKC quick check over the BMP: bit set when a char may change */
-	uint8_t *qc_nfc, *qc_nfkc;
+	/* quick check over the BMP, by form (NORM_NFC..NORM_NFKD): bit set
+	 * when a char may change under that form */
+	uint8_t *qc[4];
 
 	pcre2_match_context *mctx;
 
@@ -250,11 +265,18 @@ size_t tok_utf8_valid_prefix(const unsigned char *s, size_t n, size_t *bad);
 /* Appends s with invalid sequences replaced by U+FFFD. */
 int tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n);
 int tok_is_whitespace(uint32_t cp);
+/* A word char next to a single_word added token, as tokenizers has them
+ * (tokenizer_unidata.h). */
+int tok_is_word_cp(uint32_t cp);
+/* Appends the pattern of char::is_numeric as tokenizers' Digits has it (its
+ * runs when runs is set). */
+int tok_numeric_pattern(struct tok_buf *o, int runs);
 
 /* Unicode normalization of s into out (appended). form: NORM_NF*. */
 int tok_unicode_normalize(const struct taco_tok *tok, int form, const char *s,
 			  size_t n, struct tok_buf *out);
-int tok_unicode_init(struct taco_tok *tok, int need_nfc, int need_nfkc);
+/* Makes the quick-check tables of the forms whose need[NORM_NF*] is set. */
+int tok_unicode_init(struct taco_tok *tok, const int need[4]);
 
 /* Normalizer chain on s; result in out (replaced). */
 int tok_normalize(const struct taco_tok *tok, struct tok_matcher *m,

@@ -1,6 +1,7 @@
 /* tokenizer_text.c: text machinery of the tokenizer: buffers, UTF-8,
  * Unicode normalization, regex (PCRE2), normalizers and decoders. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -287,46 +288,49 @@ static uint32_t compose_pair(uint32_t a, uint32_t b)
 #define NTAB(t) (sizeof(t) / sizeof((t)[0]))
 
 /* 1 when cp may be changed by the form (decomposes, reorders, or
- * composes with what precedes it). */
-static int may_change(uint32_t cp, int compat)
+ * composes with what precedes it). Below U+0300 the composing forms keep
+ * every char but those with a compatibility decomposition (NFKC); the
+ * decomposing ones (NFD, NFKD) split the precomposed Latin letters. */
+static int may_change(uint32_t cp, int compat, int compose)
 {
-	if (cp < 0x300 && !compat)
+	if (cp < 0x300 && compose && !compat)
 		return 0;
 	if (cp >= HANGUL_S && cp < HANGUL_S + HANGUL_N)
 		return 1;
 	if ((cp >= HANGUL_V && cp < HANGUL_V + 21) ||
 	    (cp > HANGUL_T && cp < HANGUL_T + 28))
 		return 1;
-	if (find_decomp(tok_canon, NTAB(tok_canon), cp) >= 0)
-		return 1;
 	if (compat && find_decomp(tok_compat, NTAB(tok_compat), cp) >= 0)
+		return 1;
+	if (cp < 0x300 && compose)
+		return 0; /* NFKC: a canonical decomposition composes back */
+	if (find_decomp(tok_canon, NTAB(tok_canon), cp) >= 0)
 		return 1;
 	return ccc_of(cp) != 0;
 }
 
-int tok_unicode_init(struct taco_tok *tok, int need_nfc, int need_nfkc)
+int tok_unicode_init(struct taco_tok *tok, const int need[4])
 {
-	for (int compat = 0; compat < 2; compat++) {
+	for (int form = 0; form < 4; form++) {
+		int compat = form == NORM_NFKC || form == NORM_NFKD;
+		int compose = form == NORM_NFC || form == NORM_NFKC;
 		uint8_t *bm;
 
-		if (!(compat ? need_nfkc : need_nfc))
+		if (!need[form] || tok->qc[form])
 			continue;
 		bm = calloc(0x10000 / 8, 1);
 		if (!bm)
 			return -ENOMEM;
 		for (uint32_t cp = 0; cp < 0x10000; cp++)
-			if (may_change(cp, compat))
+			if (may_change(cp, compat, compose))
 				bm[cp >> 3] |= (uint8_t)(1u << (cp & 7));
 		/* second elements of compositions */
-		for (size_t i = 0; i < NTAB(tok_comp_table); i++) {
+		for (size_t i = 0; compose && i < NTAB(tok_comp_table); i++) {
 			uint32_t b = tok_comp_table[i].b;
 			if (b < 0x10000)
 				bm[b >> 3] |= (uint8_t)(1u << (b & 7));
 		}
-		if (compat)
-			tok->qc_nfkc = bm;
-		else
-			tok->qc_nfc = bm;
+		tok->qc[form] = bm;
 	}
 	return 0;
 }
@@ -346,7 +350,8 @@ static int quick_check(const struct taco_tok *tok, int form,
 		       const unsigned char *s, size_t n)
 {
 	int compat = form == NORM_NFKC || form == NORM_NFKD;
-	const uint8_t *bm = compat ? tok->qc_nfkc : tok->qc_nfc;
+	int compose = form == NORM_NFC || form == NORM_NFKC;
+	const uint8_t *bm = form >= 0 && form < 4 ? tok->qc[form] : NULL;
 	size_t i = 0;
 
 	while (i < n) {
@@ -360,7 +365,8 @@ static int quick_check(const struct taco_tok *tok, int form,
 		if (cp < 0x10000) {
 			if (!bm || (bm[cp >> 3] >> (cp & 7)) & 1)
 				return 0;
-		} else if (may_change(cp, compat) || is_comp_second(cp)) {
+		} else if (may_change(cp, compat, compose) ||
+			   (compose && is_comp_second(cp))) {
 			return 0;
 		}
 	}
@@ -475,6 +481,262 @@ out:
 	return r;
 }
 
+/* ------------------------------------------------------------ \p{..} */
+
+/* \p{..} of a General_Category value (and \d, Oniguruma's \p{Nd}) are
+ * rewritten into the code points that tokenizers' regex engine has for it
+ * (tok_gc_runs, at its Unicode version), not left to PCRE2's tables, which
+ * are of another Unicode version. When the PCRE2 linked has the tables
+ * that tok_gc_pcre2_diff was made against, a class is PCRE2's own \p{..}
+ * plus the code points that tokenizers has in it and PCRE2 not (fast:
+ * PCRE2 looks a property up in one step); else, or when tokenizers has
+ * fewer code points in it than PCRE2, or for a negated name inside a
+ * class, it is the whole class as explicit ranges. */
+int tok_regex_explicit_classes;
+
+/* The mask of the categories of a \p{..} name (between the braces), or 0
+ * when it is not a category name (a script, a binary property). */
+static uint32_t gc_mask(const char *s, size_t n)
+{
+	char k[48];
+	size_t m = 0, lo = 0, hi = NTAB(tok_gc_names);
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == ' ' || c == '-' || c == '_')
+			continue;
+		if (c >= 0x80 || m + 1 >= sizeof(k))
+			return 0;
+		k[m++] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+	}
+	k[m] = 0;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = strcmp(tok_gc_names[mid].name, k);
+		if (!c)
+			return tok_gc_names[mid].mask;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return 0;
+}
+
+/* 1 when the PCRE2 linked has the tables tok_gc_pcre2_diff is against. */
+static int gc_native_ok(void)
+{
+	char v[64] = {0};
+
+	if (tok_regex_explicit_classes)
+		return 0;
+	if (pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, v) < 0)
+		return 0;
+	return !strcmp(v, TOK_GC_PCRE2_UNICODE);
+}
+
+static int put_range(struct tok_buf *o, uint32_t a, uint32_t b)
+{
+	char t[40];
+	int k = a == b ? snprintf(t, sizeof(t), "\\x{%X}", (unsigned)a)
+		       : snprintf(t, sizeof(t), "\\x{%X}-\\x{%X}", (unsigned)a,
+				  (unsigned)b);
+	return tok_buf_put(o, t, (size_t)k);
+}
+
+int tok_numeric_pattern(struct tok_buf *o, int runs)
+{
+	int r = tok_buf_put(o, "[\\p{N}", 6);
+
+	for (size_t i = 0; !r && i < NTAB(tok_numeric_extra); i++)
+		r = put_range(o, tok_numeric_extra[i][0],
+			      tok_numeric_extra[i][1]);
+	return r ? r : tok_buf_put(o, runs ? "]+" : "]", runs ? 2u : 1u);
+}
+
+int tok_is_word_cp(uint32_t cp)
+{
+	size_t lo = 0, hi = NTAB(tok_word_ranges);
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (tok_word_ranges[mid][1] < cp)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < NTAB(tok_word_ranges) && tok_word_ranges[lo][0] <= cp;
+}
+
+/* Appends, as class items, the code points whose category is in mask (not
+ * in mask when negate), surrogates left out. *any: whether any was. */
+static int put_gc_ranges(struct tok_buf *o, uint32_t mask, int negate, int *any)
+{
+	size_t n = NTAB(tok_gc_runs);
+	uint32_t start = 0;
+	int open = 0, r = 0;
+
+	for (size_t i = 0; i < n && !r; i++) {
+		uint32_t a = tok_gc_runs[i].lo;
+		unsigned g = tok_gc_runs[i].gc;
+		int in = (int)((mask >> g) & 1) != negate &&
+			 strcmp(tok_gc_short[g], "Cs");
+
+		if (in && !open) {
+			start = a;
+			open = 1;
+		} else if (!in && open) {
+			r = put_range(o, start, a - 1);
+			open = 0;
+			*any = 1;
+		}
+	}
+	if (!r && open) {
+		r = put_range(o, start, 0x10FFFF);
+		*any = 1;
+	}
+	return r;
+}
+
+/* Appends PCRE2's own \p{..} items for mask: whole groups (L, M, ...) as
+ * one item. */
+static int put_gc_native(struct tok_buf *o, uint32_t mask)
+{
+	static const char groups[] = "LMNPSZC";
+	int r = 0;
+
+	for (const char *g = groups; *g && !r; g++) {
+		uint32_t gm = 0;
+		for (int i = 0; i < TOK_GC_COUNT; i++)
+			if (tok_gc_short[i][0] == *g)
+				gm |= 1u << i;
+		if ((mask & gm) == gm) {
+			char t[8] = {'\\', 'p', '{', *g, '}', 0};
+			r = tok_buf_put(o, t, 5);
+			mask &= ~gm;
+		}
+	}
+	for (int i = 0; i < TOK_GC_COUNT && !r; i++)
+		if ((mask >> i) & 1) {
+			r = tok_buf_put(o, "\\p{", 3) ||
+			    tok_buf_put(o, tok_gc_short[i], 2) ||
+			    tok_buf_put(o, "}", 1);
+		}
+	return r ? -ENOMEM : 0;
+}
+
+/* A translation: with no_adds set, the added code points (those that
+ * tokenizers has in a class and PCRE2's tables not) are left out, which
+ * gives the same matches on any text without them; blocks (one bit per 256
+ * code points) and min_add say where they are. */
+struct xlate {
+	int no_adds;
+	int any_add;
+	uint32_t min_add;
+	uint8_t blocks[0x110000 / 256 / 8];
+};
+
+static void mark_add(struct xlate *x, uint32_t lo, uint32_t hi)
+{
+	if (!x->any_add || lo < x->min_add)
+		x->min_add = lo;
+	x->any_add = 1;
+	for (uint32_t b = lo >> 8; b <= hi >> 8; b++)
+		x->blocks[b >> 3] |= (uint8_t)(1u << (b & 7));
+}
+
+/* Appends (unless x->no_adds; o NULL: only marks) the code points that
+ * tokenizers has in the categories of mask and PCRE2's tables not, as
+ * ranges, adjacent ones merged. */
+static int put_adds(struct tok_buf *o, uint32_t mask, struct xlate *x)
+{
+	int r = 0;
+
+	for (size_t i = 0; !r && i < NTAB(tok_gc_pcre2_diff); i++) {
+		const struct tok_gc_diff *d = &tok_gc_pcre2_diff[i];
+		uint32_t hi = d->hi;
+		if (!((mask >> d->hf) & 1) || ((mask >> d->pcre2) & 1))
+			continue;
+		while (i + 1 < NTAB(tok_gc_pcre2_diff) &&
+		       tok_gc_pcre2_diff[i + 1].lo == hi + 1 &&
+		       ((mask >> tok_gc_pcre2_diff[i + 1].hf) & 1) &&
+		       !((mask >> tok_gc_pcre2_diff[i + 1].pcre2) & 1))
+			hi = tok_gc_pcre2_diff[++i].hi;
+		mark_add(x, d->lo, hi);
+		if (o && !x->no_adds)
+			r = put_range(o, d->lo, hi);
+	}
+	return r;
+}
+
+static void mark_adds(struct xlate *x, uint32_t mask)
+{
+	put_adds(NULL, mask, x);
+}
+
+/* Appends the class of the categories in mask (negated: the others), as an
+ * atom ([..]) or, in_class, as items of the class being written. */
+static int put_gc_class(struct tok_buf *o, uint32_t mask, int negate,
+			int in_class, struct xlate *x)
+{
+	int native = gc_native_ok(), add = 0, any = 0, r = 0;
+
+	for (size_t i = 0; native && i < NTAB(tok_gc_pcre2_diff); i++) {
+		const struct tok_gc_diff *d = &tok_gc_pcre2_diff[i];
+		int hf = (mask >> d->hf) & 1, pc = (mask >> d->pcre2) & 1;
+		if (pc && !hf)
+			native = 0; /* PCRE2 has more: explicit ranges */
+		add |= hf && !pc;
+	}
+	if (native && negate && in_class) {
+		/* \P{X} of one category or group, when PCRE2 has it all */
+		struct tok_buf one = {0};
+		if (!add && !put_gc_native(&one, mask) &&
+		    !memchr(one.p + 1, '\\', one.n - 1)) {
+			one.p[1] = 'P';
+			r = tok_buf_put(o, one.p, one.n);
+			tok_buf_free(&one);
+			return r;
+		}
+		tok_buf_free(&one);
+		native = 0;
+	}
+	if (native && !in_class && (!add || x->no_adds)) {
+		/* PCRE2's own \p{X} (\P{X}) when one item says it all */
+		struct tok_buf one = {0};
+		if (!put_gc_native(&one, mask) &&
+		    !memchr(one.p + 1, '\\', one.n - 1)) {
+			one.p[1] = negate ? 'P' : 'p';
+			mark_adds(x, mask);
+			r = tok_buf_put(o, one.p, one.n);
+			tok_buf_free(&one);
+			return r;
+		}
+		tok_buf_free(&one);
+	}
+	if (native) {
+		r = in_class
+			? 0
+			: tok_buf_put(o, negate ? "[^" : "[", 1 + !!negate);
+		r = r ? r : put_gc_native(o, mask);
+		r = r ? r : put_adds(o, mask, x);
+		return r ? r : in_class ? 0 : tok_buf_put(o, "]", 1);
+	}
+	if (in_class)
+		return put_gc_ranges(o, mask, negate, &any);
+	{
+		size_t at = o->n;
+		r = tok_buf_put(o, negate ? "[^" : "[", 1 + !!negate);
+		r = r ? r : put_gc_ranges(o, mask, 0, &any);
+		if (r || any)
+			return r ? r : tok_buf_put(o, "]", 1);
+		/* no code point: never matches, or (negated) any char */
+		o->n = at;
+		return tok_buf_put(o, negate ? "(?s:.)" : "(?!)",
+				   negate ? 6 : 4);
+	}
+}
+
 /* ------------------------------------------------------------ regex */
 
 /* Oniguruma's \s: Unicode White_Space, as a class body. */
@@ -483,7 +745,7 @@ out:
 	"\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 
 static int translate(const char *p, size_t n, struct tok_buf *o,
-		     const char **bad)
+		     const char **bad, struct xlate *x)
 {
 	size_t i = 0;
 	int in_class = 0, r = 0;
@@ -498,7 +760,43 @@ static int translate(const char *p, size_t n, struct tok_buf *o,
 				return -EINVAL;
 			}
 			d = p[i + 1];
-			if (d == 's') {
+			if ((d == 'p' || d == 'P') && i + 2 < n &&
+			    p[i + 2] == '{') {
+				/* \p{NAME}, \p{^NAME}, \P{..} */
+				const char *e =
+				    memchr(p + i + 3, '}', n - i - 3);
+				const char *nm = p + i + 3;
+				int neg = d == 'P';
+				uint32_t mask;
+
+				if (!e) {
+					*bad = "an unclosed \\p{";
+					return -EINVAL;
+				}
+				while (nm < e && *nm == ' ')
+					nm++;
+				if (nm < e && *nm == '^') {
+					neg = !neg;
+					nm++;
+				}
+				mask = gc_mask(nm, (size_t)(e - nm));
+				if (mask)
+					r = put_gc_class(o, mask, neg, in_class,
+							 x);
+				else /* not a category: PCRE2's meaning */
+					r = tok_buf_put(o, p + i,
+							(size_t)(e - (p + i)) +
+							    1);
+				i = (size_t)(e - p) + 1;
+				continue;
+			} else if (d == 'p' || d == 'P') {
+				/* Oniguruma: \p without { is the letter */
+				r = tok_buf_put(o, &d, 1);
+			} else if (d == 'd' || d == 'D') {
+				/* Oniguruma's \d: \p{Nd} */
+				r = put_gc_class(o, gc_mask("Nd", 2), d == 'D',
+						 in_class, x);
+			} else if (d == 's') {
 				r = in_class ? tok_buf_put(o, WS_BODY,
 							   strlen(WS_BODY))
 					     : tok_buf_put(o, "[" WS_BODY "]",
@@ -609,6 +907,7 @@ int tok_regex_compile(struct tok_regex *re, const char *pat, size_t len,
 	int ec, r;
 	PCRE2_SIZE eoff;
 	uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
+	struct xlate *x = NULL;
 
 	memset(re, 0, sizeof(*re));
 	if (len > 65536)
@@ -619,9 +918,11 @@ int tok_regex_compile(struct tok_regex *re, const char *pat, size_t len,
 		opts = (opts & ~(uint32_t)PCRE2_UCP) | PCRE2_LITERAL;
 		r = tok_buf_put(&b, pat, len);
 	} else {
-		r = translate(pat, len, &b, &bad);
+		x = calloc(1, sizeof(*x));
+		r = x ? translate(pat, len, &b, &bad, x) : -ENOMEM;
 	}
 	if (r == -EINVAL) {
+		free(x);
 		tok_buf_free(&b);
 		return taco_err_set(err, -EINVAL,
 				    "%s: %s pattern uses %s, which Oniguruma "
@@ -629,6 +930,7 @@ int tok_regex_compile(struct tok_regex *re, const char *pat, size_t len,
 				    name, what, bad);
 	}
 	if (r) {
+		free(x);
 		tok_buf_free(&b);
 		return taco_err_set(err, -ENOMEM, "%s: out of memory", name);
 	}
@@ -640,6 +942,7 @@ int tok_regex_compile(struct tok_regex *re, const char *pat, size_t len,
 			    (const unsigned char *)b.p + i, b.n - i, &bl);
 			if (!k || memchr(b.p + i, 0, k)) {
 				if (!k || !literal) {
+					free(x);
 					tok_buf_free(&b);
 					return taco_err_set(
 					    err, -EINVAL,
@@ -653,15 +956,47 @@ int tok_regex_compile(struct tok_regex *re, const char *pat, size_t len,
 	}
 	re->code = pcre2_compile((PCRE2_SPTR)(b.p ? b.p : ""), b.n, opts, &ec,
 				 &eoff, NULL);
-	tok_buf_free(&b);
 	if (!re->code) {
 		PCRE2_UCHAR msg[256];
+		free(x);
+		tok_buf_free(&b);
 		pcre2_get_error_message(ec, msg, sizeof(msg));
 		return taco_err_set(err, -EINVAL,
 				    "%s: %s pattern does not compile: %s", name,
 				    what, (const char *)msg);
 	}
 	re->jit = pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0;
+	if (x && x->any_add) {
+		/* the pattern without the added code points: PCRE2's own
+		 * \p{..} alone, for texts that have none of them */
+		const char *bad2;
+		x->no_adds = 1;
+		b.n = 0;
+		r = translate(pat, len, &b, &bad2, x);
+		re->fast = r ? NULL
+			     : pcre2_compile((PCRE2_SPTR)b.p, b.n, opts, &ec,
+					     &eoff, NULL);
+		re->add_blocks = malloc(sizeof(x->blocks));
+		if (!re->fast || !re->add_blocks) {
+			free(x);
+			tok_buf_free(&b);
+			tok_regex_free(re);
+			return taco_err_set(err, -ENOMEM, "%s: out of memory",
+					    name);
+		}
+		memcpy(re->add_blocks, x->blocks, sizeof(x->blocks));
+		re->fast_jit =
+		    pcre2_jit_compile(re->fast, PCRE2_JIT_COMPLETE) == 0;
+		/* the lead byte of the smallest added code point: a text
+		 * without a byte at or above it has none */
+		re->add_lead = (unsigned char)(x->min_add < 0x800
+						   ? 0xC0 | (x->min_add >> 6)
+					       : x->min_add < 0x10000
+						   ? 0xE0 | (x->min_add >> 12)
+						   : 0xF0 | (x->min_add >> 18));
+	}
+	free(x);
+	tok_buf_free(&b);
 	return 0;
 }
 
@@ -669,21 +1004,42 @@ void tok_regex_free(struct tok_regex *re)
 {
 	if (re->code)
 		pcre2_code_free(re->code);
-	re->code = NULL;
+	if (re->fast)
+		pcre2_code_free(re->fast);
+	free(re->add_blocks);
+	re->code = re->fast = NULL;
+	re->add_blocks = NULL;
+}
+
+/* 1 when s[0..n) has a code point of the added ranges of re (checked by
+ * block of 256). */
+static int has_added(const struct tok_regex *re, const unsigned char *s,
+		     size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t cp;
+		if (s[i] < re->add_lead)
+			continue;
+		i += (size_t)tok_utf8_next(s + i, n - i, &cp) - 1;
+		if ((re->add_blocks[cp >> 11] >> ((cp >> 8) & 7)) & 1)
+			return 1;
+	}
+	return 0;
 }
 
 static int regex_match(const struct tok_regex *re, struct tok_matcher *m,
 		       const char *s, size_t n, size_t from, taco_err *err)
 {
-	int rc;
+	int rc, fast = re->fast && !m->exact;
+	const pcre2_code *code = fast ? re->fast : re->code;
 
-	if (re->jit)
-		rc = pcre2_jit_match(re->code, (PCRE2_SPTR)s, n, from,
+	if (fast ? re->fast_jit : re->jit)
+		rc = pcre2_jit_match(code, (PCRE2_SPTR)s, n, from,
 				     PCRE2_NO_UTF_CHECK, m->md, m->mc);
 	else
 		rc = PCRE2_ERROR_JIT_STACKLIMIT;
 	if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-		rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, from,
+		rc = pcre2_match(code, (PCRE2_SPTR)s, n, from,
 				 PCRE2_NO_UTF_CHECK, m->md, m->mc);
 	if (rc >= 0)
 		return 1;
@@ -702,6 +1058,15 @@ int tok_regex_next(const struct tok_regex *re, struct tok_matcher *m,
 		   const char *s, size_t n, size_t *pos, size_t *last,
 		   size_t *ms, size_t *me, taco_err *err)
 {
+	/* which of re's two patterns fits s: decided at the first call on
+	 * s, kept for the next ones */
+	if (re->fast &&
+	    (*last == SIZE_MAX || m->re != re || m->s != s || m->n != n)) {
+		m->re = re;
+		m->s = s;
+		m->n = n;
+		m->exact = has_added(re, (const unsigned char *)s, n);
+	}
 	for (;;) {
 		int r;
 		PCRE2_SIZE *ov;
