@@ -71,8 +71,8 @@ static void name_paths(const tacod_service *s, const taco_job *job, json_t *req,
 	replace_all(msg, cap, s->cfg.models_dir, "<models>");
 }
 
-/* The report names the file as the client did, and so does every
- * problem's detail. */
+/* The report names the file as the client did, and so do its summary and
+ * every problem's detail. */
 static void name_report(const tacod_service *s, const taco_job *job,
 			json_t *req, json_t *report)
 {
@@ -83,6 +83,12 @@ static void name_report(const tacod_service *s, const taco_job *job,
 	if (json_object_get(report, "file"))
 		json_object_set(report, "file",
 				json_object_get(req, "training_file"));
+	if (json_string_value(json_object_get(report, "summary"))) {
+		snprintf(detail, sizeof(detail), "%s",
+			 json_string_value(json_object_get(report, "summary")));
+		name_paths(s, job, req, detail, sizeof(detail));
+		json_object_set_new(report, "summary", json_string(detail));
+	}
 	json_array_foreach(probs, i, p)
 	{
 		const char *d = json_string_value(json_object_get(p, "detail"));
