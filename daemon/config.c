@@ -22,6 +22,8 @@ void tacod_config_defaults(tacod_config *c)
 	c->limits.max_body_bytes = 1u << 20;
 	c->limits.max_upload_bytes = 8ull << 30;
 	c->limits.max_connections = 256;
+	c->limits.max_connections_per_client = 32;
+	c->limits.request_head_timeout_s = 10;
 	c->limits.max_queued_jobs_per_user = 100;
 	c->limits.max_running_jobs = 8;
 	c->limits.max_sync_validate_bytes = 64ull << 20;
@@ -105,6 +107,8 @@ static int limits(json_t *o, tacod_limits *l, const char *name, taco_err *err)
 	static const char *const keys[] = {"max_body_bytes",
 					   "max_upload_bytes",
 					   "max_connections",
+					   "max_connections_per_client",
+					   "request_head_timeout_s",
 					   "max_queued_jobs_per_user",
 					   "max_running_jobs",
 					   "max_sync_validate_bytes",
@@ -126,6 +130,15 @@ static int limits(json_t *o, tacod_limits *l, const char *name, taco_err *err)
 	if ((r = num(o, "max_connections", 1, 100000, &x, name, err)))
 		return r;
 	l->max_connections = (int)x;
+	x = l->max_connections_per_client;
+	if ((r = num(o, "max_connections_per_client", 1, 100000, &x, name,
+		     err)))
+		return r;
+	l->max_connections_per_client = (int)x;
+	x = l->request_head_timeout_s;
+	if ((r = num(o, "request_head_timeout_s", 1, 3600, &x, name, err)))
+		return r;
+	l->request_head_timeout_s = (int)x;
 	x = l->max_queued_jobs_per_user;
 	if ((r = num(o, "max_queued_jobs_per_user", 1, 1000000, &x, name, err)))
 		return r;

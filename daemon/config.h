@@ -15,6 +15,8 @@ typedef struct tacod_limits {
 	uint64_t max_body_bytes;   /* JSON request bodies */
 	uint64_t max_upload_bytes; /* one uploaded file */
 	int max_connections;
+	int max_connections_per_client; /* per address (TCP), per uid (unix) */
+	int request_head_timeout_s;	/* a request head must arrive within */
 	int max_queued_jobs_per_user;
 	int max_running_jobs;
 	uint64_t max_sync_validate_bytes; /* data a plan reads at once */

@@ -16,7 +16,19 @@
  * "code"}}. Unauthenticated: 401; unknown path: 404; a known path with
  * another method: 405 (with Allow); a body over limits.max_body_bytes (or
  * an uploaded file over limits.max_upload_bytes): 413; a stopping server:
- * 503. Library code: no logging. */
+ * 503; a Transfer-Encoding other than chunked: 501. The requests that
+ * libmicrohttpd refuses by itself (a bad Content-Length, a head too large,
+ * an HTTP version other than 1.x, malformed lines or chunks) get the same
+ * shape (http_reply.c).
+ *
+ * Slow clients (http_conn.c): a connection that has not sent a whole
+ * request head within limits.request_head_timeout_s of its start or of
+ * its previous request is closed (408 when its request line had come);
+ * a client (an address, IPv6 by its /64; a uid on the unix socket) holds
+ * at most limits.max_connections_per_client connections, its oldest one
+ * waiting for a head giving way to a new one (429 when none waits); a
+ * full listener closes its oldest connection waiting for a head. Library
+ * code: no logging. */
 #ifndef TACOD_HTTP_H
 #define TACOD_HTTP_H
 
@@ -75,7 +87,13 @@ typedef struct tacod_http_stats {
 	uint64_t by_status[TACOD_HTTP_STATUS_MAX]; /* index: status code */
 	uint64_t streams;			   /* streams begun */
 	uint64_t streams_open;
-	uint64_t streams_dropped; /* clients too slow (buffer full) */
+	uint64_t streams_dropped;     /* clients too slow (buffer full) */
+	uint64_t connections_open;    /* not given up (below) */
+	uint64_t heads_timed_out;     /* closed at the head deadline */
+	uint64_t connections_evicted; /* waiting for a head, closed to make
+					 room for a new connection */
+	uint64_t connections_refused; /* a client at its limit, none of its
+					 connections waiting (429) */
 } tacod_http_stats;
 
 /* Starts the listeners of the config, loading config->tokens_file when

@@ -4,10 +4,13 @@
  * installed; no file outside daemon/http_*.c includes it.
  *
  *   http_server.c  start and stop, listeners, MHD callbacks, stats, tokens
+ *   http_conn.c    connections waiting for a head: the head deadline, the
+ *                  connection limit per client
  *   http_route.c   compiled routes, the URI, who calls, the request head
  *   http_body.c    the body (memory, multipart upload), deferred errors,
  *                  running the handler
- *   http_reply.c   replies and the error envelope
+ *   http_reply.c   replies and the error envelope (libmicrohttpd's own
+ *                  error replies included)
  *   http_stream.c  server-sent event streams, suspension and resumption */
 #ifndef TACOD_HTTP_INTERNAL_H
 #define TACOD_HTTP_INTERNAL_H
@@ -28,12 +31,29 @@
 
 /* ---- server, listeners, compiled routes ---- */
 
+typedef struct http_conn http_conn; /* http_conn.c */
+typedef struct http_client http_client;
+
 typedef struct listener {
 	struct tacod_http_server *srv;
 	struct MHD_Daemon *d;
 	int is_unix;
 	int quiesced_fd; /* the listen socket after MHD_quiesce_daemon */
+	int max_conn;
+	/* under srv->conn_lock: */
+	int live;			  /* connections not given up */
+	http_conn *wait_head, *wait_tail; /* waiting for a head, oldest
+					     first */
 } listener;
+
+/* The answers written straight to a socket, before or without a request
+ * head (http_send_canned). */
+enum {
+	HTTP_CANNED_TIMEOUT,
+	HTTP_CANNED_TOO_MANY,
+	HTTP_CANNED_BUSY,
+	HTTP_CANNED_N
+};
 
 typedef struct croute {
 	const tacod_http_route *r;
@@ -66,6 +86,19 @@ struct tacod_http_server {
 
 	uint64_t stats_requests, stats_status[TACOD_HTTP_STATUS_MAX];
 	uint64_t stats_streams, stats_open, stats_dropped; /* atomic */
+
+	/* http_conn.c: connections waiting for a head, clients */
+	pthread_mutex_t conn_lock;
+	pthread_cond_t conn_cond; /* CLOCK_MONOTONIC; wakes the sweeper */
+	int conns_ready, sweeper_on, sweeper_stop;
+	pthread_t sweeper;
+	int64_t head_ms; /* limits.request_head_timeout_s */
+	int per_client;	 /* limits.max_connections_per_client */
+	http_client **clients;
+	size_t n_buckets;
+	char *canned[HTTP_CANNED_N]; /* JSON bodies */
+	uint64_t stats_conns, stats_timed_out, stats_evicted,
+	    stats_refused; /* atomic */
 };
 
 /* ---- streams ---- */
@@ -150,6 +183,42 @@ static inline void http_kv_free(kv *a, int n)
 	}
 }
 
+/* ---- http_conn.c ---- */
+
+/* Starts tracking connections (and the sweeper thread); stops after the
+ * listeners have stopped. */
+int http_conns_init(tacod_http_server *s, const tacod_config *cfg,
+		    taco_err *err);
+void http_conns_stop(tacod_http_server *s);
+/* MHD_OPTION_NOTIFY_CONNECTION (cls: the listener). */
+void http_conn_notify(void *cls, struct MHD_Connection *c,
+		      void **socket_context,
+		      enum MHD_ConnectionNotificationCode code);
+/* The request line has arrived (the URI callback) and r is its request,
+ * which the connection frees if it closes without the request's
+ * completion (http_req_free). */
+void http_conn_line(struct MHD_Connection *c, tacod_http_req *r);
+/* The head is complete (the access handler's first call): no deadline any
+ * more. Returns -1 when the connection has been given up already. */
+int http_conn_head(struct MHD_Connection *c);
+/* The request is done (it has been freed): the connection waits for its
+ * next head. */
+void http_conn_idle(struct MHD_Connection *c);
+/* Called while libmicrohttpd refuses a request head by itself (from its
+ * thread, see http_reply.c): finds the connection, which then waits no
+ * more. With a status, the connection keeps body (the error envelope) and
+ * sends it when it closes: the caller then lets libmicrohttpd close it
+ * without an answer of its own. Returns 0, or -1 when the connection is
+ * not known for sure (or, with a status, out of memory). */
+int http_conn_refused(unsigned status, const char *body);
+/* 1 when the server of this MHD thread is stopping. */
+int http_conn_stopping(void);
+
+/* ---- http_server.c ---- */
+
+/* Frees a request (its upload, stream, counts) once MHD is done with it. */
+void http_req_free(tacod_http_req *r);
+
 /* ---- http_route.c ---- */
 
 /* Compiles the route table into s->routes (s->n_routes as far as it got,
@@ -188,6 +257,15 @@ void http_drop_temp(tacod_http_req *r);
 int http_queue(tacod_http_req *r, unsigned status, struct MHD_Response *resp);
 /* Replaces bytes that are not valid UTF-8 with '?', in place. */
 void http_utf8_fix(char *s);
+/* Builds the bodies of the canned answers (s->canned); frees them. */
+int http_canned_init(tacod_http_server *s);
+void http_canned_free(tacod_http_server *s);
+/* Writes an answer straight to fd, if the socket takes all of it at once:
+ * the status, Connection: close (the caller closes), a JSON body. */
+void http_send_raw(tacod_http_server *s, int fd, unsigned status,
+		   const char *retry_after, const char *body);
+/* The same for a canned answer (HTTP_CANNED_*). */
+void http_send_canned(tacod_http_server *s, int fd, int which);
 
 /* ---- http_stream.c ---- */
 

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "http_internal.h"
@@ -244,6 +245,47 @@ static uint64_t content_length(struct MHD_Connection *c, int *have)
 	return n;
 }
 
+static enum MHD_Result count_clen(void *cls, enum MHD_ValueKind kind,
+				  const char *key, const char *value)
+{
+	(void)kind;
+	(void)value;
+	*(int *)cls += !strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	return MHD_YES;
+}
+
+/* How the body is framed, where libmicrohttpd lets it pass: a coding it
+ * does not decode would be read until the client closes (RFC 9112 6.1:
+ * 501); a second Content-Length, or one beside Transfer-Encoding, is
+ * ignored by it and may be what another server on the way believed (RFC
+ * 9112 6.3: refuse). Returns 0, or http_reject's result. */
+static int check_framing(tacod_http_req *r, struct MHD_Connection *c,
+			 int *refused)
+{
+	const char *te = MHD_lookup_connection_value(
+	    c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+	int n = 0;
+
+	*refused = 1;
+	if (te && strcasecmp(te, "chunked"))
+		return http_reject(r, 501, "unsupported_transfer_encoding",
+				   NULL,
+				   "Transfer-Encoding '%.64s' is not "
+				   "supported: send the body chunked or with a "
+				   "Content-Length.",
+				   te);
+	MHD_get_connection_values(c, MHD_HEADER_KIND, count_clen, &n);
+	if (n > 1 || (n && te))
+		return http_reject(r, 400, "invalid_content_length", NULL,
+				   "The request has %s: the body's length "
+				   "is ambiguous.",
+				   n > 1 ? "more than one Content-Length"
+					 : "both Content-Length and "
+					   "Transfer-Encoding");
+	*refused = 0;
+	return 0;
+}
+
 /* The first call of a request: authentication, routing, body limits.
  * Returns 0, or -1 to drop the connection. */
 int http_begin(tacod_http_req *r, struct MHD_Connection *c, const char *method,
@@ -254,6 +296,7 @@ int http_begin(tacod_http_req *r, struct MHD_Connection *c, const char *method,
 	int rc, have_len, path_known = 0;
 	uint64_t clen;
 	char allow[256] = "";
+	int refused;
 
 	r->conn = c;
 	r->method = strdup(method);
@@ -271,6 +314,9 @@ int http_begin(tacod_http_req *r, struct MHD_Connection *c, const char *method,
 	if (rc)
 		return http_reject(r, 503, "server_shutting_down", NULL,
 				   "The server is shutting down.");
+	rc = check_framing(r, c, &refused);
+	if (refused)
+		return rc;
 
 	/* Who is calling. */
 	if (r->l->is_unix) {

@@ -1,7 +1,7 @@
 /* http_server.c: tacod's HTTP server: starting and stopping it, its
  * listeners (TCP, a unix socket) and their MHD daemons, the MHD callbacks
- * that carry a request from its URI to its completion, the stats and the
- * tokens file. */
+ * that carry a request from its URI to its completion (http_conn.c keeps
+ * the time of each head), the stats and the tokens file. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -17,6 +17,8 @@
 
 #include "http_internal.h"
 
+/* An idle connection is closed after CONN_TIMEOUT_S; one waiting for a
+ * request head much sooner (http_conn.c). */
 #define THREADS 4		 /* MHD polling threads per listener */
 #define CONN_TIMEOUT_S 300	 /* idle connections are closed */
 #define CONN_MEMORY (128u << 10) /* MHD's per-connection pool */
@@ -28,13 +30,13 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 	listener *l = cls;
 	tacod_http_req *r = calloc(1, sizeof(*r));
 
-	(void)c;
-	if (!r)
-		return NULL;
-	r->srv = l->srv;
-	r->l = l;
-	r->file_fd = -1;
-	r->raw_uri = strdup(uri ? uri : "/");
+	if (r) {
+		r->srv = l->srv;
+		r->l = l;
+		r->file_fd = -1;
+		r->raw_uri = strdup(uri ? uri : "/");
+	}
+	http_conn_line(c, r);
 	return r;
 }
 
@@ -51,6 +53,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
 		return MHD_NO;
 	if (!r->started) {
 		r->started = 1;
+		if (http_conn_head(c))
+			return MHD_NO; /* given up at its deadline */
 		return http_begin(r, c, method, url) ? MHD_NO : MHD_YES;
 	}
 	if (*size) {
@@ -61,17 +65,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
 	return http_finish(r) ? MHD_NO : MHD_YES;
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-			 enum MHD_RequestTerminationCode toe)
+void http_req_free(tacod_http_req *r)
 {
-	tacod_http_req *r = *con_cls;
-
-	(void)cls;
-	(void)c;
-	(void)toe;
-	*con_cls = NULL;
-	if (!r)
-		return;
 	if (r->pp)
 		MHD_destroy_post_processor(r->pp);
 	http_drop_temp(r);
@@ -92,6 +87,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	free(r->segbuf);
 	free(r->body);
 	free(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	tacod_http_req *r = *con_cls;
+
+	(void)cls;
+	(void)toe;
+	*con_cls = NULL;
+	http_conn_idle(c); /* the next head's time begins */
+	if (r)
+		http_req_free(r);
 }
 
 /* ---- starting and stopping ---- */
@@ -226,6 +234,11 @@ static int start_daemon(tacod_http_server *s, listener *l, int max_conn,
 		threads = (unsigned)max_conn;
 	l->srv = s;
 	l->quiesced_fd = -1;
+	l->max_conn = max_conn;
+	/* No MHD_OPTION_PER_IP_CONNECTION_LIMIT: http_conn.c counts the
+	 * connections of each client (on the unix socket too) and makes room
+	 * by giving up the oldest one waiting for a head, where the library
+	 * would refuse the newest. */
 	if (sa)
 		l->d = MHD_start_daemon(
 		    flags, 0, NULL, NULL, on_access, l, MHD_OPTION_SOCK_ADDR,
@@ -234,6 +247,7 @@ static int start_daemon(tacod_http_server *s, listener *l, int max_conn,
 		    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
 		    MHD_OPTION_THREAD_POOL_SIZE, threads,
 		    MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
+		    MHD_OPTION_NOTIFY_CONNECTION, http_conn_notify, l,
 		    MHD_OPTION_URI_LOG_CALLBACK, on_uri, l,
 		    MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
 	else
@@ -245,6 +259,7 @@ static int start_daemon(tacod_http_server *s, listener *l, int max_conn,
 		    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
 		    MHD_OPTION_THREAD_POOL_SIZE, threads,
 		    MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
+		    MHD_OPTION_NOTIFY_CONNECTION, http_conn_notify, l,
 		    MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_END);
 	if (!l->d)
 		return taco_err_set(err, -EADDRINUSE,
@@ -256,6 +271,7 @@ static int start_daemon(tacod_http_server *s, listener *l, int max_conn,
 
 static void server_free(tacod_http_server *s)
 {
+	http_conns_stop(s);
 	http_routes_free(s);
 	tacod_auth_free(s->auth);
 	pthread_rwlock_destroy(&s->auth_lock);
@@ -310,7 +326,8 @@ int tacod_http_start(const tacod_config *cfg, const tacod_http_route *routes,
 	    cfg->limits.max_connections > 0 ? cfg->limits.max_connections : 256;
 	snprintf(s->tokens_file, sizeof(s->tokens_file), "%s",
 		 cfg->tokens_file);
-	if ((rc = http_routes_compile(s, routes, err)))
+	if ((rc = http_routes_compile(s, routes, err)) ||
+	    (rc = http_conns_init(s, cfg, err)))
 		goto fail;
 	if (s->tokens_file[0] &&
 	    (rc = tacod_auth_load(s->tokens_file, &s->auth, err)))
@@ -368,6 +385,14 @@ void tacod_http_get_stats(tacod_http_server *s, tacod_http_stats *out)
 	out->streams_open = __atomic_load_n(&s->stats_open, __ATOMIC_RELAXED);
 	out->streams_dropped =
 	    __atomic_load_n(&s->stats_dropped, __ATOMIC_RELAXED);
+	out->connections_open =
+	    __atomic_load_n(&s->stats_conns, __ATOMIC_RELAXED);
+	out->heads_timed_out =
+	    __atomic_load_n(&s->stats_timed_out, __ATOMIC_RELAXED);
+	out->connections_evicted =
+	    __atomic_load_n(&s->stats_evicted, __ATOMIC_RELAXED);
+	out->connections_refused =
+	    __atomic_load_n(&s->stats_refused, __ATOMIC_RELAXED);
 }
 
 int tacod_http_reload_tokens(tacod_http_server *s, taco_err *err)

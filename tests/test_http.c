@@ -31,27 +31,12 @@ static char tmp[256], upload_dir[300], keep_dir[300], sock_path[300];
 static tacod_http_server *srv;
 static int port;
 
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static double cpu_s(void)
 {
 	struct timespec t;
 
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-	nanosleep(&t, NULL);
 }
 
 /* The stream handed from a handler to the test. */
@@ -62,12 +47,12 @@ static int slow_started;
 static tacod_http_stream *wait_stream(void)
 {
 	tacod_http_stream *s;
-	double t0 = now_s();
+	double t0 = tu_now_s();
 
 	pthread_mutex_lock(&st_lock);
-	while (!st_handle && now_s() - t0 < 10) {
+	while (!st_handle && tu_now_s() - t0 < 10) {
 		pthread_mutex_unlock(&st_lock);
-		sleep_ms(5);
+		tu_sleep_ms(5);
 		pthread_mutex_lock(&st_lock);
 	}
 	s = st_handle;
@@ -180,7 +165,7 @@ static int h_slow(tacod_http_req *r, void *ctx)
 	pthread_mutex_lock(&st_lock);
 	slow_started = 1;
 	pthread_mutex_unlock(&st_lock);
-	sleep_ms(600);
+	tu_sleep_ms(600);
 	return tacod_http_reply_text(r, 200, "slow done");
 }
 
@@ -224,6 +209,9 @@ static void config(tacod_config *c)
 	c->limits.max_body_bytes = 4096;
 	c->limits.max_upload_bytes = 4u << 20;
 	c->limits.max_connections = 512;
+	/* every client here is 127.0.0.1 (test_http_slow.c tests the
+	 * limit) */
+	c->limits.max_connections_per_client = 512;
 }
 
 static void start(const tacod_config *c)
@@ -1013,14 +1001,14 @@ START_TEST(test_stream_events_in_order)
 	s = wait_stream();
 	/* An idle stream waits without spinning. */
 	double cpu0 = cpu_s();
-	sleep_ms(500);
+	tu_sleep_ms(500);
 	ck_assert_msg(cpu_s() - cpu0 < 0.1, "idle stream used %.3f s CPU",
 		      cpu_s() - cpu0);
 	for (int i = 0; i < 100; i++) {
 		snprintf(data, sizeof(data), "{\"i\": %d}", i);
 		ck_assert_int_eq(tacod_http_stream_event(s, "tick", data), 0);
 		if (i % 10 == 0)
-			sleep_ms(2); /* let some go out alone */
+			tu_sleep_ms(2); /* let some go out alone */
 	}
 	tacod_http_get_stats(srv, &stats);
 	ck_assert_uint_eq(stats.streams_open, 1);
@@ -1040,7 +1028,7 @@ START_TEST(test_stream_events_in_order)
 	}
 	ck_assert_str_eq(p, "");
 	resp_free(&rd.r);
-	sleep_ms(50);
+	tu_sleep_ms(50);
 	tacod_http_get_stats(srv, &stats);
 	ck_assert_uint_eq(stats.streams, 1);
 	ck_assert_uint_eq(stats.streams_open, 0);
@@ -1107,12 +1095,12 @@ START_TEST(test_stream_client_disconnects)
 		got += (size_t)n;
 	}
 	close(fd);
-	t0 = now_s();
-	while (now_s() - t0 < 10) {
+	t0 = tu_now_s();
+	while (tu_now_s() - t0 < 10) {
 		rc = tacod_http_stream_event(s, "more", "x");
 		if (rc)
 			break;
-		sleep_ms(10);
+		tu_sleep_ms(10);
 	}
 	ck_assert_int_eq(rc, -EPIPE);
 	ck_assert_int_eq(tacod_http_stream_push(s, "x", 1), -EPIPE);
@@ -1178,7 +1166,8 @@ START_TEST(test_graceful_stop)
 	ck_assert_int_eq(tacod_http_stream_event(s, NULL, "one"), 0);
 	ck_assert_int_eq(tacod_http_stream_event(s, NULL, "two"), 0);
 	ck_assert_int_eq(pthread_create(&tslow, NULL, slow_get, &rslow), 0);
-	for (t0 = now_s(); !started && now_s() - t0 < 10; sleep_ms(5)) {
+	for (t0 = tu_now_s(); !started && tu_now_s() - t0 < 10;
+	     tu_sleep_ms(5)) {
 		pthread_mutex_lock(&st_lock);
 		started = slow_started;
 		pthread_mutex_unlock(&st_lock);
@@ -1273,10 +1262,10 @@ START_TEST(test_stopping_answers_503)
 	ck_assert_int_eq(write(up, post_head, strlen(post_head)),
 			 (ssize_t)strlen(post_head));
 	ck_assert_int_eq(write(up, post_body, 6), 6);
-	sleep_ms(100);
+	tu_sleep_ms(100);
 	ck_assert_int_eq(pthread_create(&tstop, NULL, stop_thread, srv), 0);
 	srv = NULL;
-	sleep_ms(100);
+	tu_sleep_ms(100);
 	/* A new request on the open connection: 503, and the connection
 	 * closes. */
 	ck_assert_int_eq(write(fd, get_req, strlen(get_req)),
@@ -1321,13 +1310,13 @@ START_TEST(test_upload_client_disconnects)
 	memset(part, 'q', 256u << 10);
 	ck_assert_int_eq(write(fd, part, 256u << 10), 256 << 10);
 	/* The temporary file exists while the upload goes on... */
-	for (t0 = now_s(); !dir_entries(upload_dir) && now_s() - t0 < 10;)
-		sleep_ms(5);
+	for (t0 = tu_now_s(); !dir_entries(upload_dir) && tu_now_s() - t0 < 10;)
+		tu_sleep_ms(5);
 	ck_assert_int_eq(dir_entries(upload_dir), 1);
 	/* ...and goes when the client does. */
 	close(fd);
-	for (t0 = now_s(); dir_entries(upload_dir) && now_s() - t0 < 10;)
-		sleep_ms(5);
+	for (t0 = tu_now_s(); dir_entries(upload_dir) && tu_now_s() - t0 < 10;)
+		tu_sleep_ms(5);
 	ck_assert_int_eq(dir_entries(upload_dir), 0);
 	free(part);
 }
@@ -1357,7 +1346,7 @@ START_TEST(test_malformed_requests)
 		ck_assert_msg(!strncmp(buf, "HTTP/1.1 404", 12), "%s", buf);
 		/* Errors before the body keep the connection. */
 		ck_assert_msg(!strcasestr(buf, "Connection: close"), "%s", buf);
-		sleep_ms(20);
+		tu_sleep_ms(20);
 		ck_assert_int_eq(write(fd, bad[i], strlen(bad[i])),
 				 (ssize_t)strlen(bad[i]));
 		memset(buf, 0, sizeof(buf));
@@ -1544,7 +1533,7 @@ START_TEST(test_many_concurrent_keepalive)
 	pthread_t t[N_THREADS];
 	int ok[N_THREADS] = {0}, total = 0;
 	tacod_http_stats s;
-	double t0 = now_s();
+	double t0 = tu_now_s();
 
 	config(&c);
 	start(&c);
@@ -1556,7 +1545,7 @@ START_TEST(test_many_concurrent_keepalive)
 		total += ok[i];
 	}
 	ck_assert_int_eq(total, N_THREADS * PER_THREAD * ROUNDS);
-	ck_assert_msg(now_s() - t0 < 30, "took %.1f s", now_s() - t0);
+	ck_assert_msg(tu_now_s() - t0 < 30, "took %.1f s", tu_now_s() - t0);
 	tacod_http_get_stats(srv, &s);
 	ck_assert_uint_eq(s.by_status[200],
 			  (uint64_t)N_THREADS * PER_THREAD * ROUNDS);

@@ -22,6 +22,8 @@ START_TEST(test_defaults_are_valid)
 	ck_assert_str_eq(c.listen, "127.0.0.1:8226");
 	ck_assert(tacod_config_loopback(&c));
 	ck_assert_uint_gt(c.device_memory, 0);
+	ck_assert_int_eq(c.limits.max_connections_per_client, 32);
+	ck_assert_int_eq(c.limits.request_head_timeout_s, 10);
 }
 END_TEST
 
@@ -38,6 +40,8 @@ START_TEST(test_full_config)
 	    "\"cuda\", \"max_retries\": 1, \"cancel_timeout_s\": 30, "
 	    "\"limits\": {\"max_body_bytes\": 65536, \"max_upload_bytes\": "
 	    "\"2GiB\", \"max_connections\": 64, "
+	    "\"max_connections_per_client\": 8, "
+	    "\"request_head_timeout_s\": 3, "
 	    "\"max_queued_jobs_per_user\": 5, \"max_running_jobs\": 2, "
 	    "\"max_sync_validate_bytes\": \"16MiB\"}}";
 
@@ -50,6 +54,8 @@ START_TEST(test_full_config)
 	ck_assert_uint_eq(c.limits.max_upload_bytes, 2ull << 30);
 	ck_assert_int_eq(c.limits.max_running_jobs, 2);
 	ck_assert_uint_eq(c.limits.max_sync_validate_bytes, 16ull << 20);
+	ck_assert_int_eq(c.limits.max_connections_per_client, 8);
+	ck_assert_int_eq(c.limits.request_head_timeout_s, 3);
 	ck_assert(!tacod_config_loopback(&c));
 }
 END_TEST
@@ -66,6 +72,10 @@ static const struct {
     {"{\"max_retries\": -1}", "'max_retries'"},
     {"{\"dataset_roots\": [1]}", "dataset_roots[0]"},
     {"{\"limits\": {\"max_running_jobs\": 0}}", "'max_running_jobs'"},
+    {"{\"limits\": {\"request_head_timeout_s\": 0}}",
+     "'request_head_timeout_s'"},
+    {"{\"limits\": {\"max_connections_per_client\": 0}}",
+     "'max_connections_per_client'"},
 };
 
 START_TEST(test_bad_files)

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #ifndef TACO_SOURCE_FIXTURES
 #define TACO_SOURCE_FIXTURES "tests/fixtures"
@@ -41,6 +42,21 @@ void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state)
 		    (double)(tk_splitmix64_next(state) >> 11) * 0x1.0p-53;
 		x[i] = (float)(lo + (hi - lo) * u);
 	}
+}
+
+double tu_now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void tu_sleep_ms(int ms)
+{
+	struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	nanosleep(&t, NULL);
 }
 
 char *tu_read_file(const char *path, size_t *len)

@@ -21,6 +21,10 @@ void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state);
 struct Suite;
 int tu_run(struct Suite *s, int no_fork);
 
+/* Seconds on CLOCK_MONOTONIC; sleeping ms milliseconds. */
+double tu_now_s(void);
+void tu_sleep_ms(int ms);
+
 /* Reads a whole file into a NUL-terminated malloc'd buffer (NULL on error). */
 char *tu_read_file(const char *path, size_t *len);
 
