@@ -2,20 +2,30 @@
 """schemathesis against the spec that tacod serves (GET /v1/openapi.yaml).
 
 Starts the real tacod (TACO_BIN_DIR) on a free loopback port with a fresh
-state directory, the fixture models and a tokens file, so auth is on and
-the auth checks mean something, uploads a small training file, then runs
-schemathesis (pinned in tests/openai_sdk/requirements.txt, the venv
-build-venv/sdk) with every check and every phase, a fixed seed and a fixed
-number of examples per operation. Any failure fails the test. Run by CTest
-as `schemathesis`.
+state directory, the fixture models, a dataset root and a tokens file (a
+user and an admin), so auth is on and the auth checks mean something. It
+lays out what the run starts from (lay_out: a finished job with two
+checkpoints and a model, paused jobs, an upload no request of the run can
+delete), then runs schemathesis (pinned with the openai SDK in
+tests/openai_sdk/requirements.txt, the venv build-venv/sdk) as the user:
+every check (--checks all), every phase (examples, coverage, fuzzing,
+stateful through the spec's links), a fixed seed, a fixed number of cases
+per operation and a bound on each response's time, with hooks.py for the
+runtime rules of a create that no schema states. Any failure, error or
+warning fails the test, and so does a tacod that did not survive the run
+or does not stop cleanly. Run by CTest as `schemathesis`.
 
   TACO_BIN_DIR=build build-venv/sdk/bin/python tests/schemathesis/run.py
 
-Environment: TACO_ST_MAX_EXAMPLES (default 400; CTest gives 100 under the sanitizers), TACO_ST_SEED (default 1),
+Environment: TACO_ST_MAX_EXAMPLES (cases per operation, default 400; CTest
+gives 100 under the sanitizers), TACO_ST_SEED (default 1),
+TACO_ST_MAX_RESPONSE_S (default 5), TACO_ST_ARGS (more options for
+`schemathesis run`, e.g. --continue-on-failure), TACO_ST_KEEP (keep the
+work directory, with the NDJSON report, of a failed run),
 TACO_ST_WORKERS (default 1: one worker keeps the order of the requests,
 so a seed replays the same run; and with two, Hypothesis's calls of
-ast.parse from two threads fail now and then inside schemathesis on the
-Python 3.11 (Debian 12's): "AST constructor recursion depth mismatch").
+ast.parse from two threads fail now and then inside schemathesis on
+Python 3.11: "AST constructor recursion depth mismatch").
 """
 
 import hashlib
@@ -311,6 +321,8 @@ def main():
             workers,
             "--request-timeout",
             "10",
+            "--max-response-time",
+            os.environ.get("TACO_ST_MAX_RESPONSE_S", "5"),
             "--generation-database",
             "none",
             "--no-color",
