@@ -169,6 +169,19 @@ class Api:
             time.sleep(0.1)
 
 
+    def paused_job(self, training_file):
+        """A long job, paused once it has left validating_files."""
+        job = self.call(
+            "POST",
+            "/v1/fine_tuning/jobs",
+            {"model": MODEL, "training_file": training_file, "taco": {"steps": 1000000, "seq_len": 24}},
+        )["id"]
+        self.wait(job, ("queued", "running"))
+        self.call("POST", f"/v1/fine_tuning/jobs/{job}/pause")
+        self.wait(job, ("paused",))
+        return job
+
+
 def lay_out(base, work):
     """The objects the run starts from; the environment and config of schemathesis."""
     user, admin = Api(base, TOKEN), Api(base, ADMIN_TOKEN)
@@ -195,27 +208,10 @@ def lay_out(base, work):
     # cannot delete (an admin's paused job uses it, and the user sees no
     # job of the admin) and a path under a dataset root.
     f_keep = user.upload("train.jsonl", data)
-    hold = admin.call(
-        "POST",
-        "/v1/fine_tuning/jobs",
-        {"model": MODEL, "training_file": f_keep, "taco": {"steps": 1000000, "seq_len": 24}},
-    )["id"]
-    admin.wait(hold, ("queued", "running"))
-    admin.call("POST", f"/v1/fine_tuning/jobs/{hold}/pause")
-    admin.wait(hold, ("paused",))
+    admin.paused_job(f_keep)
     # Jobs of the user that have not finished, all paused (so none trains
     # while the run goes on): cancel, pause and resume act on them.
-    live = []
-    for _ in range(4):
-        job = user.call(
-            "POST",
-            "/v1/fine_tuning/jobs",
-            {"model": MODEL, "training_file": f_keep, "taco": {"steps": 1000000, "seq_len": 24}},
-        )["id"]
-        user.wait(job, ("queued", "running"))
-        user.call("POST", f"/v1/fine_tuning/jobs/{job}/pause")
-        user.wait(job, ("paused",))
-        live.append(job)
+    live = [user.paused_job(f_keep) for _ in range(4)]
     env = {
         "TACO_ST_MODELS": MODEL,
         "TACO_ST_FILES": ",".join([f_keep, str(work / "data" / "train.jsonl")]),
