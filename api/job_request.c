@@ -182,36 +182,34 @@ static int file_arg(json_t *req, const char *key, int required,
  * every such real in v becomes the integer, in place, before the request
  * is read. A fraction or a value out of the int64 range stays a real, and
  * an integer option refuses it. */
+static json_t *as_integer(json_t *x)
+{
+	double d = json_real_value(x);
+
+	return json_is_real(x) && d == floor(d) && fabs(d) <= 9.2e18
+		   ? json_integer((json_int_t)d)
+		   : NULL;
+}
+
 static void integral_reals(json_t *v)
 {
 	const char *k;
-	json_t *x;
+	json_t *x, *n;
 	size_t i;
 
-	if (json_is_real(v))
-		return;
-	if (json_is_object(v)) {
-		json_object_foreach(v, k, x)
-		{
-			double d = json_real_value(x);
-			if (json_is_real(x) && d == floor(d) && d >= -9.2e18 &&
-			    d <= 9.2e18)
-				json_object_set_new(
-				    v, k, json_integer((json_int_t)d));
-			else
-				integral_reals(x);
-		}
-	} else if (json_is_array(v)) {
-		json_array_foreach(v, i, x)
-		{
-			double d = json_real_value(x);
-			if (json_is_real(x) && d == floor(d) && d >= -9.2e18 &&
-			    d <= 9.2e18)
-				json_array_set_new(v, i,
-						   json_integer((json_int_t)d));
-			else
-				integral_reals(x);
-		}
+	json_object_foreach(v, k, x)
+	{
+		if ((n = as_integer(x)))
+			json_object_set_new(v, k, n);
+		else
+			integral_reals(x);
+	}
+	json_array_foreach(v, i, x)
+	{
+		if ((n = as_integer(x)))
+			json_array_set_new(v, i, n);
+		else
+			integral_reals(x);
 	}
 }
 
@@ -361,10 +359,9 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx, json_t **job,
 	if (val[0])
 		json_object_set_new(out, "validation", json_string(val));
 	if (ext) {
-		void *tmp;
 		json_object_update(out, ext); /* tacod's options win */
 		/* null is the default, as absent: the job file leaves it out */
-		json_object_foreach_safe(ext, tmp, k, v)
+		json_object_foreach(ext, k, v)
 		{
 			if (json_is_null(v))
 				json_object_del(out, k);
