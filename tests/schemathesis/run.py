@@ -17,9 +17,9 @@ or does not stop cleanly. Run by CTest as `schemathesis`.
 
   TACO_BIN_DIR=build build-venv/sdk/bin/python tests/schemathesis/run.py
 
-Environment: TACO_ST_MAX_EXAMPLES (cases per operation, default 400; CTest
-gives 100 under the sanitizers), TACO_ST_SEED (default 1),
-TACO_ST_MAX_RESPONSE_S (default 5), TACO_ST_ARGS (more options for
+Environment: TACO_ST_MAX_EXAMPLES (cases per operation, default 400),
+TACO_ST_SEED (default 1), TACO_ST_MAX_RESPONSE_S (the most one reply may
+take, default 5; CTest gives 20 under the sanitizers), TACO_ST_ARGS (more options for
 `schemathesis run`, e.g. --continue-on-failure), TACO_ST_KEEP (keep the
 work directory, with the NDJSON report, of a failed run),
 TACO_ST_WORKERS (default 1: one worker keeps the order of the requests,
