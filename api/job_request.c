@@ -1,6 +1,8 @@
 #include "job_request.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -117,8 +119,11 @@ static int metadata(json_t *m, tacod_request_error *e)
 			    TACOD_METADATA_PAIRS_MAX);
 	json_object_foreach(m, k, v)
 	{
-		if (strlen(k) > TACOD_METADATA_KEY_MAX || !json_is_string(v) ||
-		    json_string_length(v) > TACOD_METADATA_VALUE_MAX)
+		if (tacod_utf8_chars(k, strlen(k)) > TACOD_METADATA_KEY_MAX ||
+		    !json_is_string(v) ||
+		    tacod_utf8_chars(json_string_value(v),
+				     json_string_length(v)) >
+			TACOD_METADATA_VALUE_MAX)
 			return fail(e, "metadata", "invalid_metadata",
 				    "metadata keys are at most %d characters, "
 				    "values strings of at most %d",
@@ -172,6 +177,42 @@ static int file_arg(json_t *req, const char *key, int required,
 	return 0;
 }
 
+/* A number with no fraction is an integer, as JSON Schema counts it (5.0
+ * is an integer there, and a client's JSON encoder may write one so):
+ * every such real in v becomes the integer, in place, before the request
+ * is read. A fraction or a value out of the int64 range stays a real, and
+ * an integer option refuses it. */
+static json_t *as_integer(json_t *x)
+{
+	double d = json_real_value(x);
+
+	return json_is_real(x) && d == floor(d) && fabs(d) <= 9.2e18
+		   ? json_integer((json_int_t)d)
+		   : NULL;
+}
+
+static void integral_reals(json_t *v)
+{
+	const char *k;
+	json_t *x, *n;
+	size_t i;
+
+	json_object_foreach(v, k, x)
+	{
+		if ((n = as_integer(x)))
+			json_object_set_new(v, k, n);
+		else
+			integral_reals(x);
+	}
+	json_array_foreach(v, i, x)
+	{
+		if ((n = as_integer(x)))
+			json_array_set_new(v, i, n);
+		else
+			integral_reals(x);
+	}
+}
+
 int tacod_job_request(json_t *req, const tacod_request_ctx *ctx, json_t **job,
 		      tacod_request_error *e)
 {
@@ -201,6 +242,7 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx, json_t **job,
 	if (!json_is_object(req))
 		return fail(e, "", "invalid_request",
 			    "the body must be a JSON object");
+	integral_reals(req);
 	json_object_foreach(req, k, v)
 	{
 		int ok = 0;
@@ -237,14 +279,36 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx, json_t **job,
 	method = json_object_get(req, "method");
 	if (method) {
 		json_t *t = json_object_get(method, "type");
+		json_t *sup = json_object_get(method, "supervised");
 		if (!json_is_object(method) || !json_is_string(t) ||
 		    strcmp(json_string_value(t), "supervised"))
 			return fail(e, "method.type", "unsupported_method",
 				    "only supervised fine-tuning is "
 				    "supported");
+		json_object_foreach(method, k, v)
+		{
+			if (strcmp(k, "type") && strcmp(k, "supervised")) {
+				snprintf(p, sizeof(p), "method.%s", k);
+				return fail(e, p, "unsupported_method",
+					    "only supervised fine-tuning is "
+					    "supported: %s is not",
+					    p);
+			}
+		}
+		if (sup && !json_is_object(sup))
+			return fail(e, "method.supervised", "invalid_type",
+				    "method.supervised must be an object");
+		json_object_foreach(sup, k, v)
+		{
+			if (strcmp(k, "hyperparameters")) {
+				snprintf(p, sizeof(p), "method.supervised.%s",
+					 k);
+				return fail(e, p, "unknown_parameter",
+					    "unknown parameter: %s", p);
+			}
+		}
 		if ((r = hyperparameters(
-			 json_object_get(json_object_get(method, "supervised"),
-					 "hyperparameters"),
+			 json_object_get(sup, "hyperparameters"),
 			 "method.supervised.hyperparameters", &epochs, &batch,
 			 &mult, e)))
 			return r;
@@ -285,15 +349,24 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx, json_t **job,
 				    p);
 		}
 	}
+	/* a positive multiplier is a positive rate: the product of a tiny
+	 * one would underflow to 0, which the engine refuses */
 	out = json_pack(
 	    "{ss ss ss sI sf sI}", "model", model, "train", train, "output_dir",
 	    ctx->output_dir, "batch_size", (json_int_t)batch, "lr",
-	    TACOD_BASE_LR * mult, "seed",
+	    fmax(TACOD_BASE_LR * mult, DBL_MIN), "seed",
 	    (json_int_t)json_integer_value(json_object_get(req, "seed")));
 	if (val[0])
 		json_object_set_new(out, "validation", json_string(val));
-	if (ext)
+	if (ext) {
 		json_object_update(out, ext); /* tacod's options win */
+		/* null is the default, as absent: the job file leaves it out */
+		json_object_foreach(ext, k, v)
+		{
+			if (json_is_null(v))
+				json_object_del(out, k);
+		}
+	}
 	if (!json_object_get(out, "steps"))
 		json_object_set_new(out, "epochs", json_integer(epochs));
 	/* the engine's own validation, every option at once */

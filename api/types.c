@@ -21,6 +21,15 @@ const char *tacod_status_name(int status)
 	return status_names[status];
 }
 
+size_t tacod_utf8_chars(const char *s, size_t n)
+{
+	size_t c = 0;
+
+	for (size_t i = 0; i < n; i++)
+		c += ((unsigned char)s[i] & 0xC0) != 0x80;
+	return c;
+}
+
 int tacod_status_from_name(const char *name)
 {
 	if (!name)

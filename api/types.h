@@ -17,7 +17,8 @@
 #define TACOD_TEXT_MAX (1 << 20) /* bytes of one JSON or message text */
 #define TACOD_IDEM_KEY_MAX 256	 /* an Idempotency-Key, with its NUL */
 #define TACOD_HASH_MAX 129	 /* a request hash (hex), with its NUL */
-/* A job's metadata, as OpenAI limits it: pairs, key and value bytes. */
+/* A job's metadata, as OpenAI limits it: pairs, and the characters (code
+ * points, not bytes) of a key and of a value. */
 #define TACOD_METADATA_PAIRS_MAX 16
 #define TACOD_METADATA_KEY_MAX 64
 #define TACOD_METADATA_VALUE_MAX 512
@@ -46,6 +47,9 @@ enum tacod_job_status {
 
 const char *tacod_status_name(int status);    /* "validating_files", ... */
 int tacod_status_from_name(const char *name); /* -1 when unknown */
+/* The characters (code points) of UTF-8 text of n bytes: what OpenAI's and
+ * JSON Schema's lengths count. */
+size_t tacod_utf8_chars(const char *s, size_t n);
 
 /* A fine-tuning job. Text fields hold JSON where they say so. */
 typedef struct tacod_job {

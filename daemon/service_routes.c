@@ -567,7 +567,9 @@ out:
 }
 
 /* OpenAI's list filter, metadata[key]=value (every pair must match), as a
- * JSON object; NULL when there is none. 0, or a 400 has been sent. */
+ * JSON object; NULL when there is none. A key has no brackets; lengths are
+ * in characters, as a create's metadata counts them. 0, or a 400 has been
+ * sent. */
 static int metadata_filter(tacod_http_req *r, char **out)
 {
 	json_t *f = json_object();
@@ -575,33 +577,43 @@ static int metadata_filter(tacod_http_req *r, char **out)
 
 	*out = NULL;
 	for (int i = 0; i < tacod_http_query_count(r); i++) {
-		const char *name, *value, *close;
-		char key[TACOD_METADATA_KEY_MAX + 1];
-		size_t n;
+		const char *name, *value;
+		char key[4 * TACOD_METADATA_KEY_MAX + 1];
+		json_t *v = NULL;
+		size_t len, n;
 
 		tacod_http_query_at(r, i, &name, &value);
 		if (strncmp(name, "metadata[", 9))
 			continue;
-		close = strchr(name + 9, ']');
-		n = close ? (size_t)(close - name - 9) : 0;
-		if (!close || close[1] || !n || n > TACOD_METADATA_KEY_MAX ||
-		    strlen(value) > TACOD_METADATA_VALUE_MAX ||
-		    ++count > TACOD_METADATA_PAIRS_MAX) {
+		len = strlen(name);
+		n = len > 10 && name[len - 1] == ']' ? len - 10 : 0;
+		/* metadata[a][b] would be a nested object: not a filter */
+		if (memchr(name + 9, '[', n) || memchr(name + 9, ']', n))
+			n = 0;
+		if (n && n < sizeof(key)) {
+			memcpy(key, name + 9, n);
+			key[n] = 0;
+		}
+		if (!n || n >= sizeof(key) ||
+		    tacod_utf8_chars(key, n) > TACOD_METADATA_KEY_MAX ||
+		    tacod_utf8_chars(value, strlen(value)) >
+			TACOD_METADATA_VALUE_MAX ||
+		    ++count > TACOD_METADATA_PAIRS_MAX ||
+		    !(v = json_string(value)) ||
+		    json_object_set_new(f, key, v)) {
 			json_decref(f);
 			return tacod_http_error(r, 400, "invalid_request_error",
 						"invalid_metadata", "metadata",
 						"a metadata filter is "
-						"metadata[key]=value: at most "
-						"%d pairs, keys of 1 to %d "
-						"bytes, values up to %d",
+						"metadata[key]=value in UTF-8: "
+						"at most %d pairs, keys of 1 "
+						"to %d characters, values up "
+						"to %d",
 						TACOD_METADATA_PAIRS_MAX,
 						TACOD_METADATA_KEY_MAX,
 						TACOD_METADATA_VALUE_MAX),
 			       -EINVAL;
 		}
-		memcpy(key, name + 9, n);
-		key[n] = 0;
-		json_object_set_new(f, key, json_string(value));
 	}
 	if (json_object_size(f))
 		*out = json_dumps(f, JSON_COMPACT);
@@ -748,6 +760,29 @@ static int job_follow(tacod_http_req *r, tacod_service *s, const char *id)
 	return 0;
 }
 
+/* The seq of `after`, the id of an event of job: "ftevent-<job id without
+ * ftjob->-<seq>", as the files' and jobs' lists page, 400 when longer than
+ * an id, 404 when it names no event of this job. */
+static int64_t after_seq(const char *after, const char *job, taco_err *err)
+{
+	size_t n = strlen(job) > 6 ? strlen(job) - 6 : 0;
+	const char *p = after + 8;
+	char *end;
+	long long seq;
+
+	if (strlen(after) >= TACOD_ID_MAX)
+		return taco_err_set(err, -EINVAL, "after: longer than %d bytes",
+				    TACOD_ID_MAX - 1);
+	if (strncmp(after, "ftevent-", 8) || strncmp(p, job + 6, n) ||
+	    p[n] != '-' || p[n + 1] < '1' || p[n + 1] > '9')
+		return taco_err_set(err, -ENOENT, "no such event");
+	errno = 0;
+	seq = strtoll(p + n + 1, &end, 10);
+	if (*end || errno)
+		return taco_err_set(err, -ENOENT, "no such event");
+	return seq;
+}
+
 /* Events, newest first as OpenAI lists them. */
 static int job_events(tacod_http_req *r, void *ctx)
 {
@@ -762,29 +797,49 @@ static int job_events(tacod_http_req *r, void *ctx)
 	const char *stream = tacod_http_query(r, "stream");
 	const char *after_id = tacod_http_query(r, "after");
 
-	if (stream && !strcmp(stream, "true")) {
+	if (stream && strcmp(stream, "true") && strcmp(stream, "false")) {
 		free(ev);
 		json_decref(items);
-		return job_follow(r, s, id);
+		return tacod_http_error(r, 400, "invalid_request_error",
+					"invalid_value", "stream",
+					"stream must be true or false");
 	}
+	/* limit and after page the list; a stream does not use them, but
+	 * they are checked the same */
 	if ((limit = tacod_route_limit(r)) < 0) {
 		free(ev);
 		json_decref(items);
 		return 0;
 	}
-	if (!ev)
+	if (after_id && after_id[0] &&
+	    (rc = (int)after_seq(after_id, id, &err)) < 0) {
+		free(ev);
+		json_decref(items);
+		if (rc == -ENOENT)
+			return tacod_http_error(r, 404, "invalid_request_error",
+						"not_found", "after",
+						"after names no event of this "
+						"job");
+		return tacod_route_store_error(r, rc, &err, "event");
+	}
+	if (stream && !strcmp(stream, "true")) {
+		free(ev);
+		json_decref(items);
+		return job_follow(r, s, id);
+	}
+	if (!ev) {
+		json_decref(items);
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
 					"out of memory");
+	}
 	pthread_mutex_lock(&s->lock);
 	rc = tacod_store_job_get(s->store, tacod_route_scope(r), id, &j, &err);
 	/* Newest first, as OpenAI's: the page ends below `after` (an event
 	 * id from the previous page) or at the newest event. A job's seqs run
 	 * 1, 2, ... without gaps, so a page is one window of them. */
-	if (after_id) {
-		total = seq_of(after_id) - 1;
-		if (total < 0)
-			total = 0;
-	}
+	if (after_id && !after_id[0])
+		after_id = NULL; /* empty: from the newest, as none */
+	total = after_id ? after_seq(after_id, id, &err) - 1 : 0;
 	while (!rc && !after_id) {
 		rc = tacod_store_event_list(s->store, id, after, TACOD_LIST_MAX,
 					    ev, &n, &more, &err);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of tacod from Debian 12 packages,
-# and the venv of the openai SDK test (tests/openai_sdk) from PyPI.
+# and the test venv (the openai SDK and schemathesis, for tests/openai_sdk
+# and tests/schemathesis) from PyPI.
 # Safe to re-run: it installs only what is missing. Needs root (or sudo).
 set -euo pipefail
 
@@ -15,7 +16,8 @@ packages=(
 	libopenblas-openmp-dev # CPU GEMM, sharing the OpenMP thread pool
 	check libsubunit-dev # unit tests
 	clang libclang-rt-14-dev libomp-14-dev # libFuzzer harnesses
-	python3 python3-venv # tests only: the venv of the openai SDK test
+	python3 python3-venv # tests only: the venv of the openai SDK and
+	                    # schemathesis tests
 	curl                # the README's tour and its test (tests/readme_tour.sh)
 	systemd             # tests only: systemd-analyze verify of the unit,
 	                    # systemd-sysusers (systemd_unit, tacod_install)
@@ -40,8 +42,9 @@ if [ ${#missing[@]} -ne 0 ]; then
 	$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The openai SDK test's venv (tests/openai_sdk): made once, refreshed when
-# its requirements change; a venv that no longer runs is made anew.
+# The test venv (tests/openai_sdk/requirements.txt: the openai SDK and
+# schemathesis): made once, refreshed when its requirements change; a venv
+# that no longer runs is made anew.
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$root/build-venv/sdk"
 req="$root/tests/openai_sdk/requirements.txt"

@@ -1,0 +1,98 @@
+"""schemathesis hooks of tests/schemathesis/run.py: the runtime rules of a
+create (and plan) request that no JSON Schema can state.
+
+A create names objects that must exist (a base model in models_dir, the
+caller's uploaded files) and its options must give a job whose memory plan
+fits the device; OpenAI's API and tacod answer 400 otherwise, and the spec
+says so, but a generator that reads only the schema sends random names and
+sizes, so nearly every schema-valid create would be refused for a reason
+that is not the schema's. Before such a request is sent:
+
+- a `model`, `training_file` or `validation_file` whose value is valid for
+  its schema is replaced by a real one (TACO_ST_MODELS, TACO_ST_FILES),
+  picked by a hash of the generated value so that a case always maps to
+  the same request. A value that is not valid for its schema is left as it
+  is: that is what a negative case tests. So a positive case stays positive
+  and a negative one negative.
+- in a positive case only: `batch_size` x `taco.seq_len` is brought under
+  1,048,576 tokens (the engine's rule across two options), and for a create
+  (not a plan, which answers 200 for a job that does not fit) under
+  TACO_ST_MAX_TOKENS tokens per micro-batch so that the plan fits the test's
+  `device_memory`; `taco.freeze` (prefixes that must name tensors of the
+  model) is emptied. Values stay within their schemas.
+
+Nothing else is touched: every other field goes out as generated.
+"""
+
+import os
+import re
+import zlib
+
+import schemathesis
+from schemathesis.core.parameters import ParameterLocation
+
+MODELS = [m for m in os.environ.get("TACO_ST_MODELS", "").split(",") if m]
+FILES = [f for f in os.environ.get("TACO_ST_FILES", "").split(",") if f]
+MAX_TOKENS = int(os.environ.get("TACO_ST_MAX_TOKENS", "4096"))
+ENGINE_MAX_TOKENS = 1 << 20
+MODEL_RE = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
+OPERATIONS = {("POST", "/v1/fine_tuning/jobs"): "create", ("POST", "/v1/fine_tuning/plan"): "plan"}
+
+
+def pick(values, seed):
+    return values[zlib.crc32(repr(seed).encode()) % len(values)]
+
+
+FILE_RE = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+
+
+def data_file_valid(v):
+    """Valid for the spec's DataFile: a file id, or an absolute path."""
+    return isinstance(v, str) and (bool(FILE_RE.match(v)) or (v.startswith("/") and len(v) <= 4095))
+
+
+def integer(v):
+    """v as an int when JSON Schema counts it an integer (5 and 5.0), else None."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+        return None
+    return int(v) if v == int(v) else None
+
+
+def batch_size(body):
+    """The batch size the request resolves to: method's over the top level's, 4 for "auto"."""
+    size = 4
+    method = body.get("method") if isinstance(body.get("method"), dict) else {}
+    supervised = method.get("supervised") if isinstance(method.get("supervised"), dict) else {}
+    for h in (body.get("hyperparameters"), supervised.get("hyperparameters")):
+        if isinstance(h, dict) and integer(h.get("batch_size")) is not None:
+            size = integer(h["batch_size"])
+    return max(size, 1)
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    kind = OPERATIONS.get((case.operation.method.upper(), case.operation.path))
+    body = case.body
+    if kind is None or not isinstance(body, dict) or not MODELS or not FILES:
+        return
+    meta = case.meta
+    positive = meta is None or not meta.is_negative_at(ParameterLocation.BODY)
+    body = dict(body)
+    if isinstance(body.get("model"), str) and MODEL_RE.match(body["model"]):
+        body["model"] = pick(MODELS, body["model"])
+    for key in ("training_file", "validation_file"):
+        if data_file_valid(body.get(key)):
+            body[key] = pick(FILES, body[key])
+    taco = body.get("taco")
+    if positive and isinstance(taco, dict):
+        taco = dict(taco)
+        cap = ENGINE_MAX_TOKENS if kind == "plan" else MAX_TOKENS
+        seq_len = 1024 if taco.get("seq_len") is None else integer(taco["seq_len"])  # null: the default
+        if seq_len is not None and batch_size(body) * seq_len > cap:
+            taco["seq_len"] = max(2, cap // batch_size(body))
+        if taco.get("freeze"):
+            taco["freeze"] = []
+        body["taco"] = taco
+    elif positive and kind == "create" and batch_size(body) * 1024 > MAX_TOKENS:
+        body["taco"] = {"seq_len": max(2, MAX_TOKENS // batch_size(body))}
+    case.body = body
