@@ -738,7 +738,8 @@ static int bpe_word(const taco_tok *tok, struct work *w, const char *s,
 	}
 	if ((r = bpe_merge(tok, w, count, out)))
 		return r;
-	if (cacheable)
+	/* an empty word adds no ids (and out->ids may still be NULL) */
+	if (cacheable && out->n > start)
 		cache_put(tok, h, s, n, out->ids + start, out->n - start);
 	return 0;
 }
