@@ -6,8 +6,8 @@
  *
  * Conventions
  * - Pointers passed to ops are backend memory (obtained from ops->alloc).
- * - Activations are fp32, row-major. N = number of tokens (B * T), rows of an
- *   activation matrix are tokens.
+ * - Activations are row-major, in the op's dt (below). N = number of tokens
+ *   (B * T), rows of an activation matrix are tokens.
  * - q/k/v layout: [N, heads * hd], head h of token t at t * heads * hd + h *
  * hd.
  * - "pos" arrays hold each token's position inside its document: a document
@@ -45,7 +45,9 @@ static inline size_t tk_dtype_size(int dtype)
 
 /* Arguments of one TACO update (docs/taco.md). */
 typedef struct tk_taco_args {
-	int R, C;   /* W and G are [R, C] row-major; column j = W[:, j] */
+	int R, C;   /* W is [R, C] row-major; column j = W[:, j] */
+	int col0;   /* taco_update: columns [col0, col0 + ncols) of W */
+	int ncols;  /* 1..C - col0 */
 	int k;	    /* slots per column, 1..16 */
 	float lr;   /* this step's learning rate (after the schedule) */
 	float beta; /* EMA decay of slot values */
@@ -62,8 +64,25 @@ typedef struct tk_adamw_args {
 	uint64_t step; /* from 1 */
 } tk_adamw_args;
 
+/* Per-token state of the vocabulary-chunked loss, backend memory, n rows
+ * each (offset the pointers for a slice of tokens). */
+typedef struct tk_ce_rows {
+	float *mx;   /* running max of the logits seen so far */
+	double *se;  /* running sum of exp(logit - mx) */
+	float *tl;   /* the target's logit, once its chunk has been seen */
+	int32_t *am; /* running argmax (ties: the smaller id) */
+	float *lse;  /* set by ce_finish: log-sum-exp over the vocabulary */
+} tk_ce_rows;
+
 typedef struct tk_ops tk_ops;
 
+/* Dtypes. Every op with a `dt` argument stores each of its tensor
+ * arguments in dt (TK_F32 or TK_BF16) unless the comment marks it "f32":
+ * activations, their gradients and the weights it reads. Statistics (rstd,
+ * lse), RoPE tables and weight gradients are always f32. Arithmetic is f32
+ * whatever dt is: a bf16 input is widened exactly, each output is rounded
+ * to nearest even once, when it is stored. The CPU and CUDA backends round
+ * at the same points, so they differ only in summation order. */
 struct tk_ops {
 	const char *name;
 
@@ -78,88 +97,139 @@ struct tk_ops {
 	void (*download)(void *host_dst, const void *src, size_t bytes);
 	void (*memset0)(void *p, size_t bytes);
 
+	/* Host memory for activation offload (pinned on CUDA), counted apart
+	 * from backend memory. */
+	void *(*host_alloc)(size_t bytes);
+	void (*host_free)(void *p, size_t bytes);
+	size_t (*host_current)(void);
+	size_t (*host_peak)(void);
+	/* Copies on a side stream, ordered after every op issued before the
+	 * call; to_host 1: backend -> host, 0: host -> backend. copy_wait
+	 * makes every op issued after it wait for the copies issued before
+	 * it. The CPU backend copies at once. */
+	void (*copy_async)(void *dst, const void *src, size_t bytes,
+			   int to_host);
+	void (*copy_wait)(void);
+
 	/* dst[n] (fp32) = src[n] converted from dtype. */
 	void (*to_f32)(float *dst, const void *src, int dtype, size_t n);
 
 	/* C[M,N] = alpha * op(A)[M,K] op(B)[K,N] + beta * C, row-major;
-	 * op(X) = X^T when the trans flag is set. */
+	 * op(X) = X^T when the trans flag is set. A and B are ab_dtype,
+	 * C is c_dtype (each TK_F32 or TK_BF16); f32 accumulation, C rounded
+	 * once after alpha and beta. */
 	void (*matmul)(int transa, int transb, int M, int N, int K, float alpha,
-		       const float *A, int lda, const float *B, int ldb,
-		       float beta, float *C, int ldc);
+		       int ab_dtype, const void *A, int lda, const void *B,
+		       int ldb, float beta, int c_dtype, void *C, int ldc);
 
 	/* y[n] += x[n] */
-	void (*add)(float *y, const float *x, size_t n);
+	void (*add)(int dt, void *y, const void *x, size_t n);
 
 	/* y[rows, C] += bias[C] */
-	void (*bias_fwd)(float *y, const float *bias, int rows, int C);
-	/* dbias[C] += sum over rows of dy[rows, C] (accumulates) */
-	void (*bias_bwd)(float *dbias, const float *dy, int rows, int C);
+	void (*bias_fwd)(int dt, void *y, const void *bias, int rows, int C);
+	/* dbias[C] (f32) += sum over rows of dy[rows, C] (accumulates) */
+	void (*bias_bwd)(int dt, float *dbias, const void *dy, int rows, int C);
 
 	/* out[n, H] = table[tokens[i], :]; table [V, H] */
-	void (*embedding_fwd)(float *out, const float *table,
+	void (*embedding_fwd)(int dt, void *out, const void *table,
 			      const int32_t *tokens, int n, int H);
-	/* dtable[tokens[i], :] += dout[i, :] (accumulates, deterministic) */
-	void (*embedding_bwd)(float *dtable, const float *dout,
-			      const int32_t *tokens, int n, int H);
+	/* dtable (f32) [rows[i], :] += dout[i, :] (accumulates,
+	 * deterministic); a negative rows[i] skips token i. */
+	void (*embedding_bwd)(int dt, float *dtable, const void *dout,
+			      const int32_t *rows, int n, int H);
 
-	/* out[n, H] = x / sqrt(mean(x^2) + eps) * w; rstd[n] saved for bwd. */
-	void (*rmsnorm_fwd)(float *out, float *rstd, const float *x,
-			    const float *w, int n, int H, float eps);
-	/* dx[n, H] overwritten; dw[H] accumulates. */
-	void (*rmsnorm_bwd)(float *dx, float *dw, const float *dout,
-			    const float *x, const float *w, const float *rstd,
+	/* out[n, H] = x / sqrt(mean(x^2) + eps) * w; rstd[n] (f32) saved. */
+	void (*rmsnorm_fwd)(int dt, void *out, float *rstd, const void *x,
+			    const void *w, int n, int H, float eps);
+	/* dx[n, H] overwritten; dw[H] (f32) accumulates. */
+	void (*rmsnorm_bwd)(int dt, void *dx, float *dw, const void *dout,
+			    const void *x, const void *w, const float *rstd,
 			    int n, int H);
 
 	/* In-place rotary embedding, Hugging Face "rotate_half" convention:
 	 * for i < hd/2, (x[i], x[i + hd/2]) rotated by angle pos * inv_freq[i].
-	 * x [n, heads * hd]; cos/sin tables [max_pos, hd/2], row p for
+	 * x [n, heads * hd]; cos/sin tables (f32) [max_pos, hd/2], row p for
 	 * position p. rope_bwd applies the inverse rotation to the gradient. */
-	void (*rope_fwd)(float *x, const float *cos, const float *sin,
+	void (*rope_fwd)(int dt, void *x, const float *cos, const float *sin,
 			 const int32_t *pos, int n, int heads, int hd);
-	void (*rope_bwd)(float *dx, const float *cos, const float *sin,
+	void (*rope_bwd)(int dt, void *dx, const float *cos, const float *sin,
 			 const int32_t *pos, int n, int heads, int hd);
 
 	/* Causal grouped-query attention.
 	 * q [B*T, nh*hd], k/v [B*T, nkv*hd], out [B*T, nh*hd],
-	 * lse [B, nh, T] (log-sum-exp of the scaled scores, kept for bwd).
+	 * lse (f32) [B, nh, T] (log-sum-exp of the scaled scores, for bwd).
 	 * Query i of a row attends key j iff doc_start(i) <= j <= i and,
 	 * when window > 0, i - j < window; doc_start(i) = i - pos[i].
 	 * Query head h uses kv head h / (nh / nkv). */
-	void (*attention_fwd)(float *out, float *lse, const float *q,
-			      const float *k, const float *v,
-			      const int32_t *pos, int B, int T, int nh, int nkv,
-			      int hd, int window, float scale);
+	void (*attention_fwd)(int dt, void *out, float *lse, const void *q,
+			      const void *k, const void *v, const int32_t *pos,
+			      int B, int T, int nh, int nkv, int hd, int window,
+			      float scale);
 	/* dq overwritten, dk/dv overwritten (GQA sums over the group). */
-	void (*attention_bwd)(float *dq, float *dk, float *dv,
-			      const float *dout, const float *out,
-			      const float *lse, const float *q, const float *k,
-			      const float *v, const int32_t *pos, int B, int T,
+	void (*attention_bwd)(int dt, void *dq, void *dk, void *dv,
+			      const void *dout, const void *out,
+			      const float *lse, const void *q, const void *k,
+			      const void *v, const int32_t *pos, int B, int T,
 			      int nh, int nkv, int hd, int window, float scale);
 
 	/* out[n] = silu(gate[n]) * up[n] */
-	void (*swiglu_fwd)(float *out, const float *gate, const float *up,
+	void (*swiglu_fwd)(int dt, void *out, const void *gate, const void *up,
 			   size_t n);
-	void (*swiglu_bwd)(float *dgate, float *dup, const float *dout,
-			   const float *gate, const float *up, size_t n);
+	/* dgate may be gate and dup may be up (each element is read before
+	 * it is written). */
+	void (*swiglu_bwd)(int dt, void *dgate, void *dup, const void *dout,
+			   const void *gate, const void *up, size_t n);
 
-	/* Fused softmax cross-entropy over one chunk of tokens.
-	 * logits [n, V] in; when grad_scale != 0 it is overwritten by
-	 * grad_scale * (softmax - onehot(target)) for rows whose target is
-	 * valid, and by 0 for rows whose target is -100.
-	 * Sets loss_sum to the sum of -log p(target) over valid rows (double,
-	 * rows added in order: deterministic), n_correct (may be NULL) to
-	 * how many valid rows have argmax == target, and row_loss[n] (may be
-	 * NULL) to each row's -log p(target), 0 for rows without a target. */
-	void (*cross_entropy)(float *logits, const int32_t *targets, int n,
-			      int V, float grad_scale, double *loss_sum,
-			      int *n_correct, double *row_loss);
+	/* The loss over the vocabulary in chunks. logits (f32) [n, Vc], row
+	 * stride ldl, are columns [v0, v0 + Vc) of n tokens' logits; targets
+	 * [n] (-100: no target).
+	 *
+	 * ce_stats folds one chunk into s (v0 == 0 starts it); chunks come in
+	 * increasing v0 and cover [0, V). */
+	void (*ce_stats)(const tk_ce_rows *s, const float *logits, int ldl,
+			 const int32_t *targets, int n, int v0, int Vc);
+	/* After the last chunk: s->lse; loss_sum (host) = sum of
+	 * lse - logit[target] over rows with a target, in row order (double:
+	 * deterministic); n_correct (host, may be NULL) = rows whose argmax is
+	 * the target; row_loss (backend, may be NULL) [n] each row's loss, 0
+	 * without a target. */
+	void (*ce_finish)(const tk_ce_rows *s, const int32_t *targets, int n,
+			  double *loss_sum, int *n_correct, double *row_loss);
+	/* dlogits [n, Vc] (dt, row stride ldd) = grad_scale * (softmax -
+	 * onehot(target)) over the chunk for rows with a target, 0 for the
+	 * others, from the logits and s->lse. dlogits may be logits when dt
+	 * is TK_F32 and ldd == ldl. */
+	void (*ce_grad)(int dt, void *dlogits, int ldd, const float *logits,
+			int ldl, const tk_ce_rows *s, const int32_t *targets,
+			int n, int v0, int Vc, float grad_scale);
 
-	/* TACO update of W [R, C] (dtype F32, BF16 or F16) from the fp32
-	 * gradient G [R, C]. State, column-major, column j's slots contiguous:
-	 * idx [C * k] (uint16_t when R <= 65535, else uint32_t; all ones =
-	 * empty slot), q [C * k] FP8 E4M3 codes, scale [C]. Bit-exact across
-	 * backends: see docs/taco.md. */
-	void (*taco_update)(void *W, int dtype, const float *G, void *idx,
+	/* TACO update (docs/taco.md) of columns [a->col0, a->col0 + a->ncols)
+	 * of W [R, C] (dtype F32, BF16 or F16) from their fp32 gradient G
+	 * [R, ncols] (row stride ldg): G's column c is W's column col0 + c.
+	 * State of the whole tensor, column-major, column j's slots
+	 * contiguous: idx [C * k] (uint16_t when R <= 65535, else uint32_t;
+	 * all ones = empty slot), q [C * k] FP8 E4M3 codes, scale [C].
+	 * Bit-exact across backends. */
+	void (*taco_update)(void *W, int dtype, const float *G, int ldg,
+			    void *idx, uint8_t *q, float *scale,
+			    const tk_taco_args *a);
+	/* The same update with the gradient fed in row blocks (a vocabulary
+	 * chunk, the rows of an MLP chunk, the rows a batch touches):
+	 * taco_begin decodes all C columns into scan (taco_scan_bytes(C) of
+	 * backend memory), taco_feed offers nrows rows of G (row stride ldg,
+	 * all C columns): rows row0 .. row0 + nrows - 1, or rows[i] (backend
+	 * memory) when rows is not NULL; rows of one update come in strictly
+	 * increasing order. taco_finish tracks, merges, steps W and
+	 * requantizes. A row never fed has gradient 0. The result is the bits
+	 * taco_update gives on the whole gradient. a->col0 and a->ncols are
+	 * not used. */
+	size_t (*taco_scan_bytes)(int C);
+	void (*taco_begin)(void *scan, const void *idx, const uint8_t *q,
+			   const float *scale, const tk_taco_args *a);
+	void (*taco_feed)(void *scan, const float *G, int ldg,
+			  const int32_t *rows, int row0, int nrows,
+			  const tk_taco_args *a);
+	void (*taco_finish)(void *scan, void *W, int dtype, void *idx,
 			    uint8_t *q, float *scale, const tk_taco_args *a);
 	/* AdamW of n elements: master (fp32 copy), m, v updated in place and
 	 * p (dtype) = master rounded to nearest even. */
@@ -168,7 +238,7 @@ struct tk_ops {
 			     const tk_adamw_args *a);
 };
 
-/* The CPU backend: fp32 reference kernels, OpenBLAS GEMM. */
+/* The CPU backend: reference kernels in C, OpenBLAS GEMM. */
 const tk_ops *tk_cpu_ops(void);
 
 /* The CUDA backend on device 0: 0 and *out set, or -ENODEV (no device or
