@@ -36,6 +36,7 @@
 typedef struct args {
 	const char *config, *name;
 	int cuda, B, T, steps, warmup, taco, keep;
+	int bf16, offload, chunks; /* bf16 -1: the backend's default */
 	double peak_tflops;
 	uint64_t seed;
 } args;
@@ -63,6 +64,8 @@ static void usage(FILE *f)
 		"[--optimizer taco|none]\n"
 		"                        [--keep-activations] "
 		"[--peak-tflops F] [--seed S]\n"
+		"                        [--precision fp32|bf16] [--offload] "
+		"[--mlp-chunks K]\n"
 		"                        [--name NAME]\n"
 		"\n"
 		"Random bf16 weights of CFG.json's shapes, random tokens; W "
@@ -96,6 +99,9 @@ static int parse(int argc, char **argv, args *a)
 	    {"warmup", required_argument, NULL, 'w'},
 	    {"optimizer", required_argument, NULL, 'o'},
 	    {"keep-activations", no_argument, NULL, 'k'},
+	    {"precision", required_argument, NULL, 'P'},
+	    {"offload", no_argument, NULL, 'O'},
+	    {"mlp-chunks", required_argument, NULL, 'M'},
 	    {"peak-tflops", required_argument, NULL, 'p'},
 	    {"seed", required_argument, NULL, 's'},
 	    {"name", required_argument, NULL, 'N'},
@@ -104,7 +110,12 @@ static int parse(int argc, char **argv, args *a)
 	};
 	int c, bad = 0;
 
-	*a = (args){.steps = 3, .warmup = 1, .taco = 1, .peak_tflops = 989};
+	*a = (args){.steps = 3,
+		    .warmup = 1,
+		    .taco = 1,
+		    .peak_tflops = 989,
+		    .bf16 = -1,
+		    .chunks = 1};
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
@@ -133,6 +144,16 @@ static int parse(int argc, char **argv, args *a)
 		case 'k':
 			a->keep = 1;
 			break;
+		case 'P':
+			a->bf16 = strcmp(optarg, "bf16") == 0;
+			bad |= !a->bf16 && strcmp(optarg, "fp32");
+			break;
+		case 'O':
+			a->offload = 1;
+			break;
+		case 'M':
+			bad |= int_arg(optarg, 1, 1024, &a->chunks);
+			break;
 		case 'p':
 			a->peak_tflops = strtod(optarg, NULL);
 			bad |= !(a->peak_tflops > 0);
@@ -155,6 +176,8 @@ static int parse(int argc, char **argv, args *a)
 		usage(stderr);
 		return -1;
 	}
+	if (a->bf16 < 0) /* bf16 on CUDA, fp32 on the CPU, as jobs */
+		a->bf16 = a->cuda;
 	return 0;
 }
 
@@ -192,7 +215,10 @@ static int plan_bytes(const taco_config *cfg, const args *a, int backend,
 	in.B = a->B;
 	in.T = a->T;
 	in.A = 1;
-	in.keep_activations = a->keep;
+	in.act_dtype = a->bf16 ? TK_BF16 : TK_F32;
+	in.step.keep_activations = a->keep;
+	in.step.offload = a->offload;
+	in.step.mlp_chunks = a->chunks;
 	taco_optim_defaults(&in.optim);
 	r = taco_plan_compute(shapes, &in, &p, err);
 	taco_model_free(shapes);
@@ -255,7 +281,14 @@ static int run(const args *a, json_t *res, taco_err *err)
 	if ((r = taco_model_init_random(&cfg, ops, TK_BF16, a->seed, &m, err)))
 		return r;
 	json_object_set_new(res, "init_s", json_real(now() - t0));
-	m->keep_activations = a->keep;
+	m->act_dtype = a->bf16 ? TK_BF16 : TK_F32;
+	if ((r = taco_model_set_step_opts(
+		 m,
+		 &(taco_step_opts){.keep_activations = a->keep,
+				   .offload = a->offload,
+				   .mlp_chunks = a->chunks},
+		 err)))
+		goto out;
 	taco_optim_defaults(&oo);
 	oo.seed = a->seed;
 	if (a->taco && (r = taco_optim_create(m, &oo, NULL, &o, err)))
@@ -334,9 +367,11 @@ int main(int argc, char **argv)
 		snprintf(name, sizeof(name), "%s", a.name);
 	else
 		config_name(a.config, name, sizeof(name));
-	res = json_pack("{ss ss ss si si si sb sf}", "impl", "taco", "backend",
-			a.cuda ? "cuda" : "cpu", "config", name, "B", a.B, "T",
-			a.T, "steps", a.steps, "keep_activations", a.keep,
+	res = json_pack("{ss ss ss si si si sb ss sb si sf}", "impl", "taco",
+			"backend", a.cuda ? "cuda" : "cpu", "config", name, "B",
+			a.B, "T", a.T, "steps", a.steps, "keep_activations",
+			a.keep, "precision", a.bf16 ? "bf16" : "fp32",
+			"offload", a.offload, "mlp_chunks", a.chunks,
 			"peak_tflops", a.peak_tflops);
 	json_object_set_new(res, "optimizer",
 			    json_string(a.taco ? "taco" : "none"));

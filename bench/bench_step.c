@@ -62,7 +62,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_step: %s\n", err.msg);
 		return 1;
 	}
-	m->keep_activations = argc > 4 && strcmp(argv[4], "keep") == 0;
+	if (taco_model_set_step_opts(
+		m,
+		&(taco_step_opts){.keep_activations =
+				      argc > 4 && strcmp(argv[4], "keep") == 0},
+		&err)) {
+		fprintf(stderr, "bench_step: %s\n", err.msg);
+		return 1;
+	}
 	root = json_load_file(argv[2], 0, &jerr);
 	if (!root) {
 		fprintf(stderr, "bench_step: %s: %s\n", argv[2], jerr.text);
@@ -76,7 +83,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < warmup + iters; i++) {
 		double t0 = now();
 		if (taco_model_step(m, &(taco_batch){B, T, tok, tgt, NULL}, 0,
-				    NULL, NULL, &st, &err)) {
+				    NULL, &st, &err)) {
 			fprintf(stderr, "bench_step: %s\n", err.msg);
 			return 1;
 		}

@@ -131,8 +131,8 @@ void tacod_assess(tacod_service *s, const char *path, json_t *req, int what,
 	a->data_bytes = file_bytes(job.train) + file_bytes(job.validation) +
 			file_bytes(job.eval_multiple_choice);
 	if (what & TACOD_ASSESS_PLAN) {
-		if (taco_plan_job(&job, s->cfg.backend, &a->plan, &in, &shapes,
-				  &err)) {
+		if (taco_plan_job(&job, s->cfg.backend, s->cfg.device_memory,
+				  &a->plan, &in, &shapes, &err)) {
 			problem(a, "invalid_model", "model", err.msg);
 		} else {
 			a->planned = 1;

@@ -364,9 +364,18 @@ static int job_plan(tacod_http_req *r, void *ctx)
 		      (json_int_t)s->cfg.device_memory, "total_bytes",
 		      (json_int_t)(a.planned ? a.plan.total : 0), "terms",
 		      terms);
-	if (a.planned)
+	if (a.planned) {
 		json_object_set_new(o, "peak_phase",
 				    json_string(a.plan.peak_phase));
+		json_object_set_new(o, "host_bytes",
+				    json_integer((json_int_t)a.plan.host));
+		json_object_set_new(
+		    o, "settings",
+		    json_pack("{ss sb si}", "precision",
+			      a.plan.act_dtype == TK_BF16 ? "bf16" : "fp32",
+			      "activation_offload", a.plan.offload,
+			      "mlp_chunks", a.plan.mlp_chunks));
+	}
 	if (a.planned && !a.fits)
 		json_object_set_new(
 		    o, "advice",

@@ -134,36 +134,31 @@ static int print_plan(const taco_job *job, int backend, uint64_t budget)
 	taco_model *shapes = NULL;
 	uint8_t *frozen = NULL;
 	taco_err err = {{0}};
+	char settings[128];
 	int r;
 
-	r = taco_plan_job(job, backend, &p, &in, &shapes, &err);
-	if (r == -ENOTSUP) {
-		/* a family the engine cannot train yet (OPT, GPT-NeoX): its
-		 * shapes still give the bf16 CUDA engine's plan */
-		printf("taco-train: %s; the plan below is the bf16 CUDA "
-		       "target's\n",
-		       err.msg);
-		backend = TACO_BACKEND_CUDA_BF16_TARGET;
-		r = taco_plan_job(job, backend, &p, &in, &shapes, &err);
-	}
+	if (!budget)
+		budget = backend == TACO_BACKEND_CPU ? taco_plan_host_memory()
+						     : 80000000000ull;
+	r = taco_plan_job(job, backend, budget, &p, &in, &shapes, &err);
 	if (r) {
 		fprintf(stderr, "taco-train: %s\n", err.msg);
 		return EXIT_FAILED;
 	}
-	if (!budget)
-		budget = backend == TACO_BACKEND_CPU ? taco_plan_host_memory()
-						     : 80000000000ull;
+	taco_plan_settings(&p, settings, sizeof(settings));
 	printf("Memory plan: %s, %s backend, weights %s, batch %d x %d, "
-	       "grad_accum %d, %s\n",
+	       "grad_accum %d, %s\n  settings: %s\n",
 	       taco_arch_name(shapes->cfg.arch),
-	       backend == TACO_BACKEND_CPU    ? "CPU"
-	       : backend == TACO_BACKEND_CUDA ? "CUDA"
-					      : "bf16 CUDA target",
+	       backend == TACO_BACKEND_CPU ? "CPU" : "CUDA",
 	       in.weight_dtype == TK_F32    ? "F32"
 	       : in.weight_dtype == TK_BF16 ? "BF16"
 					    : "F16",
-	       in.B, in.T, in.A, in.optim.all_adamw ? "AdamW" : "TACO");
+	       in.B, in.T, in.A, in.optim.all_adamw ? "AdamW" : "TACO",
+	       settings);
 	taco_plan_print(&p, stdout);
+	if (p.host)
+		printf("  host memory (offloaded activations): %.3f GB\n",
+		       (double)p.host / 1e9);
 	if (p.total <= budget) {
 		printf("fits: %.3f GB of %.3f GB\n", (double)p.total / 1e9,
 		       (double)budget / 1e9);

@@ -76,6 +76,15 @@ typedef struct tk_ce_rows {
 
 typedef struct tk_ops tk_ops;
 
+/* Bytes of one TACO row-stream scan per column (taco_scan_bytes(C) is C
+ * times this on every backend, so that a plan needs no backend). */
+#define TK_TACO_SCAN_COL_BYTES 512u
+
+static inline size_t tk_taco_scan_bytes(int C)
+{
+	return (size_t)C * TK_TACO_SCAN_COL_BYTES;
+}
+
 /* Dtypes. Every op with a `dt` argument stores each of its tensor
  * arguments in dt (TK_F32 or TK_BF16) unless the comment marks it "f32":
  * activations, their gradients and the weights it reads. Statistics (rstd,
@@ -113,6 +122,10 @@ struct tk_ops {
 
 	/* dst[n] (fp32) = src[n] converted from dtype. */
 	void (*to_f32)(float *dst, const void *src, int dtype, size_t n);
+	/* dst[n] (dst_dtype: F32 or BF16) = src[n] (src_dtype: F32, BF16 or
+	 * F16), rounded to nearest even; dst and src do not overlap. */
+	void (*convert)(void *dst, int dst_dtype, const void *src,
+			int src_dtype, size_t n);
 
 	/* C[M,N] = alpha * op(A)[M,K] op(B)[K,N] + beta * C, row-major;
 	 * op(X) = X^T when the trans flag is set. A and B are ab_dtype,

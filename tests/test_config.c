@@ -24,6 +24,7 @@ static const struct {
     {"mistral-7b-v0.1.json", 7241732096ull, 7241465856ull, 266240},
     {"opt-13b.json", 12853473280ull, 12850800640ull, 2672640},
     {"pythia-1b.json", 1011781632ull, 1011351552ull, 430080},
+    {"llama-3.3-70b.json", 70553706496ull, 70552387584ull, 1318912},
 };
 
 START_TEST(test_reference_param_counts)

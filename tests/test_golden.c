@@ -21,7 +21,7 @@ typedef struct fixture {
 	taco_model *m;
 	int B, T;
 	int32_t *tokens, *targets;
-	double loss;
+	double loss, loss_bf16; /* transformers in fp32, in bf16 */
 	int64_t n_targets;
 	taco_st_file *expected;
 } fixture;
@@ -41,7 +41,7 @@ static int32_t *int_matrix(json_t *rows, int *B, int *T)
 	return out;
 }
 
-static void fixture_load(fixture *f, const char *name)
+static void fixture_load(fixture *f, const char *name, int bf16)
 {
 	char dir[4096], path[4200];
 	json_error_t jerr;
@@ -52,7 +52,8 @@ static void fixture_load(fixture *f, const char *name)
 	memset(f, 0, sizeof(*f));
 	snprintf(dir, sizeof(dir), "%s", tu_fixture("models"));
 	snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/%s", name);
-	r = taco_model_load(dir, tk_cpu_ops(), &f->m, &err);
+	r = taco_model_load_as(dir, tk_cpu_ops(), bf16 ? TK_BF16 : TK_F32,
+			       &f->m, &err);
 	ck_assert_msg(r == 0, "%s: %s", name, err.msg);
 	snprintf(path, sizeof(path), "%s/batch.json", dir);
 	batch = json_load_file(path, 0, &jerr);
@@ -66,6 +67,7 @@ static void fixture_load(fixture *f, const char *name)
 	exp = json_load_file(path, 0, &jerr);
 	ck_assert_msg(exp != NULL, "%s: %s", path, jerr.text);
 	f->loss = json_number_value(json_object_get(exp, "loss"));
+	f->loss_bf16 = json_number_value(json_object_get(exp, "loss_bf16"));
 	f->n_targets = json_integer_value(json_object_get(exp, "n_targets"));
 	json_decref(exp);
 	snprintf(path, sizeof(path), "%s/expected.safetensors", dir);
@@ -94,64 +96,178 @@ static float *expected_f32(fixture *f, const char *name, size_t n)
 	return out;
 }
 
-/* Gradient sink: copies every gradient, counts calls, and optionally
- * scribbles over the tensor's weights afterwards, which must not change any
- * gradient still to come (a layer's input gradient is computed before its
- * weights may change). */
+/* Gradient sink: assembles every piece into a host copy of each gradient,
+ * counting how often each element is given (part mode), or lets the engine
+ * add into dense buffers (dense mode). With scribble, the weights a piece
+ * covers are overwritten once it is handed over (all of a row stream's at
+ * its last part), which must not change any gradient still to come: a
+ * weight is used for the input gradient before its gradient is given. */
 typedef struct grads {
+	taco_model *m;
 	float **g;
-	int *calls;
+	uint8_t **cover;
+	float **dense; /* backend buffers, dense mode */
+	int *parts;
 	int scribble;
+	int bad; /* a piece out of bounds, or given twice */
 } grads;
 
-static int grab(void *ctx, taco_model *m, int id, float *grad)
+static void scribble_cols(taco_tensor *t, int col0, int cols)
+{
+	size_t es = tk_dtype_size(t->dtype);
+	int64_t R = t->ndim == 2 ? t->shape[0] : 1;
+	int64_t C = t->ndim == 2 ? t->shape[1] : (int64_t)t->numel;
+
+	for (int64_t r = 0; r < R; r++)
+		memset((char *)t->data + ((size_t)r * C + col0) * es, 0x7F,
+		       (size_t)cols * es);
+}
+
+static int grab(void *ctx, taco_model *m, const taco_grad_part *p)
 {
 	grads *gs = ctx;
-	taco_tensor *t = &m->tensors[id];
+	taco_tensor *t = &m->tensors[p->tensor];
+	int64_t R = t->ndim == 2 ? t->shape[0] : 1;
+	int64_t C = t->ndim == 2 ? t->shape[1] : (int64_t)t->numel;
+	float *row = malloc((size_t)p->cols * sizeof(float));
+	int32_t *ids = NULL;
 
-	gs->calls[id]++;
-	if (!gs->g[id])
-		gs->g[id] = malloc(t->numel * sizeof(float));
-	m->ops->download(gs->g[id], grad, t->numel * sizeof(float));
-	if (gs->scribble)
-		memset(t->data, 0x7F, t->numel * tk_dtype_size(t->dtype));
+	ck_assert_ptr_nonnull(row);
+	gs->parts[p->tensor]++;
+	if (!gs->g[p->tensor]) {
+		gs->g[p->tensor] = calloc(t->numel, sizeof(float));
+		gs->cover[p->tensor] = calloc(t->numel, 1);
+	}
+	if (p->row_ids) {
+		ids = malloc((size_t)p->rows * sizeof(int32_t));
+		m->ops->download(ids, p->row_ids,
+				 (size_t)p->rows * sizeof(int32_t));
+	}
+	for (int i = 0; i < p->rows; i++) {
+		int64_t r = ids ? ids[i] : p->row0 + i;
+		if (r < 0 || r >= R || p->col0 < 0 || p->col0 + p->cols > C) {
+			gs->bad = 1;
+			continue;
+		}
+		m->ops->download(row, p->g + (size_t)i * p->ld,
+				 (size_t)p->cols * sizeof(float));
+		for (int c = 0; c < p->cols; c++) {
+			size_t at = (size_t)r * C + p->col0 + c;
+			gs->g[p->tensor][at] = row[c];
+			if (gs->cover[p->tensor][at]++)
+				gs->bad = 1;
+		}
+	}
+	if (gs->scribble && p->kind == TACO_PART_COLS)
+		scribble_cols(t, p->col0, p->cols);
+	else if (gs->scribble && (p->kind == TACO_PART_WHOLE || p->last))
+		scribble_cols(t, 0, (int)C);
+	free(ids);
+	free(row);
 	return 0;
 }
 
-static void grads_init(grads *gs, const taco_model *m, int scribble)
+static float *dense_of(void *ctx, taco_model *m, int id)
 {
+	grads *gs = ctx;
+
+	(void)m;
+	return gs->dense[id];
+}
+
+static void grads_init(grads *gs, taco_model *m, int scribble, int dense)
+{
+	memset(gs, 0, sizeof(*gs));
+	gs->m = m;
 	gs->g = calloc((size_t)m->n_tensors, sizeof(float *));
-	gs->calls = calloc((size_t)m->n_tensors, sizeof(int));
+	gs->cover = calloc((size_t)m->n_tensors, sizeof(uint8_t *));
+	gs->parts = calloc((size_t)m->n_tensors, sizeof(int));
 	gs->scribble = scribble;
+	if (dense) {
+		gs->dense = calloc((size_t)m->n_tensors, sizeof(float *));
+		for (int i = 0; i < m->n_tensors; i++) {
+			size_t n = m->tensors[i].numel * sizeof(float);
+			gs->dense[i] = m->ops->alloc(n);
+			m->ops->memset0(gs->dense[i], n);
+		}
+	}
 }
 
-static void grads_free(grads *gs, const taco_model *m)
+static taco_grad_sink grads_sink(grads *gs)
 {
-	for (int i = 0; i < m->n_tensors; i++)
-		free(gs->g[i]);
-	free(gs->g);
-	free(gs->calls);
+	return gs->dense ? (taco_grad_sink){NULL, dense_of, NULL, gs}
+			 : (taco_grad_sink){grab, NULL, NULL, gs};
 }
 
-/* scribble: overwrite weights in the gradient callback. chunk: rows per
- * cross-entropy chunk (0 = default, one chunk for these fixtures). */
-static void check_fixture(const char *name, int scribble, int chunk, int keep)
+/* After the step: the host copies, each element given at most once and,
+ * when not given (rows a batch does not hold), 0 in ref. */
+static void grads_finish(grads *gs)
+{
+	taco_model *m = gs->m;
+
+	ck_assert_msg(!gs->bad, "a gradient piece was out of bounds or given "
+				"twice");
+	for (int i = 0; gs->dense && i < m->n_tensors; i++) {
+		size_t n = m->tensors[i].numel;
+		gs->g[i] = malloc(n * sizeof(float));
+		gs->cover[i] = malloc(n);
+		memset(gs->cover[i], 1, n);
+		m->ops->download(gs->g[i], gs->dense[i], n * sizeof(float));
+	}
+}
+
+static void grads_free(grads *gs)
+{
+	for (int i = 0; i < gs->m->n_tensors; i++) {
+		free(gs->g[i]);
+		free(gs->cover[i]);
+		if (gs->dense)
+			gs->m->ops->free(gs->dense[i],
+					 gs->m->tensors[i].numel * 4);
+	}
+	free(gs->g);
+	free(gs->cover);
+	free(gs->dense);
+	free(gs->parts);
+}
+
+/* How a fixture is run. */
+typedef struct run_opts {
+	int scribble; /* overwrite weights once their gradient is given */
+	int dense;    /* dense mode */
+	int small;    /* tiny gradient block and logit chunks, 3 MLP blocks */
+	int keep;     /* kept activations */
+	int offload;  /* layer inputs in host memory */
+	int bf16;     /* bf16 precision */
+} run_opts;
+
+static void check_fixture(const char *name, run_opts ro)
 {
 	fixture f;
 	taco_err err = {{0}};
 	taco_step_stats st;
 	grads gs;
+	taco_grad_sink sink;
 	taco_batch b;
-	double worst = 0, logit_err = 0;
+	taco_step_opts so = {0};
+	double worst = 0, logit_err = 0, gtol = ro.bf16 ? 0.1 : 1e-4;
+	double ltol = ro.bf16 ? 1e-2 : 1e-5, want;
 	const char *worst_name = "";
 	int r;
 
-	fixture_load(&f, name);
-	f.m->ce_chunk_elems = (size_t)chunk * f.m->cfg.vocab;
-	f.m->keep_activations = keep;
+	fixture_load(&f, name, ro.bf16);
+	want = ro.bf16 ? f.loss_bf16 : f.loss;
+	so.keep_activations = ro.keep;
+	so.offload = ro.offload;
+	if (ro.small) {
+		so.grad_block_elems = 1; /* one row or column at least */
+		so.logit_elems = 700;
+		so.mlp_chunks = 3;
+	}
+	ck_assert_int_eq(taco_model_set_step_opts(f.m, &so, &err), 0);
 	b = (taco_batch){f.B, f.T, f.tokens, f.targets, NULL};
 
-	if (!scribble) {
+	if (!ro.scribble) {
 		size_t n = (size_t)f.B * f.T * f.m->cfg.vocab;
 		float *logits = malloc(n * sizeof(float));
 		float *ref = expected_f32(&f, "logits", n);
@@ -161,75 +277,112 @@ static void check_fixture(const char *name, int scribble, int chunk, int keep)
 		ck_assert_msg(r == 0, "%s", err.msg);
 		e = tu_rel_err(logits, ref, n);
 		logit_err = e;
-		ck_assert_msg(e < 1e-4, "%s: logits rel err %.3g", name, e);
+		ck_assert_msg(e < (ro.bf16 ? 5e-2 : 1e-4),
+			      "%s: logits rel err %.3g", name, e);
 		free(logits);
 		free(ref);
 		r = taco_model_eval(f.m, &b, &st, &err);
 		ck_assert_msg(r == 0, "%s", err.msg);
-		ck_assert_msg(fabs(st.loss - f.loss) / f.loss < 1e-5,
+		ck_assert_msg(fabs(st.loss - want) < ltol * want,
 			      "%s: eval loss %.9g vs %.9g", name, st.loss,
-			      f.loss);
+			      want);
 	}
 
-	grads_init(&gs, f.m, scribble);
-	r = taco_model_step(f.m, &b, 0, grab, &gs, &st, &err);
+	grads_init(&gs, f.m, ro.scribble, ro.dense);
+	sink = grads_sink(&gs);
+	r = taco_model_step(f.m, &b, 0, &sink, &st, &err);
 	ck_assert_msg(r == 0, "%s", err.msg);
+	grads_finish(&gs);
 	ck_assert_int_eq(st.n_targets, f.n_targets);
-	ck_assert_msg(fabs(st.loss - f.loss) / f.loss < 1e-5,
-		      "%s: loss %.9g vs %.9g (rel %.3g)", name, st.loss, f.loss,
-		      fabs(st.loss - f.loss) / f.loss);
+	ck_assert_msg(fabs(st.loss - want) < ltol * want,
+		      "%s: loss %.9g vs %.9g (rel %.3g)", name, st.loss, want,
+		      fabs(st.loss - want) / want);
 	for (int i = 0; i < f.m->n_tensors; i++) {
 		taco_tensor *t = &f.m->tensors[i];
 		char gname[160];
 		float *ref;
 		double e;
 
-		ck_assert_msg(gs.calls[i] == 1, "%s: %s got %d callbacks", name,
-			      t->name, gs.calls[i]);
+		ck_assert_msg(gs.g[i] != NULL, "%s: %s got no gradient", name,
+			      t->name);
 		snprintf(gname, sizeof(gname), "grad.%s", t->name);
 		ref = expected_f32(&f, gname, t->numel);
+		for (size_t k = 0; k < t->numel; k++)
+			ck_assert_msg(gs.cover[i][k] || ref[k] == 0.0f,
+				      "%s: %s element %zu never given", name,
+				      t->name, k);
 		e = tu_rel_err(gs.g[i], ref, t->numel);
 		if (e > worst) {
 			worst = e;
 			worst_name = t->name;
 		}
-		ck_assert_msg(e < 1e-4, "%s: %s gradient rel err %.3g", name,
+		ck_assert_msg(e < gtol, "%s: %s gradient rel err %.3g", name,
 			      t->name, e);
 		free(ref);
 	}
-	if (!scribble && !chunk && !keep)
+	if (!ro.scribble && !ro.small && !ro.keep && !ro.dense)
 		fprintf(stderr,
-			"golden %-10s loss rel err %.2g, logits %.2g, worst "
-			"gradient %.2g (%s)\n",
-			name, fabs(st.loss - f.loss) / f.loss, logit_err, worst,
+			"golden %-10s %s loss rel err %.2g, logits %.2g, "
+			"worst gradient %.2g (%s)\n",
+			name, ro.bf16 ? "bf16" : "fp32",
+			fabs(st.loss - want) / want, logit_err, worst,
 			worst_name);
-	grads_free(&gs, f.m);
+	grads_free(&gs);
 	fixture_free(&f);
 }
 
 START_TEST(test_fixture)
 {
-	check_fixture(fixtures[_i], 0, 0, 0);
+	check_fixture(fixtures[_i], (run_opts){0});
 }
 END_TEST
 
-/* 5 rows per chunk: 7 chunks, the last one short. */
-START_TEST(test_fixture_chunked_loss)
+/* Gradient accumulation's mode: the engine adds into whole buffers. */
+START_TEST(test_fixture_dense)
 {
-	check_fixture(fixtures[_i], 0, 5, 0);
+	check_fixture(fixtures[_i], (run_opts){.dense = 1});
+}
+END_TEST
+
+/* Every bound at its smallest: a one-column (or one-row) gradient block,
+ * logits in chunks of a few vocabulary rows and tokens, the MLP in 3
+ * blocks; in part and dense mode. */
+START_TEST(test_fixture_chunked)
+{
+	check_fixture(fixtures[_i], (run_opts){.small = 1});
+	check_fixture(fixtures[_i], (run_opts){.small = 1, .dense = 1});
 }
 END_TEST
 
 START_TEST(test_fixture_weights_change_in_callback)
 {
-	check_fixture(fixtures[_i], 1, 0, 0);
+	check_fixture(fixtures[_i], (run_opts){.scribble = 1});
+	check_fixture(fixtures[_i], (run_opts){.scribble = 1, .small = 1});
 }
 END_TEST
 
 /* Every layer's intermediates kept: no recompute, same results. */
 START_TEST(test_fixture_keep_activations)
 {
-	check_fixture(fixtures[_i], 1, 0, 1);
+	check_fixture(fixtures[_i], (run_opts){.scribble = 1, .keep = 1});
+}
+END_TEST
+
+/* Layer inputs in host memory: same results. */
+START_TEST(test_fixture_offload)
+{
+	check_fixture(fixtures[_i], (run_opts){.offload = 1});
+	check_fixture(fixtures[_i], (run_opts){.offload = 1, .small = 1});
+}
+END_TEST
+
+/* bf16 precision: the loss within 1e-2 of transformers run in bf16, the
+ * gradients near fp32's; with every bound small too. */
+START_TEST(test_fixture_bf16)
+{
+	check_fixture(fixtures[_i], (run_opts){.bf16 = 1});
+	check_fixture(fixtures[_i], (run_opts){.bf16 = 1, .small = 1});
+	check_fixture(fixtures[_i], (run_opts){.bf16 = 1, .offload = 1});
 }
 END_TEST
 
@@ -244,10 +397,11 @@ static void check_packing(const char *name)
 	taco_err err = {{0}};
 	taco_step_stats sp, su;
 	grads gp, gu;
+	taco_grad_sink sp_sink, su_sink;
 	int o = 0, r;
 	uint64_t rng = 42;
 
-	fixture_load(&f, name);
+	fixture_load(&f, name, 0);
 	for (int i = 0; i < 21; i++)
 		utok[i] = 0, utgt[i] = -100;
 	for (int d = 0; d < 3; d++) {
@@ -266,14 +420,18 @@ static void check_packing(const char *name)
 	}
 	ck_assert_int_eq(o, P);
 
-	grads_init(&gp, f.m, 0);
-	grads_init(&gu, f.m, 0);
-	r = taco_model_step(f.m, &(taco_batch){1, P, ptok, ptgt, ppos}, 0, grab,
-			    &gp, &sp, &err);
+	grads_init(&gp, f.m, 0, 1);
+	grads_init(&gu, f.m, 0, 1);
+	sp_sink = grads_sink(&gp);
+	su_sink = grads_sink(&gu);
+	r = taco_model_step(f.m, &(taco_batch){1, P, ptok, ptgt, ppos}, 0,
+			    &sp_sink, &sp, &err);
 	ck_assert_msg(r == 0, "%s", err.msg);
-	r = taco_model_step(f.m, &(taco_batch){3, U, utok, utgt, NULL}, 0, grab,
-			    &gu, &su, &err);
+	r = taco_model_step(f.m, &(taco_batch){3, U, utok, utgt, NULL}, 0,
+			    &su_sink, &su, &err);
 	ck_assert_msg(r == 0, "%s", err.msg);
+	grads_finish(&gp);
+	grads_finish(&gu);
 	ck_assert_int_eq(sp.n_targets, su.n_targets);
 	ck_assert_msg(fabs(sp.loss - su.loss) < 1e-6 * su.loss,
 		      "%s: packed loss %.9g, separate %.9g", name, sp.loss,
@@ -283,8 +441,8 @@ static void check_packing(const char *name)
 		ck_assert_msg(e < 1e-5, "%s: %s packed vs separate %.3g", name,
 			      f.m->tensors[i].name, e);
 	}
-	grads_free(&gp, f.m);
-	grads_free(&gu, f.m);
+	grads_free(&gp);
+	grads_free(&gu);
 	fixture_free(&f);
 }
 
@@ -303,10 +461,10 @@ START_TEST(test_bad_batch)
 	int32_t pos[4] = {0, 1, 3, 4};
 	int r;
 
-	fixture_load(&f, "llama_gqa");
+	fixture_load(&f, "llama_gqa", 0);
 	tok[2] = 256;
 	r = taco_model_step(f.m, &(taco_batch){1, 4, tok, tgt, NULL}, 0, NULL,
-			    NULL, &st, &err);
+			    &st, &err);
 	ck_assert_int_eq(r, -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "token id 256"));
 	tok[2] = 3;
@@ -326,7 +484,7 @@ START_TEST(test_bad_batch)
 	for (int i = 0; i < 4; i++)
 		tgt[i] = -100;
 	r = taco_model_step(f.m, &(taco_batch){1, 4, tok, tgt, NULL}, 0, NULL,
-			    NULL, &st, &err);
+			    &st, &err);
 	ck_assert_int_eq(r, 0);
 	ck_assert_int_eq(st.n_targets, 0);
 	fixture_free(&f);
@@ -384,7 +542,10 @@ int main(void)
 
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_fixture, 0, n);
-	tcase_add_loop_test(tc, test_fixture_chunked_loss, 0, n);
+	tcase_add_loop_test(tc, test_fixture_dense, 0, n);
+	tcase_add_loop_test(tc, test_fixture_chunked, 0, n);
+	tcase_add_loop_test(tc, test_fixture_offload, 0, n);
+	tcase_add_loop_test(tc, test_fixture_bf16, 0, n);
 	tcase_add_loop_test(tc, test_fixture_weights_change_in_callback, 0, n);
 	tcase_add_loop_test(tc, test_fixture_keep_activations, 0, n);
 	tcase_add_loop_test(tc, test_packing, 0, 2);

@@ -18,6 +18,19 @@ enum taco_schedule {
 	TACO_SCHED_COSINE,
 };
 
+/* in the order of the job file's names */
+enum taco_precision {
+	TACO_PRECISION_AUTO = 0, /* bf16 on CUDA, fp32 on the CPU */
+	TACO_PRECISION_FP32,
+	TACO_PRECISION_BF16,
+};
+
+enum taco_choice {
+	TACO_CHOICE_AUTO = 0, /* what admission picks to fit */
+	TACO_CHOICE_OFF,
+	TACO_CHOICE_ON,
+};
+
 typedef struct taco_job {
 	char model[TACO_PATH_MAX];
 	char train[TACO_PATH_MAX];
@@ -42,6 +55,9 @@ typedef struct taco_job {
 	int64_t log_every;
 	int64_t max_examples; /* limit on examples read from a data file */
 	int activation_checkpointing; /* 0: keep every layer's activations */
+	int precision;		      /* enum taco_precision */
+	int activation_offload;	      /* enum taco_choice */
+	int mlp_chunks;		      /* 0: auto */
 	int packing;		      /* several examples per sequence */
 	int chat_template;	      /* enum taco_template */
 	int train_on_all;	      /* 0: answers only */

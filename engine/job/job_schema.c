@@ -56,6 +56,9 @@ static const char *const templates[] = {"auto", "chatml", "llama3", "mistral",
 					NULL};
 static const char *const train_on[] = {"answers", "all", NULL};
 static const char *const overlength[] = {"truncate", "drop", "error", NULL};
+/* in the order of enum taco_precision and enum taco_choice */
+static const char *const precisions[] = {"auto", "fp32", "bf16", NULL};
+static const char *const choices[] = {"auto", "off", "on", NULL};
 
 static const taco_job_key taco_fields[] = {
     {"k", REQUEST, TACO_JOB_INT, AT(optim.k), INTS(1, 16)},
@@ -113,6 +116,10 @@ const taco_job_key taco_job_keys[] = {
      INTS(1, 100000000)},
     {"activation_checkpointing", REQUEST, TACO_JOB_BOOL,
      AT(activation_checkpointing)},
+    {"precision", REQUEST, TACO_JOB_ENUM, AT(precision), .names = precisions},
+    {"activation_offload", REQUEST, TACO_JOB_ENUM, AT(activation_offload),
+     .names = choices},
+    {"mlp_chunks", REQUEST, TACO_JOB_INT, AT(mlp_chunks), INTS(0, 1024)},
     {"packing", REQUEST, TACO_JOB_BOOL, AT(packing)},
     {"chat_template", REQUEST, TACO_JOB_ENUM, AT(chat_template),
      .names = templates},

@@ -10,8 +10,7 @@ enum taco_plan_term {
 	TACO_PLAN_WEIGHTS = 0,	  /* parameters, in their stored dtype */
 	TACO_PLAN_TACO_STATE,	  /* TACO slots of 2-D tensors */
 	TACO_PLAN_ADAMW_STATE,	  /* master, m, v of AdamW tensors */
-	TACO_PLAN_GRAD_BUFFER,	  /* one tensor's gradient, or all (accum) */
-	TACO_PLAN_HEAD_GRAD,	  /* LM-head / embedding gradient */
+	TACO_PLAN_GRAD_BUFFER,	  /* a block of a gradient, or all (dense) */
 	TACO_PLAN_LAYER_INPUTS,	  /* checkpointed layer inputs (or all
 				     activations when they are kept) */
 	TACO_PLAN_LAYER_WORK,	  /* one layer's recompute and backward */

@@ -1,9 +1,10 @@
 /* model.h: a decoder-only transformer (Llama, Mistral, Qwen2, Qwen3) and its
  * training step on a backend (tk_ops).
  *
- * Tensors are kept in their storage dtype (F32, BF16 or F16) in backend
- * memory; compute is fp32. Tensor ids are positions in the sorted list of
- * tensor names, which is also the TACO tensor_index. */
+ * Tensors live in backend memory: in their storage dtype (F32, BF16 or F16)
+ * in fp32 mode, all bf16 in bf16 mode; arithmetic is fp32 in both. Tensor
+ * ids are positions in the sorted list of tensor names, which is also the
+ * TACO tensor_index. */
 #ifndef TACO_MODEL_H
 #define TACO_MODEL_H
 
@@ -48,6 +49,26 @@ typedef struct taco_tensor {
 
 typedef struct taco_work taco_work;
 
+/* How a step bounds its memory. Every field 0 means the defaults. */
+typedef struct taco_step_opts {
+	/* 0 (default): activation checkpointing, forward keeps each layer's
+	 * input and backward recomputes one layer at a time. 1: every layer's
+	 * intermediates are kept, trading memory for the recompute. */
+	int keep_activations;
+	/* 1: the checkpointed layer inputs live in host memory (copied out
+	 * during forward, prefetched during backward); the device keeps 3. */
+	int offload;
+	/* The MLP runs in this many blocks of the intermediate dimension
+	 * (1 or 0: whole), recomputed block by block in backward; needs
+	 * checkpointing. */
+	int mlp_chunks;
+	/* Elements of the fp32 weight-gradient block (0: 16 Mi), at least
+	 * one row or column of any tensor; and of one chunk of logits (0:
+	 * 4 Mi). Tests shrink them to exercise the chunking. */
+	size_t grad_block_elems;
+	size_t logit_elems;
+} taco_step_opts;
+
 typedef struct taco_model {
 	taco_config cfg;
 	const tk_ops *ops;
@@ -59,14 +80,14 @@ typedef struct taco_model {
 	int (*layer)[TACO_L_COUNT];
 	float *inv_freq; /* host, head_dim / 2 */
 	taco_work *work; /* step buffers for the last batch shape */
-	/* Logit elements per cross-entropy chunk; 0 = the default (4 Mi).
-	 * Set it before a step (or release the work) to change it. */
-	size_t ce_chunk_elems;
-	/* 0 (default): activation checkpointing, forward keeps each layer's
-	 * input and backward recomputes one layer at a time. 1: every layer's
-	 * intermediates are kept, trading memory for the recompute (about a
-	 * quarter of the step's work). */
-	int keep_activations;
+	/* Precision: TK_F32 (the reference: activations fp32, weights as
+	 * stored, converted to fp32 scratch on use) or TK_BF16 (weights,
+	 * activations and their gradients bf16, fp32 arithmetic, GEMMs on
+	 * the stored weights). Set by taco_model_load_as. */
+	int act_dtype;
+	/* The step's schedule (taco_model_set_step_opts; read by the work
+	 * buffers, so change it only between steps). */
+	taco_step_opts sched;
 } taco_model;
 
 /* One micro-batch. targets[i] is the token that position i must predict
@@ -80,11 +101,42 @@ typedef struct taco_batch {
 	const int32_t *pos;
 } taco_batch;
 
-/* Called once per trainable tensor as soon as its gradient is complete.
- * grad is backend memory, fp32, numel elements, valid only during the call.
- * A non-zero return aborts the step with that code. */
-typedef int (*taco_grad_fn)(void *ctx, taco_model *m, int tensor_id,
-			    float *grad);
+/* A piece of one tensor's fp32 gradient, backend memory, valid during the
+ * call only. g[i * ld + c] is the gradient of element (row i, column
+ * col0 + c) for i < rows, c < cols, where row i is row0 + i, or row_ids[i]
+ * when row_ids (backend memory, ascending) is set. */
+typedef struct taco_grad_part {
+	int tensor;
+	int kind; /* enum taco_part_kind */
+	const float *g;
+	int ld;
+	int row0, rows;
+	int col0, cols;
+	const int32_t *row_ids;
+	int first, last; /* ROWS: the first and the last part of the tensor */
+} taco_grad_part;
+
+enum taco_part_kind {
+	TACO_PART_WHOLE = 0, /* the whole tensor */
+	TACO_PART_COLS,	     /* every row of columns [col0, col0 + cols) */
+	TACO_PART_ROWS,	     /* every column of some rows; more may follow
+				until last (rows not given have gradient 0) */
+};
+
+/* Where a step's gradients go. part mode (dense NULL): every piece is
+ * handed to part as soon as it exists, each element exactly once; parts of
+ * two ROWS tensors may interleave (at most TACO_MAX_ROW_STREAMS at once).
+ * dense mode: dense(ctx, m, id) gives tensor id's fp32 buffer, and every
+ * piece is added into it (+=). skip (NULL or a flag per tensor): gradients
+ * not wanted (frozen tensors), never computed. */
+typedef struct taco_grad_sink {
+	int (*part)(void *ctx, taco_model *m, const taco_grad_part *p);
+	float *(*dense)(void *ctx, taco_model *m, int tensor);
+	const uint8_t *skip;
+	void *ctx;
+} taco_grad_sink;
+
+#define TACO_MAX_ROW_STREAMS 2
 
 typedef struct taco_step_stats {
 	double loss_sum;   /* sum of token losses */
@@ -98,6 +150,16 @@ typedef struct taco_step_stats {
  * unexpected tensors are an error. */
 int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
 		    taco_err *err);
+/* The same in a precision (TK_F32: weights kept as stored; TK_BF16: every
+ * weight converted to bf16, rounded to nearest even). */
+int taco_model_load_as(const char *dir, const tk_ops *ops, int act_dtype,
+		       taco_model **out, taco_err *err);
+
+/* Sets the schedule: -EINVAL (err says why) for one the model cannot run
+ * (mlp_chunks with kept activations, or more chunks than intermediate
+ * columns). Releases the step buffers when it changes. */
+int taco_model_set_step_opts(taco_model *m, const taco_step_opts *s,
+			     taco_err *err);
 
 /* The tensor list and shapes of cfg without weights (every data NULL, ops
  * NULL): what the planner and parameter counts need, at any model size. */
@@ -116,9 +178,10 @@ int taco_batch_check(const taco_model *m, const taco_batch *b,
 /* Forward and backward with activation checkpointing. The loss is the mean
  * over targets, normalised by norm_targets when > 0 (gradient accumulation:
  * the token count of the whole optimizer step), else by this batch's count.
- * fn receives each gradient as soon as it is complete. */
+ * sink receives the gradients (may be NULL: none). A sink's non-zero return
+ * aborts the step with that code. */
 int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
-		    taco_grad_fn fn, void *ctx, taco_step_stats *stats,
+		    const taco_grad_sink *sink, taco_step_stats *stats,
 		    taco_err *err);
 
 /* Forward only: loss statistics, chunked (no logits kept). */

@@ -7,6 +7,7 @@
 #include "model.h"
 #include "model_work.h"
 #include "safetensors/safetensors.h"
+#include "tk_convert.h"
 
 static const char *const layer_names[TACO_L_COUNT] = {
     [TACO_L_ATTN_NORM] = "input_layernorm.weight",
@@ -305,10 +306,38 @@ static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
 		snprintf(buf + o, len - o, "]");
 }
 
+/* Uploads s into t (allocated in dtype): as it is, or converted element by
+ * element (rounded to nearest even) through a bounded host buffer. */
+static int upload_as(taco_model *m, taco_tensor *t, const taco_st_tensor *s,
+		     int dtype, taco_err *err)
+{
+	enum { PIECE = 1 << 20 }; /* elements per conversion */
+	size_t es = tk_dtype_size(dtype);
+	uint8_t *buf;
+
+	if (s->dtype == dtype) {
+		m->ops->upload(t->data, s->data, s->nbytes);
+		return 0;
+	}
+	buf = malloc((size_t)PIECE * es);
+	if (!buf)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	for (size_t i0 = 0; i0 < t->numel; i0 += PIECE) {
+		size_t n = t->numel - i0 < PIECE ? t->numel - i0 : PIECE;
+		for (size_t i = 0; i < n; i++)
+			tk_store_f32_rne(
+			    buf, dtype, i,
+			    tk_load_f32(s->data, s->dtype, i0 + i));
+		m->ops->upload((uint8_t *)t->data + i0 * es, buf, n * es);
+	}
+	free(buf);
+	return 0;
+}
+
 static int load_weights(taco_model *m, const char *dir, taco_err *err)
 {
 	taco_st_model *st = NULL;
-	int r;
+	int r, dt;
 
 	r = taco_st_open_model(dir, &st, err);
 	if (r)
@@ -342,9 +371,10 @@ static int load_weights(taco_model *m, const char *dir, taco_err *err)
 					 dir, t->name, have, want);
 			goto out;
 		}
-		if ((r = taco_model_alloc_tensor(m, t, s->dtype, err)))
+		dt = m->act_dtype == TK_BF16 ? TK_BF16 : s->dtype;
+		if ((r = taco_model_alloc_tensor(m, t, dt, err)) ||
+		    (r = upload_as(m, t, s, dt, err)))
 			goto out;
-		m->ops->upload(t->data, s->data, s->nbytes);
 	}
 	for (size_t i = 0; i < taco_st_model_count(st); i++) {
 		const taco_st_tensor *s = taco_st_model_get(st, i);
@@ -377,6 +407,12 @@ int taco_model_refuse_shapes_only(const taco_config *c, const char *where,
 int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
 		    taco_err *err)
 {
+	return taco_model_load_as(dir, ops, TK_F32, out, err);
+}
+
+int taco_model_load_as(const char *dir, const tk_ops *ops, int act_dtype,
+		       taco_model **out, taco_err *err)
+{
 	char path[4096];
 	taco_config cfg;
 	taco_model *m = NULL;
@@ -391,9 +427,14 @@ int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
 		return r;
 	if (cfg.shapes_only)
 		return taco_model_refuse_shapes_only(&cfg, path, err);
+	if (act_dtype != TK_F32 && act_dtype != TK_BF16)
+		return taco_err_set(err, -EINVAL,
+				    "precision must be fp32 or "
+				    "bf16");
 	r = taco_model_skeleton(&cfg, ops, &m, err);
 	if (r)
 		return r;
+	m->act_dtype = act_dtype;
 	r = load_weights(m, dir, err);
 	if (r) {
 		taco_model_free(m);

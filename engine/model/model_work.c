@@ -1,21 +1,26 @@
-/* model_work.c: allocation of the step buffers. */
+/* model_work.c: the step buffers, allocated from one list that the planner
+ * walks too. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "mem_terms.h"
 #include "model_work.h"
 
-/* Every buffer of struct taco_work with its element count and size, so that
- * allocation and release walk one list. */
+enum { R_PERSIST = 0, R_LAYER, R_LOSS, R_HOST };
+
+#define REGION_ALIGN 256
+
+/* One buffer of struct taco_work: where its pointer goes, its size, the plan
+ * term it is counted in and where it lives. */
 typedef struct work_buf {
 	void **slot;
-	size_t elems;
-	size_t esize;
+	size_t bytes;
 	int term; /* enum taco_plan_term */
+	int region;
 } work_buf;
 
 /* fixed buffers + per-layer activation sets */
-#define WB_FIXED (32 + TACO_L_COUNT)
+#define WB_FIXED (40 + TACO_L_COUNT)
 #define WB_PER_SET 17
 
 static size_t work_list_cap(int n_acts)
@@ -23,120 +28,218 @@ static size_t work_list_cap(int n_acts)
 	return WB_FIXED + (size_t)WB_PER_SET * (size_t)n_acts;
 }
 
-static int work_list(const taco_model *m, taco_work *w, int B, int T,
-		     work_buf *list)
+static size_t max_sz(size_t a, size_t b)
+{
+	return a > b ? a : b;
+}
+
+void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
 {
 	const taco_config *c = &m->cfg;
-	size_t N = (size_t)B * T, H = c->hidden, I = c->intermediate;
+	const taco_step_opts *sc = &m->sched;
+	size_t need = 1, largest = 1, g, le;
+	int chunks;
+
+	memset(s, 0, sizeof(*s));
+	s->B = B;
+	s->T = T;
+	s->N = B * T;
+	s->dt = m->act_dtype == TK_BF16 ? TK_BF16 : TK_F32;
+	s->keep = sc->keep_activations != 0;
+	s->offload = sc->offload && !s->keep;
+	chunks = s->keep || sc->mlp_chunks < 1 ? 1 : sc->mlp_chunks;
+	if (chunks > c->intermediate)
+		chunks = c->intermediate;
+	s->Ic = (c->intermediate + chunks - 1) / chunks;
+	s->chunks = (c->intermediate + s->Ic - 1) / s->Ic;
+	/* The block holds at least one column (column blocks), one row
+	 * (row streams) and any 1-D tensor whole; never more than the
+	 * largest tensor. */
+	for (int i = 0; i < m->n_tensors; i++) {
+		const taco_tensor *t = &m->tensors[i];
+		need = max_sz(need, t->ndim == 2 ? max_sz((size_t)t->shape[0],
+							  (size_t)t->shape[1])
+						 : t->numel);
+		largest = max_sz(largest, t->numel);
+	}
+	g = sc->grad_block_elems ? sc->grad_block_elems : TACO_GRAD_BLOCK_ELEMS;
+	g = g < largest ? g : largest;
+	s->gblock = max_sz(g, need);
+	s->Vc = (int)(s->gblock / (size_t)c->hidden);
+	if (s->Vc > c->vocab)
+		s->Vc = c->vocab;
+	if (s->Vc < 1)
+		s->Vc = 1;
+	le = sc->logit_elems ? sc->logit_elems : TACO_LOGIT_ELEMS;
+	s->Nc = (int)(le / (size_t)s->Vc);
+	if (s->Nc > s->N)
+		s->Nc = s->N;
+	if (s->Nc < 1)
+		s->Nc = 1;
+}
+
+static int work_list(const taco_model *m, taco_work *w, work_buf *list)
+{
+	const taco_config *c = &m->cfg;
+	const taco_work_shape *s = &w->s;
+	size_t N = (size_t)s->N, H = c->hidden, Ic = (size_t)s->Ic;
 	size_t D = (size_t)c->heads * c->head_dim;
 	size_t Dkv = (size_t)c->kv_heads * c->head_dim;
 	size_t V = c->vocab, L = c->layers, half = c->head_dim / 2;
-	size_t C = (size_t)taco_work_chunk_rows(m, B * T), glayer = H;
+	size_t es = tk_dtype_size(s->dt), f32 = s->dt == TK_F32;
+	size_t logits = (size_t)s->Nc * (size_t)s->Vc;
 	int n = 0, q = c->qk_norm;
-	const taco_tensor *head = &m->tensors[m->lm_head];
 
-#define ADD(field, count, term)                                                \
-	list[n++] = (work_buf){(void **)&w->field, (count), sizeof(*w->field), \
-			       TACO_PLAN_##term}
-	ADD(tokens, N, BATCH);
-	ADD(targets, N, BATCH);
-	ADD(pos, N, BATCH);
-	ADD(rope_cos, (size_t)T * half, BATCH);
-	ADD(rope_sin, (size_t)T * half, BATCH);
-	ADD(xs, (L + 1) * N * H, LAYER_INPUTS);
+#define ADD(field, count, esize, term, reg)                                    \
+	list[n++] = (work_buf){(void **)&w->field, (count) * (esize),          \
+			       TACO_PLAN_##term, (reg)}
+	ADD(tokens, N, 4, BATCH, R_PERSIST);
+	ADD(targets, N, 4, BATCH, R_PERSIST);
+	ADD(pos, N, 4, BATCH, R_PERSIST);
+	ADD(rows, N, 4, BATCH, R_PERSIST);
+	ADD(uniq, N, 4, BATCH, R_PERSIST);
+	ADD(rope_cos, (size_t)s->T * half, 4, BATCH, R_PERSIST);
+	ADD(rope_sin, (size_t)s->T * half, 4, BATCH, R_PERSIST);
+	if (s->offload) {
+		ADD(xs, TACO_OFFLOAD_SLOTS * N * H, es, LAYER_INPUTS,
+		    R_PERSIST);
+		ADD(xs_host, (L + 1) * N * H, es, LAYER_INPUTS, R_HOST);
+	} else {
+		ADD(xs, (L + 1) * N * H, es, LAYER_INPUTS, R_PERSIST);
+	}
 	for (int a = 0; a < w->n_acts; a++) {
 		taco_layer_acts *x = &w->acts[a];
-#define ADDA(field, count, term)                                               \
-	list[n++] = (work_buf){(void **)&x->field, (count), sizeof(*x->field), \
-			       w->n_acts > 1 ? TACO_PLAN_LAYER_INPUTS          \
-					     : TACO_PLAN_##term}
-		ADDA(ln1, N * H, LAYER_WORK);
-		ADDA(rstd1, N, LAYER_WORK);
-		ADDA(q, N * D, LAYER_WORK);
-		ADDA(k, N * Dkv, LAYER_WORK);
-		ADDA(v, N * Dkv, LAYER_WORK);
-		ADDA(q_pre, q ? N * D : 0, LAYER_WORK);
-		ADDA(k_pre, q ? N * Dkv : 0, LAYER_WORK);
-		ADDA(rstd_q, q ? N * c->heads : 0, LAYER_WORK);
-		ADDA(rstd_k, q ? N * c->kv_heads : 0, LAYER_WORK);
-		ADDA(att, N * D, LAYER_WORK);
-		ADDA(lse, N * c->heads, ATTENTION);
-		ADDA(x_mid, N * H, LAYER_WORK);
-		ADDA(ln2, N * H, LAYER_WORK);
-		ADDA(rstd2, N, LAYER_WORK);
-		ADDA(gate, N * I, LAYER_WORK);
-		ADDA(up, N * I, LAYER_WORK);
-		ADDA(act, N * I, LAYER_WORK);
+		int reg = s->keep ? R_PERSIST : R_LAYER;
+#define ADDA(field, count, esize, term)                                        \
+	list[n++] = (work_buf){                                                \
+	    (void **)&x->field, (count) * (esize),                             \
+	    s->keep ? TACO_PLAN_LAYER_INPUTS : TACO_PLAN_##term, reg}
+		ADDA(ln1, N * H, es, LAYER_WORK);
+		ADDA(rstd1, N, 4, LAYER_WORK);
+		ADDA(q, N * D, es, LAYER_WORK);
+		ADDA(k, N * Dkv, es, LAYER_WORK);
+		ADDA(v, N * Dkv, es, LAYER_WORK);
+		ADDA(q_pre, q ? N * D : 0, es, LAYER_WORK);
+		ADDA(k_pre, q ? N * Dkv : 0, es, LAYER_WORK);
+		ADDA(rstd_q, q ? N * c->heads : 0, 4, LAYER_WORK);
+		ADDA(rstd_k, q ? N * c->kv_heads : 0, 4, LAYER_WORK);
+		ADDA(att, N * D, es, LAYER_WORK);
+		ADDA(lse, N * c->heads, 4, ATTENTION);
+		ADDA(x_mid, N * H, es, LAYER_WORK);
+		ADDA(ln2, N * H, es, LAYER_WORK);
+		ADDA(rstd2, N, 4, LAYER_WORK);
+		ADDA(gate, N * Ic, es, LAYER_WORK);
+		ADDA(up, N * Ic, es, LAYER_WORK);
+		ADDA(act, N * Ic, es, LAYER_WORK);
 #undef ADDA
 	}
-	ADD(dx, N * H, LAYER_WORK);
-	ADD(dtmp, N * H, LAYER_WORK);
-	ADD(dq, N * D, LAYER_WORK);
-	ADD(dk, N * Dkv, LAYER_WORK);
-	ADD(dv, N * Dkv, LAYER_WORK);
-	ADD(dq2, q ? N * D : 0, LAYER_WORK);
-	ADD(dk2, q ? N * Dkv : 0, LAYER_WORK);
-	ADD(datt, N * D, LAYER_WORK);
-	ADD(dgate, N * I, LAYER_WORK);
-	ADD(dup, N * I, LAYER_WORK);
-	ADD(dact, N * I, LAYER_WORK);
-	ADD(hf, N * H, LOSS_CHUNK);
-	ADD(rstd_f, N, LOSS_CHUNK);
-	ADD(logits, C * V, LOSS_CHUNK);
-	for (int s = 0; s < TACO_L_COUNT; s++) {
-		int id = m->layer[0][s], conv = 0;
+	ADD(dx, N * H, es, LAYER_WORK, R_PERSIST);
+	ADD(dtmp, N * H, es, LAYER_WORK, R_LAYER);
+	ADD(dq, N * D, es, LAYER_WORK, R_LAYER);
+	ADD(dk, N * Dkv, es, LAYER_WORK, R_LAYER);
+	ADD(dv, N * Dkv, es, LAYER_WORK, R_LAYER);
+	ADD(datt, N * D, es, LAYER_WORK, R_LAYER);
+	ADD(dact, N * Ic, es, LAYER_WORK, R_LAYER);
+	ADD(xout, s->offload ? N * H : 0, es, LAYER_WORK, R_LAYER);
+	ADD(hf, N * H, es, LOSS_CHUNK, R_PERSIST);
+	ADD(rstd_f, N, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_mx, N, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_tl, N, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_lse, N, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_se, N, 8, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_am, N, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(logits, logits, 4, LOSS_CHUNK, R_LOSS);
+	ADD(dlogits, f32 ? 0 : logits, es, LOSS_CHUNK, R_LOSS);
+	ADD(dh, N * H, 4, LOSS_CHUNK, R_LOSS);
+	ADD(dtie, c->tie_embeddings ? N * H : 0, es, LOSS_CHUNK, R_PERSIST);
+	for (int sl = 0; sl < TACO_L_COUNT; sl++) {
+		int id = m->layer[0][sl], conv = 0;
 		size_t e = id >= 0 ? m->tensors[id].numel : 0;
-		if (e > glayer)
-			glayer = e;
 		/* Checkpoints may mix dtypes across layers. */
-		for (size_t l = 0; l < L && id >= 0; l++)
-			conv |= m->tensors[m->layer[l][s]].dtype != TK_F32;
-		ADD(wl[s], conv ? e : 0, WEIGHT_SCRATCH);
+		for (size_t l = 0; f32 && l < L && id >= 0; l++)
+			conv |= m->tensors[m->layer[l][sl]].dtype != TK_F32;
+		ADD(wl[sl], conv ? e : 0, 4, WEIGHT_SCRATCH, R_PERSIST);
 	}
-	ADD(w_head, head->dtype == TK_F32 ? 0 : V * H, WEIGHT_SCRATCH);
-	ADD(w_final, m->tensors[m->final_norm].dtype == TK_F32 ? 0 : H,
-	    WEIGHT_SCRATCH);
-	ADD(g_layer, glayer, GRAD_BUFFER);
-	ADD(g_head, V * H, HEAD_GRAD);
+	ADD(w_head,
+	    f32 && (m->tensors[m->lm_head].dtype != TK_F32 ||
+		    m->tensors[m->embed].dtype != TK_F32)
+		? V * H
+		: 0,
+	    4, WEIGHT_SCRATCH, R_PERSIST);
+	ADD(w_final, f32 && m->tensors[m->final_norm].dtype != TK_F32 ? H : 0,
+	    4, WEIGHT_SCRATCH, R_PERSIST);
+	ADD(gblock, s->gblock, 4, GRAD_BUFFER, R_PERSIST);
 #undef ADD
 	return n;
 }
 
-int taco_work_plan(const taco_model *m, int B, int T, uint64_t *term)
+static size_t align_up(size_t b)
 {
-	taco_work w;
+	return (b + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
+}
+
+/* Bytes of the shared region: the larger of the layer and loss buffers. */
+static size_t region_bytes(const work_buf *list, int n, size_t *layer,
+			   size_t *loss)
+{
+	*layer = *loss = 0;
+	for (int i = 0; i < n; i++) {
+		if (list[i].region == R_LAYER)
+			*layer += align_up(list[i].bytes);
+		else if (list[i].region == R_LOSS)
+			*loss += align_up(list[i].bytes);
+	}
+	return *layer > *loss ? *layer : *loss;
+}
+
+static taco_work *work_new(const taco_model *m, int B, int T, work_buf **list,
+			   int *n)
+{
+	taco_work *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	taco_work_shape_of(m, B, T, &w->s);
+	w->n_acts = w->s.keep ? m->cfg.layers : 1;
+	w->acts = calloc((size_t)w->n_acts, sizeof(*w->acts));
+	*list = calloc(work_list_cap(w->n_acts), sizeof(**list));
+	if (!w->acts || !*list) {
+		free(w->acts);
+		free(*list);
+		free(w);
+		return NULL;
+	}
+	*n = work_list(m, w, *list);
+	return w;
+}
+
+int taco_work_plan(const taco_model *m, int B, int T, uint64_t *term,
+		   uint64_t *host)
+{
 	work_buf *list;
+	taco_work *w = work_new(m, B, T, &list, &(int){0});
+	size_t layer, loss;
 	int n;
 
-	memset(&w, 0, sizeof(w));
-	w.n_acts = taco_work_act_sets(m);
-	w.acts = calloc((size_t)w.n_acts, sizeof(*w.acts));
-	list = calloc(work_list_cap(w.n_acts), sizeof(*list));
-	if (!w.acts || !list) {
-		free(w.acts);
-		free(list);
+	if (!w)
 		return -ENOMEM;
+	n = work_list(m, w, list);
+	for (int i = 0; i < n; i++) {
+		if (list[i].region == R_PERSIST)
+			term[list[i].term] += list[i].bytes;
+		else if (list[i].region == R_HOST)
+			*host += list[i].bytes;
 	}
-	n = work_list(m, &w, B, T, list);
-	for (int i = 0; i < n; i++)
-		term[list[i].term] += list[i].elems * list[i].esize;
-	free(w.acts);
+	/* The region: the layer's buffers under their terms, the loss's
+	 * only as far as they exceed them. */
+	region_bytes(list, n, &layer, &loss);
+	term[TACO_PLAN_LAYER_WORK] += layer;
+	if (loss > layer)
+		term[TACO_PLAN_LOSS_CHUNK] += loss - layer;
 	free(list);
+	free(w->acts);
+	free(w);
 	return 0;
-}
-
-int taco_work_chunk_rows(const taco_model *m, int N)
-{
-	size_t elems =
-	    m->ce_chunk_elems ? m->ce_chunk_elems : TACO_CE_CHUNK_ELEMS;
-	size_t C = elems / (size_t)m->cfg.vocab;
-
-	return C < 1 ? 1 : (C > (size_t)N ? N : (int)C);
-}
-
-int taco_work_act_sets(const taco_model *m)
-{
-	return m->keep_activations ? m->cfg.layers : 1;
 }
 
 static void work_free(taco_model *m, taco_work *w)
@@ -145,12 +248,18 @@ static void work_free(taco_model *m, taco_work *w)
 	int n;
 
 	if (list) { /* without the list the buffers leak, never corrupt */
-		n = work_list(m, w, w->B, w->T, list);
-		for (int i = 0; i < n; i++)
-			if (*list[i].slot)
-				m->ops->free(*list[i].slot,
-					     list[i].elems * list[i].esize);
+		n = work_list(m, w, list);
+		for (int i = 0; i < n; i++) {
+			if (!*list[i].slot)
+				continue;
+			if (list[i].region == R_PERSIST)
+				m->ops->free(*list[i].slot, list[i].bytes);
+			else if (list[i].region == R_HOST)
+				m->ops->host_free(*list[i].slot, list[i].bytes);
+		}
 	}
+	if (w->region)
+		m->ops->free(w->region, w->region_bytes);
 	free(list);
 	free(w->acts);
 	free(w);
@@ -164,49 +273,90 @@ void taco_model_release_work(taco_model *m)
 	}
 }
 
+static int same_shape(const taco_work_shape *a, const taco_work_shape *b)
+{
+	return memcmp(a, b, sizeof(*a)) == 0;
+}
+
 int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
 {
+	taco_work_shape want;
 	work_buf *list;
 	taco_work *w;
-	int n, sets = taco_work_act_sets(m);
+	size_t layer, loss, off[R_HOST + 1] = {0};
+	int n;
 
-	if (m->work && m->work->B == B && m->work->T == T &&
-	    m->work->C == taco_work_chunk_rows(m, B * T) &&
-	    m->work->n_acts == sets)
+	taco_work_shape_of(m, B, T, &want);
+	if (m->work && same_shape(&m->work->s, &want))
 		return 0;
 	taco_model_release_work(m);
-	w = calloc(1, sizeof(*w));
-	list = calloc(work_list_cap(sets), sizeof(*list));
-	if (w)
-		w->acts = calloc((size_t)sets, sizeof(*w->acts));
-	if (!w || !list || !w->acts) {
-		if (w)
-			free(w->acts);
-		free(w);
-		free(list);
+	w = work_new(m, B, T, &list, &n);
+	if (!w)
 		return taco_err_set(err, -ENOMEM, "out of memory");
+	w->region_bytes = region_bytes(list, n, &layer, &loss);
+	if (w->region_bytes) {
+		w->region = m->ops->alloc(w->region_bytes);
+		if (!w->region)
+			goto nomem;
+		w->bytes += w->region_bytes;
 	}
-	w->B = B;
-	w->T = T;
-	w->C = taco_work_chunk_rows(m, B * T);
-	w->n_acts = sets;
-	n = work_list(m, w, B, T, list);
 	for (int i = 0; i < n; i++) {
-		size_t bytes = list[i].elems * list[i].esize;
+		size_t bytes = list[i].bytes;
+		int r = list[i].region;
 		if (!bytes)
 			continue;
-		*list[i].slot = m->ops->alloc(bytes);
-		if (!*list[i].slot) {
-			free(list);
-			work_free(m, w);
-			return taco_err_set(err, -ENOMEM,
-					    "cannot allocate %zu bytes of step "
-					    "buffers for batch %d x %d",
-					    bytes, B, T);
+		if (r == R_LAYER || r == R_LOSS) {
+			*list[i].slot = (char *)w->region + off[r];
+			off[r] += align_up(bytes);
+			continue;
 		}
-		w->bytes += bytes;
+		*list[i].slot = r == R_HOST ? m->ops->host_alloc(bytes)
+					    : m->ops->alloc(bytes);
+		if (!*list[i].slot)
+			goto nomem;
+		if (r == R_HOST)
+			w->host_bytes += bytes;
+		else
+			w->bytes += bytes;
 	}
 	free(list);
 	m->work = w;
+	return 0;
+nomem:
+	free(list);
+	work_free(m, w);
+	return taco_err_set(err, -ENOMEM,
+			    "cannot allocate the step buffers for batch %d x "
+			    "%d",
+			    B, T);
+}
+
+void *taco_work_x(const taco_model *m, int l)
+{
+	const taco_work *w = m->work;
+	size_t NH = (size_t)w->s.N * m->cfg.hidden * tk_dtype_size(w->s.dt);
+
+	if (w->s.offload)
+		l %= TACO_OFFLOAD_SLOTS;
+	return (char *)w->xs + (size_t)l * NH;
+}
+
+int taco_model_set_step_opts(taco_model *m, const taco_step_opts *s,
+			     taco_err *err)
+{
+	if (s->keep_activations && (s->mlp_chunks > 1 || s->offload))
+		return taco_err_set(err, -EINVAL,
+				    "kept activations exclude MLP chunks and "
+				    "offload (both work on checkpointed "
+				    "layers)");
+	if (s->mlp_chunks < 0 || s->mlp_chunks > m->cfg.intermediate)
+		return taco_err_set(err, -EINVAL,
+				    "mlp_chunks %d: must be 1 to %d (the "
+				    "intermediate size)",
+				    s->mlp_chunks, m->cfg.intermediate);
+	if (memcmp(&m->sched, s, sizeof(*s)) != 0) {
+		taco_model_release_work(m);
+		m->sched = *s;
+	}
 	return 0;
 }

@@ -1,69 +1,107 @@
 /* model_work.h: buffers of one training step (internal to engine/).
  *
  * Shapes, with N = B * T tokens, H = hidden, D = heads * head_dim,
- * Dkv = kv_heads * head_dim, I = intermediate, V = vocab, C = loss chunk rows.
- * Every buffer is backend memory. The memory planner counts these. */
+ * Dkv = kv_heads * head_dim, I = intermediate, Ic = one MLP block of it,
+ * V = vocab, Vc = one vocabulary chunk, Nc = the tokens of one chunk of
+ * logits. Every buffer is backend memory in the model's activation dtype
+ * ("dt") unless it says f32. The memory planner counts these: it walks the
+ * same list (work_list in model_work.c).
+ *
+ * Buffers live in one of three places: persistent ones are allocated one by
+ * one; the layer buffers (one layer's recompute and backward) and the loss
+ * buffers (one chunk of logits and the head's gradient) are never live at
+ * the same time, so they share one region, carved at 256-byte offsets. */
 #ifndef TACO_MODEL_WORK_H
 #define TACO_MODEL_WORK_H
 
 #include "model.h"
 
-/* Rows of the cross-entropy chunk: C = max(1, min(N, elems / V)) with
- * elems = m->ce_chunk_elems or this default, which keeps the logits of one
- * chunk to 16 MiB of fp32. */
-#define TACO_CE_CHUNK_ELEMS (1 << 22)
+#define TACO_GRAD_BLOCK_ELEMS ((size_t)1 << 24) /* 64 MiB of fp32 */
+#define TACO_LOGIT_ELEMS ((size_t)1 << 22)	/* 16 MiB of fp32 */
+#define TACO_OFFLOAD_SLOTS 3 /* layer inputs on the device with offload */
 
 /* What backward needs of one layer's forward. */
 typedef struct taco_layer_acts {
-	float *ln1, *rstd1;	/* [N, H], [N] */
-	float *q, *k, *v;	/* [N, D], [N, Dkv], [N, Dkv] after norm/rope */
-	float *q_pre, *k_pre;	/* [N, D], [N, Dkv] before q/k-norm (Qwen3) */
-	float *rstd_q, *rstd_k; /* [N * heads], [N * kv_heads] */
-	float *att, *lse;	/* [N, D], [B, heads, T] */
-	float *x_mid;		/* [N, H] after the attention residual */
-	float *ln2, *rstd2;	/* [N, H], [N] */
-	float *gate, *up, *act; /* [N, I] */
+	void *ln1;		/* [N, H] */
+	float *rstd1;		/* f32 [N] */
+	void *q, *k, *v;	/* [N, D], [N, Dkv], [N, Dkv] after norm/rope */
+	void *q_pre, *k_pre;	/* [N, D], [N, Dkv] before q/k-norm (Qwen3) */
+	float *rstd_q, *rstd_k; /* f32 [N * heads], [N * kv_heads] */
+	void *att;		/* [N, D] */
+	float *lse;		/* f32 [B, heads, T] */
+	void *x_mid;		/* [N, H] after the attention residual */
+	void *ln2;		/* [N, H] */
+	float *rstd2;		/* f32 [N] */
+	void *gate, *up, *act;	/* [N, Ic]; backward writes d(gate), d(up)
+				   over gate and up */
 } taco_layer_acts;
 
+/* The sizes a step's buffers are made for. */
+typedef struct taco_work_shape {
+	int B, T, N;
+	int dt;	       /* activation dtype */
+	int keep;      /* one activation set per layer */
+	int offload;   /* layer inputs in host memory */
+	int chunks;    /* MLP blocks */
+	int Ic;	       /* intermediate columns per MLP block */
+	int Vc, Nc;    /* vocabulary chunk, tokens per chunk of logits */
+	size_t gblock; /* elements of the gradient block */
+} taco_work_shape;
+
 struct taco_work {
-	int B, T, C;  /* batch shape and loss chunk rows of the buffers */
-	size_t bytes; /* total backend bytes held */
+	taco_work_shape s;
+	size_t bytes;	   /* backend bytes held */
+	size_t host_bytes; /* host bytes held (offload) */
+	void *region;	   /* the shared layer / loss region */
+	size_t region_bytes;
 	int32_t *tokens, *targets, *pos; /* [N] */
-	float *rope_cos, *rope_sin;	 /* [T, hd/2] */
-	float *xs; /* [(L+1), N, H] layer inputs, checkpointed */
-	/* layer intermediates: one set, recomputed in backward, or one per
-	 * layer when the model keeps activations */
-	struct taco_layer_acts *acts;
+	int32_t *rows;			 /* [N] row map of one gradient part */
+	int32_t *uniq;			 /* [N] the batch's distinct tokens */
+	float *rope_cos, *rope_sin;	 /* f32 [T, hd/2] */
+	/* layer inputs: [(L+1), N, H], or TACO_OFFLOAD_SLOTS of [N, H] with
+	 * the whole [(L+1), N, H] in host memory */
+	void *xs;
+	void *xs_host;
+	/* one set, recomputed in backward, or one per layer when kept */
+	taco_layer_acts *acts;
 	int n_acts;
-	/* backward */
-	float *dx, *dtmp;	   /* [N, H] */
-	float *dq, *dk, *dv;	   /* [N, D], [N, Dkv], [N, Dkv] */
-	float *dq2, *dk2;	   /* [N, D], [N, Dkv] (q/k-norm inputs) */
-	float *datt;		   /* [N, D] */
-	float *dgate, *dup, *dact; /* [N, I] */
+	/* backward (dx persistent: it carries the gradient between layers
+	 * and into the embedding) */
+	void *dx, *dtmp;    /* [N, H] */
+	void *dq, *dk, *dv; /* [N, D], [N, Dkv], [N, Dkv] */
+	void *datt;	    /* [N, D]; then d(q) before q-norm */
+	void *dact;	    /* [N, Ic] */
+	void *xout; /* [N, H] recompute output with offload (discarded) */
 	/* loss */
-	float *hf, *rstd_f; /* [N, H], [N] final norm output */
-	float *logits;	    /* [C, V] */
-	/* weights as fp32 when stored in another dtype */
+	void *hf;		       /* [N, H] final norm output */
+	float *rstd_f;		       /* f32 [N] */
+	float *ce_mx, *ce_tl, *ce_lse; /* f32 [N] */
+	double *ce_se;		       /* [N] */
+	int32_t *ce_am;		       /* [N] */
+	float *logits;		       /* f32 [Nc, Vc] */
+	void *dlogits; /* [Nc, Vc] (the logits when dt is f32) */
+	float *dh;     /* f32 [N, H]: gradient of hf */
+	void *dtie;    /* [N, H]: that gradient, tied models (hf is kept) */
+	/* fp32 mode only: weights stored in another dtype, as fp32 */
 	float *wl[TACO_L_COUNT]; /* one layer */
-	float *w_head;		 /* [V, H] */
+	float *w_head;		 /* [V, H]: the head, or the embedding */
 	float *w_final;		 /* [H] */
-	/* gradients */
-	float *g_layer; /* largest layer tensor (and the final norm) */
-	float *g_head;	/* [V, H]: the LM head, then the embedding */
+	/* gradients: one block of any tensor, f32 */
+	float *gblock;
 };
 
-/* Rows of one cross-entropy chunk for N tokens. */
-int taco_work_chunk_rows(const taco_model *m, int N);
+/* The shape m's step buffers take for a B x T batch (m->sched). */
+void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s);
 
 /* Makes sure m->work fits the batch shape. */
 int taco_work_ensure(taco_model *m, int B, int T, taco_err *err);
 
 /* Adds the bytes of the step buffers for a B x T batch to term[] (indexed by
- * enum taco_plan_term), allocating nothing. */
-int taco_work_plan(const taco_model *m, int B, int T, uint64_t *term);
+ * enum taco_plan_term) and the host bytes to *host, allocating nothing. */
+int taco_work_plan(const taco_model *m, int B, int T, uint64_t *term,
+		   uint64_t *host);
 
-/* Activation sets a step needs: 1 with checkpointing, else one per layer. */
-int taco_work_act_sets(const taco_model *m);
+/* Layer input l on the device (the right offload slot). */
+void *taco_work_x(const taco_model *m, int l);
 
 #endif

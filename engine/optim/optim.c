@@ -116,11 +116,36 @@ void taco_optim_free(taco_optim *o)
 {
 	if (!o)
 		return;
+	for (int i = 0; i < TACO_MAX_ROW_STREAMS; i++)
+		if (o->streams[i].scan)
+			o->model->ops->free(o->streams[i].scan, o->scan_bytes);
 	for (int i = 0; o->t && i < o->model->n_tensors; i++)
 		free_tensor(o->model->ops, &o->model->tensors[i], &o->t[i],
 			    o->opts.k);
 	free(o->t);
 	free(o);
+}
+
+/* The scan of the widest TACO tensor: any of them may come in rows. */
+static size_t widest_scan(const taco_model *m, const taco_optim_opts *opts,
+			  const uint8_t *frozen, size_t (*scan_bytes)(int C))
+{
+	int64_t C = 0;
+
+	for (int i = 0; i < m->n_tensors; i++) {
+		const taco_tensor *t = &m->tensors[i];
+		if (taco_optim_kind_of(t, opts, frozen ? frozen[i] : 0) ==
+			TACO_OPT_TACO &&
+		    t->shape[1] > C)
+			C = t->shape[1];
+	}
+	return C ? scan_bytes((int)C) : 0;
+}
+
+size_t taco_optim_scan_total(const taco_model *m, const taco_optim_opts *opts,
+			     const uint8_t *frozen, size_t (*scan_bytes)(int C))
+{
+	return TACO_MAX_ROW_STREAMS * widest_scan(m, opts, frozen, scan_bytes);
 }
 
 int taco_optim_create(taco_model *m, const taco_optim_opts *opts,
@@ -141,12 +166,24 @@ int taco_optim_create(taco_model *m, const taco_optim_opts *opts,
 		free(o);
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	}
+	for (int i = 0; i < TACO_MAX_ROW_STREAMS; i++)
+		o->streams[i].tensor = -1;
 	for (int i = 0; i < m->n_tensors; i++) {
 		int kind = taco_optim_kind_of(&m->tensors[i], opts,
 					      frozen ? frozen[i] : 0);
 		if ((r = init_tensor(o, i, kind, err))) {
 			taco_optim_free(o);
 			return r;
+		}
+	}
+	o->scan_bytes = widest_scan(m, opts, frozen, m->ops->taco_scan_bytes);
+	for (int i = 0; o->scan_bytes && i < TACO_MAX_ROW_STREAMS; i++) {
+		o->streams[i].scan = m->ops->alloc(o->scan_bytes);
+		if (!o->streams[i].scan) {
+			taco_optim_free(o);
+			return taco_err_set(err, -ENOMEM,
+					    "cannot allocate the optimizer's "
+					    "row-stream buffers");
 		}
 	}
 	*out = o;
@@ -158,6 +195,76 @@ void taco_optim_begin_step(taco_optim *o)
 	o->step++;
 }
 
+static tk_taco_args taco_args(const taco_optim *o, int id, float lr)
+{
+	const taco_tensor *t = &o->model->tensors[id];
+
+	return (tk_taco_args){
+	    .R = (int)t->shape[0],
+	    .C = (int)t->shape[1],
+	    .col0 = 0,
+	    .ncols = (int)t->shape[1],
+	    .k = o->opts.k,
+	    .lr = lr,
+	    .beta = o->opts.beta,
+	    .weight_decay = o->opts.weight_decay,
+	    .stochastic = o->opts.stochastic,
+	    .seed = o->opts.seed,
+	    .tensor_index = (uint64_t)id,
+	    .step = o->step,
+	};
+}
+
+static taco_optim_stream *stream_of(taco_optim *o, int id, int open)
+{
+	for (int i = 0; i < TACO_MAX_ROW_STREAMS; i++)
+		if (o->streams[i].tensor == id)
+			return &o->streams[i];
+	for (int i = 0; open && i < TACO_MAX_ROW_STREAMS; i++)
+		if (o->streams[i].tensor < 0 && o->streams[i].scan) {
+			o->streams[i].tensor = id;
+			return &o->streams[i];
+		}
+	return NULL;
+}
+
+int taco_optim_apply_part(taco_optim *o, const taco_grad_part *p, float lr)
+{
+	const tk_ops *ops = o->model->ops;
+	taco_tensor *t = &o->model->tensors[p->tensor];
+	taco_optim_tensor *s = &o->t[p->tensor];
+	tk_taco_args a = taco_args(o, p->tensor, lr);
+	int whole =
+	    p->kind == TACO_PART_WHOLE ||
+	    (p->kind == TACO_PART_COLS && p->cols == a.C && p->ld == a.C);
+	taco_optim_stream *st;
+
+	if (s->kind == TACO_OPT_FROZEN)
+		return 0;
+	if (whole)
+		return taco_optim_apply(o, p->tensor, p->g, lr);
+	if (s->kind != TACO_OPT_TACO)
+		return -EINVAL;
+	if (p->kind == TACO_PART_COLS) {
+		a.col0 = p->col0;
+		a.ncols = p->cols;
+		ops->taco_update(t->data, t->dtype, p->g, p->ld, s->idx, s->q,
+				 s->scale, &a);
+		return 0;
+	}
+	if (!(st = stream_of(o, p->tensor, p->first)))
+		return -EBUSY;
+	if (p->first)
+		ops->taco_begin(st->scan, s->idx, s->q, s->scale, &a);
+	ops->taco_feed(st->scan, p->g, p->ld, p->row_ids, p->row0, p->rows, &a);
+	if (p->last) {
+		ops->taco_finish(st->scan, t->data, t->dtype, s->idx, s->q,
+				 s->scale, &a);
+		st->tensor = -1;
+	}
+	return 0;
+}
+
 int taco_optim_apply(taco_optim *o, int id, const float *grad, float lr)
 {
 	const tk_ops *ops = o->model->ops;
@@ -165,19 +272,8 @@ int taco_optim_apply(taco_optim *o, int id, const float *grad, float lr)
 	taco_optim_tensor *s = &o->t[id];
 
 	if (s->kind == TACO_OPT_TACO) {
-		tk_taco_args a = {
-		    .R = (int)t->shape[0],
-		    .C = (int)t->shape[1],
-		    .k = o->opts.k,
-		    .lr = lr,
-		    .beta = o->opts.beta,
-		    .weight_decay = o->opts.weight_decay,
-		    .stochastic = o->opts.stochastic,
-		    .seed = o->opts.seed,
-		    .tensor_index = (uint64_t)id,
-		    .step = o->step,
-		};
-		ops->taco_update(t->data, t->dtype, grad, s->idx, s->q,
+		tk_taco_args a = taco_args(o, id, lr);
+		ops->taco_update(t->data, t->dtype, grad, a.C, s->idx, s->q,
 				 s->scale, &a);
 	} else if (s->kind == TACO_OPT_ADAMW) {
 		tk_adamw_args a = {

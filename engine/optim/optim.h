@@ -42,12 +42,20 @@ typedef struct taco_optim_tensor {
 	float *master, *m, *v;
 } taco_optim_tensor;
 
+/* A TACO update fed in row blocks (taco_optim_apply_part). */
+typedef struct taco_optim_stream {
+	int tensor; /* -1: free */
+	void *scan; /* tk_ops taco_scan_bytes of the widest TACO tensor */
+} taco_optim_stream;
+
 typedef struct taco_optim {
 	taco_model *model;
 	taco_optim_opts opts;
 	taco_optim_tensor *t; /* one per model tensor */
 	uint64_t step;	      /* optimizer steps taken */
-	size_t state_bytes;
+	size_t state_bytes;   /* the tensors' state */
+	taco_optim_stream streams[TACO_MAX_ROW_STREAMS];
+	size_t scan_bytes; /* each stream's scan */
 } taco_optim;
 
 /* Bytes of optimizer state for one tensor of the given shape and kind:
@@ -67,6 +75,20 @@ void taco_optim_free(taco_optim *o);
 /* Updates tensor id from its fp32 gradient (backend memory) with learning
  * rate lr, as optimizer step o->step (call taco_optim_begin_step first). */
 int taco_optim_apply(taco_optim *o, int id, const float *grad, float lr);
+
+/* Updates a tensor from one piece of its gradient (a taco_grad_part of the
+ * model step, with learning rate lr, as optimizer step o->step): whole
+ * tensors and column blocks at once, row streams through one of the
+ * streams (the update lands with the last part). -EINVAL for a piece the
+ * tensor's optimizer cannot take (AdamW needs the whole gradient), -EBUSY
+ * when more row streams are open than there are streams. */
+int taco_optim_apply_part(taco_optim *o, const taco_grad_part *p, float lr);
+
+/* Bytes of the row-stream scans a model's optimizer allocates (the
+ * planner's count; scan_bytes(C) the backend's taco_scan_bytes). */
+size_t taco_optim_scan_total(const taco_model *m, const taco_optim_opts *opts,
+			     const uint8_t *frozen,
+			     size_t (*scan_bytes)(int C));
 
 /* Starts the next optimizer step: o->step += 1. */
 void taco_optim_begin_step(taco_optim *o);

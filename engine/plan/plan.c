@@ -12,11 +12,10 @@ static const char *const term_names[TACO_PLAN_TERMS] = {
     [TACO_PLAN_WEIGHTS] = "weights",
     [TACO_PLAN_TACO_STATE] = "TACO state",
     [TACO_PLAN_ADAMW_STATE] = "AdamW state",
-    [TACO_PLAN_GRAD_BUFFER] = "gradient buffer",
-    [TACO_PLAN_HEAD_GRAD] = "LM-head gradient",
+    [TACO_PLAN_GRAD_BUFFER] = "gradient block / buffers",
     [TACO_PLAN_LAYER_INPUTS] = "checkpointed activations",
     [TACO_PLAN_LAYER_WORK] = "one layer's recompute + backward",
-    [TACO_PLAN_LOSS_CHUNK] = "cross-entropy chunk",
+    [TACO_PLAN_LOSS_CHUNK] = "loss (beyond the layer buffers)",
     [TACO_PLAN_ATTENTION] = "attention workspace",
     [TACO_PLAN_BATCH] = "batch and RoPE tables",
     [TACO_PLAN_WEIGHT_SCRATCH] = "fp32 weight scratch",
@@ -30,24 +29,38 @@ const char *taco_plan_term_name(int term)
 	return term >= 0 && term < TACO_PLAN_TERMS ? term_names[term] : "?";
 }
 
-void taco_plan_input_from_job(const taco_job *job, int weight_dtype,
-			      taco_plan_input *in)
+void taco_plan_input_from_job(const taco_job *job, int backend,
+			      int weight_dtype, taco_plan_input *in)
 {
 	memset(in, 0, sizeof(*in));
-	in->backend = TACO_BACKEND_CPU;
+	in->backend = backend;
 	in->weight_dtype = weight_dtype;
+	in->act_dtype = job->precision == TACO_PRECISION_BF16	? TK_BF16
+			: job->precision == TACO_PRECISION_FP32 ? TK_F32
+			: backend == TACO_BACKEND_CUDA		? TK_BF16
+								: TK_F32;
 	in->B = job->batch_size;
 	in->T = job->seq_len;
 	in->A = job->grad_accum;
 	in->optim = job->optim;
-	in->keep_activations = !job->activation_checkpointing;
+	in->step.keep_activations = !job->activation_checkpointing;
+	in->step.offload = job->activation_offload == TACO_CHOICE_ON;
+	in->step.mlp_chunks = job->mlp_chunks > 0 ? job->mlp_chunks : 1;
 }
 
-/* Weights, optimizer state and the accumulation buffer: what optim.c and
+int taco_plan_dense_grads(const taco_job *job)
+{
+	return job->grad_accum > 1 || job->optim.all_adamw;
+}
+
+/* Weights, optimizer state and the accumulation buffers: what optim.c and
  * train.c allocate, the same on every backend. */
 static void model_terms(const taco_model *s, const taco_plan_input *in,
 			uint64_t *term)
 {
+	int wdt = in->act_dtype == TK_BF16 ? TK_BF16 : in->weight_dtype;
+	int dense = in->A > 1 || in->optim.all_adamw;
+
 	for (int i = 0; i < s->n_tensors; i++) {
 		const taco_tensor *t = &s->tensors[i];
 		int frozen = in->frozen ? in->frozen[i] : 0;
@@ -55,18 +68,20 @@ static void model_terms(const taco_model *s, const taco_plan_input *in,
 		uint64_t st = taco_optim_tensor_bytes(
 		    kind, t->ndim, t->shape[0], t->shape[1], in->optim.k);
 
-		term[TACO_PLAN_WEIGHTS] +=
-		    t->numel * tk_dtype_size(in->weight_dtype);
+		term[TACO_PLAN_WEIGHTS] += t->numel * tk_dtype_size(wdt);
 		term[kind == TACO_OPT_TACO ? TACO_PLAN_TACO_STATE
 					   : TACO_PLAN_ADAMW_STATE] += st;
-		if (in->A > 1 && !frozen)
+		if (dense && !frozen)
 			term[TACO_PLAN_GRAD_BUFFER] += t->numel * 4;
 	}
+	/* the optimizer's row-stream scans (tk_ops.h fixes their size) */
+	term[TACO_PLAN_TACO_STATE] += taco_optim_scan_total(
+	    s, &in->optim, in->frozen, tk_taco_scan_bytes);
 }
 
-/* The CPU engine: model_work.c's own buffer list. */
-static int cpu_terms(const taco_model *shapes, const taco_plan_input *in,
-		     uint64_t *term, taco_err *err)
+/* The engine's step buffers: model_work.c's own list. */
+static int work_terms(const taco_model *shapes, const taco_plan_input *in,
+		      uint64_t *term, uint64_t *host, taco_err *err)
 {
 	taco_model view = *shapes;
 	taco_tensor *t = malloc((size_t)shapes->n_tensors * sizeof(*t));
@@ -74,82 +89,29 @@ static int cpu_terms(const taco_model *shapes, const taco_plan_input *in,
 
 	if (!t)
 		return taco_err_set(err, -ENOMEM, "out of memory");
-	/* The work list reads dtypes (fp32 scratch for other dtypes) and the
-	 * activation mode from the model. */
+	/* The work list reads dtypes (fp32 scratch for other dtypes), the
+	 * precision and the schedule from the model. */
 	memcpy(t, shapes->tensors, (size_t)shapes->n_tensors * sizeof(*t));
 	for (int i = 0; i < shapes->n_tensors; i++)
-		t[i].dtype = in->weight_dtype;
+		t[i].dtype =
+		    in->act_dtype == TK_BF16 ? TK_BF16 : in->weight_dtype;
 	view.tensors = t;
 	view.work = NULL;
-	view.keep_activations = in->keep_activations;
-	r = taco_work_plan(&view, in->B, in->T, term);
+	view.act_dtype = in->act_dtype;
+	view.sched = in->step;
+	r = taco_work_plan(&view, in->B, in->T, term, host);
 	free(t);
 	if (r)
 		return taco_err_set(err, r, "out of memory");
 	return 0;
 }
 
-/* The bf16 CUDA engine of docs/memory-plan.md: bf16 activations, one fp32
- * weight-gradient buffer reused per tensor, the LM head processed in
- * vocabulary chunks so its gradient never exists whole. */
-#define CUDA_VOCAB_CHUNK 8192	     /* rows of the head per chunk */
-#define CUDA_LOGIT_BYTES (64u << 20) /* fp32 logits of one chunk */
+/* kernels/cuda: the cuBLASLt workspace allocated at open; the context
+ * and library handles, outside the allocator's counters but in the
+ * device's memory; cudaMalloc's 2 MiB rounding of each buffer. */
 #define CUDA_GEMM_WORKSPACE (32u << 20)
-#define CUDA_CONTEXT (512u << 20) /* context + cuBLAS/cuBLASLt handles */
+#define CUDA_CONTEXT (512u << 20)
 #define CUDA_MARGIN_FIXED (64u << 20)
-
-static void cuda_terms(const taco_model *s, const taco_plan_input *in,
-		       uint64_t *term)
-{
-	const taco_config *c = &s->cfg;
-	uint64_t N = (uint64_t)in->B * in->T, H = c->hidden;
-	uint64_t I = c->intermediate, V = c->vocab, L = c->layers;
-	uint64_t D = (uint64_t)c->heads * c->head_dim;
-	uint64_t Dkv = (uint64_t)c->kv_heads * c->head_dim;
-	uint64_t largest = H, act, grads, rows;
-	int q = c->qk_norm;
-
-	for (int i = 0; i < s->n_tensors; i++)
-		if (i != s->embed && i != s->lm_head &&
-		    s->tensors[i].numel > largest)
-			largest = s->tensors[i].numel;
-	if (in->A <= 1)
-		term[TACO_PLAN_GRAD_BUFFER] += largest * 4;
-	/* head gradient: one vocabulary chunk of the head in fp32, plus for
-	 * an untied embedding the rows of the batch's tokens */
-	term[TACO_PLAN_HEAD_GRAD] += (uint64_t)CUDA_VOCAB_CHUNK * H * 4;
-	if (!c->tie_embeddings)
-		term[TACO_PLAN_HEAD_GRAD] += (N < V ? N : V) * H * 4;
-	/* one layer's activations (bf16) and their gradients (bf16) */
-	uint64_t mlp = c->gated_mlp ? 3 * I : 2 * I; /* gate, up, act */
-
-	act = N * (2 * H + D + 2 * Dkv + D + H + mlp) + (q ? N * (D + Dkv) : 0);
-	/* dx, dtmp, dq, datt, dk, dv, and d(act): the SwiGLU backward writes
-	 * d(gate) and d(up) over gate and up, which it has read */
-	grads = N * (2 * H + 2 * D + 2 * Dkv + I);
-	if (in->keep_activations)
-		term[TACO_PLAN_LAYER_INPUTS] += L * act * 2;
-	else
-		term[TACO_PLAN_LAYER_WORK] += act * 2;
-	term[TACO_PLAN_LAYER_WORK] += grads * 2;
-	term[TACO_PLAN_LAYER_INPUTS] += (L + 1) * N * H * 2;
-	/* final norm output (bf16), its gradient (bf16), per-token
-	 * log-sum-exp (fp32), logits of one chunk (fp32) */
-	rows = CUDA_LOGIT_BYTES /
-	       (4 * (V < CUDA_VOCAB_CHUNK ? V : CUDA_VOCAB_CHUNK));
-	if (rows > N)
-		rows = N;
-	term[TACO_PLAN_LOSS_CHUNK] +=
-	    N * H * 2 * 2 + N * 4 +
-	    rows * (V < CUDA_VOCAB_CHUNK ? V : CUDA_VOCAB_CHUNK) * 4;
-	/* flash attention keeps only the log-sum-exp per query and head */
-	term[TACO_PLAN_ATTENTION] +=
-	    N * (uint64_t)c->heads * 4 * (in->keep_activations ? L : 1);
-	term[TACO_PLAN_BATCH] +=
-	    3 * N * 4 + 2 * (uint64_t)in->T * (c->head_dim / 2) * 4;
-	term[TACO_PLAN_GEMM_WORKSPACE] += CUDA_GEMM_WORKSPACE;
-	term[TACO_PLAN_BACKEND_FIXED] += CUDA_CONTEXT;
-}
 
 int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 		      taco_plan *out, taco_err *err)
@@ -160,49 +122,52 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 
 	if (in->B < 1 || in->T < 1 || in->A < 1)
 		return taco_err_set(err, -EINVAL, "plan: bad batch shape");
+	if (in->act_dtype != TK_F32 && in->act_dtype != TK_BF16)
+		return taco_err_set(err, -EINVAL, "plan: bad precision");
+	if (shapes->cfg.shapes_only)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: the engine does not train this "
+				    "family yet, so it has no plan",
+				    taco_arch_name(shapes->cfg.arch));
+	if (in->step.keep_activations &&
+	    (in->step.offload || in->step.mlp_chunks > 1))
+		return taco_err_set(err, -EINVAL,
+				    "kept activations exclude offload and MLP "
+				    "blocks");
 	memset(&p, 0, sizeof(p));
 	model_terms(shapes, in, p.term);
-	if (in->backend == TACO_BACKEND_CPU ||
-	    in->backend == TACO_BACKEND_CUDA) {
-		if (shapes->cfg.shapes_only)
-			return taco_err_set(
-			    err, -ENOTSUP,
-			    "%s is planned from its shapes only (the bf16 "
-			    "target): tacod does not train it",
-			    taco_arch_name(shapes->cfg.arch));
-		if ((r = cpu_terms(shapes, in, p.term, err)))
-			return r;
-		/* Everything is allocated before the first step and held. */
-		p.peak_phase = "every step (buffers are allocated once)";
-		if (in->backend == TACO_BACKEND_CUDA) {
-			/* kernels/cuda: the cuBLASLt workspace allocated at
-			 * open; the context is outside the allocator's
-			 * counters but inside the device's memory */
-			p.term[TACO_PLAN_GEMM_WORKSPACE] += CUDA_GEMM_WORKSPACE;
-			p.term[TACO_PLAN_BACKEND_FIXED] += CUDA_CONTEXT;
-			for (int t = 0; t < TACO_PLAN_TERMS; t++)
-				if (t != TACO_PLAN_BACKEND_FIXED)
-					dynamic += p.term[t];
-			/* cudaMalloc rounds each buffer to 2 MiB pages, and
-			 * the loss keeps a small per-row buffer */
-			p.term[TACO_PLAN_MARGIN] =
-			    CUDA_MARGIN_FIXED + dynamic / 1000;
-		}
-	} else {
-		cuda_terms(shapes, in, p.term);
+	if ((r = work_terms(shapes, in, p.term, &p.host, err)))
+		return r;
+	/* A CPU matmul on bf16 holds its conversion scratch while it runs. */
+	if (in->backend == TACO_BACKEND_CPU && in->act_dtype == TK_BF16)
+		p.term[TACO_PLAN_GEMM_WORKSPACE] += TK_CPU_GEMM_SCRATCH_BYTES;
+	if (in->backend == TACO_BACKEND_CUDA) {
+		p.term[TACO_PLAN_GEMM_WORKSPACE] += CUDA_GEMM_WORKSPACE;
+		p.term[TACO_PLAN_BACKEND_FIXED] += CUDA_CONTEXT;
 		for (int t = 0; t < TACO_PLAN_TERMS; t++)
 			if (t != TACO_PLAN_BACKEND_FIXED)
 				dynamic += p.term[t];
-		/* Every buffer comes from arenas allocated once before the
-		 * first step: the margin covers their 2 MiB granularity and
-		 * alignment, not a caching allocator's fragmentation. */
 		p.term[TACO_PLAN_MARGIN] = CUDA_MARGIN_FIXED + dynamic / 1000;
-		p.peak_phase = "backward of the first layer";
 	}
+	/* Every buffer is allocated before the first step and held. */
+	p.peak_phase = "every step (buffers are allocated once)";
 	for (int t = 0; t < TACO_PLAN_TERMS; t++)
 		p.total += p.term[t];
+	p.act_dtype = in->act_dtype;
+	p.offload = in->step.offload;
+	p.mlp_chunks = in->step.mlp_chunks > 1 ? in->step.mlp_chunks : 1;
 	*out = p;
 	return 0;
+}
+
+void taco_plan_settings(const taco_plan *p, char *buf, size_t len)
+{
+	snprintf(buf, len,
+		 "precision %s, activation offload %s, %d MLP "
+		 "block%s",
+		 p->act_dtype == TK_BF16 ? "bf16" : "fp32",
+		 p->offload ? "on" : "off", p->mlp_chunks,
+		 p->mlp_chunks == 1 ? "" : "s");
 }
 
 static int fits(const taco_model *s, const taco_plan_input *in, uint64_t budget,

@@ -18,29 +18,30 @@
 
 enum taco_plan_backend {
 	TACO_BACKEND_CPU = 0,
-	/* the CUDA backend as built: the engine's buffers (fp32 activations
-	 * and weight copies, as on the CPU) plus the CUDA context and GEMM
-	 * workspace. Admission uses this one. */
+	/* the same buffers, plus the CUDA context, the cuBLASLt workspace
+	 * and cudaMalloc's rounding */
 	TACO_BACKEND_CUDA,
-	/* the bf16 CUDA engine of docs/memory-plan.md, which the
-	 * engine does not implement yet: a design target, for the docs and
-	 * the headline figures, never for admission */
-	TACO_BACKEND_CUDA_BF16_TARGET,
 };
 
 typedef struct taco_plan_input {
 	int backend;
-	int weight_dtype; /* how the weights are stored (TK_F32, TK_BF16) */
-	int B, T, A;	  /* batch, sequence length, gradient accumulation */
-	int keep_activations;
+	int weight_dtype;    /* how the weights are stored (TK_F32, TK_BF16) */
+	int act_dtype;	     /* the engine's precision: TK_F32 or TK_BF16 */
+	int B, T, A;	     /* batch, sequence length, gradient accumulation */
+	taco_step_opts step; /* kept activations, offload, MLP blocks */
 	taco_optim_opts optim;
 	const uint8_t *frozen; /* NULL or a flag per tensor of the shapes */
 } taco_plan_input;
 
 typedef struct taco_plan {
 	uint64_t term[TACO_PLAN_TERMS];
-	uint64_t total;
+	uint64_t total; /* backend (device) memory */
+	uint64_t host;	/* host memory of offloaded activations */
 	const char *peak_phase;
+	/* the settings planned (taco_plan_job picks them) */
+	int act_dtype;
+	int offload;
+	int mlp_chunks;
 } taco_plan;
 
 const char *taco_plan_term_name(int term);
@@ -63,15 +64,30 @@ typedef struct taco_plan_advice {
 int taco_plan_advise(const taco_model *shapes, const taco_plan_input *in,
 		     uint64_t budget, taco_plan_advice *out, taco_err *err);
 
-/* The plan input of a job (CPU backend, dtype of the loaded weights). */
-void taco_plan_input_from_job(const taco_job *job, int weight_dtype,
-			      taco_plan_input *in);
+/* The plan input of a job on a backend, with the weights stored in
+ * weight_dtype; offload and MLP blocks at the job's setting, or none
+ * where the job leaves them to admission. */
+void taco_plan_input_from_job(const taco_job *job, int backend,
+			      int weight_dtype, taco_plan_input *in);
+
+/* Whether the job needs a dense gradient of every trainable tensor:
+ * gradient accumulation, or AdamW on 2-D tensors (AdamW takes a tensor's
+ * gradient whole). */
+int taco_plan_dense_grads(const taco_job *job);
 
 /* The plan of a job without loading its weights: config.json, and the dtype
- * from the safetensors headers. frozen tensors follow job->freeze. */
-int taco_plan_job(const taco_job *job, int backend, taco_plan *out,
-		  taco_plan_input *in_out, taco_model **shapes_out,
-		  taco_err *err);
+ * from the safetensors headers. frozen tensors follow job->freeze. Where
+ * the job leaves offload and MLP blocks to admission, the cheapest settings
+ * that fit budget (0: no limit) are planned: none, then offload, then
+ * offload with 2, 4, 8 ... MLP blocks; when none fits, the first. The
+ * settings are in out and in_out. */
+int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
+		  taco_plan *out, taco_plan_input *in_out,
+		  taco_model **shapes_out, taco_err *err);
+
+/* "precision bf16, activation offload on, 1 MLP block": the settings of a
+ * plan, for people. */
+void taco_plan_settings(const taco_plan *p, char *buf, size_t len);
 
 /* Frozen flags of job->freeze over a model's tensors (caller frees).
  * A prefix matching no tensor is an error. */

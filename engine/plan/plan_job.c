@@ -69,14 +69,39 @@ static int stored_dtype(const char *dir, const taco_model *shapes, int *dtype,
 	return r;
 }
 
-int taco_plan_job(const taco_job *job, int backend, taco_plan *out,
-		  taco_plan_input *in_out, taco_model **shapes_out,
-		  taco_err *err)
+/* The settings admission may try, cheapest first: as the job says, then
+ * offload, then offload with more and more MLP blocks (each only where
+ * the job leaves it open). */
+static int next_setting(const taco_job *job, const taco_model *shapes,
+			taco_plan_input *in)
+{
+	int auto_off = job->activation_offload == TACO_CHOICE_AUTO;
+	int auto_chunks = job->mlp_chunks == 0;
+
+	if (in->step.keep_activations)
+		return 0;
+	if (auto_off && !in->step.offload) {
+		in->step.offload = 1;
+		return 1;
+	}
+	if (auto_chunks &&
+	    in->step.mlp_chunks * 2 <= shapes->cfg.intermediate &&
+	    in->step.mlp_chunks < 64) {
+		in->step.mlp_chunks *= 2;
+		return 1;
+	}
+	return 0;
+}
+
+int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
+		  taco_plan *out, taco_plan_input *in_out,
+		  taco_model **shapes_out, taco_err *err)
 {
 	char path[TACO_PATH_MAX + 16];
 	taco_config cfg;
 	taco_model *shapes = NULL;
-	taco_plan_input in;
+	taco_plan_input in, first;
+	taco_plan p, p0;
 	uint8_t *frozen = NULL;
 	int dtype = TK_BF16, r;
 
@@ -85,16 +110,28 @@ int taco_plan_job(const taco_job *job, int backend, taco_plan *out,
 		return r;
 	if ((r = taco_model_shapes(&cfg, &shapes, err)))
 		return r;
-	if (backend == TACO_BACKEND_CPU &&
-	    (r = stored_dtype(job->model, shapes, &dtype, err)))
+	if (cfg.shapes_only) {
+		r = taco_model_refuse_shapes_only(&cfg, path, err);
+		goto out;
+	}
+	if ((r = stored_dtype(job->model, shapes, &dtype, err)))
 		goto out;
 	if ((r = taco_job_frozen(job, shapes, &frozen, err)))
 		goto out;
-	taco_plan_input_from_job(job, dtype, &in);
-	in.backend = backend;
+	taco_plan_input_from_job(job, backend, dtype, &in);
 	in.frozen = frozen;
-	if ((r = taco_plan_compute(shapes, &in, out, err)))
+	if ((r = taco_plan_compute(shapes, &in, &p0, err)))
 		goto out;
+	first = in;
+	p = p0;
+	while (budget && p.total > budget && next_setting(job, shapes, &in))
+		if ((r = taco_plan_compute(shapes, &in, &p, err)))
+			goto out;
+	if (budget && p.total > budget) { /* none fits: report the first */
+		in = first;
+		p = p0;
+	}
+	*out = p;
 	if (in_out) {
 		in.frozen = NULL; /* freed below */
 		*in_out = in;

@@ -53,6 +53,7 @@ typedef struct trainer {
 	taco_plan plan;
 	int lock_fd; /* flock of output_dir/.lock, -1 when not held */
 	grad_ctx g;  /* gradient consumer of the running step */
+	taco_plan_input plan_in; /* the settings admission chose */
 } trainer;
 
 static double now(void)
@@ -72,22 +73,26 @@ int64_t taco_train_total_steps(const taco_job *job, size_t n_examples)
 	return (int64_t)ceil(job->epochs * (double)n_examples / per_step);
 }
 
-/* Gradient consumer: update at once (A = 1) or accumulate (A > 1). */
-static int on_grad(void *ctx, taco_model *m, int id, float *grad)
+/* Gradient consumer of part mode: each piece updates its tensor. */
+static int on_part(void *ctx, taco_model *m, const taco_grad_part *p)
 {
 	grad_ctx *g = ctx;
-	size_t n = m->tensors[id].numel;
+	int r;
 
-	if ((g->frozen && g->frozen[id]) || !g->o)
+	(void)m;
+	if (!g->o)
 		return 0;
-	if (!g->dense)
-		return taco_optim_apply(g->o, id, grad, g->lr);
-	/* Both are backend memory, and the op table has no device-to-device
-	 * copy (upload's source is host memory): zero, then add. */
-	if (g->micro == 0)
-		m->ops->memset0(g->dense[id], n * sizeof(float));
-	m->ops->add(g->dense[id], grad, n);
-	return 0;
+	r = taco_optim_apply_part(g->o, p, g->lr);
+	return r;
+}
+
+/* Dense mode (grad_accum > 1, AdamW everywhere): the buffers to add into. */
+static float *on_dense(void *ctx, taco_model *m, int id)
+{
+	grad_ctx *g = ctx;
+
+	(void)m;
+	return g->dense[id];
 }
 
 int taco_train_step(taco_model *m, taco_optim *o, const uint8_t *frozen,
@@ -95,10 +100,11 @@ int taco_train_step(taco_model *m, taco_optim *o, const uint8_t *frozen,
 		    taco_err *err)
 {
 	grad_ctx g = {o, frozen, NULL, 0, lr};
+	taco_grad_sink sink = {on_part, NULL, frozen, &g};
 
 	if (o)
 		taco_optim_begin_step(o);
-	return taco_model_step(m, b, 0, on_grad, &g, stats, err);
+	return taco_model_step(m, b, 0, o ? &sink : NULL, stats, err);
 }
 
 /* CUDA ops return void and record their first failure: poll it. */
@@ -183,13 +189,17 @@ static int train_step(trainer *tr, taco_err *err)
 		goto done;
 	}
 	taco_optim_begin_step(tr->o);
+	for (int i = 0; i < tr->m->n_tensors; i++)
+		if (tr->g.dense[i])
+			tr->m->ops->memset0(tr->g.dense[i],
+					    tr->m->tensors[i].numel * 4);
 	for (tr->g.micro = 0; tr->g.micro < j->grad_accum; tr->g.micro++) {
 		size_t at = (size_t)tr->g.micro * rows;
 		taco_batch b = {j->batch_size, j->seq_len, tr->tokens + at,
 				tr->targets + at, tr->pos + at};
+		taco_grad_sink sink = {NULL, on_dense, tr->frozen, &tr->g};
 		taco_step_stats st;
-		if ((r = taco_model_step(tr->m, &b, norm, on_grad, &tr->g, &st,
-					 err)))
+		if ((r = taco_model_step(tr->m, &b, norm, &sink, &st, err)))
 			return r;
 		loss += st.loss_sum;
 	}
@@ -455,9 +465,10 @@ static int admit(trainer *tr, taco_err *err)
 	uint8_t *frozen = NULL;
 	int r;
 
-	if ((r = taco_plan_job(tr->job, tr->backend, &tr->plan, &in, &shapes,
-			       err)))
+	if ((r = taco_plan_job(tr->job, tr->backend, budget, &tr->plan, &in,
+			       &shapes, err)))
 		return r;
+	tr->plan_in = in;
 	if (tr->plan.total > budget && budget) {
 		if (!(r = taco_job_frozen(tr->job, shapes, &frozen, err))) {
 			in.frozen = frozen;
@@ -503,10 +514,11 @@ static int setup(trainer *tr, taco_err *err)
 		return r;
 	if ((r = admit(tr, err)))
 		return r;
-	if ((r = taco_model_load(j->model, tr->ops, &tr->m, err)) ||
-	    (r = backend_check(tr, err)))
+	if ((r = taco_model_load_as(j->model, tr->ops, tr->plan_in.act_dtype,
+				    &tr->m, err)) ||
+	    (r = backend_check(tr, err)) ||
+	    (r = taco_model_set_step_opts(tr->m, &tr->plan_in.step, err)))
 		return r;
-	tr->m->keep_activations = !j->activation_checkpointing;
 	r = taco_job_data_load(j, tr->m->cfg.vocab, &tr->data, err);
 	validated(tr);
 	if (r)
@@ -517,7 +529,7 @@ static int setup(trainer *tr, taco_err *err)
 		return r;
 	if ((r = taco_optim_create(tr->m, &j->optim, tr->frozen, &tr->o, err)))
 		return r;
-	if (j->grad_accum > 1 && (r = alloc_dense(tr, err)))
+	if (taco_plan_dense_grads(j) && (r = alloc_dense(tr, err)))
 		return r;
 	tr->tokens = malloc(rows * sizeof(int32_t));
 	tr->targets = malloc(rows * sizeof(int32_t));

@@ -1,0 +1,149 @@
+/* model_grad.c: weight gradients, produced in bounded blocks.
+ *
+ * In part mode every gradient is made in the one fp32 block buffer
+ * (w->gblock) and handed to the sink at once: a large tensor's gradient
+ * never exists whole. A TACO column needs only its own column, so linear
+ * layers go out as column blocks; tensors whose rows come from several
+ * places (MLP blocks, vocabulary chunks, the rows a batch touches) go out
+ * as row streams, which the optimizer merges row block by row block. In
+ * dense mode (gradient accumulation) the same GEMMs add into the caller's
+ * buffers instead. */
+#include <string.h>
+
+#include "step.h"
+
+float *grad_dense(const step_ctx *c, int id)
+{
+	if (!c->sink || !c->sink->dense || id < 0)
+		return NULL;
+	if (c->sink->skip && c->sink->skip[id])
+		return NULL;
+	return c->sink->dense(c->sink->ctx, c->m, id);
+}
+
+int grad_wanted(const step_ctx *c, int id)
+{
+	if (id < 0 || !c->sink || c->err)
+		return 0;
+	if (c->sink->skip && c->sink->skip[id])
+		return 0;
+	if (c->sink->dense)
+		return grad_dense(c, id) != NULL;
+	return c->sink->part != NULL;
+}
+
+static void emit(step_ctx *c, const taco_grad_part *p)
+{
+	if (!c->err)
+		c->err = c->sink->part(c->sink->ctx, c->m, p);
+}
+
+void grad_linear_cols(step_ctx *c, int id, const void *dy, int ldy,
+		      const void *x, int ldx, int N, int out, int in, int col0)
+{
+	const tk_ops *o = c->o;
+	float *dense;
+	int cb;
+
+	if (!grad_wanted(c, id))
+		return;
+	if ((dense = grad_dense(c, id))) {
+		int ld = (int)c->m->tensors[id].shape[1];
+		o->matmul(1, 0, out, in, N, 1.0f, c->dt, dy, ldy, x, ldx, 1.0f,
+			  TK_F32, dense + col0, ld);
+		return;
+	}
+	cb = (int)(c->w->s.gblock / (size_t)out);
+	if (cb > in)
+		cb = in;
+	for (int j0 = 0; j0 < in && !c->err; j0 += cb) {
+		int n = in - j0 < cb ? in - j0 : cb;
+		o->matmul(1, 0, out, n, N, 1.0f, c->dt, dy, ldy,
+			  step_at(x, (size_t)j0, c->es), ldx, 0.0f, TK_F32,
+			  c->w->gblock, n);
+		emit(c, &(taco_grad_part){.tensor = id,
+					  .kind = TACO_PART_COLS,
+					  .g = c->w->gblock,
+					  .ld = n,
+					  .row0 = 0,
+					  .rows = out,
+					  .col0 = col0 + j0,
+					  .cols = n});
+	}
+}
+
+void grad_emit_rows(step_ctx *c, int id, const float *g, int ld, int row0,
+		    int rows, const int32_t *row_ids, int first, int last)
+{
+	int C = (int)c->m->tensors[id].shape[1];
+
+	emit(c, &(taco_grad_part){.tensor = id,
+				  .kind = TACO_PART_ROWS,
+				  .g = g,
+				  .ld = ld,
+				  .row0 = row0,
+				  .rows = rows,
+				  .col0 = 0,
+				  .cols = C,
+				  .row_ids = row_ids,
+				  .first = first,
+				  .last = last});
+}
+
+void grad_linear_rows(step_ctx *c, int id, const void *dy, int ldy,
+		      const void *x, int ldx, int N, int rows, int in, int row0,
+		      int first, int last)
+{
+	const tk_ops *o = c->o;
+	float *dense;
+	int rb;
+
+	if (!grad_wanted(c, id))
+		return;
+	if ((dense = grad_dense(c, id))) {
+		o->matmul(1, 0, rows, in, N, 1.0f, c->dt, dy, ldy, x, ldx, 1.0f,
+			  TK_F32, dense + (size_t)row0 * in, in);
+		return;
+	}
+	rb = (int)(c->w->s.gblock / (size_t)in);
+	if (rb > rows)
+		rb = rows;
+	for (int i0 = 0; i0 < rows && !c->err; i0 += rb) {
+		int n = rows - i0 < rb ? rows - i0 : rb;
+		o->matmul(1, 0, n, in, N, 1.0f, c->dt,
+			  step_at(dy, (size_t)i0, c->es), ldy, x, ldx, 0.0f,
+			  TK_F32, c->w->gblock, in);
+		grad_emit_rows(c, id, c->w->gblock, in, row0 + i0, n, NULL,
+			       first && i0 == 0, last && i0 + n == rows);
+	}
+}
+
+float *grad_whole_begin(step_ctx *c, int id)
+{
+	float *dense;
+
+	if (!grad_wanted(c, id))
+		return NULL;
+	if ((dense = grad_dense(c, id)))
+		return dense;
+	c->o->memset0(c->w->gblock, c->m->tensors[id].numel * sizeof(float));
+	return c->w->gblock;
+}
+
+void grad_whole_end(step_ctx *c, int id)
+{
+	const taco_tensor *t;
+
+	if (!grad_wanted(c, id) || c->sink->dense)
+		return;
+	t = &c->m->tensors[id];
+	emit(c, &(taco_grad_part){
+		    .tensor = id,
+		    .kind = TACO_PART_WHOLE,
+		    .g = c->w->gblock,
+		    .ld = t->ndim == 2 ? (int)t->shape[1] : (int)t->numel,
+		    .row0 = 0,
+		    .rows = t->ndim == 2 ? (int)t->shape[0] : 1,
+		    .col0 = 0,
+		    .cols = t->ndim == 2 ? (int)t->shape[1] : (int)t->numel});
+}

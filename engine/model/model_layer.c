@@ -1,0 +1,229 @@
+/* model_layer.c: one decoder layer, forward and backward.
+ *
+ * The MLP runs in blocks of the intermediate dimension (w->s.chunks of
+ * w->s.Ic columns): block b's gate and up rows, its SwiGLU and its columns
+ * of the down projection. Backward recomputes each block (when there is
+ * more than one) and produces exact gradient pieces: the down projection's
+ * columns of the block, the gate's and up's rows of the block. */
+#include <math.h>
+
+#include "step.h"
+
+/* y[N, out] = x[N, in] W[out, in]^T (+ b[out]) */
+static void linear_fwd(step_ctx *c, void *y, const void *x, const void *W,
+		       const void *b, int N, int in, int out)
+{
+	c->o->matmul(0, 1, N, out, in, 1.0f, c->dt, x, in, W, in, 0.0f, c->dt,
+		     y, out);
+	if (b)
+		c->o->bias_fwd(c->dt, y, b, N, out);
+}
+
+/* dx[N, in] = beta * dx + dy[N, out] W[out, in] */
+static void linear_bwd_x(step_ctx *c, void *dx, const void *dy, const void *W,
+			 int N, int in, int out, float beta)
+{
+	c->o->matmul(0, 0, N, in, out, 1.0f, c->dt, dy, out, W, in, beta, c->dt,
+		     dx, in);
+}
+
+static void layer_weights(step_ctx *c, int l, const void *W[TACO_L_COUNT])
+{
+	for (int s = 0; s < TACO_L_COUNT; s++)
+		W[s] = step_weight(c, c->m->layer[l][s], c->w->wl[s]);
+}
+
+static taco_layer_acts *acts_of(step_ctx *c, int l)
+{
+	return &c->w->acts[c->w->n_acts > 1 ? l : 0];
+}
+
+/* Columns [j0, j0 + n) of the intermediate dimension. */
+static int block_of(step_ctx *c, int b, int *n)
+{
+	int j0 = b * c->w->s.Ic, I = c->m->cfg.intermediate;
+
+	*n = I - j0 < c->w->s.Ic ? I - j0 : c->w->s.Ic;
+	return j0;
+}
+
+/* gate, up and act of MLP block b from ln2. */
+static void mlp_block_fwd(step_ctx *c, taco_layer_acts *a,
+			  const void *W[TACO_L_COUNT], int b)
+{
+	int n, j0 = block_of(c, b, &n), N = c->w->s.N, H = c->m->cfg.hidden;
+	size_t off = (size_t)j0 * H;
+
+	c->o->matmul(0, 1, N, n, H, 1.0f, c->dt, a->ln2, H,
+		     step_at(W[TACO_L_GATE], off, c->es), H, 0.0f, c->dt,
+		     a->gate, n);
+	c->o->matmul(0, 1, N, n, H, 1.0f, c->dt, a->ln2, H,
+		     step_at(W[TACO_L_UP], off, c->es), H, 0.0f, c->dt, a->up,
+		     n);
+	c->o->swiglu_fwd(c->dt, a->act, a->gate, a->up, (size_t)N * n);
+}
+
+void step_layer_fwd(step_ctx *c, int l, const void *x, void *out)
+{
+	const tk_ops *o = c->o;
+	const taco_config *cf = &c->m->cfg;
+	taco_work *w = c->w;
+	taco_layer_acts *a = acts_of(c, l);
+	const void *W[TACO_L_COUNT];
+	int B = w->s.B, T = w->s.T, N = w->s.N, H = cf->hidden;
+	int I = cf->intermediate, hd = cf->head_dim, dt = c->dt;
+	int D = cf->heads * hd, Dkv = cf->kv_heads * hd;
+	void *qd = cf->qk_norm ? a->q_pre : a->q;
+	void *kd = cf->qk_norm ? a->k_pre : a->k;
+
+	layer_weights(c, l, W);
+	o->rmsnorm_fwd(dt, a->ln1, a->rstd1, x, W[TACO_L_ATTN_NORM], N, H,
+		       cf->rms_eps);
+	linear_fwd(c, qd, a->ln1, W[TACO_L_Q], W[TACO_L_Q_BIAS], N, H, D);
+	linear_fwd(c, kd, a->ln1, W[TACO_L_K], W[TACO_L_K_BIAS], N, H, Dkv);
+	linear_fwd(c, a->v, a->ln1, W[TACO_L_V], W[TACO_L_V_BIAS], N, H, Dkv);
+	if (cf->qk_norm) {
+		o->rmsnorm_fwd(dt, a->q, a->rstd_q, a->q_pre, W[TACO_L_Q_NORM],
+			       N * cf->heads, hd, cf->rms_eps);
+		o->rmsnorm_fwd(dt, a->k, a->rstd_k, a->k_pre, W[TACO_L_K_NORM],
+			       N * cf->kv_heads, hd, cf->rms_eps);
+	}
+	o->rope_fwd(dt, a->q, w->rope_cos, w->rope_sin, w->pos, N, cf->heads,
+		    hd);
+	o->rope_fwd(dt, a->k, w->rope_cos, w->rope_sin, w->pos, N, cf->kv_heads,
+		    hd);
+	o->attention_fwd(dt, a->att, a->lse, a->q, a->k, a->v, w->pos, B, T,
+			 cf->heads, cf->kv_heads, hd, cf->sliding_window,
+			 1.0f / sqrtf((float)hd));
+	linear_fwd(c, a->x_mid, a->att, W[TACO_L_O], W[TACO_L_O_BIAS], N, D, H);
+	o->add(dt, a->x_mid, x, (size_t)N * H);
+	o->rmsnorm_fwd(dt, a->ln2, a->rstd2, a->x_mid, W[TACO_L_MLP_NORM], N, H,
+		       cf->rms_eps);
+	for (int b = 0; b < w->s.chunks; b++) {
+		int n, j0 = block_of(c, b, &n);
+		mlp_block_fwd(c, a, W, b);
+		/* out (+)= act W_down[:, j0 : j0 + n]^T */
+		o->matmul(0, 1, N, H, n, 1.0f, dt, a->act, n,
+			  step_at(W[TACO_L_DOWN], (size_t)j0, c->es), I,
+			  b ? 1.0f : 0.0f, dt, out, H);
+	}
+	o->add(dt, out, a->x_mid, (size_t)N * H);
+}
+
+/* RMSNorm backward: dx[n, H] from dout; the weight's gradient to the
+ * sink. */
+static void norm_bwd(step_ctx *c, int id, void *dx, const void *dout,
+		     const void *x, const void *wt, const float *rstd, int n,
+		     int H)
+{
+	float *g = grad_whole_begin(c, id);
+
+	/* Not wanted: the op still needs somewhere to add dw. */
+	if (!g) {
+		g = c->w->gblock;
+		c->o->memset0(g, (size_t)H * sizeof(float));
+	}
+	c->o->rmsnorm_bwd(c->dt, dx, g, dout, x, wt, rstd, n, H);
+	grad_whole_end(c, id);
+}
+
+static void bias_grad(step_ctx *c, int id, const void *dy, int N, int C)
+{
+	float *g = grad_whole_begin(c, id);
+
+	if (g)
+		c->o->bias_bwd(c->dt, g, dy, N, C);
+	grad_whole_end(c, id);
+}
+
+/* The MLP of layer l: w->dx is the gradient of its output; the gradient of
+ * its input (ln2) ends in w->dtmp. */
+static void mlp_bwd(step_ctx *c, int l, taco_layer_acts *a,
+		    const void *W[TACO_L_COUNT])
+{
+	const tk_ops *o = c->o;
+	const int *id = c->m->layer[l];
+	taco_work *w = c->w;
+	int N = w->s.N, H = c->m->cfg.hidden, I = c->m->cfg.intermediate;
+	int nb = w->s.chunks, dt = c->dt;
+
+	for (int b = 0; b < nb && !c->err; b++) {
+		int n, j0 = block_of(c, b, &n);
+		if (nb > 1)
+			mlp_block_fwd(c, a, W, b);
+		/* d(act) = dx W_down[:, block]; the block's columns of
+		 * W_down are final once used */
+		o->matmul(0, 0, N, n, H, 1.0f, dt, w->dx, H,
+			  step_at(W[TACO_L_DOWN], (size_t)j0, c->es), I, 0.0f,
+			  dt, w->dact, n);
+		grad_linear_cols(c, id[TACO_L_DOWN], w->dx, H, a->act, n, N, H,
+				 n, j0);
+		o->swiglu_bwd(dt, a->gate, a->up, w->dact, a->gate, a->up,
+			      (size_t)N * n);
+		o->matmul(0, 0, N, H, n, 1.0f, dt, a->gate, n,
+			  step_at(W[TACO_L_GATE], (size_t)j0 * H, c->es), H,
+			  b ? 1.0f : 0.0f, dt, w->dtmp, H);
+		o->matmul(0, 0, N, H, n, 1.0f, dt, a->up, n,
+			  step_at(W[TACO_L_UP], (size_t)j0 * H, c->es), H, 1.0f,
+			  dt, w->dtmp, H);
+		grad_linear_rows(c, id[TACO_L_GATE], a->gate, n, a->ln2, H, N,
+				 n, H, j0, b == 0, b == nb - 1);
+		grad_linear_rows(c, id[TACO_L_UP], a->up, n, a->ln2, H, N, n, H,
+				 j0, b == 0, b == nb - 1);
+	}
+}
+
+void step_layer_bwd(step_ctx *c, int l, const void *x)
+{
+	const tk_ops *o = c->o;
+	const taco_config *cf = &c->m->cfg;
+	taco_work *w = c->w;
+	taco_layer_acts *a = acts_of(c, l);
+	const int *id = c->m->layer[l];
+	const void *W[TACO_L_COUNT];
+	int B = w->s.B, T = w->s.T, N = w->s.N, H = cf->hidden;
+	int hd = cf->head_dim, D = cf->heads * hd, Dkv = cf->kv_heads * hd;
+	int dt = c->dt;
+	void *dqf = w->dq, *dkf = w->dk;
+
+	layer_weights(c, l, W);
+	mlp_bwd(c, l, a, W);
+	/* ln2 is free now: it takes the norm's input gradient. */
+	norm_bwd(c, id[TACO_L_MLP_NORM], a->ln2, w->dtmp, a->x_mid,
+		 W[TACO_L_MLP_NORM], a->rstd2, N, H);
+	o->add(dt, w->dx, a->ln2, (size_t)N * H);
+
+	/* attention */
+	linear_bwd_x(c, w->datt, w->dx, W[TACO_L_O], N, D, H, 0.0f);
+	grad_linear_cols(c, id[TACO_L_O], w->dx, H, a->att, D, N, H, D, 0);
+	bias_grad(c, id[TACO_L_O_BIAS], w->dx, N, H);
+	o->attention_bwd(dt, w->dq, w->dk, w->dv, w->datt, a->att, a->lse, a->q,
+			 a->k, a->v, w->pos, B, T, cf->heads, cf->kv_heads, hd,
+			 cf->sliding_window, 1.0f / sqrtf((float)hd));
+	o->rope_bwd(dt, w->dq, w->rope_cos, w->rope_sin, w->pos, N, cf->heads,
+		    hd);
+	o->rope_bwd(dt, w->dk, w->rope_cos, w->rope_sin, w->pos, N,
+		    cf->kv_heads, hd);
+	if (cf->qk_norm) {
+		/* datt and v are spent: they take the gradients before the
+		 * q/k norms. */
+		norm_bwd(c, id[TACO_L_Q_NORM], w->datt, w->dq, a->q_pre,
+			 W[TACO_L_Q_NORM], a->rstd_q, N * cf->heads, hd);
+		norm_bwd(c, id[TACO_L_K_NORM], a->v, w->dk, a->k_pre,
+			 W[TACO_L_K_NORM], a->rstd_k, N * cf->kv_heads, hd);
+		dqf = w->datt;
+		dkf = a->v;
+	}
+	linear_bwd_x(c, w->dtmp, dqf, W[TACO_L_Q], N, H, D, 0.0f);
+	linear_bwd_x(c, w->dtmp, dkf, W[TACO_L_K], N, H, Dkv, 1.0f);
+	linear_bwd_x(c, w->dtmp, w->dv, W[TACO_L_V], N, H, Dkv, 1.0f);
+	grad_linear_cols(c, id[TACO_L_Q], dqf, D, a->ln1, H, N, D, H, 0);
+	bias_grad(c, id[TACO_L_Q_BIAS], dqf, N, D);
+	grad_linear_cols(c, id[TACO_L_K], dkf, Dkv, a->ln1, H, N, Dkv, H, 0);
+	bias_grad(c, id[TACO_L_K_BIAS], dkf, N, Dkv);
+	grad_linear_cols(c, id[TACO_L_V], w->dv, Dkv, a->ln1, H, N, Dkv, H, 0);
+	bias_grad(c, id[TACO_L_V_BIAS], w->dv, N, Dkv);
+	norm_bwd(c, id[TACO_L_ATTN_NORM], a->ln1, w->dtmp, x,
+		 W[TACO_L_ATTN_NORM], a->rstd1, N, H);
+	o->add(dt, w->dx, a->ln1, (size_t)N * H);
+}

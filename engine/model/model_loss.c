@@ -1,0 +1,271 @@
+/* model_loss.c: the LM head and the loss in vocabulary chunks, and the
+ * embedding's gradient.
+ *
+ * Pass 1 runs the logits chunk by chunk (Vc vocabulary rows x Nc tokens)
+ * into each token's running max, sum of exponentials, target logit and
+ * argmax: the log-sum-exp over the whole vocabulary, without the [N, V]
+ * logits. Pass 2 recomputes each chunk's logits, forms its gradient from
+ * the log-sum-exp, adds its share of the hidden-state gradient (in fp32)
+ * and, for an untied head, produces the chunk's rows of the head's
+ * gradient (one row stream, so neither the logits nor the [V, H] gradient
+ * ever exists whole). A tied head shares its tensor with the embedding,
+ * whose gradient exists only after backward: pass 3 then recomputes the
+ * chunks once more and adds the embedding's rows to each. An untied
+ * embedding's gradient is made only for the rows the batch holds: the other
+ * rows' gradient is 0, which is what the optimizer assumes of rows it is not
+ * given. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "step.h"
+
+static tk_ce_rows rows_at(taco_work *w, int r0)
+{
+	return (tk_ce_rows){w->ce_mx + r0, w->ce_se + r0, w->ce_tl + r0,
+			    w->ce_am + r0, w->ce_lse + r0};
+}
+
+static const void *head_weight(step_ctx *c)
+{
+	return step_weight(c, c->m->lm_head, c->w->w_head);
+}
+
+/* logits[n, vc] (f32) = hf[r0 .., H] head[v0 .., H]^T */
+static void chunk_logits(step_ctx *c, const void *head, int v0, int vc, int r0,
+			 int n)
+{
+	int H = c->m->cfg.hidden;
+
+	c->o->matmul(0, 1, n, vc, H, 1.0f, c->dt,
+		     step_at(c->w->hf, (size_t)r0 * H, c->es), H,
+		     step_at(head, (size_t)v0 * H, c->es), H, 0.0f, TK_F32,
+		     c->w->logits, vc);
+}
+
+/* The chunk's gradient of the logits, in the activation dtype. */
+static void *chunk_dlogits(step_ctx *c, int v0, int vc, int r0, int n,
+			   float grad_scale)
+{
+	taco_work *w = c->w;
+	void *dl = c->dt == TK_F32 ? (void *)w->logits : w->dlogits;
+	tk_ce_rows s = rows_at(w, r0);
+
+	c->o->ce_grad(c->dt, dl, vc, w->logits, vc, &s, w->targets + r0, n, v0,
+		      vc, grad_scale);
+	return dl;
+}
+
+static void download_logits(step_ctx *c, float *host, int v0, int vc, int r0,
+			    int n)
+{
+	int V = c->m->cfg.vocab;
+
+	for (int i = 0; i < n; i++)
+		c->o->download(host + (size_t)(r0 + i) * V + v0,
+			       c->w->logits + (size_t)i * vc,
+			       (size_t)vc * sizeof(float));
+}
+
+void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
+	       taco_step_stats *st, float *host_logits, double *row_loss)
+{
+	const tk_ops *o = c->o;
+	const taco_config *cf = &c->m->cfg;
+	taco_work *w = c->w;
+	int N = w->s.N, H = cf->hidden, V = cf->vocab;
+	int Vc = w->s.Vc, Nc = w->s.Nc, head_id = c->m->lm_head;
+	int untied = !cf->tie_embeddings && grad_wanted(c, head_id);
+	const void *head;
+	tk_ce_rows s = rows_at(w, 0);
+	double loss = 0;
+	int correct = 0;
+
+	o->rmsnorm_fwd(c->dt, w->hf, w->rstd_f, x_last,
+		       step_weight(c, c->m->final_norm, w->w_final), N, H,
+		       cf->rms_eps);
+	head = head_weight(c);
+	/* pass 1: log-sum-exp */
+	for (int v0 = 0; v0 < V; v0 += Vc) {
+		int vc = V - v0 < Vc ? V - v0 : Vc;
+		for (int r0 = 0; r0 < N; r0 += Nc) {
+			int n = N - r0 < Nc ? N - r0 : Nc;
+			tk_ce_rows sr = rows_at(w, r0);
+			chunk_logits(c, head, v0, vc, r0, n);
+			if (host_logits)
+				download_logits(c, host_logits, v0, vc, r0, n);
+			o->ce_stats(&sr, w->logits, vc, w->targets + r0, n, v0,
+				    vc);
+		}
+	}
+	o->ce_finish(&s, w->targets, N, &loss, &correct, row_loss);
+	st->loss_sum = loss;
+	st->n_correct = correct;
+	if (!want_grad)
+		return;
+
+	/* pass 2: the hidden state's gradient (f32, summed over the
+	 * chunks), and an untied head's rows */
+	for (int v0 = 0; v0 < V && !c->err; v0 += Vc) {
+		int vc = V - v0 < Vc ? V - v0 : Vc;
+		float *dense = untied ? grad_dense(c, head_id) : NULL;
+		float *g = dense ? dense + (size_t)v0 * H : w->gblock;
+		for (int r0 = 0; r0 < N; r0 += Nc) {
+			int n = N - r0 < Nc ? N - r0 : Nc;
+			void *dl;
+			chunk_logits(c, head, v0, vc, r0, n);
+			dl = chunk_dlogits(c, v0, vc, r0, n, grad_scale);
+			o->matmul(0, 0, n, H, vc, 1.0f, c->dt, dl, vc,
+				  step_at(head, (size_t)v0 * H, c->es), H,
+				  v0 ? 1.0f : 0.0f, TK_F32,
+				  w->dh + (size_t)r0 * H, H);
+			if (untied)
+				o->matmul(1, 0, vc, H, n, 1.0f, c->dt, dl, vc,
+					  step_at(w->hf, (size_t)r0 * H, c->es),
+					  H, dense || r0 ? 1.0f : 0.0f, TK_F32,
+					  g, H);
+		}
+		if (untied && !dense)
+			grad_emit_rows(c, head_id, g, H, v0, vc, NULL, v0 == 0,
+				       v0 + vc >= V);
+	}
+	/* the hidden state's gradient in the activation dtype; hf is spent
+	 * unless a tied head needs it again (then dtie takes it) */
+	o->convert(cf->tie_embeddings ? w->dtie : w->hf, c->dt, w->dh, TK_F32,
+		   (size_t)N * H);
+}
+
+/* The batch's distinct tokens, ascending, into uniq; map[i] = the index of
+ * token i among them. Returns their count. */
+static int distinct_tokens(const taco_batch *b, int V, int32_t *uniq,
+			   int32_t *map, int32_t *seen)
+{
+	int N = b->B * b->T, U = 0;
+
+	for (int v = 0; v < V; v++)
+		seen[v] = -1;
+	for (int i = 0; i < N; i++)
+		seen[b->tokens[i]] = 0;
+	for (int v = 0; v < V; v++)
+		if (seen[v] == 0) {
+			seen[v] = U;
+			uniq[U++] = v;
+		}
+	for (int i = 0; i < N; i++)
+		map[i] = seen[b->tokens[i]];
+	return U;
+}
+
+/* Untied embedding, part mode: row blocks of the rows the batch holds. */
+static int embedding_rows(step_ctx *c, int id)
+{
+	const taco_config *cf = &c->m->cfg;
+	taco_work *w = c->w;
+	int N = w->s.N, H = cf->hidden, V = cf->vocab, U, rb;
+	int32_t *uniq = malloc((size_t)N * 4), *map = malloc((size_t)N * 4);
+	int32_t *seen = malloc((size_t)V * 4), *rows = malloc((size_t)N * 4);
+	int r = -ENOMEM;
+
+	if (!uniq || !map || !seen || !rows)
+		goto out;
+	U = distinct_tokens(c->b, V, uniq, map, seen);
+	c->o->upload(w->uniq, uniq, (size_t)U * 4);
+	rb = (int)(w->s.gblock / (size_t)H);
+	for (int u0 = 0; u0 < U && !c->err; u0 += rb) {
+		int n = U - u0 < rb ? U - u0 : rb;
+		for (int i = 0; i < N; i++)
+			rows[i] =
+			    map[i] >= u0 && map[i] < u0 + n ? map[i] - u0 : -1;
+		c->o->upload(w->rows, rows, (size_t)N * 4);
+		c->o->memset0(w->gblock, (size_t)n * H * sizeof(float));
+		c->o->embedding_bwd(c->dt, w->gblock, w->dx, w->rows, N, H);
+		grad_emit_rows(c, id, w->gblock, H, 0, n, w->uniq + u0, u0 == 0,
+			       u0 + n >= U);
+	}
+	r = 0;
+out:
+	free(uniq);
+	free(map);
+	free(seen);
+	free(rows);
+	return r;
+}
+
+/* Tied head and embedding, part mode: pass 3, one row block per chunk. */
+static int tied_rows(step_ctx *c, int id, float grad_scale)
+{
+	const taco_config *cf = &c->m->cfg;
+	taco_work *w = c->w;
+	int N = w->s.N, H = cf->hidden, V = cf->vocab;
+	int Vc = w->s.Vc, Nc = w->s.Nc;
+	int32_t *rows = malloc((size_t)N * 4);
+	const void *head = head_weight(c);
+
+	if (!rows)
+		return -ENOMEM;
+	for (int v0 = 0; v0 < V && !c->err; v0 += Vc) {
+		int vc = V - v0 < Vc ? V - v0 : Vc;
+		for (int r0 = 0; r0 < N; r0 += Nc) {
+			int n = N - r0 < Nc ? N - r0 : Nc;
+			void *dl;
+			chunk_logits(c, head, v0, vc, r0, n);
+			dl = chunk_dlogits(c, v0, vc, r0, n, grad_scale);
+			c->o->matmul(1, 0, vc, H, n, 1.0f, c->dt, dl, vc,
+				     step_at(w->hf, (size_t)r0 * H, c->es), H,
+				     r0 ? 1.0f : 0.0f, TK_F32, w->gblock, H);
+		}
+		for (int i = 0; i < N; i++) {
+			int t = c->b->tokens[i];
+			rows[i] = t >= v0 && t < v0 + vc ? t - v0 : -1;
+		}
+		c->o->upload(w->rows, rows, (size_t)N * 4);
+		c->o->embedding_bwd(c->dt, w->gblock, w->dx, w->rows, N, H);
+		grad_emit_rows(c, id, w->gblock, H, v0, vc, NULL, v0 == 0,
+			       v0 + vc >= V);
+	}
+	free(rows);
+	return 0;
+}
+
+/* Tied, dense mode: the head's rows into the dense buffer. */
+static void tied_dense(step_ctx *c, float *dense, float grad_scale)
+{
+	const taco_config *cf = &c->m->cfg;
+	taco_work *w = c->w;
+	int N = w->s.N, H = cf->hidden, V = cf->vocab;
+	int Vc = w->s.Vc, Nc = w->s.Nc;
+	const void *head = head_weight(c);
+
+	for (int v0 = 0; v0 < V; v0 += Vc) {
+		int vc = V - v0 < Vc ? V - v0 : Vc;
+		for (int r0 = 0; r0 < N; r0 += Nc) {
+			int n = N - r0 < Nc ? N - r0 : Nc;
+			void *dl;
+			chunk_logits(c, head, v0, vc, r0, n);
+			dl = chunk_dlogits(c, v0, vc, r0, n, grad_scale);
+			c->o->matmul(1, 0, vc, H, n, 1.0f, c->dt, dl, vc,
+				     step_at(w->hf, (size_t)r0 * H, c->es), H,
+				     1.0f, TK_F32, dense + (size_t)v0 * H, H);
+		}
+	}
+}
+
+void step_embedding_grad(step_ctx *c, float grad_scale)
+{
+	const taco_config *cf = &c->m->cfg;
+	taco_work *w = c->w;
+	int id = c->m->embed, N = w->s.N, H = cf->hidden, r = 0;
+	float *dense;
+
+	if (!grad_wanted(c, id))
+		return;
+	if ((dense = grad_dense(c, id))) {
+		if (cf->tie_embeddings)
+			tied_dense(c, dense, grad_scale);
+		c->o->embedding_bwd(c->dt, dense, w->dx, w->tokens, N, H);
+		return;
+	}
+	r = cf->tie_embeddings ? tied_rows(c, id, grad_scale)
+			       : embedding_rows(c, id);
+	if (r && !c->err)
+		c->err = r;
+}

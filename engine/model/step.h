@@ -1,0 +1,70 @@
+/* step.h: the pieces of one training step (internal to engine/model):
+ * model_step.c runs them, model_layer.c holds a decoder layer's forward and
+ * backward, model_loss.c the vocabulary-chunked head and the embedding's
+ * gradient, model_grad.c hands gradient pieces to the sink. */
+#ifndef TACO_STEP_H
+#define TACO_STEP_H
+
+#include "model_work.h"
+
+typedef struct step_ctx {
+	taco_model *m;
+	const tk_ops *o;
+	taco_work *w;
+	const taco_grad_sink *sink; /* NULL: no gradients */
+	const taco_batch *b;	    /* host copy of the batch */
+	int dt;			    /* activation dtype */
+	size_t es;		    /* its element size */
+	int err;		    /* first sink error */
+} step_ctx;
+
+/* p + i elements of size es. */
+static inline void *step_at(const void *p, size_t i, size_t es)
+{
+	return (char *)p + i * es;
+}
+
+/* A weight as the ops read it: the tensor itself (bf16 mode, or an fp32
+ * tensor), or its fp32 conversion into scratch. NULL for id < 0. */
+const void *step_weight(step_ctx *c, int id, float *scratch);
+
+/* model_layer.c: layer l from x into out, keeping what backward needs. */
+void step_layer_fwd(step_ctx *c, int l, const void *x, void *out);
+/* Backward of layer l after its forward (or with kept activations): w->dx
+ * holds the gradient of the output on entry and of the input on return. */
+void step_layer_bwd(step_ctx *c, int l, const void *x);
+
+/* model_loss.c */
+/* Final norm, log-sum-exp and loss statistics; with want_grad the
+ * gradient of the last layer's output into w->dx, and the head's gradient
+ * (untied). host_logits / row_loss as for taco_model_logits / score. */
+void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
+	       taco_step_stats *st, float *host_logits, double *row_loss);
+/* After backward: the embedding's gradient (and a tied head's). */
+void step_embedding_grad(step_ctx *c, float grad_scale);
+
+/* model_grad.c */
+/* Is tensor id's gradient wanted? */
+int grad_wanted(const step_ctx *c, int id);
+/* dW[out, in] (+)= dy[N, out]^T x[N, in] (leading dimensions ldy, ldx):
+ * into the dense buffer, or column blocks to the sink. W's columns
+ * [col0, col0 + in) (a block of a wider tensor). */
+void grad_linear_cols(step_ctx *c, int id, const void *dy, int ldy,
+		      const void *x, int ldx, int N, int out, int in, int col0);
+/* Rows [row0, row0 + rows) of dW[., in] = dy[N, rows]^T x[N, in]: into the
+ * dense buffer, or row blocks to the sink (first: the first rows of the
+ * tensor this step, last: its last). */
+void grad_linear_rows(step_ctx *c, int id, const void *dy, int ldy,
+		      const void *x, int ldx, int N, int rows, int in, int row0,
+		      int first, int last);
+/* A gradient built by accumulating ops: begin gives the buffer to add into
+ * (dense, or the zeroed block; NULL when not wanted), end hands it over. */
+float *grad_whole_begin(step_ctx *c, int id);
+void grad_whole_end(step_ctx *c, int id);
+/* Hands rows of a ROWS stream to the sink (part mode only). */
+void grad_emit_rows(step_ctx *c, int id, const float *g, int ld, int row0,
+		    int rows, const int32_t *row_ids, int first, int last);
+/* The dense buffer of id, or NULL (part mode, or not wanted). */
+float *grad_dense(const step_ctx *c, int id);
+
+#endif
