@@ -149,6 +149,8 @@ static void taco_args(tk_taco_args *a, int R, int C, int k, float lr,
 	memset(a, 0, sizeof(*a));
 	a->R = R;
 	a->C = C;
+	a->col0 = 0;
+	a->ncols = C;
 	a->k = k;
 	a->lr = lr;
 	a->beta = beta;
@@ -473,7 +475,7 @@ static void check_exact_taco(int R, int C, int ties, uint64_t seed)
 	W = xdup(W0, n * sizeof(float));
 	tstate_init(&st, R, C, 1);
 	taco_args(&a, R, C, 1, lr, 0.0f, 0.0f, 0);
-	ops->taco_update(W, TK_F32, G, st.idx, st.q, st.scale, &a);
+	ops->taco_update(W, TK_F32, G, a.ncols, st.idx, st.q, st.scale, &a);
 
 	for (int j = 0; j < C; j++) {
 		int rs = -1;
@@ -677,7 +679,8 @@ static void run_fixture_case(const tcase *c, const taco_st_file *f)
 
 		gen_g(c, (uint64_t)t, G);
 		a.step = (uint64_t)t;
-		ops->taco_update(W, c->dtype, G, st.idx, st.q, st.scale, &a);
+		ops->taco_update(W, c->dtype, G, a.ncols, st.idx, st.q,
+				 st.scale, &a);
 
 		for (; wpos < nwd && wd[wpos * 4] == (uint32_t)t; wpos++) {
 			size_t at =
@@ -802,7 +805,8 @@ START_TEST(test_taco_zero_gradient)
 	taco_args(&a, R, C, k, 0.01f, 0.9f, 0.1f, 1);
 	for (int t = 1; t <= 3; t++) { /* from empty: stays empty */
 		a.step = (uint64_t)t;
-		ops->taco_update(W, TK_BF16, G, st.idx, st.q, st.scale, &a);
+		ops->taco_update(W, TK_BF16, G, a.ncols, st.idx, st.q, st.scale,
+				 &a);
 		for (int j = 0; j < C; j++) {
 			for (int sl = 0; sl < k; sl++) {
 				ck_assert_uint_eq(tidx(&st, j, sl), 0xFFFF);
@@ -816,12 +820,12 @@ START_TEST(test_taco_zero_gradient)
 	 * becomes 0, so the state empties and no weight moves. */
 	for (size_t i = 0; i < n; i++)
 		G[i] = rnd_uniform(&s);
-	ops->taco_update(W, TK_BF16, G, st.idx, st.q, st.scale, &a);
+	ops->taco_update(W, TK_BF16, G, a.ncols, st.idx, st.q, st.scale, &a);
 	ck_assert(tidx(&st, 0, 0) != 0xFFFF);
 	memcpy(W0, W, n * 2);
 	memset(G, 0, n * 4);
 	a.beta = 0.0f;
-	ops->taco_update(W, TK_BF16, G, st.idx, st.q, st.scale, &a);
+	ops->taco_update(W, TK_BF16, G, a.ncols, st.idx, st.q, st.scale, &a);
 	for (int j = 0; j < C; j++) {
 		for (int sl = 0; sl < k; sl++)
 			ck_assert_uint_eq(tidx(&st, j, sl), 0xFFFF);
@@ -855,7 +859,8 @@ START_TEST(test_taco_nonfinite)
 		for (size_t i = 0; i < n; i++)
 			G[i] = rnd_uniform(&s);
 		a.step = (uint64_t)t;
-		ops->taco_update(W, TK_BF16, G, st.idx, st.q, st.scale, &a);
+		ops->taco_update(W, TK_BF16, G, a.ncols, st.idx, st.q, st.scale,
+				 &a);
 	}
 	for (size_t i = 0; i < n; i++)
 		G[i] = rnd_uniform(&s);
@@ -874,8 +879,8 @@ START_TEST(test_taco_nonfinite)
 	W1 = xdup(W, n * 2);
 	W2 = xdup(W, n * 2);
 	a.step = 3;
-	ops->taco_update(W1, TK_BF16, G, s1.idx, s1.q, s1.scale, &a);
-	ops->taco_update(W2, TK_BF16, G2, s2.idx, s2.q, s2.scale, &a);
+	ops->taco_update(W1, TK_BF16, G, a.ncols, s1.idx, s1.q, s1.scale, &a);
+	ops->taco_update(W2, TK_BF16, G2, a.ncols, s2.idx, s2.q, s2.scale, &a);
 	st.scale[11] = INFINITY; /* what s1 started from */
 	for (int j = 0; j < C; j++) {
 		int isbad = 0;
@@ -930,11 +935,13 @@ static void check_blocking(int R, int C, int k, float beta, int dtype)
 	taco_args(&a, R, C, k, 0.003f, beta, 0.01f, 0);
 	a1 = a;
 	a1.C = 1;
+	a1.ncols = 1;
 	for (int t = 1; t <= 4; t++) {
 		for (size_t i = 0; i < n; i++)
 			G[i] = t % 2 ? rnd_uniform(&s) : rnd_ties(&s);
 		a.step = a1.step = (uint64_t)t;
-		ops->taco_update(W, dtype, G, st.idx, st.q, st.scale, &a);
+		ops->taco_update(W, dtype, G, a.ncols, st.idx, st.q, st.scale,
+				 &a);
 		for (int j = 0; j < C; j++) {
 			size_t ib = one.wide ? 4 : 2;
 
@@ -948,8 +955,8 @@ static void check_blocking(int R, int C, int k, float beta, int dtype)
 			       k * ib);
 			memcpy(one.q, sc.q + (size_t)j * k, (size_t)k);
 			one.scale[0] = sc.scale[j];
-			ops->taco_update(w1, dtype, g1, one.idx, one.q,
-					 one.scale, &a1);
+			ops->taco_update(w1, dtype, g1, a1.ncols, one.idx,
+					 one.q, one.scale, &a1);
 			for (int r = 0; r < R; r++)
 				memcpy((char *)Wc + ((size_t)r * C + j) * esz,
 				       (char *)w1 + r * esz, esz);
@@ -996,11 +1003,12 @@ START_TEST(test_taco_bad_args)
 
 	memset(idx, 0xFF, sizeof(idx));
 	taco_args(&a, 2, 3, 0, 0.1f, 0.9f, 0.0f, 0);
-	ops->taco_update(W, TK_F32, G, idx, q, scale, &a); /* k = 0 */
+	ops->taco_update(W, TK_F32, G, a.ncols, idx, q, scale, &a); /* k = 0 */
 	a.k = 17;
-	ops->taco_update(W, TK_F32, G, idx, q, scale, &a);
+	ops->taco_update(W, TK_F32, G, a.ncols, idx, q, scale, &a);
 	a.k = 1;
-	ops->taco_update(W, 9, G, idx, q, scale, &a); /* unknown dtype */
+	ops->taco_update(W, 9, G, a.ncols, idx, q, scale,
+			 &a); /* unknown dtype */
 	for (int i = 0; i < 6; i++)
 		ck_assert(W[i] == i + 1);
 	ck_assert_uint_eq(idx[0], 0xFFFF);
