@@ -74,6 +74,10 @@ typedef struct tk_ce_rows {
 	float *lse;  /* set by ce_finish: log-sum-exp over the vocabulary */
 } tk_ce_rows;
 
+/* Bytes a CPU matmul with a bf16 operand or result allocates for its
+ * duration, at most: the planner counts it. */
+#define TK_CPU_GEMM_SCRATCH_BYTES ((size_t)8 << 20)
+
 typedef struct tk_ops tk_ops;
 
 /* Bytes of one TACO row-stream scan per column (taco_scan_bytes(C) is C

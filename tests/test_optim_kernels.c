@@ -149,6 +149,8 @@ static void taco_args(tk_taco_args *a, int R, int C, int k, float lr,
 	memset(a, 0, sizeof(*a));
 	a->R = R;
 	a->C = C;
+	a->col0 = 0;
+	a->ncols = C;
 	a->k = k;
 	a->lr = lr;
 	a->beta = beta;
@@ -473,7 +475,7 @@ static void check_exact_taco(int R, int C, int ties, uint64_t seed)
 	W = xdup(W0, n * sizeof(float));
 	tstate_init(&st, R, C, 1);
 	taco_args(&a, R, C, 1, lr, 0.0f, 0.0f, 0);
-	ops->taco_update(W, TK_F32, G, st.idx, st.q, st.scale, &a);
+	ops->taco_update(W, TK_F32, G, a.ncols, st.idx, st.q, st.scale, &a);
 
 	for (int j = 0; j < C; j++) {
 		int rs = -1;
@@ -677,7 +679,8 @@ static void run_fixture_case(const tcase *c, const taco_st_file *f)
 
 		gen_g(c, (uint64_t)t, G);
 		a.step = (uint64_t)t;
-		ops->taco_update(W, c->dtype, G, st.idx, st.q, st.scale, &a);
+		ops->taco_update(W, c->dtype, G, a.ncols, st.idx, st.q,
+				 st.scale, &a);
 
 		for (; wpos < nwd && wd[wpos * 4] == (uint32_t)t; wpos++) {
 			size_t at =
@@ -802,7 +805,8 @@ START_TEST(test_taco_zero_gradient)
 	taco_args(&a, R, C, k, 0.01f, 0.9f, 0.1f, 1);
 	for (int t = 1; t <= 3; t++) { /* from empty: stays empty */
 		a.step = (uint64_t)t;
-		ops->taco_update(W, TK_BF16, G, st.idx, st.q, st.scale, &a);
+		ops->taco_update(W, TK_BF16, G, a.ncols, st.idx, st.q, st.scale,
+				 &a);
 		for (int j = 0; j < C; j++) {
 			for (int sl = 0; sl < k; sl++) {
 				ck_assert_uint_eq(tidx(&st, j, sl), 0xFFFF);
@@ -816,12 +820,12 @@ START_TEST(test_taco_zero_gradient)
 	 * becomes 0, so the state empties and no weight moves. */
 	for (size_t i = 0; i < n; i++)
 		G[i] = rnd_uniform(&s);
-	ops->taco_update(W, TK_BF16, G, st.idx, st.q, st.scale, &a);
+	ops->taco_update(W, TK_BF16, G, a.ncols, st.idx, st.q, st.scale, &a);
 	ck_assert(tidx(&st, 0, 0) != 0xFFFF);
 	memcpy(W0, W, n * 2);
 	memset(G, 0, n * 4);
 	a.beta = 0.0f;
-	ops->taco_update(W, TK_BF16, G, st.idx, st.q, st.scale, &a);
+	ops->taco_update(W, TK_BF16, G, a.ncols, st.idx, st.q, st.scale, &a);
 	for (int j = 0; j < C; j++) {
 		for (int sl = 0; sl < k; sl++)
 			ck_assert_uint_eq(tidx(&st, j, sl), 0xFFFF);
@@ -855,7 +859,8 @@ START_TEST(test_taco_nonfinite)
 		for (size_t i = 0; i < n; i++)
 			G[i] = rnd_uniform(&s);
 		a.step = (uint64_t)t;
-		ops->taco_update(W, TK_BF16, G, st.idx, st.q, st.scale, &a);
+		ops->taco_update(W, TK_BF16, G, a.ncols, st.idx, st.q, st.scale,
+				 &a);
 	}
 	for (size_t i = 0; i < n; i++)
 		G[i] = rnd_uniform(&s);
@@ -874,8 +879,8 @@ START_TEST(test_taco_nonfinite)
 	W1 = xdup(W, n * 2);
 	W2 = xdup(W, n * 2);
 	a.step = 3;
-	ops->taco_update(W1, TK_BF16, G, s1.idx, s1.q, s1.scale, &a);
-	ops->taco_update(W2, TK_BF16, G2, s2.idx, s2.q, s2.scale, &a);
+	ops->taco_update(W1, TK_BF16, G, a.ncols, s1.idx, s1.q, s1.scale, &a);
+	ops->taco_update(W2, TK_BF16, G2, a.ncols, s2.idx, s2.q, s2.scale, &a);
 	st.scale[11] = INFINITY; /* what s1 started from */
 	for (int j = 0; j < C; j++) {
 		int isbad = 0;
@@ -930,11 +935,13 @@ static void check_blocking(int R, int C, int k, float beta, int dtype)
 	taco_args(&a, R, C, k, 0.003f, beta, 0.01f, 0);
 	a1 = a;
 	a1.C = 1;
+	a1.ncols = 1;
 	for (int t = 1; t <= 4; t++) {
 		for (size_t i = 0; i < n; i++)
 			G[i] = t % 2 ? rnd_uniform(&s) : rnd_ties(&s);
 		a.step = a1.step = (uint64_t)t;
-		ops->taco_update(W, dtype, G, st.idx, st.q, st.scale, &a);
+		ops->taco_update(W, dtype, G, a.ncols, st.idx, st.q, st.scale,
+				 &a);
 		for (int j = 0; j < C; j++) {
 			size_t ib = one.wide ? 4 : 2;
 
@@ -948,8 +955,8 @@ static void check_blocking(int R, int C, int k, float beta, int dtype)
 			       k * ib);
 			memcpy(one.q, sc.q + (size_t)j * k, (size_t)k);
 			one.scale[0] = sc.scale[j];
-			ops->taco_update(w1, dtype, g1, one.idx, one.q,
-					 one.scale, &a1);
+			ops->taco_update(w1, dtype, g1, a1.ncols, one.idx,
+					 one.q, one.scale, &a1);
 			for (int r = 0; r < R; r++)
 				memcpy((char *)Wc + ((size_t)r * C + j) * esz,
 				       (char *)w1 + r * esz, esz);
@@ -996,14 +1003,307 @@ START_TEST(test_taco_bad_args)
 
 	memset(idx, 0xFF, sizeof(idx));
 	taco_args(&a, 2, 3, 0, 0.1f, 0.9f, 0.0f, 0);
-	ops->taco_update(W, TK_F32, G, idx, q, scale, &a); /* k = 0 */
+	ops->taco_update(W, TK_F32, G, a.ncols, idx, q, scale, &a); /* k = 0 */
 	a.k = 17;
-	ops->taco_update(W, TK_F32, G, idx, q, scale, &a);
+	ops->taco_update(W, TK_F32, G, a.ncols, idx, q, scale, &a);
 	a.k = 1;
-	ops->taco_update(W, 9, G, idx, q, scale, &a); /* unknown dtype */
+	ops->taco_update(W, 9, G, a.ncols, idx, q, scale,
+			 &a); /* unknown dtype */
 	for (int i = 0; i < 6; i++)
 		ck_assert(W[i] == i + 1);
 	ck_assert_uint_eq(idx[0], 0xFFFF);
+}
+END_TEST
+
+/* ---- TACO: column ranges and the row-streamed update --------------------- */
+
+/* One configuration of the range / streamed checks. */
+typedef struct {
+	int R, C, k, dtype, stochastic;
+	float beta;
+} tcfg;
+
+static void *w_init(const tcfg *c, uint64_t *s)
+{
+	const size_t n = (size_t)c->R * c->C, esz = c->dtype == TK_F32 ? 4 : 2;
+	void *W = xcalloc(n, esz);
+
+	for (size_t i = 0; i < n; i++) {
+		float w = rnd_uniform(s);
+
+		if (c->dtype == TK_F32)
+			((float *)W)[i] = w;
+		else
+			((uint16_t *)W)[i] = tk_f32_bf16_rne(w);
+	}
+	return W;
+}
+
+/* Whole states and weights bitwise equal. */
+static int all_equal(const tstate *a, const tstate *b, const void *Wa,
+		     const void *Wb, const tcfg *c)
+{
+	const size_t esz = c->dtype == TK_F32 ? 4 : 2;
+
+	return !memcmp(a->idx, b->idx, idx_bytes(a)) &&
+	       !memcmp(a->q, b->q, (size_t)a->C * a->k) &&
+	       !memcmp(a->scale, b->scale, (size_t)a->C * sizeof(float)) &&
+	       !memcmp(Wa, Wb, (size_t)c->R * c->C * esz);
+}
+
+static void tcfg_args(tk_taco_args *a, const tcfg *c, int t)
+{
+	taco_args(a, c->R, c->C, c->k, 0.003f, c->beta, 0.01f, c->stochastic);
+	a->step = (uint64_t)t;
+}
+
+/* Random splits of the columns into ranges, each updated by its own call
+ * (G at the range's first column with the tensor's row stride, or packed
+ * [R, ncols]), equal the whole-tensor update, over several steps. */
+static void check_ranges(const tcfg *c, uint64_t seed)
+{
+	const size_t n = (size_t)c->R * c->C;
+	uint64_t s = seed;
+	void *W = w_init(c, &s), *Wr;
+	float *G = xcalloc(n, 4), *P = xcalloc(n, 4);
+	tstate st, sr;
+	tk_taco_args a;
+
+	Wr = xdup(W, n * (c->dtype == TK_F32 ? 4 : 2));
+	tstate_init(&st, c->R, c->C, c->k);
+	tstate_init(&sr, c->R, c->C, c->k);
+	for (int t = 1; t <= 4; t++) {
+		int col0 = 0, nr = 0;
+
+		for (size_t i = 0; i < n; i++)
+			G[i] = t % 2 ? rnd_uniform(&s) : rnd_ties(&s);
+		tcfg_args(&a, c, t);
+		ops->taco_update(W, c->dtype, G, c->C, st.idx, st.q, st.scale,
+				 &a);
+		while (col0 < c->C) {
+			int w = 1 + (int)(rng_next(&s) % (uint64_t)(c->C / 3));
+
+			a.col0 = col0;
+			a.ncols = w < c->C - col0 ? w : c->C - col0;
+			if (nr++ % 2) {
+				for (int r = 0; r < c->R; r++)
+					memcpy(P + (size_t)r * a.ncols,
+					       G + (size_t)r * c->C + col0,
+					       (size_t)a.ncols * 4);
+				ops->taco_update(Wr, c->dtype, P, a.ncols,
+						 sr.idx, sr.q, sr.scale, &a);
+			} else {
+				ops->taco_update(Wr, c->dtype, G + col0, c->C,
+						 sr.idx, sr.q, sr.scale, &a);
+			}
+			col0 += a.ncols;
+		}
+		ck_assert_msg(all_equal(&st, &sr, W, Wr, c),
+			      "ranges: R %d C %d k %d dtype %d sr %d beta %g "
+			      "step %d (%d ranges)",
+			      c->R, c->C, c->k, c->dtype, c->stochastic,
+			      (double)c->beta, t, nr);
+	}
+	tstate_free(&st);
+	tstate_free(&sr);
+	free(W);
+	free(Wr);
+	free(G);
+	free(P);
+}
+
+START_TEST(test_taco_column_ranges)
+{
+	static const int ks[3] = {1, 4, 16};
+	static const float betas[2] = {0.0f, 0.9f};
+	uint64_t seed = 100;
+
+	for (int d = 0; d < 3; d++)
+		for (int ki = 0; ki < 3; ki++)
+			for (int bi = 0; bi < 2; bi++) {
+				tcfg c = {90,	  200,
+					  ks[ki], d ? TK_BF16 : TK_F32,
+					  d == 2, betas[bi]};
+
+				check_ranges(&c, seed++);
+			}
+	/* parallel blocks inside the ranges */
+	{
+		tcfg c = {300, 700, 16, TK_BF16, 1, 0.9f};
+
+		check_ranges(&c, seed++);
+	}
+}
+END_TEST
+
+/* Feeds the rows of the dense G [R, C] whose flag active[r] is set, plus
+ * some inactive (zero) rows, in increasing order: random chunks, each
+ * either a contiguous block row0.. (every row of it, zeros included) or an
+ * explicit rows[] list of the chunk's active rows; the rows are copied
+ * into a packed buffer with row stride ldg >= C. */
+static void feed_rows(void *scan, const float *G, const unsigned char *active,
+		      const tk_taco_args *a, uint64_t *s)
+{
+	const int R = a->R, C = a->C, ldg = C + (int)(rng_next(s) % 3);
+	const int maxlen = R / 5 > 1 ? R / 5 : 1;
+	float *P = xcalloc((size_t)(maxlen + 1) * ldg, 4);
+	int32_t *rows = xcalloc((size_t)maxlen + 1, sizeof(int32_t));
+	int r0 = 0;
+
+	while (r0 < R) {
+		int len = 1 + (int)(rng_next(s) % (uint64_t)maxlen), m = 0;
+
+		if (len > R - r0)
+			len = R - r0;
+		if (rng_next(s) % 2) { /* contiguous */
+			for (int i = 0; i < len; i++)
+				memcpy(P + (size_t)i * ldg,
+				       G + (size_t)(r0 + i) * C, (size_t)C * 4);
+			ops->taco_feed(scan, P, ldg, NULL, r0, len, a);
+		} else { /* a list with gaps */
+			for (int i = 0; i < len; i++)
+				if (active[r0 + i]) {
+					rows[m] = r0 + i;
+					memcpy(P + (size_t)m * ldg,
+					       G + (size_t)(r0 + i) * C,
+					       (size_t)C * 4);
+					m++;
+				}
+			if (m)
+				ops->taco_feed(scan, P, ldg, rows, 0, m, a);
+		}
+		r0 += len;
+	}
+	free(P);
+	free(rows);
+}
+
+/* The streamed update equals the whole one on the dense gradient (rows not
+ * fed are zero there), over several steps with the state carried. bad:
+ * at step 3 put a NaN and an infinity in two columns. */
+static void check_streamed(const tcfg *c, double p_active, int bad,
+			   uint64_t seed)
+{
+	const size_t n = (size_t)c->R * c->C;
+	uint64_t s = seed;
+	void *W = w_init(c, &s), *Ws;
+	float *G = xcalloc(n, 4);
+	unsigned char *active = xcalloc((size_t)c->R, 1);
+	size_t sb = ops->taco_scan_bytes(c->C);
+	void *scan = ops->alloc(sb);
+	tstate st, ss;
+	tk_taco_args a;
+
+	ck_assert_ptr_nonnull(scan);
+	ck_assert_uint_eq(sb, ops->taco_scan_bytes(c->C));
+	Ws = xdup(W, n * (c->dtype == TK_F32 ? 4 : 2));
+	tstate_init(&st, c->R, c->C, c->k);
+	tstate_init(&ss, c->R, c->C, c->k);
+	for (int t = 1; t <= 5; t++) {
+		memset(G, 0, n * 4);
+		for (int r = 0; r < c->R; r++) {
+			active[r] =
+			    (double)(rng_next(&s) >> 11) * 0x1p-53 < p_active;
+			if (active[r])
+				for (int j = 0; j < c->C; j++)
+					G[(size_t)r * c->C + j] =
+					    t % 2 ? rnd_uniform(&s)
+						  : rnd_ties(&s);
+		}
+		if (bad && t == 3) {
+			int r1 = -1, r2 = -1;
+
+			for (int r = 0; r < c->R; r++)
+				if (active[r]) {
+					r2 = r;
+					if (r1 < 0)
+						r1 = r;
+				}
+			if (r1 >= 0) {
+				G[(size_t)r2 * c->C + 1] = NAN;
+				G[(size_t)r1 * c->C + c->C - 1] = -INFINITY;
+			}
+			/* a NaN on a row column 2 tracks, made active */
+			if (tidx(&st, 2, 0) !=
+			    (st.wide ? 0xFFFFFFFFu : 0xFFFF)) {
+				uint32_t r = tidx(&st, 2, 0);
+
+				active[r] = 1;
+				G[(size_t)r * c->C + 2] = NAN;
+			}
+		}
+		tcfg_args(&a, c, t);
+		ops->taco_update(W, c->dtype, G, c->C, st.idx, st.q, st.scale,
+				 &a);
+		a.col0 = 7; /* not used by the streamed calls */
+		a.ncols = 1;
+		ops->taco_begin(scan, ss.idx, ss.q, ss.scale, &a);
+		feed_rows(scan, G, active, &a, &s);
+		ops->taco_finish(scan, Ws, c->dtype, ss.idx, ss.q, ss.scale,
+				 &a);
+		ck_assert_msg(all_equal(&st, &ss, W, Ws, c),
+			      "streamed: R %d C %d k %d dtype %d sr %d beta %g "
+			      "step %d",
+			      c->R, c->C, c->k, c->dtype, c->stochastic,
+			      (double)c->beta, t);
+	}
+	if (bad) { /* the bad columns were really skipped at step 3 */
+		ck_assert(st.scale[1] == ss.scale[1]);
+	}
+	ops->free(scan, sb);
+	tstate_free(&st);
+	tstate_free(&ss);
+	free(W);
+	free(Ws);
+	free(G);
+	free(active);
+}
+
+START_TEST(test_taco_streamed)
+{
+	static const int ks[3] = {1, 4, 16};
+	static const float betas[2] = {0.0f, 0.9f};
+	uint64_t seed = 200;
+
+	for (int d = 0; d < 3; d++)
+		for (int ki = 0; ki < 3; ki++)
+			for (int bi = 0; bi < 2; bi++) {
+				tcfg c = {120,	  150,
+					  ks[ki], d ? TK_BF16 : TK_F32,
+					  d == 2, betas[bi]};
+
+				check_streamed(&c, 1.0, 0, seed++);
+				check_streamed(&c, 0.3, 0, seed++);
+			}
+	{ /* non-finite values */
+		tcfg c = {100, 70, 4, TK_BF16, 1, 0.9f};
+
+		check_streamed(&c, 0.5, 1, seed++);
+		c.k = 16;
+		check_streamed(&c, 1.0, 1, seed++);
+	}
+	{ /* parallel feeds, several column groups */
+		tcfg c = {400, 333, 16, TK_BF16, 1, 0.9f};
+
+		check_streamed(&c, 0.4, 0, seed++);
+	}
+}
+END_TEST
+
+/* R > 65535: uint32_t slot rows. */
+START_TEST(test_taco_streamed_wide)
+{
+	tcfg c = {70000, 24, 4, TK_BF16, 1, 0.9f};
+
+	check_streamed(&c, 0.02, 0, 300);
+	c.k = 16;
+	c.dtype = TK_F32;
+	check_streamed(&c, 0.01, 1, 301);
+	{
+		tcfg r = {70000, 40, 16, TK_BF16, 1, 0.9f};
+
+		check_ranges(&r, 302);
+	}
 }
 END_TEST
 
@@ -1204,6 +1504,9 @@ static Suite *optim_suite(void)
 	tcase_add_test(tc, test_taco_nonfinite);
 	tcase_add_test(tc, test_taco_blocking);
 	tcase_add_test(tc, test_taco_bad_args);
+	tcase_add_test(tc, test_taco_column_ranges);
+	tcase_add_test(tc, test_taco_streamed);
+	tcase_add_test(tc, test_taco_streamed_wide);
 	tcase_add_test(tc, test_adamw_fixtures);
 	tcase_add_test(tc, test_adamw_parallel_and_formula);
 	suite_add_tcase(s, tc);

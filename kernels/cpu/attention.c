@@ -12,6 +12,12 @@
  * causal half and everything outside the window are skipped. Each tile does
  * its products with single-threaded cblas_sgemm; the blocks run in parallel
  * with OpenMP. Scratch is two [ATT_QT, T] float buffers per thread.
+ *
+ * dt TK_BF16: a block first widens the [T, hd] slices it reads (q, k, v,
+ * and out, dout in the backward pass) into per-thread fp32 scratch, runs
+ * the fp32 block code on them (leading dimension hd instead of heads * hd)
+ * into fp32 outputs, and rounds those once into the bf16 tensors. lse is
+ * fp32 either way.
  */
 #include <cblas.h>
 #include <math.h>
@@ -20,6 +26,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "tk_convert.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -123,22 +130,21 @@ static double row_exp_sum(float *s, int n, float m)
 	return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
-/* Forward of one (batch b, query head h) block.
- * S scratch: [ATT_QT, T] (scores, then softmax numerators in place). */
-static void att_fwd_block(float *out, float *lse, const float *q,
-			  const float *k, const float *v, const int32_t *pos,
-			  const struct att_dims *d, int b, int h, float *S)
+/* One head's slices, fp32: q-like [T, hd] with row stride ldq (q, out,
+ * dout, dq), k-like with row stride ldk (k, v, dk, dv). */
+struct att_head {
+	const float *q, *k, *v, *o, *dout;
+	float *out, *dq, *dk, *dv;
+	int ldq, ldk;
+};
+
+/* Forward of one (batch b, query head h) block: out, lb (lse [T]) from q,
+ * k, v. S scratch: [ATT_QT, T] (scores, then softmax numerators). */
+static void att_fwd_head(const struct att_head *x, float *lb, const int32_t *pb,
+			 const struct att_dims *d, float *S)
 {
 	float rinv[ATT_QT];
-	int T = d->T, hd = d->hd;
-	int ldq = d->nh * hd, ldk = d->nkv * hd;
-	int kvh = h / (d->nh / d->nkv);
-	const int32_t *pb = pos + (size_t)b * T;
-	const float *qb = q + (size_t)b * T * ldq + (size_t)h * hd;
-	const float *kb = k + (size_t)b * T * ldk + (size_t)kvh * hd;
-	const float *vb = v + (size_t)b * T * ldk + (size_t)kvh * hd;
-	float *ob = out + (size_t)b * T * ldq + (size_t)h * hd;
-	float *lb = lse + ((size_t)b * d->nh + h) * T;
+	int T = d->T, hd = d->hd, ldq = x->ldq, ldk = x->ldk;
 
 	for (int i0 = 0; i0 < T; i0 += ATT_QT) {
 		int i1 = i0 + ATT_QT < T ? i0 + ATT_QT : T;
@@ -148,8 +154,8 @@ static void att_fwd_block(float *out, float *lse, const float *q,
 
 		/* S [rows, kn] = scale * q[i0:i1] k[klo:i1]^T */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kn,
-			    hd, d->scale, qb + (size_t)i0 * ldq, ldq,
-			    kb + (size_t)klo * ldk, ldk, 0.0f, S, kn);
+			    hd, d->scale, x->q + (size_t)i0 * ldq, ldq,
+			    x->k + (size_t)klo * ldk, ldk, 0.0f, S, kn);
 
 		/* Row softmax numerators over the allowed keys, in place of
 		 * S; the 1/sum normalisation is applied to out afterwards. */
@@ -171,18 +177,84 @@ static void att_fwd_block(float *out, float *lse, const float *q,
 
 		/* out[i0:i1] [rows, hd] = P [rows, kn] v[klo:i1] [kn, hd] */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd,
-			    kn, 1.0f, S, kn, vb + (size_t)klo * ldk, ldk, 0.0f,
-			    ob + (size_t)i0 * ldq, ldq);
+			    kn, 1.0f, S, kn, x->v + (size_t)klo * ldk, ldk,
+			    0.0f, x->out + (size_t)i0 * ldq, ldq);
 		for (int r = 0; r < rows; r++) {
-			float *o = ob + (size_t)(i0 + r) * ldq;
+			float *o = x->out + (size_t)(i0 + r) * ldq;
 			for (int c = 0; c < hd; c++)
 				o[c] *= rinv[r];
 		}
 	}
 }
 
-void tk_cpu_attention_fwd(float *out, float *lse, const float *q,
-			  const float *k, const float *v, const int32_t *pos,
+/* dst [T, hd] = the bf16 slice src [T, hd] (row stride ld), widened. */
+static void widen_slice(float *dst, const void *src, size_t off, int ld, int T,
+			int hd)
+{
+	const uint16_t *h = (const uint16_t *)src + off;
+
+	for (int t = 0; t < T; t++)
+		for (int c = 0; c < hd; c++)
+			dst[(size_t)t * hd + c] =
+			    tk_bf16_f32(h[(size_t)t * ld + c]);
+}
+
+/* The bf16 slice dst [T, hd] (row stride ld) = src rounded. */
+static void round_slice(void *dst, size_t off, int ld, const float *src, int T,
+			int hd)
+{
+	uint16_t *h = (uint16_t *)dst + off;
+
+	for (int t = 0; t < T; t++)
+		for (int c = 0; c < hd; c++)
+			h[(size_t)t * ld + c] =
+			    tk_f32_bf16_rne(src[(size_t)t * hd + c]);
+}
+
+/* Forward of block (b, h) in dt. W: bf16 widening scratch, 4 [T, hd]. */
+static void att_fwd_block(int dt, void *out, float *lse, const void *q,
+			  const void *k, const void *v, const int32_t *pos,
+			  const struct att_dims *d, int b, int h, float *S,
+			  float *W)
+{
+	int T = d->T, hd = d->hd;
+	int ldq = d->nh * hd, ldk = d->nkv * hd;
+	int kvh = h / (d->nh / d->nkv);
+	size_t qoff = (size_t)b * T * ldq + (size_t)h * hd;
+	size_t koff = (size_t)b * T * ldk + (size_t)kvh * hd;
+	const int32_t *pb = pos + (size_t)b * T;
+	float *lb = lse + ((size_t)b * d->nh + h) * T;
+	struct att_head x = {0};
+
+	if (dt == TK_F32) {
+		x.q = (const float *)q + qoff;
+		x.k = (const float *)k + koff;
+		x.v = (const float *)v + koff;
+		x.out = (float *)out + qoff;
+		x.ldq = ldq;
+		x.ldk = ldk;
+		att_fwd_head(&x, lb, pb, d, S);
+		return;
+	}
+	{
+		size_t sl = (size_t)T * hd;
+		float *wq = W, *wk = W + sl, *wv = W + 2 * sl, *wo = W + 3 * sl;
+
+		widen_slice(wq, q, qoff, ldq, T, hd);
+		widen_slice(wk, k, koff, ldk, T, hd);
+		widen_slice(wv, v, koff, ldk, T, hd);
+		x.q = wq;
+		x.k = wk;
+		x.v = wv;
+		x.out = wo;
+		x.ldq = x.ldk = hd;
+		att_fwd_head(&x, lb, pb, d, S);
+		round_slice(out, qoff, ldq, wo, T, hd);
+	}
+}
+
+void tk_cpu_attention_fwd(int dt, void *out, float *lse, const void *q,
+			  const void *k, const void *v, const int32_t *pos,
 			  int B, int T, int nh, int nkv, int hd, int window,
 			  float scale)
 {
@@ -190,137 +262,185 @@ void tk_cpu_attention_fwd(float *out, float *lse, const float *q,
 	int nblocks = B * nh, par = blocks_in_parallel(nblocks);
 	int blas_threads = openblas_get_num_threads();
 	size_t scratch = (size_t)ATT_QT * (T > 0 ? T : 1) * sizeof(float);
+	size_t wide = dt == TK_BF16 ? (size_t)4 * T * hd * sizeof(float) : 0;
 
-	if (nblocks <= 0 || T <= 0)
+	if (nblocks <= 0 || T <= 0 || (dt != TK_F32 && dt != TK_BF16))
 		return;
 	if (par)
 		openblas_set_num_threads(1);
 #pragma omp parallel if (par)
 	{
-		float *S = att_scratch(scratch);
+		float *S = att_scratch(scratch + wide);
 #pragma omp for schedule(dynamic, 1)
 		for (int bh = 0; bh < nblocks; bh++)
-			att_fwd_block(out, lse, q, k, v, pos, &d, bh / nh,
-				      bh % nh, S);
+			att_fwd_block(dt, out, lse, q, k, v, pos, &d, bh / nh,
+				      bh % nh, S, S + scratch / sizeof(float));
 		free(S);
 	}
 	if (par)
 		openblas_set_num_threads(blas_threads);
 }
 
+/* Backward of one query head h of a block: dq (overwritten), dk and dv
+ * (accumulated) from dout, out, lb (lse [T]), q, k, v.
+ * S, dS scratch: [ATT_QT, T] each. */
+static void att_bwd_head(const struct att_head *x, const float *lb,
+			 const int32_t *pb, const struct att_dims *d, float *S,
+			 float *dS)
+{
+	int T = d->T, hd = d->hd, ldq = x->ldq, ldk = x->ldk;
+
+	for (int i0 = 0; i0 < T; i0 += ATT_QT) {
+		int i1 = i0 + ATT_QT < T ? i0 + ATT_QT : T;
+		int rows = i1 - i0;
+		int klo = tile_klo(pb, i0, i1, d->window);
+		int kn = i1 - klo;
+
+		/* S [rows, kn] = scale q k^T; P = exp(S - lse) */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kn,
+			    hd, d->scale, x->q + (size_t)i0 * ldq, ldq,
+			    x->k + (size_t)klo * ldk, ldk, 0.0f, S, kn);
+		/* dP [rows, kn] = dout[i0:i1] v[klo:i1]^T */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kn,
+			    hd, 1.0f, x->dout + (size_t)i0 * ldq, ldq,
+			    x->v + (size_t)klo * ldk, ldk, 0.0f, dS, kn);
+
+		/* dS = P * (dP - D), D_i = dout_i . out_i */
+		for (int r = 0; r < rows; r++) {
+			int i = i0 + r;
+			int j0 = key_lo(pb, i, d->window) - klo;
+			int j1 = i - klo;
+			const float *oi = x->o + (size_t)i * ldq;
+			const float *di = x->dout + (size_t)i * ldq;
+			float *s = S + (size_t)r * kn;
+			float *ds = dS + (size_t)r * kn, L = lb[i], D;
+			double acc = 0;
+
+			for (int c = 0; c < hd; c++)
+				acc += (double)di[c] * oi[c];
+			D = (float)acc;
+			for (int j = 0; j < j0; j++)
+				s[j] = ds[j] = 0.0f;
+			for (int j = j0; j <= j1; j++) {
+				float p = expf(s[j] - L);
+				s[j] = p;
+				ds[j] = p * (ds[j] - D);
+			}
+			for (int j = j1 + 1; j < kn; j++)
+				s[j] = ds[j] = 0.0f;
+		}
+
+		/* dq[i0:i1] = scale * dS k[klo:i1] */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd,
+			    kn, d->scale, dS, kn, x->k + (size_t)klo * ldk, ldk,
+			    0.0f, x->dq + (size_t)i0 * ldq, ldq);
+		/* dk[klo:i1] += scale * dS^T q[i0:i1] */
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, hd,
+			    rows, d->scale, dS, kn, x->q + (size_t)i0 * ldq,
+			    ldq, 1.0f, x->dk + (size_t)klo * ldk, ldk);
+		/* dv[klo:i1] += P^T dout[i0:i1] */
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, hd,
+			    rows, 1.0f, S, kn, x->dout + (size_t)i0 * ldq, ldq,
+			    1.0f, x->dv + (size_t)klo * ldk, ldk);
+	}
+}
+
 /* Backward of one (batch b, kv head g) block: all query heads of the group,
  * so dk/dv of the block are owned by this call (no races).
- * S, dS scratch: [ATT_QT, T] each. */
-static void att_bwd_block(float *dq, float *dk, float *dv, const float *dout,
-			  const float *out, const float *lse, const float *q,
-			  const float *k, const float *v, const int32_t *pos,
-			  const struct att_dims *d, int b, int g, float *S,
-			  float *dS)
+ * S, dS scratch: [ATT_QT, T] each; W: bf16 widening scratch, 8 [T, hd]. */
+static void att_bwd_block(int dt, void *dq, void *dk, void *dv,
+			  const void *dout, const void *out, const float *lse,
+			  const void *q, const void *k, const void *v,
+			  const int32_t *pos, const struct att_dims *d, int b,
+			  int g, float *S, float *dS, float *W)
 {
 	int T = d->T, hd = d->hd, group = d->nh / d->nkv;
 	int ldq = d->nh * hd, ldk = d->nkv * hd;
 	const int32_t *pb = pos + (size_t)b * T;
-	const float *kb = k + (size_t)b * T * ldk + (size_t)g * hd;
-	const float *vb = v + (size_t)b * T * ldk + (size_t)g * hd;
-	float *dkb = dk + (size_t)b * T * ldk + (size_t)g * hd;
-	float *dvb = dv + (size_t)b * T * ldk + (size_t)g * hd;
+	size_t koff = (size_t)b * T * ldk + (size_t)g * hd;
+	size_t sl = (size_t)T * hd;
+	struct att_head x = {0};
 
-	for (int t = 0; t < T; t++) {
-		memset(dkb + (size_t)t * ldk, 0, (size_t)hd * sizeof(float));
-		memset(dvb + (size_t)t * ldk, 0, (size_t)hd * sizeof(float));
+	if (dt == TK_F32) {
+		x.k = (const float *)k + koff;
+		x.v = (const float *)v + koff;
+		x.dk = (float *)dk + koff;
+		x.dv = (float *)dv + koff;
+		x.ldq = ldq;
+		x.ldk = ldk;
+		for (int t = 0; t < T; t++) {
+			memset(x.dk + (size_t)t * ldk, 0,
+			       (size_t)hd * sizeof(float));
+			memset(x.dv + (size_t)t * ldk, 0,
+			       (size_t)hd * sizeof(float));
+		}
+	} else {
+		widen_slice(W, k, koff, ldk, T, hd);
+		widen_slice(W + sl, v, koff, ldk, T, hd);
+		x.k = W;
+		x.v = W + sl;
+		x.dk = W + 2 * sl;
+		x.dv = W + 3 * sl;
+		x.ldq = x.ldk = hd;
+		memset(x.dk, 0, 2 * sl * sizeof(float));
 	}
 
 	for (int h = g * group; h < (g + 1) * group; h++) {
 		size_t qoff = (size_t)b * T * ldq + (size_t)h * hd;
-		const float *qb = q + qoff, *ob = out + qoff;
-		const float *dob = dout + qoff;
-		float *dqb = dq + qoff;
 		const float *lb = lse + ((size_t)b * d->nh + h) * T;
 
-		for (int i0 = 0; i0 < T; i0 += ATT_QT) {
-			int i1 = i0 + ATT_QT < T ? i0 + ATT_QT : T;
-			int rows = i1 - i0;
-			int klo = tile_klo(pb, i0, i1, d->window);
-			int kn = i1 - klo;
+		if (dt == TK_F32) {
+			x.q = (const float *)q + qoff;
+			x.o = (const float *)out + qoff;
+			x.dout = (const float *)dout + qoff;
+			x.dq = (float *)dq + qoff;
+			att_bwd_head(&x, lb, pb, d, S, dS);
+		} else {
+			float *wq = W + 4 * sl, *wo = W + 5 * sl;
+			float *wd = W + 6 * sl, *wdq = W + 7 * sl;
 
-			/* S [rows, kn] = scale q k^T; P = exp(S - lse) */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
-				    rows, kn, hd, d->scale,
-				    qb + (size_t)i0 * ldq, ldq,
-				    kb + (size_t)klo * ldk, ldk, 0.0f, S, kn);
-			/* dP [rows, kn] = dout[i0:i1] v[klo:i1]^T */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
-				    rows, kn, hd, 1.0f, dob + (size_t)i0 * ldq,
-				    ldq, vb + (size_t)klo * ldk, ldk, 0.0f, dS,
-				    kn);
-
-			/* dS = P * (dP - D), D_i = dout_i . out_i */
-			for (int r = 0; r < rows; r++) {
-				int i = i0 + r;
-				int j0 = key_lo(pb, i, d->window) - klo;
-				int j1 = i - klo;
-				const float *oi = ob + (size_t)i * ldq;
-				const float *di = dob + (size_t)i * ldq;
-				float *s = S + (size_t)r * kn;
-				float *ds = dS + (size_t)r * kn, L = lb[i], D;
-				double acc = 0;
-
-				for (int c = 0; c < hd; c++)
-					acc += (double)di[c] * oi[c];
-				D = (float)acc;
-				for (int j = 0; j < j0; j++)
-					s[j] = ds[j] = 0.0f;
-				for (int j = j0; j <= j1; j++) {
-					float p = expf(s[j] - L);
-					s[j] = p;
-					ds[j] = p * (ds[j] - D);
-				}
-				for (int j = j1 + 1; j < kn; j++)
-					s[j] = ds[j] = 0.0f;
-			}
-
-			/* dq[i0:i1] = scale * dS k[klo:i1] */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
-				    rows, hd, kn, d->scale, dS, kn,
-				    kb + (size_t)klo * ldk, ldk, 0.0f,
-				    dqb + (size_t)i0 * ldq, ldq);
-			/* dk[klo:i1] += scale * dS^T q[i0:i1] */
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn,
-				    hd, rows, d->scale, dS, kn,
-				    qb + (size_t)i0 * ldq, ldq, 1.0f,
-				    dkb + (size_t)klo * ldk, ldk);
-			/* dv[klo:i1] += P^T dout[i0:i1] */
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn,
-				    hd, rows, 1.0f, S, kn,
-				    dob + (size_t)i0 * ldq, ldq, 1.0f,
-				    dvb + (size_t)klo * ldk, ldk);
+			widen_slice(wq, q, qoff, ldq, T, hd);
+			widen_slice(wo, out, qoff, ldq, T, hd);
+			widen_slice(wd, dout, qoff, ldq, T, hd);
+			x.q = wq;
+			x.o = wo;
+			x.dout = wd;
+			x.dq = wdq;
+			att_bwd_head(&x, lb, pb, d, S, dS);
+			round_slice(dq, qoff, ldq, wdq, T, hd);
 		}
+	}
+	if (dt != TK_F32) {
+		round_slice(dk, koff, ldk, x.dk, T, hd);
+		round_slice(dv, koff, ldk, x.dv, T, hd);
 	}
 }
 
-void tk_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
-			  const float *out, const float *lse, const float *q,
-			  const float *k, const float *v, const int32_t *pos,
-			  int B, int T, int nh, int nkv, int hd, int window,
-			  float scale)
+void tk_cpu_attention_bwd(int dt, void *dq, void *dk, void *dv,
+			  const void *dout, const void *out, const float *lse,
+			  const void *q, const void *k, const void *v,
+			  const int32_t *pos, int B, int T, int nh, int nkv,
+			  int hd, int window, float scale)
 {
 	struct att_dims d = {B, T, nh, nkv, hd, window, scale};
 	int nblocks = B * nkv, par = blocks_in_parallel(nblocks);
 	int blas_threads = openblas_get_num_threads();
 	size_t scratch = (size_t)ATT_QT * (T > 0 ? T : 1) * sizeof(float);
+	size_t wide = dt == TK_BF16 ? (size_t)8 * T * hd * sizeof(float) : 0;
 
-	if (nblocks <= 0 || T <= 0)
+	if (nblocks <= 0 || T <= 0 || (dt != TK_F32 && dt != TK_BF16))
 		return;
 	if (par)
 		openblas_set_num_threads(1);
 #pragma omp parallel if (par)
 	{
-		float *S = att_scratch(2 * scratch);
+		float *S = att_scratch(2 * scratch + wide);
 #pragma omp for schedule(dynamic, 1)
 		for (int bg = 0; bg < nblocks; bg++)
-			att_bwd_block(dq, dk, dv, dout, out, lse, q, k, v, pos,
-				      &d, bg / nkv, bg % nkv, S,
-				      S + scratch / sizeof(float));
+			att_bwd_block(dt, dq, dk, dv, dout, out, lse, q, k, v,
+				      pos, &d, bg / nkv, bg % nkv, S,
+				      S + scratch / sizeof(float),
+				      S + 2 * scratch / sizeof(float));
 		free(S);
 	}
 	if (par)

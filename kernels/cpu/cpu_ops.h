@@ -2,6 +2,14 @@
  *
  * Every function here is installed in the table built by ops_table.c; the
  * contracts are the ones documented on struct tk_ops in tk_ops.h.
+ *
+ * Dtypes: an op with a `dt` argument accepts TK_F32 and TK_BF16 (any other
+ * value makes it a no-op). Each op's body is written once, as an inline
+ * function of dt that loads with tk_load_f32 and stores with
+ * tk_store_f32_rne; it is instantiated with the constant TK_F32 (the
+ * arithmetic of the fp32-only kernels, unchanged) and TK_BF16 (inputs
+ * widened exactly, the same fp32 arithmetic, each output rounded to nearest
+ * even once when stored).
  */
 #ifndef TK_CPU_OPS_H
 #define TK_CPU_OPS_H
@@ -10,6 +18,12 @@
 
 /* Below this many elements an elementwise loop stays on one thread. */
 #define TK_CPU_PAR_MIN 32768
+
+/* Elements per task of the elementwise ops. */
+#define TK_CPU_SPAN 4096
+
+/* A body instantiated per constant dtype (the loads and stores fold). */
+#define TK_CPU_INLINE static inline __attribute__((always_inline))
 
 /* memory.c */
 void *tk_cpu_alloc(size_t bytes);
@@ -20,65 +34,83 @@ void tk_cpu_mem_reset_peak(void);
 void tk_cpu_upload(void *dst, const void *host_src, size_t bytes);
 void tk_cpu_download(void *host_dst, const void *src, size_t bytes);
 void tk_cpu_memset0(void *p, size_t bytes);
+void *tk_cpu_host_alloc(size_t bytes);
+void tk_cpu_host_free(void *p, size_t bytes);
+size_t tk_cpu_host_current(void);
+size_t tk_cpu_host_peak(void);
+void tk_cpu_copy_async(void *dst, const void *src, size_t bytes, int to_host);
+void tk_cpu_copy_wait(void);
 
 /* convert.c */
 void tk_cpu_to_f32(float *dst, const void *src, int dtype, size_t n);
 
 /* matmul.c */
 void tk_cpu_matmul(int transa, int transb, int M, int N, int K, float alpha,
-		   const float *A, int lda, const float *B, int ldb, float beta,
-		   float *C, int ldc);
+		   int ab_dtype, const void *A, int lda, const void *B, int ldb,
+		   float beta, int c_dtype, void *C, int ldc);
 
 /* add.c */
-void tk_cpu_add(float *y, const float *x, size_t n);
+void tk_cpu_add(int dt, void *y, const void *x, size_t n);
 
 /* bias.c */
-void tk_cpu_bias_fwd(float *y, const float *bias, int rows, int C);
-void tk_cpu_bias_bwd(float *dbias, const float *dy, int rows, int C);
+void tk_cpu_bias_fwd(int dt, void *y, const void *bias, int rows, int C);
+void tk_cpu_bias_bwd(int dt, float *dbias, const void *dy, int rows, int C);
 
 /* embedding.c */
-void tk_cpu_embedding_fwd(float *out, const float *table, const int32_t *tokens,
-			  int n, int H);
-void tk_cpu_embedding_bwd(float *dtable, const float *dout,
+void tk_cpu_embedding_fwd(int dt, void *out, const void *table,
 			  const int32_t *tokens, int n, int H);
+void tk_cpu_embedding_bwd(int dt, float *dtable, const void *dout,
+			  const int32_t *rows, int n, int H);
 
 /* rmsnorm.c */
-void tk_cpu_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w,
-			int n, int H, float eps);
-void tk_cpu_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x,
-			const float *w, const float *rstd, int n, int H);
+void tk_cpu_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x,
+			const void *w, int n, int H, float eps);
+void tk_cpu_rmsnorm_bwd(int dt, void *dx, float *dw, const void *dout,
+			const void *x, const void *w, const float *rstd, int n,
+			int H);
 
 /* rope.c */
-void tk_cpu_rope_fwd(float *x, const float *cos, const float *sin,
+void tk_cpu_rope_fwd(int dt, void *x, const float *cos, const float *sin,
 		     const int32_t *pos, int n, int heads, int hd);
-void tk_cpu_rope_bwd(float *dx, const float *cos, const float *sin,
+void tk_cpu_rope_bwd(int dt, void *dx, const float *cos, const float *sin,
 		     const int32_t *pos, int n, int heads, int hd);
 
 /* attention.c */
-void tk_cpu_attention_fwd(float *out, float *lse, const float *q,
-			  const float *k, const float *v, const int32_t *pos,
+void tk_cpu_attention_fwd(int dt, void *out, float *lse, const void *q,
+			  const void *k, const void *v, const int32_t *pos,
 			  int B, int T, int nh, int nkv, int hd, int window,
 			  float scale);
-void tk_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
-			  const float *out, const float *lse, const float *q,
-			  const float *k, const float *v, const int32_t *pos,
-			  int B, int T, int nh, int nkv, int hd, int window,
-			  float scale);
+void tk_cpu_attention_bwd(int dt, void *dq, void *dk, void *dv,
+			  const void *dout, const void *out, const float *lse,
+			  const void *q, const void *k, const void *v,
+			  const int32_t *pos, int B, int T, int nh, int nkv,
+			  int hd, int window, float scale);
 
 /* swiglu.c */
-void tk_cpu_swiglu_fwd(float *out, const float *gate, const float *up,
+void tk_cpu_swiglu_fwd(int dt, void *out, const void *gate, const void *up,
 		       size_t n);
-void tk_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout,
-		       const float *gate, const float *up, size_t n);
+void tk_cpu_swiglu_bwd(int dt, void *dgate, void *dup, const void *dout,
+		       const void *gate, const void *up, size_t n);
 
-/* cross_entropy.c */
-void tk_cpu_cross_entropy(float *logits, const int32_t *targets, int n, int V,
-			  float grad_scale, double *loss_sum, int *n_correct,
-			  double *row_loss);
+/* cross_entropy.c: the vocabulary-chunked loss */
+void tk_cpu_ce_stats(const tk_ce_rows *s, const float *logits, int ldl,
+		     const int32_t *targets, int n, int v0, int Vc);
+void tk_cpu_ce_finish(const tk_ce_rows *s, const int32_t *targets, int n,
+		      double *loss_sum, int *n_correct, double *row_loss);
+void tk_cpu_ce_grad(int dt, void *dlogits, int ldd, const float *logits,
+		    int ldl, const tk_ce_rows *s, const int32_t *targets, int n,
+		    int v0, int Vc, float grad_scale);
 
 /* taco.c */
-void tk_cpu_taco_update(void *W, int dtype, const float *G, void *idx,
+void tk_cpu_taco_update(void *W, int dtype, const float *G, int ldg, void *idx,
 			uint8_t *q, float *scale, const tk_taco_args *a);
+size_t tk_cpu_taco_scan_bytes(int C);
+void tk_cpu_taco_begin(void *scan, const void *idx, const uint8_t *q,
+		       const float *scale, const tk_taco_args *a);
+void tk_cpu_taco_feed(void *scan, const float *G, int ldg, const int32_t *rows,
+		      int row0, int nrows, const tk_taco_args *a);
+void tk_cpu_taco_finish(void *scan, void *W, int dtype, void *idx, uint8_t *q,
+			float *scale, const tk_taco_args *a);
 
 /* adamw.c */
 void tk_cpu_adamw_update(void *p, int dtype, float *master, float *m, float *v,

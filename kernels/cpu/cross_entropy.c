@@ -1,98 +1,137 @@
-/* cross_entropy.c: fused softmax cross-entropy over a chunk of tokens.
+/* cross_entropy.c: softmax cross-entropy over the vocabulary in chunks.
  *
- * Per row: m = max(x), sum = sum exp(x - m) (double), lse = m + log(sum),
- * loss = lse - x[target]. Rows whose target is -100 (or otherwise outside
- * [0, V)) are ignored: no loss, not counted, zero gradient.
+ * Per row, over the chunks [v0, v0 + Vc) in increasing v0 (an online
+ * log-sum-exp):
+ *   mc = max of the chunk (the first such id), new = max(mx, mc),
+ *   se = se * exp(mx - new) + sum over the chunk of expf(x - new)
+ *        (double, in id order), mx = new,
+ *   am = the first id of the running max (strict >: ties keep the smaller
+ *        id, across chunks too), tl = x[target] once its chunk is seen.
+ * ce_finish: lse = mx + log(se) (double), loss = lse - tl. With one chunk
+ * over the whole vocabulary this is the arithmetic of the former fused
+ * kernel exactly (se = sum expf(x - max) from 0, lse = max + log(se)).
+ * Rows whose target is -100 (any negative target) have no loss, are not
+ * counted and get a zero gradient.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "tk_convert.h"
 
-/* One row: returns the loss (0 when ignored); *correct = argmax == target. */
-static double ce_row(float *x, int32_t target, int V, float grad_scale,
-		     int *correct)
+/* Folds chunk x [Vc] (ids v0..) into row i of s. */
+static void ce_stats_row(const tk_ce_rows *s, int i, const float *x,
+			 int32_t target, int v0, int Vc)
 {
-	int write = grad_scale != 0.0f, amax = 0;
-	float m = x[0], xt;
-	double sum = 0, lse;
-	float inv;
+	float m = x[0], mx;
+	int am = 0;
+	double sum = 0, se;
 
-	*correct = 0;
-	if (target < 0 || target >= V) {
-		if (write)
-			for (int j = 0; j < V; j++)
-				x[j] = 0.0f;
-		return 0.0;
-	}
 	/* Strict > keeps the smallest index among ties. */
-	for (int j = 1; j < V; j++)
+	for (int j = 1; j < Vc; j++)
 		if (x[j] > m) {
 			m = x[j];
-			amax = j;
+			am = j;
 		}
-	xt = x[target];
-	if (write) {
-		for (int j = 0; j < V; j++) {
-			float e = expf(x[j] - m);
-			x[j] = e;
-			sum += e;
-		}
+	if (v0 == 0) {
+		mx = m;
+		se = 0;
+		s->am[i] = am;
 	} else {
-		for (int j = 0; j < V; j++)
-			sum += expf(x[j] - m);
+		mx = s->mx[i];
+		se = s->se[i];
+		if (m > mx) {
+			se = se * exp((double)mx - (double)m);
+			mx = m;
+			s->am[i] = v0 + am;
+		}
 	}
-	lse = (double)m + log(sum);
-	*correct = amax == target;
-	if (write) {
-		inv = (float)(1.0 / sum);
-		for (int j = 0; j < V; j++)
-			x[j] = grad_scale * (x[j] * inv);
-		x[target] -= grad_scale;
-	}
-	return lse - (double)xt;
+	for (int j = 0; j < Vc; j++)
+		sum += expf(x[j] - mx);
+	s->mx[i] = mx;
+	s->se[i] = v0 == 0 ? sum : se + sum;
+	if (target >= v0 && target - v0 < Vc)
+		s->tl[i] = x[target - v0];
 }
 
-/* logits [n, V] (gradient in place when grad_scale != 0), targets [n] */
-void tk_cpu_cross_entropy(float *logits, const int32_t *targets, int n, int V,
-			  float grad_scale, double *loss_sum, int *n_correct,
-			  double *row_loss)
+void tk_cpu_ce_stats(const tk_ce_rows *s, const float *logits, int ldl,
+		     const int32_t *targets, int n, int v0, int Vc)
 {
-	/* Per-row results, summed in row order: deterministic totals. */
-	double *loss = malloc((n > 0 ? (size_t)n : 1) * sizeof(*loss));
-	int *corr = malloc((n > 0 ? (size_t)n : 1) * sizeof(*corr));
-	int par = loss && corr && (long long)n * V >= TK_CPU_PAR_MIN;
+	if (n <= 0 || Vc <= 0)
+		return;
+#pragma omp parallel for if ((long long)n * Vc >= TK_CPU_PAR_MIN)              \
+    schedule(dynamic, 4)
+	for (int i = 0; i < n; i++)
+		ce_stats_row(s, i, logits + (size_t)i * ldl, targets[i], v0,
+			     Vc);
+}
+
+void tk_cpu_ce_finish(const tk_ce_rows *s, const int32_t *targets, int n,
+		      double *loss_sum, int *n_correct, double *row_loss)
+{
 	double total = 0;
 	int nc = 0;
 
-	if (!loss || !corr) {
-		/* Out of memory for the scratch: same sums, one thread. */
-		for (int i = 0; i < n; i++) {
-			int c;
-			double l = ce_row(logits + (size_t)i * V, targets[i], V,
-					  grad_scale, &c);
+	/* Rows in order: deterministic totals. */
+	for (int i = 0; i < n; i++) {
+		double lse = (double)s->mx[i] + log(s->se[i]), l = 0;
+
+		s->lse[i] = (float)lse;
+		if (targets[i] >= 0) {
+			l = lse - (double)s->tl[i];
 			total += l;
-			nc += c;
-			if (row_loss)
-				row_loss[i] = l;
-		}
-	} else {
-#pragma omp parallel for if (par) schedule(dynamic, 4)
-		for (int i = 0; i < n; i++)
-			loss[i] = ce_row(logits + (size_t)i * V, targets[i], V,
-					 grad_scale, &corr[i]);
-		for (int i = 0; i < n; i++) {
-			total += loss[i];
-			nc += corr[i];
+			nc += s->am[i] == targets[i];
 		}
 		if (row_loss)
-			memcpy(row_loss, loss, (size_t)n * sizeof(*loss));
+			row_loss[i] = l;
 	}
-	free(loss);
-	free(corr);
 	if (loss_sum)
 		*loss_sum = total;
 	if (n_correct)
 		*n_correct = nc;
+}
+
+/* Row i: d [Vc] = grad_scale * (expf(x - lse) - onehot), or 0. Each x[j] is
+ * read before d[j] is written (d may be x). */
+TK_CPU_INLINE void ce_grad_row(int dt, void *d, size_t o, const float *x,
+			       float lse, int32_t target, int v0, int Vc,
+			       float grad_scale)
+{
+	int t = target >= 0 ? target - v0 : -1;
+
+	if (target < 0) {
+		for (int j = 0; j < Vc; j++)
+			tk_store_f32_rne(d, dt, o + j, 0.0f);
+		return;
+	}
+	for (int j = 0; j < Vc; j++) {
+		float p = expf(x[j] - lse);
+
+		if (j == t)
+			p = p - 1.0f;
+		tk_store_f32_rne(d, dt, o + j, grad_scale * p);
+	}
+}
+
+void tk_cpu_ce_grad(int dt, void *dlogits, int ldd, const float *logits,
+		    int ldl, const tk_ce_rows *s, const int32_t *targets, int n,
+		    int v0, int Vc, float grad_scale)
+{
+	if (dt != TK_F32 && dt != TK_BF16)
+		return;
+	if (n <= 0 || Vc <= 0)
+		return;
+#pragma omp parallel for if ((long long)n * Vc >= TK_CPU_PAR_MIN)
+	for (int i = 0; i < n; i++) {
+		const float *x = logits + (size_t)i * ldl;
+		size_t o = (size_t)i * ldd;
+
+		if (dt == TK_F32)
+			ce_grad_row(TK_F32, dlogits, o, x, s->lse[i],
+				    targets[i], v0, Vc, grad_scale);
+		else
+			ce_grad_row(TK_BF16, dlogits, o, x, s->lse[i],
+				    targets[i], v0, Vc, grad_scale);
+	}
 }

@@ -68,3 +68,53 @@ void tk_cpu_memset0(void *p, size_t bytes)
 	if (bytes)
 		memset(p, 0, bytes);
 }
+
+/* Host memory for activation offload: plain malloc, counted apart from the
+ * backend memory above. */
+static atomic_size_t host_current;
+static atomic_size_t host_peak;
+
+void *tk_cpu_host_alloc(size_t bytes)
+{
+	void *p = NULL;
+	size_t now, peak;
+
+	if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0)
+		return NULL;
+	now = atomic_fetch_add(&host_current, bytes) + bytes;
+	peak = atomic_load(&host_peak);
+	while (now > peak &&
+	       !atomic_compare_exchange_weak(&host_peak, &peak, now))
+		;
+	return p;
+}
+
+void tk_cpu_host_free(void *p, size_t bytes)
+{
+	if (!p)
+		return;
+	free(p);
+	atomic_fetch_sub(&host_current, bytes);
+}
+
+size_t tk_cpu_host_current(void)
+{
+	return atomic_load(&host_current);
+}
+
+size_t tk_cpu_host_peak(void)
+{
+	return atomic_load(&host_peak);
+}
+
+/* The CPU backend has no side stream: the copy happens at once. */
+void tk_cpu_copy_async(void *dst, const void *src, size_t bytes, int to_host)
+{
+	(void)to_host;
+	if (bytes)
+		memcpy(dst, src, bytes);
+}
+
+void tk_cpu_copy_wait(void)
+{
+}

@@ -42,6 +42,33 @@
  * threshold; a row is looked at further only where |G| beats the threshold
  * (or is not finite), found 4 columns at a time with SSE2. Columns are
  * independent, so the result does not depend on the number of threads.
+ *
+ * taco_update works on a range of columns [col0, col0 + ncols) of W, with
+ * G [R, ncols] (row stride ldg): column c of G is W's column j = col0 + c,
+ * and everything that names a column (state, the stochastic-rounding hash,
+ * W) uses the global j, so a range gives the bits the whole-tensor update
+ * gives on those columns.
+ *
+ * Row-streamed update (taco_begin / taco_feed / taco_finish): the scan
+ * state of all C columns lives in the caller's scan buffer; the rows are
+ * offered as they are fed (they come in increasing order, so offer()'s
+ * rules hold across feeds), a tracked row's gradient is recorded when it is
+ * fed, and taco_finish runs the same finish_column on every column, with 0
+ * for tracked rows never fed (a row never fed is a zero row, which the
+ * dense scan never offers either). Scan buffer layout (taco_scan_bytes(C)
+ * bytes, each array 64-byte aligned, sized for k = TACO_KMAX so that the
+ * size depends on C only):
+ *   header   taco_scan_hdr (R, C, k, number of column groups)
+ *   thr, ncand, worst, ntrk [C]          as in taco_block
+ *   crow, cmag, cval, trow, tval [C * 16] as in taco_block
+ *   tg [C * 16]      gradient of tracked slot s of column j at [j * 16 + s]
+ *                    (0 until its row is fed)
+ *   tlist [C * 16]   per group of TACO_GROUP columns, at [grp * 64 * 16],
+ *                    its tracked slots as (row << 32 | (j % 64) * 16 + s),
+ *                    sorted ascending: what a fed row must record
+ *   tcnt, tcur [ngroups]  entries in each group's list, and the first one
+ *                    whose row has not been passed yet
+ *   bad [C]          as in taco_block
  */
 #include <float.h>
 #include <math.h>
@@ -79,6 +106,15 @@ typedef struct {
 	uint32_t *trow; /* tracked rows and their decoded values */
 	float *tval;
 } taco_block;
+
+/* Recording of the tracked rows' gradients during taco_feed, for the
+ * groups of a view (see the scan layout above). */
+typedef struct {
+	const uint64_t *list; /* the first group's list */
+	const int *cnt;
+	int *cur;
+	float *tg; /* column c, slot s of the view at [c * TACO_KMAX + s] */
+} taco_trk;
 
 /* Fallback storage for TACO_GROUP columns when malloc fails. */
 typedef struct {
@@ -281,11 +317,11 @@ static void step_weight(void *W, int dtype, size_t at, float v,
 }
 
 /* Tracks, merges, steps and requantizes column j (range column c) after
- * the scan. */
-static void finish_column(void *W, int dtype, const float *G, void *idx,
-			  uint8_t *q, float *scale, const tk_taco_args *a,
-			  int wide, const taco_block *b, int c, int j,
-			  float decay, uint64_t hbase)
+ * the scan; tg [ntrk] holds the gradients of the column's tracked rows. */
+static void finish_column(void *W, int dtype, void *idx, uint8_t *q,
+			  float *scale, const tk_taco_args *a, int wide,
+			  const taco_block *b, int c, int j, float decay,
+			  uint64_t hbase, const float *tg)
 {
 	const size_t C = (size_t)a->C, o = (size_t)c * TACO_KMAX;
 	const int k = a->k;
@@ -300,7 +336,7 @@ static void finish_column(void *W, int dtype, const float *G, void *idx,
 		return;
 	for (s = 0; s < b->ntrk[c]; s++) { /* 2. track */
 		uint32_t r = b->trow[o + s];
-		float g = G[(size_t)r * C + (size_t)j];
+		float g = tg[s];
 		float t1 = beta * b->tval[o + s];
 		float t2 = omb * g;
 		float v = t1 + t2;
@@ -347,18 +383,16 @@ static void finish_column(void *W, int dtype, const float *G, void *idx,
 	scale[j] = nkeep > 0 ? sc : 0.0f;
 }
 
-/* Runs columns [j0, j0 + nb) with the scan state in b. */
-static void run_range(void *W, int dtype, const float *G, void *idx, uint8_t *q,
-		      float *scale, const tk_taco_args *a, int j0, int nb,
-		      float decay, uint64_t hbase, taco_block *b)
+/* 1. Decodes the state of columns [j0, j0 + nb) into b (range column c =
+ * column j0 + c). */
+static void decode_cols(taco_block *b, const void *idx, const uint8_t *q,
+			const float *scale, const tk_taco_args *a, int j0,
+			int nb)
 {
 	const int R = a->R, k = a->k, wide = a->R > 65535;
-	const size_t C = (size_t)a->C;
 	const uint32_t empty = wide ? 0xFFFFFFFFu : 0xFFFFu;
-	int c, r;
 
-	/* 1. decode the state */
-	for (c = 0; c < nb; c++) {
+	for (int c = 0; c < nb; c++) {
 		const size_t j = (size_t)(j0 + c), o = (size_t)c * TACO_KMAX;
 		int n = 0;
 
@@ -386,27 +420,67 @@ static void run_range(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 		}
 		b->ntrk[c] = n;
 	}
+}
 
-	/* Scan: candidates for the proposals, and non-finite detection. */
-	for (r = 0; r < R; r++) {
-		const float *g = G + (size_t)r * C + (size_t)j0;
+/* Offers nrows rows to the nb columns of b: row i of G (row stride ldg,
+ * from the first column of b) is row rows[i], or row0 + i when rows is
+ * NULL; rows increase. With t (taco_feed, b starting at a group), the rows
+ * that columns track record their gradient in t->tg. */
+static void scan_rows(taco_block *b, int nb, const float *G, size_t ldg,
+		      const int32_t *rows, int row0, int nrows,
+		      const taco_trk *t)
+{
+	for (int i = 0; i < nrows; i++) {
+		const float *g = G + (size_t)i * ldg;
+		uint32_t r = (uint32_t)(rows ? rows[i] : row0 + i);
 
 		for (int c0 = 0; c0 < nb; c0 += TACO_GROUP) {
 			int w = nb - c0 < TACO_GROUP ? nb - c0 : TACO_GROUP;
 			uint64_t hit = scan_row(g + c0, b->thr + c0, w);
 
 			while (hit) {
-				c = c0 + __builtin_ctzll(hit);
+				int c = c0 + __builtin_ctzll(hit);
+
 				hit &= hit - 1;
-				offer(b, c, (uint32_t)r, g[c], fabsf(g[c]));
+				offer(b, c, r, g[c], fabsf(g[c]));
+			}
+			if (t) {
+				int gi = c0 / TACO_GROUP, n = t->cnt[gi];
+				int cur = t->cur[gi];
+				const uint64_t *l =
+				    t->list + (size_t)c0 * TACO_KMAX;
+				float *tg = t->tg + (size_t)c0 * TACO_KMAX;
+
+				while (cur < n && (uint32_t)(l[cur] >> 32) < r)
+					cur++;
+				for (; cur < n && (uint32_t)(l[cur] >> 32) == r;
+				     cur++) {
+					uint32_t e = (uint32_t)l[cur];
+
+					tg[e] = g[c0 + (int)(e / TACO_KMAX)];
+				}
+				t->cur[gi] = cur;
 			}
 		}
 	}
+}
+
+/* Runs columns [j0, j0 + nb) with the scan state in b; G at column j0. */
+static void run_range(void *W, int dtype, const float *G, size_t ldg, void *idx,
+		      uint8_t *q, float *scale, const tk_taco_args *a, int j0,
+		      int nb, float decay, uint64_t hbase, taco_block *b)
+{
+	const int wide = a->R > 65535;
+
+	decode_cols(b, idx, q, scale, a, j0, nb);
+	/* Scan: candidates for the proposals, and non-finite detection. */
+	scan_rows(b, nb, G, ldg, NULL, 0, a->R, NULL);
 
 	/* The tracked rows' gradients are scattered reads: prefetch them a
 	 * few columns ahead. */
-	for (c = 0; c < nb; c++) {
+	for (int c = 0; c < nb; c++) {
 		int cp = c + TACO_PREFETCH;
+		float tg[TACO_KMAX];
 
 		if (cp < nb)
 			for (int s = 0; s < b->ntrk[cp]; s++)
@@ -414,18 +488,40 @@ static void run_range(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 				    G +
 				    (size_t)b
 					    ->trow[(size_t)cp * TACO_KMAX + s] *
-					C +
-				    (size_t)(j0 + cp));
-		finish_column(W, dtype, G, idx, q, scale, a, wide, b, c, j0 + c,
-			      decay, hbase);
+					ldg +
+				    (size_t)cp);
+		for (int s = 0; s < b->ntrk[c]; s++)
+			tg[s] =
+			    G[(size_t)b->trow[(size_t)c * TACO_KMAX + s] * ldg +
+			      (size_t)c];
+		finish_column(W, dtype, idx, q, scale, a, wide, b, c, j0 + c,
+			      decay, hbase, tg);
 	}
+}
+
+/* Points b at storage for n columns in mem (4-byte arrays first, the byte
+ * array last: all aligned). */
+static void block_at(taco_block *b, char *mem, size_t n)
+{
+	const size_t nk = n * TACO_KMAX;
+
+	b->thr = (float *)mem;
+	b->ncand = (int *)(b->thr + n);
+	b->worst = b->ncand + n;
+	b->ntrk = b->worst + n;
+	b->crow = (uint32_t *)(b->ntrk + n);
+	b->trow = b->crow + nk;
+	b->cmag = (float *)(b->trow + nk);
+	b->cval = b->cmag + nk;
+	b->tval = b->cval + nk;
+	b->bad = (unsigned char *)(b->tval + nk);
 }
 
 /* Runs columns [j0, j0 + nb): with heap scan state, or TACO_GROUP columns
  * at a time with stack state if the allocation fails. */
-static void run_block(void *W, int dtype, const float *G, void *idx, uint8_t *q,
-		      float *scale, const tk_taco_args *a, int j0, int nb,
-		      float decay, uint64_t hbase)
+static void run_block(void *W, int dtype, const float *G, size_t ldg, void *idx,
+		      uint8_t *q, float *scale, const tk_taco_args *a, int j0,
+		      int nb, float decay, uint64_t hbase)
 {
 	const size_t n = (size_t)nb, nk = n * TACO_KMAX;
 	char *mem = malloc(n * (sizeof(float) + 3 * sizeof(int) + 1) +
@@ -433,19 +529,9 @@ static void run_block(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 	taco_block b = {.k = a->k};
 
 	if (mem) {
-		/* 4-byte arrays first, the byte array last: all aligned */
-		b.thr = (float *)mem;
-		b.ncand = (int *)(b.thr + n);
-		b.worst = b.ncand + n;
-		b.ntrk = b.worst + n;
-		b.crow = (uint32_t *)(b.ntrk + n);
-		b.trow = b.crow + nk;
-		b.cmag = (float *)(b.trow + nk);
-		b.cval = b.cmag + nk;
-		b.tval = b.cval + nk;
-		b.bad = (unsigned char *)(b.tval + nk);
-		run_range(W, dtype, G, idx, q, scale, a, j0, nb, decay, hbase,
-			  &b);
+		block_at(&b, mem, n);
+		run_range(W, dtype, G, ldg, idx, q, scale, a, j0, nb, decay,
+			  hbase, &b);
 		free(mem);
 		return;
 	}
@@ -462,47 +548,258 @@ static void run_block(void *W, int dtype, const float *G, void *idx, uint8_t *q,
 		b.cval = sm.cval;
 		b.trow = sm.trow;
 		b.tval = sm.tval;
-		run_range(W, dtype, G, idx, q, scale, a, j0 + c0,
+		run_range(W, dtype, G + c0, ldg, idx, q, scale, a, j0 + c0,
 			  nb - c0 < TACO_GROUP ? nb - c0 : TACO_GROUP, decay,
 			  hbase, &b);
 	}
 }
 
-void tk_cpu_taco_update(void *W, int dtype, const float *G, void *idx,
-			uint8_t *q, float *scale, const tk_taco_args *a)
+static int args_ok(const tk_taco_args *a)
 {
-	long long ngroups, nblocks, per, blk;
-	float decay, t;
-	uint64_t hbase;
+	return a && a->R > 0 && a->C > 0 && a->k >= 1 && a->k <= TACO_KMAX;
+}
 
-	if (!a || a->R <= 0 || a->C <= 0 || a->k < 1 || a->k > TACO_KMAX)
-		return;
-	if (dtype != TK_F32 && dtype != TK_BF16 && dtype != TK_F16)
-		return;
-	t = a->lr * a->weight_decay;
-	decay = 1.0f - t;
-	hbase =
+static int dtype_ok(int dtype)
+{
+	return dtype == TK_F32 || dtype == TK_BF16 || dtype == TK_F16;
+}
+
+/* The per-step constants: decoupled decay and the hash base (spec 5). */
+static void step_consts(const tk_taco_args *a, float *decay, uint64_t *hbase)
+{
+	float t = a->lr * a->weight_decay;
+
+	*decay = 1.0f - t;
+	*hbase =
 	    tk_splitmix64(tk_splitmix64(a->seed ^ a->tensor_index) ^ a->step);
+}
 
-	/* One range of whole TACO_GROUPs per thread: wide ranges read long
-	 * contiguous runs of each row. */
-	ngroups = ((long long)a->C + TACO_GROUP - 1) / TACO_GROUP;
-	nblocks = (long long)a->R * a->C >= TK_CPU_PAR_MIN
-		      ? omp_get_max_threads()
-		      : 1;
+/* Splits ncols columns into ranges of whole TACO_GROUPs, one per thread
+ * when work >= TK_CPU_PAR_MIN: *per columns each, the count returned. */
+static long long split_cols(int ncols, long long work, long long *per)
+{
+	long long ngroups = ((long long)ncols + TACO_GROUP - 1) / TACO_GROUP;
+	long long nblocks = work >= TK_CPU_PAR_MIN ? omp_get_max_threads() : 1;
+
 	if (nblocks > ngroups)
 		nblocks = ngroups;
 	if (nblocks < 1)
 		nblocks = 1;
-	per = (ngroups + nblocks - 1) / nblocks * TACO_GROUP;
-	nblocks = (a->C + per - 1) / per;
+	*per = (ngroups + nblocks - 1) / nblocks * TACO_GROUP;
+	return (ncols + *per - 1) / *per;
+}
+
+void tk_cpu_taco_update(void *W, int dtype, const float *G, int ldg, void *idx,
+			uint8_t *q, float *scale, const tk_taco_args *a)
+{
+	long long nblocks, per, blk;
+	float decay;
+	uint64_t hbase;
+
+	if (!args_ok(a) || !dtype_ok(dtype))
+		return;
+	if (a->col0 < 0 || a->ncols < 1 || a->ncols > a->C - a->col0 ||
+	    ldg < a->ncols)
+		return;
+	step_consts(a, &decay, &hbase);
+
+	/* One range of whole TACO_GROUPs per thread: wide ranges read long
+	 * contiguous runs of each row. */
+	nblocks = split_cols(a->ncols, (long long)a->R * a->ncols, &per);
 
 #pragma omp parallel for schedule(static) if (nblocks > 1)
 	for (blk = 0; blk < nblocks; blk++) {
-		long long j0 = blk * per;
-		long long nb = a->C - j0 < per ? a->C - j0 : per;
+		long long c0 = blk * per;
+		long long nb = a->ncols - c0 < per ? a->ncols - c0 : per;
 
-		run_block(W, dtype, G, idx, q, scale, a, (int)j0, (int)nb,
-			  decay, hbase);
+		run_block(W, dtype, G + c0, (size_t)ldg, idx, q, scale, a,
+			  (int)(a->col0 + c0), (int)nb, decay, hbase);
+	}
+}
+
+/* ---- the row-streamed update ------------------------------------------ */
+
+typedef struct {
+	int R, C, k, ngroups;
+} taco_scan_hdr;
+
+/* Byte offsets of the scan buffer's arrays (layout at the top). */
+typedef struct {
+	size_t thr, ncand, worst, ntrk, crow, cmag, cval, trow, tval, tg;
+	size_t tlist, tcnt, tcur, bad, total;
+} scan_layout;
+
+static size_t align64(size_t x)
+{
+	return (x + 63) & ~(size_t)63;
+}
+
+static scan_layout layout_of(int C)
+{
+	const size_t n = (size_t)(C > 0 ? C : 0), nk = n * TACO_KMAX;
+	const size_t ng = (n + TACO_GROUP - 1) / TACO_GROUP;
+	scan_layout l;
+	size_t at = align64(sizeof(taco_scan_hdr));
+
+#define SCAN_ARRAY(f, bytes)                                                   \
+	do {                                                                   \
+		l.f = at;                                                      \
+		at = align64(at + (bytes));                                    \
+	} while (0)
+	SCAN_ARRAY(thr, n * sizeof(float));
+	SCAN_ARRAY(ncand, n * sizeof(int));
+	SCAN_ARRAY(worst, n * sizeof(int));
+	SCAN_ARRAY(ntrk, n * sizeof(int));
+	SCAN_ARRAY(crow, nk * sizeof(uint32_t));
+	SCAN_ARRAY(cmag, nk * sizeof(float));
+	SCAN_ARRAY(cval, nk * sizeof(float));
+	SCAN_ARRAY(trow, nk * sizeof(uint32_t));
+	SCAN_ARRAY(tval, nk * sizeof(float));
+	SCAN_ARRAY(tg, nk * sizeof(float));
+	SCAN_ARRAY(tlist, nk * sizeof(uint64_t));
+	SCAN_ARRAY(tcnt, ng * sizeof(int));
+	SCAN_ARRAY(tcur, ng * sizeof(int));
+	SCAN_ARRAY(bad, n);
+#undef SCAN_ARRAY
+	l.total = at;
+	return l;
+}
+
+/* The scan state of all C columns, a view starting at column c0 (a
+ * multiple of TACO_GROUP for the recording). */
+static void scan_views(void *scan, int C, int k, int c0, taco_block *b,
+		       taco_trk *t)
+{
+	const scan_layout l = layout_of(C);
+	char *m = scan;
+	const size_t o = (size_t)c0, ok = o * TACO_KMAX;
+
+	b->k = k;
+	b->thr = (float *)(m + l.thr) + o;
+	b->ncand = (int *)(m + l.ncand) + o;
+	b->worst = (int *)(m + l.worst) + o;
+	b->ntrk = (int *)(m + l.ntrk) + o;
+	b->crow = (uint32_t *)(m + l.crow) + ok;
+	b->cmag = (float *)(m + l.cmag) + ok;
+	b->cval = (float *)(m + l.cval) + ok;
+	b->trow = (uint32_t *)(m + l.trow) + ok;
+	b->tval = (float *)(m + l.tval) + ok;
+	b->bad = (unsigned char *)(m + l.bad) + o;
+	if (t) {
+		t->list = (const uint64_t *)(m + l.tlist) + ok;
+		t->cnt = (const int *)(m + l.tcnt) + o / TACO_GROUP;
+		t->cur = (int *)(m + l.tcur) + o / TACO_GROUP;
+		t->tg = (float *)(m + l.tg) + ok;
+	}
+}
+
+size_t tk_cpu_taco_scan_bytes(int C)
+{
+	return layout_of(C).total;
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return (a > b) - (a < b);
+}
+
+/* Has the scan buffer been begun for this tensor's shape? */
+static int scan_matches(const void *scan, const tk_taco_args *a)
+{
+	const taco_scan_hdr *h = scan;
+
+	return scan && args_ok(a) && h->R == a->R && h->C == a->C &&
+	       h->k == a->k;
+}
+
+void tk_cpu_taco_begin(void *scan, const void *idx, const uint8_t *q,
+		       const float *scale, const tk_taco_args *a)
+{
+	const scan_layout l = layout_of(a ? a->C : 0);
+	taco_scan_hdr *h = scan;
+	int ngroups, gi;
+
+	if (!scan || !args_ok(a))
+		return;
+	ngroups = (a->C + TACO_GROUP - 1) / TACO_GROUP;
+	*h = (taco_scan_hdr){a->R, a->C, a->k, ngroups};
+
+#pragma omp parallel for schedule(static) if ((long long)a->C * a->k >=        \
+					      TK_CPU_PAR_MIN / 16)
+	for (gi = 0; gi < ngroups; gi++) {
+		const int c0 = gi * TACO_GROUP;
+		const int nb = a->C - c0 < TACO_GROUP ? a->C - c0 : TACO_GROUP;
+		taco_block b;
+		taco_trk t;
+		uint64_t *list;
+		int n = 0;
+
+		scan_views(scan, a->C, a->k, c0, &b, &t);
+		decode_cols(&b, idx, q, scale, a, c0, nb);
+		list = (uint64_t *)((char *)scan + l.tlist) +
+		       (size_t)c0 * TACO_KMAX;
+		for (int c = 0; c < nb; c++)
+			for (int s = 0; s < b.ntrk[c]; s++) {
+				uint32_t r = b.trow[(size_t)c * TACO_KMAX + s];
+
+				list[n++] = (uint64_t)r << 32 |
+					    (uint64_t)(c * TACO_KMAX + s);
+				t.tg[(size_t)c * TACO_KMAX + s] = 0.0f;
+			}
+		qsort(list, (size_t)n, sizeof(*list), cmp_u64);
+		((int *)((char *)scan + l.tcnt))[gi] = n;
+		t.cur[0] = 0;
+	}
+}
+
+void tk_cpu_taco_feed(void *scan, const float *G, int ldg, const int32_t *rows,
+		      int row0, int nrows, const tk_taco_args *a)
+{
+	long long nblocks, per, blk;
+
+	if (!scan_matches(scan, a) || nrows <= 0 || ldg < a->C)
+		return;
+	nblocks = split_cols(a->C, (long long)nrows * a->C, &per);
+
+#pragma omp parallel for schedule(static) if (nblocks > 1)
+	for (blk = 0; blk < nblocks; blk++) {
+		long long c0 = blk * per;
+		long long nb = a->C - c0 < per ? a->C - c0 : per;
+		taco_block b;
+		taco_trk t;
+
+		scan_views(scan, a->C, a->k, (int)c0, &b, &t);
+		scan_rows(&b, (int)nb, G + c0, (size_t)ldg, rows, row0, nrows,
+			  &t);
+	}
+}
+
+void tk_cpu_taco_finish(void *scan, void *W, int dtype, void *idx, uint8_t *q,
+			float *scale, const tk_taco_args *a)
+{
+	long long nblocks, per, blk;
+	float decay;
+	uint64_t hbase;
+
+	if (!scan_matches(scan, a) || !dtype_ok(dtype))
+		return;
+	step_consts(a, &decay, &hbase);
+	nblocks = split_cols(a->C, (long long)a->C * a->k * 64, &per);
+
+#pragma omp parallel for schedule(static) if (nblocks > 1)
+	for (blk = 0; blk < nblocks; blk++) {
+		long long c0 = blk * per;
+		long long nb = a->C - c0 < per ? a->C - c0 : per;
+		const int wide = a->R > 65535;
+		taco_block b;
+		taco_trk t;
+
+		scan_views(scan, a->C, a->k, (int)c0, &b, &t);
+		for (int c = 0; c < (int)nb; c++)
+			finish_column(W, dtype, idx, q, scale, a, wide, &b, c,
+				      (int)c0 + c, decay, hbase,
+				      t.tg + (size_t)c * TACO_KMAX);
 	}
 }
