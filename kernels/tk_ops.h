@@ -80,13 +80,12 @@ typedef struct tk_ce_rows {
 
 typedef struct tk_ops tk_ops;
 
-/* Bytes of one TACO row-stream scan per column (taco_scan_bytes(C) is C
- * times this on every backend, so that a plan needs no backend). */
-#define TK_TACO_SCAN_COL_BYTES 512u
-
+/* Bytes of one TACO row-stream scan over C columns: taco_scan_bytes(C) is
+ * this on every backend (each lays its scan out within it), so that a plan
+ * needs no backend. */
 static inline size_t tk_taco_scan_bytes(int C)
 {
-	return (size_t)C * TK_TACO_SCAN_COL_BYTES;
+	return (size_t)(C > 0 ? C : 0) * 576u + 4096u;
 }
 
 /* Dtypes. Every op with a `dt` argument stores each of its tensor
@@ -233,8 +232,8 @@ struct tk_ops {
 	/* The same update with the gradient fed in row blocks (a vocabulary
 	 * chunk, the rows of an MLP chunk, the rows a batch touches):
 	 * taco_begin decodes all C columns into scan (taco_scan_bytes(C) of
-	 * backend memory), taco_feed offers nrows rows of G (row stride ldg,
-	 * all C columns): rows row0 .. row0 + nrows - 1, or rows[i] (backend
+	 * backend memory), taco_feed offers nrows rows of G [nrows, C] (row
+	 * stride ldg): rows row0 .. row0 + nrows - 1, or rows[i] (backend
 	 * memory) when rows is not NULL; rows of one update come in strictly
 	 * increasing order. taco_finish tracks, merges, steps W and
 	 * requantizes. A row never fed has gradient 0. The result is the bits

@@ -29,3 +29,20 @@ void tk_cpu_to_f32(float *dst, const void *src, int dtype, size_t n)
 		break;
 	}
 }
+
+/* dst [n] of dst_dtype (F32, BF16), src [n] of src_dtype */
+void tk_cpu_convert(void *dst, int dst_dtype, const void *src, int src_dtype,
+		    size_t n)
+{
+	long long i, nn = (long long)n;
+
+	if (dst_dtype == src_dtype) {
+		if (n)
+			memcpy(dst, src, n * tk_dtype_size(src_dtype));
+		return;
+	}
+#pragma omp parallel for if (nn >= TK_CPU_PAR_MIN)
+	for (i = 0; i < nn; i++)
+		tk_store_f32_rne(dst, dst_dtype, (size_t)i,
+				 tk_load_f32(src, src_dtype, (size_t)i));
+}

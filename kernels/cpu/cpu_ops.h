@@ -43,6 +43,8 @@ void tk_cpu_copy_wait(void);
 
 /* convert.c */
 void tk_cpu_to_f32(float *dst, const void *src, int dtype, size_t n);
+void tk_cpu_convert(void *dst, int dst_dtype, const void *src, int src_dtype,
+		    size_t n);
 
 /* matmul.c */
 void tk_cpu_matmul(int transa, int transb, int M, int N, int K, float alpha,

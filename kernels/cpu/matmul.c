@@ -130,7 +130,9 @@ static void matmul_tiled(int transa, int transb, int M, int N, int K,
 		else
 			nt = (nt + 1) / 2;
 	}
-	bytes = tile_floats(mt, nt, kt) * sizeof(float);
+	/* Always the whole bound, whatever the tiles use: the planner counts
+	 * exactly this while any bf16 GEMM runs. */
+	bytes = TK_CPU_GEMM_SCRATCH_BYTES;
 	sa = tk_cpu_alloc(bytes);
 	if (!sa) {
 		matmul_slow(transa, transb, M, N, K, alpha, ab_dtype, A, lda, B,

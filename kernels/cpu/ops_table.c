@@ -18,6 +18,7 @@ static const tk_ops cpu_ops = {
     .copy_async = tk_cpu_copy_async,
     .copy_wait = tk_cpu_copy_wait,
     .to_f32 = tk_cpu_to_f32,
+    .convert = tk_cpu_convert,
     .matmul = tk_cpu_matmul,
     .add = tk_cpu_add,
     .bias_fwd = tk_cpu_bias_fwd,
