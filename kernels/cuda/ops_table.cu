@@ -145,9 +145,8 @@ static void fill_table(tk_ops *t)
 	t->adamw_update = tkc_adamw_update;
 }
 
-/* Device 0, a stream, a cuBLASLt handle, the GEMM workspace, the copy
- * stream and one probe
- * launch. Returns 0 or -ENODEV with why set. */
+/* Device 0, a stream, one probe launch, a cuBLASLt handle, the GEMM
+ * workspace and the copy stream. Returns 0 or -ENODEV with why set. */
 static int open_device(char *why, size_t why_len)
 {
 	cudaDeviceProp prop;
