@@ -1,20 +1,32 @@
-/* add.cu: y[n] += x[n] */
+/* add.cu: y[n] += x[n] (dt F32 or BF16; fp32 sum, y rounded once). */
 #include "cuda_ops.h"
 
 /* y, x [n] */
-__global__ static void add_kernel(float *y, const float *x, size_t n)
+template <typename T>
+__global__ static void add_kernel(T *y, const T *x, size_t n)
 {
 	size_t stride = (size_t)gridDim.x * blockDim.x;
 
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
-		y[i] += x[i];
+		tkc_put(&y[i], tkc_ld(y[i]) + tkc_ld(x[i]));
 }
 
-void tkc_add(float *y, const float *x, size_t n)
+template <typename T> static void add(void *y, const void *x, size_t n)
+{
+	add_kernel<T><<<tkc_blocks(n), TKC_THREADS, 0, tkc_stream()>>>(
+	    (T *)y, (const T *)x, n);
+	tkc_check_launch("add");
+}
+
+void tkc_add(int dt, void *y, const void *x, size_t n)
 {
 	if (!n)
 		return;
-	add_kernel<<<tkc_blocks(n), TKC_THREADS, 0, tkc_stream()>>>(y, x, n);
-	tkc_check_launch("add");
+	if (dt == TK_F32)
+		add<float>(y, x, n);
+	else if (dt == TK_BF16)
+		add<tkc_bf16>(y, x, n);
+	else
+		tkc_bad_dtype("add", dt);
 }

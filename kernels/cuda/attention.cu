@@ -8,6 +8,11 @@
  * [0, i] (kernels/cpu/attention.c key_lo). Query head h reads kv head
  * h / (nh / nkv).
  *
+ * q, k, v, out, dout, dq, dk, dv are dt (F32 or BF16: every kernel is a
+ * template over the storage type ST), lse is f32. Tiles are fp32 in shared
+ * memory (a bf16 input widened exactly when the tile is loaded); each
+ * output is rounded once, when it is stored.
+ *
  * Three kernels, 256 threads each, fp32 math (fmaf), shared-memory tiles:
  * - fwd: a block owns BQ query rows of one (b, h) and walks the key tiles
  *   [min lo, last row] with an online softmax; saves lse = m + log(l).
@@ -65,18 +70,19 @@ static __device__ float hsum16(float x)
 }
 
 /* tile[r][d] = src row r0 + r, column d, for r < BR, d < HDP; zero past
- * nrows or hd. src rows are ld floats apart. */
-template <int HDP, int BR>
-static __device__ void load_tile(float *tile, const float *src, size_t ld,
-				 int r0, int nrows, int hd)
+ * nrows or hd. src rows are ld elements apart. */
+template <int HDP, int BR, typename ST>
+static __device__ void load_tile(float *tile, const ST *src, size_t ld, int r0,
+				 int nrows, int hd)
 {
 	constexpr int LD = HDP + 4;
 
 	for (int e = threadIdx.x; e < BR * HDP; e += ATT_THREADS) {
 		int r = e / HDP, d = e % HDP;
 
-		tile[r * LD + d] =
-		    r < nrows && d < hd ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+		tile[r * LD + d] = r < nrows && d < hd
+				       ? tkc_ld(src[(size_t)(r0 + r) * ld + d])
+				       : 0.0f;
 	}
 }
 
@@ -170,11 +176,13 @@ static __device__ void tile_acc_t(float (&acc)[NI][HDP / 16], const float *P,
 	}
 }
 
-/* Common arguments of the three kernels. */
-struct att_args {
-	const float *q, *k, *v, *out, *dout, *lse_in;
+/* Common arguments of the three kernels; ST the storage type. */
+template <typename ST> struct att_args {
+	const ST *q, *k, *v, *out, *dout;
+	const float *lse_in;
 	const int32_t *pos;
-	float *o, *lse, *dq, *dk, *dv;
+	ST *o, *dq, *dk, *dv;
+	float *lse;
 	int B, T, nh, nkv, hd, window;
 	float scale;
 	int ntiles; /* tiles along T of the kernel's own tile size */
@@ -193,8 +201,9 @@ template <int HDP, int RQ> static constexpr size_t fwd_smem()
 }
 
 /* grid: ntiles * B * nh blocks, the last query tiles (most keys) first. */
-template <int HDP, int RQ>
-static __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(att_args a)
+template <typename ST, int HDP, int RQ>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att_fwd_kernel(att_args<ST> a)
 {
 	constexpr int BQ = 16 * RQ, BK = ATT_BK, LD = HDP + 4, PLD = BK + 4;
 	constexpr int NC = HDP / 16;
@@ -289,12 +298,13 @@ static __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(att_args a)
 
 		if (r < qn) { /* l >= 1: key i itself is always allowed */
 			float inv = 1.0f / l[i];
-			float *orow = a.o + qoff + (size_t)(q0 + r) * ldq;
+			ST *orow = a.o + qoff + (size_t)(q0 + r) * ldq;
 
 #pragma unroll
 			for (int c = 0; c < NC; c++)
 				if (tx + 16 * c < hd)
-					orow[tx + 16 * c] = o[i][c] * inv;
+					tkc_put(&orow[tx + 16 * c],
+						o[i][c] * inv);
 			if (tx == 0)
 				a.lse[((size_t)b * a.nh + h) * T + q0 + r] =
 				    m[i] + logf(l[i]);
@@ -310,8 +320,8 @@ template <int HDP, int RQ> static constexpr size_t dq_smem()
 
 /* D_i = dout_i . out_i of tile row r (all 16 lanes of the row's half-warp
  * get it); dOs holds dout rows, orow is row r of out. */
-template <int HDP>
-static __device__ float row_D(const float *dOs, int r, const float *orow,
+template <int HDP, typename ST>
+static __device__ float row_D(const float *dOs, int r, const ST *orow,
 			      int valid, int hd, int tx)
 {
 	constexpr int LD = HDP + 4;
@@ -319,13 +329,14 @@ static __device__ float row_D(const float *dOs, int r, const float *orow,
 
 	if (valid)
 		for (int d = tx; d < hd; d += 16)
-			acc = fmaf(dOs[r * LD + d], orow[d], acc);
+			acc = fmaf(dOs[r * LD + d], tkc_ld(orow[d]), acc);
 	return hsum16(acc);
 }
 
 /* grid: ntiles * B * nh blocks, the last query tiles first. */
-template <int HDP, int RQ>
-static __global__ void __launch_bounds__(ATT_THREADS) att_dq_kernel(att_args a)
+template <typename ST, int HDP, int RQ>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att_dq_kernel(att_args<ST> a)
 {
 	constexpr int BQ = 16 * RQ, BK = ATT_BK, LD = HDP + 4, PLD = BK + 4;
 	constexpr int NC = HDP / 16;
@@ -407,12 +418,13 @@ static __global__ void __launch_bounds__(ATT_THREADS) att_dq_kernel(att_args a)
 		const int r = ty * RQ + i;
 
 		if (r < qn) {
-			float *drow = a.dq + qoff + (size_t)(q0 + r) * ldq;
+			ST *drow = a.dq + qoff + (size_t)(q0 + r) * ldq;
 
 #pragma unroll
 			for (int c = 0; c < NC; c++)
 				if (tx + 16 * c < hd)
-					drow[tx + 16 * c] = dqa[i][c] * a.scale;
+					tkc_put(&drow[tx + 16 * c],
+						dqa[i][c] * a.scale);
 		}
 	}
 }
@@ -430,9 +442,9 @@ template <int HDP, int RK> static constexpr size_t dkdv_smem()
 
 /* grid: ntiles * B * nkv blocks, the first key tiles (most queries)
  * first. */
-template <int HDP, int RK>
+template <typename ST, int HDP, int RK>
 static __global__ void __launch_bounds__(ATT_THREADS)
-    att_dkdv_kernel(att_args a)
+    att_dkdv_kernel(att_args<ST> a)
 {
 	constexpr int BKV = 16 * RK, BQ = ATT_BQ_KV, LD = HDP + 4;
 	constexpr int PLD = BKV + 4, NC = HDP / 16;
@@ -495,14 +507,15 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 			{
 				/* D of row tid / 8, 8 lanes per row */
 				const int r = tid >> 3, sub = tid & 7;
-				const float *orow =
+				const ST *orow =
 				    a.out + qoff + (size_t)(q0 + r) * ldq;
 				float acc = 0.0f;
 
 				if (r < qn)
 					for (int d = sub; d < hd; d += 8)
-						acc = fmaf(dOs[r * LD + d],
-							   orow[d], acc);
+						acc =
+						    fmaf(dOs[r * LD + d],
+							 tkc_ld(orow[d]), acc);
 				for (int o = 4; o > 0; o >>= 1)
 					acc += __shfl_xor_sync(0xffffffffu, acc,
 							       o);
@@ -554,15 +567,15 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 		const int kr = ty * RK + i;
 
 		if (kr < kn) {
-			float *dkrow = a.dk + koff + (size_t)(kv0 + kr) * ldk;
-			float *dvrow = a.dv + koff + (size_t)(kv0 + kr) * ldk;
+			ST *dkrow = a.dk + koff + (size_t)(kv0 + kr) * ldk;
+			ST *dvrow = a.dv + koff + (size_t)(kv0 + kr) * ldk;
 
 #pragma unroll
 			for (int c = 0; c < NC; c++)
 				if (tx + 16 * c < hd) {
-					dkrow[tx + 16 * c] =
-					    dka[i][c] * a.scale;
-					dvrow[tx + 16 * c] = dva[i][c];
+					tkc_put(&dkrow[tx + 16 * c],
+						dka[i][c] * a.scale);
+					tkc_put(&dvrow[tx + 16 * c], dva[i][c]);
 				}
 		}
 	}
@@ -573,8 +586,10 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 
 /* Launches kern over blocks * 256 threads with smem bytes of dynamic
  * shared memory (raising the kernel's limit above 48 KiB once). */
-static void att_launch(void (*kern)(att_args), long long blocks, size_t smem,
-		       const att_args &a, const char *what, int *raised)
+template <typename ST>
+static void att_launch(void (*kern)(att_args<ST>), long long blocks,
+		       size_t smem, const att_args<ST> &a, const char *what,
+		       int *raised)
 {
 	if (blocks <= 0 || blocks > INT_MAX) {
 		tkc_check(cudaErrorInvalidConfiguration, what);
@@ -593,91 +608,87 @@ static void att_launch(void (*kern)(att_args), long long blocks, size_t smem,
 	tkc_check_launch(what);
 }
 
-template <int HDP> static void att_fwd(const att_args &a0)
+/* The static flags remember, per instantiation, that the kernel's shared
+ * memory limit was raised. */
+template <typename ST, int HDP> static void att_fwd(const att_args<ST> &a0)
 {
 	constexpr int RQ = att_rq<HDP>::value, BQ = 16 * RQ;
 	static int raised;
-	att_args a = a0;
+	att_args<ST> a = a0;
 
 	a.ntiles = (a.T + BQ - 1) / BQ;
-	att_launch(att_fwd_kernel<HDP, RQ>, (long long)a.ntiles * a.B * a.nh,
-		   fwd_smem<HDP, RQ>(), a, "attention_fwd", &raised);
+	att_launch<ST>(att_fwd_kernel<ST, HDP, RQ>,
+		       (long long)a.ntiles * a.B * a.nh, fwd_smem<HDP, RQ>(), a,
+		       "attention_fwd", &raised);
 }
 
-template <int HDP> static void att_bwd(const att_args &a0)
+template <typename ST, int HDP> static void att_bwd(const att_args<ST> &a0)
 {
 	constexpr int RQ = att_rq<HDP>::value, BQ = 16 * RQ;
 	constexpr int RK = att_rk<HDP>::value, BKV = 16 * RK;
 	static int raised_dq, raised_kv;
-	att_args a = a0;
+	att_args<ST> a = a0;
 
 	a.ntiles = (a.T + BQ - 1) / BQ;
-	att_launch(att_dq_kernel<HDP, RQ>, (long long)a.ntiles * a.B * a.nh,
-		   dq_smem<HDP, RQ>(), a, "attention_bwd (dq)", &raised_dq);
+	att_launch<ST>(att_dq_kernel<ST, HDP, RQ>,
+		       (long long)a.ntiles * a.B * a.nh, dq_smem<HDP, RQ>(), a,
+		       "attention_bwd (dq)", &raised_dq);
 	a.ntiles = (a.T + BKV - 1) / BKV;
-	att_launch(att_dkdv_kernel<HDP, RK>, (long long)a.ntiles * a.B * a.nkv,
-		   dkdv_smem<HDP, RK>(), a, "attention_bwd (dk, dv)",
-		   &raised_kv);
+	att_launch<ST>(att_dkdv_kernel<ST, HDP, RK>,
+		       (long long)a.ntiles * a.B * a.nkv, dkdv_smem<HDP, RK>(),
+		       a, "attention_bwd (dk, dv)", &raised_kv);
 }
 
-/* Runs F<HDP> for the smallest instantiated HDP >= hd. */
-template <template <int> class F> static void att_dispatch(const att_args &a)
+/* Runs F(a) at the smallest instantiated HDP >= hd. */
+template <typename ST, int BWD> static void att_dispatch(const att_args<ST> &a)
 {
+#define ATT_RUN(H)                                                             \
+	do {                                                                   \
+		if (BWD)                                                       \
+			att_bwd<ST, H>(a);                                     \
+		else                                                           \
+			att_fwd<ST, H>(a);                                     \
+	} while (0)
 	if (a.hd <= 16)
-		F<16>::run(a);
+		ATT_RUN(16);
 	else if (a.hd <= 32)
-		F<32>::run(a);
+		ATT_RUN(32);
 	else if (a.hd <= 64)
-		F<64>::run(a);
+		ATT_RUN(64);
 	else if (a.hd <= 80)
-		F<80>::run(a);
+		ATT_RUN(80);
 	else if (a.hd <= 96)
-		F<96>::run(a);
+		ATT_RUN(96);
 	else if (a.hd <= 128)
-		F<128>::run(a);
+		ATT_RUN(128);
 	else
-		F<256>::run(a);
+		ATT_RUN(256);
+#undef ATT_RUN
 }
-
-template <int HDP> struct att_fwd_f {
-	static void run(const att_args &a)
-	{
-		att_fwd<HDP>(a);
-	}
-};
-
-template <int HDP> struct att_bwd_f {
-	static void run(const att_args &a)
-	{
-		att_bwd<HDP>(a);
-	}
-};
 
 /* Shapes the kernels take; the op table has no error channel but the
  * recorder (a wrong shape is a bug of the caller, not data). */
-static int att_valid(const att_args &a, const char *what)
+static int att_valid(int nh, int nkv, int hd, const char *what)
 {
-	if (a.nkv <= 0 || a.nh % a.nkv != 0 || a.hd <= 0 || a.hd > ATT_HD_MAX) {
+	if (nkv <= 0 || nh % nkv != 0 || hd <= 0 || hd > ATT_HD_MAX) {
 		tkc_check(cudaErrorInvalidValue, what);
 		return 0;
 	}
 	return 1;
 }
 
-extern "C" void tkc_attention_fwd(float *out, float *lse, const float *q,
-				  const float *k, const float *v,
-				  const int32_t *pos, int B, int T, int nh,
-				  int nkv, int hd, int window, float scale)
+template <typename ST>
+static void attention_fwd(void *out, float *lse, const void *q, const void *k,
+			  const void *v, const int32_t *pos, int B, int T,
+			  int nh, int nkv, int hd, int window, float scale)
 {
-	att_args a = {};
+	att_args<ST> a = {};
 
-	if (B <= 0 || T <= 0 || nh <= 0)
-		return;
-	a.q = q;
-	a.k = k;
-	a.v = v;
+	a.q = (const ST *)q;
+	a.k = (const ST *)k;
+	a.v = (const ST *)v;
 	a.pos = pos;
-	a.o = out;
+	a.o = (ST *)out;
 	a.lse = lse;
 	a.B = B;
 	a.T = T;
@@ -686,31 +697,28 @@ extern "C" void tkc_attention_fwd(float *out, float *lse, const float *q,
 	a.hd = hd;
 	a.window = window;
 	a.scale = scale;
-	if (att_valid(a, "attention_fwd: shape (nh % nkv, hd 1..256)"))
-		att_dispatch<att_fwd_f>(a);
+	att_dispatch<ST, 0>(a);
 }
 
-extern "C" void tkc_attention_bwd(float *dq, float *dk, float *dv,
-				  const float *dout, const float *out,
-				  const float *lse, const float *q,
-				  const float *k, const float *v,
-				  const int32_t *pos, int B, int T, int nh,
-				  int nkv, int hd, int window, float scale)
+template <typename ST>
+static void attention_bwd(void *dq, void *dk, void *dv, const void *dout,
+			  const void *out, const float *lse, const void *q,
+			  const void *k, const void *v, const int32_t *pos,
+			  int B, int T, int nh, int nkv, int hd, int window,
+			  float scale)
 {
-	att_args a = {};
+	att_args<ST> a = {};
 
-	if (B <= 0 || T <= 0 || nh <= 0)
-		return;
-	a.q = q;
-	a.k = k;
-	a.v = v;
-	a.out = out;
-	a.dout = dout;
+	a.q = (const ST *)q;
+	a.k = (const ST *)k;
+	a.v = (const ST *)v;
+	a.out = (const ST *)out;
+	a.dout = (const ST *)dout;
 	a.lse_in = lse;
 	a.pos = pos;
-	a.dq = dq;
-	a.dk = dk;
-	a.dv = dv;
+	a.dq = (ST *)dq;
+	a.dk = (ST *)dk;
+	a.dv = (ST *)dv;
 	a.B = B;
 	a.T = T;
 	a.nh = nh;
@@ -718,6 +726,47 @@ extern "C" void tkc_attention_bwd(float *dq, float *dk, float *dv,
 	a.hd = hd;
 	a.window = window;
 	a.scale = scale;
-	if (att_valid(a, "attention_bwd: shape (nh % nkv, hd 1..256)"))
-		att_dispatch<att_bwd_f>(a);
+	att_dispatch<ST, 1>(a);
+}
+
+extern "C" void tkc_attention_fwd(int dt, void *out, float *lse, const void *q,
+				  const void *k, const void *v,
+				  const int32_t *pos, int B, int T, int nh,
+				  int nkv, int hd, int window, float scale)
+{
+	if (B <= 0 || T <= 0 || nh <= 0)
+		return;
+	if (!att_valid(nh, nkv, hd,
+		       "attention_fwd: shape (nh % nkv, hd 1..256)"))
+		return;
+	if (dt == TK_F32)
+		attention_fwd<float>(out, lse, q, k, v, pos, B, T, nh, nkv, hd,
+				     window, scale);
+	else if (dt == TK_BF16)
+		attention_fwd<tkc_bf16>(out, lse, q, k, v, pos, B, T, nh, nkv,
+					hd, window, scale);
+	else
+		tkc_bad_dtype("attention_fwd", dt);
+}
+
+extern "C" void tkc_attention_bwd(int dt, void *dq, void *dk, void *dv,
+				  const void *dout, const void *out,
+				  const float *lse, const void *q,
+				  const void *k, const void *v,
+				  const int32_t *pos, int B, int T, int nh,
+				  int nkv, int hd, int window, float scale)
+{
+	if (B <= 0 || T <= 0 || nh <= 0)
+		return;
+	if (!att_valid(nh, nkv, hd,
+		       "attention_bwd: shape (nh % nkv, hd 1..256)"))
+		return;
+	if (dt == TK_F32)
+		attention_bwd<float>(dq, dk, dv, dout, out, lse, q, k, v, pos,
+				     B, T, nh, nkv, hd, window, scale);
+	else if (dt == TK_BF16)
+		attention_bwd<tkc_bf16>(dq, dk, dv, dout, out, lse, q, k, v,
+					pos, B, T, nh, nkv, hd, window, scale);
+	else
+		tkc_bad_dtype("attention_bwd", dt);
 }

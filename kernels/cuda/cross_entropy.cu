@@ -1,16 +1,30 @@
-/* cross_entropy.cu: fused softmax cross-entropy over a chunk of tokens.
+/* cross_entropy.cu: the softmax cross-entropy over the vocabulary in
+ * chunks (tk_ops.h ce_stats, ce_finish, ce_grad).
  *
- * Per row: m = max(x), sum = sum exp(x - m) (double), lse = m + log(sum),
- * loss = lse - x[target]. Rows whose target is -100 (or otherwise outside
- * [0, V)) are ignored: no loss, not counted, zero gradient.
+ * Per token row i the state s holds, over the chunks seen so far, the
+ * running max mx (float), the running sum se (double) of exp(x - mx), the
+ * target's logit tl and the running argmax am (ties: the smaller id).
  *
- * One block per row (V reaches 152064: a row is 600 KB, so the block
- * streams it twice, once to reduce and once to write the gradient). Each
- * thread keeps an online (max, sum, argmax): a new maximum rescales its
- * sum, so the row is read once for all three. The per-thread states are
- * merged in a fixed tree: deterministic. Each row's loss and "correct"
- * land in device arrays; the host adds them in row order, as the CPU
- * backend does, so loss_sum is a deterministic sum.
+ * ce_stats, one block per row, reads the chunk twice: first its max and
+ * argmax (each thread scans its columns in increasing order with a strict
+ * >, the per-thread results merge in a fixed tree, ties to the smaller
+ * column), then, with the new running max mx' = max(mx, chunk max), the
+ * sum of expf(x - mx') in double (tkc_block_sum: a fixed order). Then
+ *   se' = se * exp((double)mx - (double)mx') + chunk sum
+ * (an empty se, the first chunk, is not rescaled), am moves to the chunk's
+ * argmax only when the chunk max is strictly larger than mx (chunks come in
+ * increasing v0, so a tie keeps the smaller id). v0 == 0 starts the row
+ * afresh (tl = 0 until the target's chunk is seen).
+ *
+ * ce_finish: lse = (float)((double)mx + log(se)); each row's loss
+ * (double)mx + log(se) - (double)tl (0 without a target) and whether am is
+ * the target land in device arrays; the host adds them in row order, so
+ * loss_sum is a deterministic sum. A row has a target iff targets[i] >= 0
+ * (-100 is the convention for none).
+ *
+ * ce_grad: dlogits = grad_scale * (expf(x - lse) - onehot), 0 for rows
+ * without a target, stored in dt (rounded once). Each element is read and
+ * written by one thread, so dlogits may be logits (dt F32, ldd == ldl).
  */
 #include <limits.h>
 #include <math.h>
@@ -19,110 +33,156 @@
 
 #include "cuda_ops.h"
 
-#define CE_THREADS 1024
-/* The second merge step is one warp over the per-warp states. */
-static_assert(CE_THREADS == 32 * 32, "one state per lane of warp 0");
+#define CE_THREADS 256
+#define CE_WARPS (CE_THREADS / 32)
 
-/* Online softmax state of a part of a row. */
-typedef struct ce_state {
-	float m;  /* max so far (-inf when empty) */
-	int idx;  /* smallest index holding m (INT_MAX when empty) */
-	double s; /* sum of exp(x - m) */
-} ce_state;
+/* Max of part of a row and the smallest column holding it. */
+typedef struct ce_max {
+	float m;
+	int idx; /* INT_MAX when empty */
+} ce_max;
 
-/* s scaled from max m to max to; empty sums stay 0 (no inf - inf). */
-__device__ static double ce_rescale(double s, float m, float to)
+__device__ static ce_max ce_max_merge(ce_max a, ce_max b)
 {
-	return s == 0.0 ? 0.0 : s * exp((double)m - (double)to);
-}
-
-__device__ static ce_state ce_merge(ce_state a, ce_state b)
-{
-	ce_state r;
+	ce_max r;
 
 	r.m = a.m > b.m ? a.m : b.m;
 	r.idx = a.m > b.m ? a.idx : b.m > a.m ? b.idx : min(a.idx, b.idx);
-	r.s = ce_rescale(a.s, a.m, r.m) + ce_rescale(b.s, b.m, r.m);
 	return r;
 }
 
-__device__ static ce_state ce_shfl_down(ce_state a, int o)
+__device__ static ce_max ce_max_shfl(ce_max a, int o)
 {
-	ce_state r;
+	ce_max r;
 
 	r.m = __shfl_down_sync(0xffffffffu, a.m, o);
 	r.idx = __shfl_down_sync(0xffffffffu, a.idx, o);
-	r.s = __shfl_down_sync(0xffffffffu, a.s, o);
 	return r;
 }
 
-/* logits [n, V] (gradient in place when grad_scale != 0), targets [n],
- * loss [n] and correct [n] per row; grid n, block CE_THREADS. */
+/* Folds the chunk x [Vc] (columns v0.. of row blockIdx.x) into the row's
+ * state; grid n, block CE_THREADS. */
 __global__ static void __launch_bounds__(CE_THREADS)
-    ce_kernel(float *logits, const int32_t *targets, int V, float grad_scale,
-	      double *loss, int *correct)
+    ce_stats_kernel(tk_ce_rows s, const float *logits, int ldl,
+		    const int32_t *targets, int v0, int Vc)
 {
-	__shared__ ce_state warp_state[CE_THREADS / 32];
-	__shared__ ce_state row_state;
-	float *x = logits + (size_t)blockIdx.x * V;
-	int32_t target = targets[blockIdx.x];
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-	ce_state st = {-INFINITY, INT_MAX, 0.0};
-	float xt, inv;
+	__shared__ ce_max warp_max[CE_WARPS];
+	__shared__ ce_max row_max;
+	__shared__ double red[33];
+	const size_t i = blockIdx.x;
+	const float *x = logits + i * (size_t)ldl;
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	ce_max st = {-INFINITY, INT_MAX};
+	float mx_old, mx_new;
+	double sum = 0;
 
-	if (target < 0 || target >= V) {
-		if (grad_scale != 0.0f)
-			for (int j = threadIdx.x; j < V; j += CE_THREADS)
-				x[j] = 0.0f;
-		if (threadIdx.x == 0) {
-			loss[blockIdx.x] = 0.0;
-			correct[blockIdx.x] = 0;
-		}
-		return;
-	}
-	/* Read before the gradient pass overwrites it (a barrier lies
-	 * between: the reduction below). */
-	xt = x[target];
-	for (int j = threadIdx.x; j < V; j += CE_THREADS) {
+	for (int j = threadIdx.x; j < Vc; j += CE_THREADS) {
 		float v = x[j];
 
-		/* Strict >: a thread sees its indices in increasing order,
-		 * so it keeps the smallest index among ties. */
+		/* strict >: a thread sees its columns in increasing order */
 		if (v > st.m) {
-			st.s = ce_rescale(st.s, st.m, v) + 1.0;
 			st.m = v;
 			st.idx = j;
-		} else if (st.m > -INFINITY) {
-			st.s += expf(v - st.m);
 		}
 	}
 	for (int o = 16; o > 0; o >>= 1)
-		st = ce_merge(st, ce_shfl_down(st, o));
+		st = ce_max_merge(st, ce_max_shfl(st, o));
 	if (lane == 0)
-		warp_state[w] = st;
+		warp_max[w] = st;
 	__syncthreads();
 	if (w == 0) {
-		st = warp_state[lane]; /* CE_THREADS / 32 == 32 warps */
+		ce_max e = {-INFINITY, INT_MAX};
+
+		st = lane < CE_WARPS ? warp_max[lane] : e;
 		for (int o = 16; o > 0; o >>= 1)
-			st = ce_merge(st, ce_shfl_down(st, o));
+			st = ce_max_merge(st, ce_max_shfl(st, o));
 		if (lane == 0)
-			row_state = st;
+			row_max = st;
 	}
 	__syncthreads();
-	st = row_state;
+	st = row_max;
+	mx_old = v0 == 0 ? -INFINITY : s.mx[i];
+	mx_new = st.m > mx_old ? st.m : mx_old;
+
+	for (int j = threadIdx.x; j < Vc; j += CE_THREADS)
+		sum += (double)expf(x[j] - mx_new);
+	sum = tkc_block_sum(sum, red);
+
 	if (threadIdx.x == 0) {
-		double lse = (double)st.m + log(st.s);
-		loss[blockIdx.x] = lse - (double)xt;
-		correct[blockIdx.x] = st.idx == target;
+		double se = v0 == 0 ? 0.0 : s.se[i];
+		int32_t t = targets[i];
+
+		if (se != 0.0)
+			se *= exp((double)mx_old - (double)mx_new);
+		s.se[i] = se + sum;
+		s.mx[i] = mx_new;
+		if (v0 == 0 || st.m > mx_old)
+			s.am[i] = v0 + st.idx;
+		if (t >= v0 && t - v0 < Vc)
+			s.tl[i] = x[t - v0];
+		else if (v0 == 0)
+			s.tl[i] = 0.0f;
 	}
-	if (grad_scale == 0.0f)
+}
+
+/* Per row: lse, the loss (0 without a target) and argmax == target. */
+__global__ static void ce_finish_kernel(tk_ce_rows s, const int32_t *targets,
+					int n, double *loss, int *correct)
+{
+	const int stride = gridDim.x * blockDim.x;
+
+	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		double lse = (double)s.mx[i] + log(s.se[i]);
+		int32_t t = targets[i];
+
+		s.lse[i] = (float)lse;
+		if (t >= 0) {
+			loss[i] = lse - (double)s.tl[i];
+			correct[i] = s.am[i] == t;
+		} else {
+			loss[i] = 0.0;
+			correct[i] = 0;
+		}
+	}
+}
+
+/* dlogits [n, Vc] (row stride ldd) from logits (row stride ldl); grid n,
+ * block CE_THREADS. */
+template <typename T>
+__global__ static void __launch_bounds__(CE_THREADS)
+    ce_grad_kernel(T *dlogits, int ldd, const float *logits, int ldl,
+		   const float *lse, const int32_t *targets, int v0, int Vc,
+		   float grad_scale)
+{
+	const size_t i = blockIdx.x;
+	const float *x = logits + i * (size_t)ldl;
+	T *d = dlogits + i * (size_t)ldd;
+	const int32_t t = targets[i];
+
+	if (t < 0) {
+		for (int j = threadIdx.x; j < Vc; j += CE_THREADS)
+			tkc_put(&d[j], 0.0f);
 		return;
-	/* The CPU's expressions: e = exp(x - m), g = scale * (e * inv). */
-	inv = (float)(1.0 / st.s);
-	for (int j = threadIdx.x; j < V; j += CE_THREADS) {
-		float g = grad_scale * (expf(x[j] - st.m) * inv);
-		x[j] = j == target ? g - grad_scale : g;
 	}
+	const float l = lse[i];
+
+	for (int j = threadIdx.x; j < Vc; j += CE_THREADS) {
+		float p = expf(x[j] - l);
+		float oh = v0 + j == t ? 1.0f : 0.0f;
+
+		tkc_put(&d[j], grad_scale * (p - oh));
+	}
+}
+
+void tkc_ce_stats(const tk_ce_rows *s, const float *logits, int ldl,
+		  const int32_t *targets, int n, int v0, int Vc)
+{
+	if (n <= 0 || Vc <= 0)
+		return;
+	ce_stats_kernel<<<n, CE_THREADS, 0, tkc_stream()>>>(*s, logits, ldl,
+							    targets, v0, Vc);
+	tkc_check_launch("ce_stats");
 }
 
 static std::mutex ce_lock;
@@ -142,36 +202,34 @@ static void *ce_scratch(size_t n)
 	scratch_cap = 0;
 	scratch = tkc_alloc(cap * (sizeof(double) + sizeof(int)));
 	if (!scratch) {
-		tkc_check(cudaErrorMemoryAllocation, "cross_entropy scratch");
+		tkc_check(cudaErrorMemoryAllocation, "ce_finish scratch");
 		return NULL;
 	}
 	scratch_cap = cap;
 	return scratch;
 }
 
-void tkc_cross_entropy(float *logits, const int32_t *targets, int n, int V,
-		       float grad_scale, double *loss_sum, int *n_correct,
-		       double *row_loss)
+void tkc_ce_finish(const tk_ce_rows *s, const int32_t *targets, int n,
+		   double *loss_sum, int *n_correct, double *row_loss)
 {
 	std::lock_guard<std::mutex> g(ce_lock);
 	double *loss, *h_loss = NULL, total = 0;
 	int *corr, *h_corr = NULL, nc = 0;
-	void *s;
+	void *sc;
 
-	if (n <= 0 || V <= 0) {
-		if (loss_sum)
-			*loss_sum = 0;
-		if (n_correct)
-			*n_correct = 0;
+	if (loss_sum)
+		*loss_sum = 0;
+	if (n_correct)
+		*n_correct = 0;
+	if (n <= 0)
 		return;
-	}
-	if (!(s = ce_scratch((size_t)n)))
+	if (!(sc = ce_scratch((size_t)n)))
 		return;
-	loss = row_loss ? row_loss : (double *)s;
-	corr = (int *)((double *)s + scratch_cap);
-	ce_kernel<<<n, CE_THREADS, 0, tkc_stream()>>>(logits, targets, V,
-						      grad_scale, loss, corr);
-	if (tkc_check_launch("cross_entropy"))
+	loss = row_loss ? row_loss : (double *)sc;
+	corr = (int *)((double *)sc + scratch_cap);
+	ce_finish_kernel<<<tkc_blocks((size_t)n), TKC_THREADS, 0,
+			   tkc_stream()>>>(*s, targets, n, loss, corr);
+	if (tkc_check_launch("ce_finish"))
 		return;
 	if (!loss_sum && !n_correct)
 		return;
@@ -179,17 +237,16 @@ void tkc_cross_entropy(float *logits, const int32_t *targets, int n, int V,
 	h_loss = (double *)malloc((size_t)n * sizeof(*h_loss));
 	h_corr = (int *)malloc((size_t)n * sizeof(*h_corr));
 	if (!h_loss || !h_corr) {
-		tkc_check(cudaErrorMemoryAllocation, "cross_entropy host sums");
+		tkc_check(cudaErrorMemoryAllocation, "ce_finish host sums");
 		goto out;
 	}
 	if (tkc_check(cudaMemcpyAsync(h_loss, loss, (size_t)n * sizeof(double),
 				      cudaMemcpyDeviceToHost, tkc_stream()),
-		      "cross_entropy loss") ||
+		      "ce_finish loss") ||
 	    tkc_check(cudaMemcpyAsync(h_corr, corr, (size_t)n * sizeof(int),
 				      cudaMemcpyDeviceToHost, tkc_stream()),
-		      "cross_entropy correct") ||
-	    tkc_check(cudaStreamSynchronize(tkc_stream()),
-		      "cross_entropy sync"))
+		      "ce_finish correct") ||
+	    tkc_check(cudaStreamSynchronize(tkc_stream()), "ce_finish sync"))
 		goto out;
 	for (int i = 0; i < n; i++) {
 		total += h_loss[i];
@@ -202,4 +259,25 @@ void tkc_cross_entropy(float *logits, const int32_t *targets, int n, int V,
 out:
 	free(h_loss);
 	free(h_corr);
+}
+
+void tkc_ce_grad(int dt, void *dlogits, int ldd, const float *logits, int ldl,
+		 const tk_ce_rows *s, const int32_t *targets, int n, int v0,
+		 int Vc, float grad_scale)
+{
+	if (n <= 0 || Vc <= 0)
+		return;
+	if (dt == TK_F32)
+		ce_grad_kernel<float><<<n, CE_THREADS, 0, tkc_stream()>>>(
+		    (float *)dlogits, ldd, logits, ldl, s->lse, targets, v0, Vc,
+		    grad_scale);
+	else if (dt == TK_BF16)
+		ce_grad_kernel<tkc_bf16><<<n, CE_THREADS, 0, tkc_stream()>>>(
+		    (tkc_bf16 *)dlogits, ldd, logits, ldl, s->lse, targets, v0,
+		    Vc, grad_scale);
+	else {
+		tkc_bad_dtype("ce_grad", dt);
+		return;
+	}
+	tkc_check_launch("ce_grad");
 }

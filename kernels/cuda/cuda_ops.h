@@ -6,8 +6,15 @@
  *
  * All work goes to one stream, tkc_stream(), so ops are ordered without
  * extra synchronisation; only download (and memory ops that must be
- * synchronous for the host) wait on it. Ops return void: a failure is
- * recorded with tkc_check* and surfaces through tk_cuda_last_error().
+ * synchronous for the host) wait on it. The one exception is copy_async,
+ * which runs on a second stream ordered by events (memory.cu). Ops return
+ * void: a failure is recorded with tkc_check* and surfaces through
+ * tk_cuda_last_error().
+ *
+ * Dtypes: the ops with a `dt` argument take TK_F32 or TK_BF16 and are
+ * templates over the storage type (float, tkc_bf16 below), dispatched at
+ * the host entry point; any other dt is recorded as an error (nothing is
+ * written).
  */
 #ifndef TK_CUDA_OPS_H
 #define TK_CUDA_OPS_H
@@ -51,76 +58,134 @@ void tkc_mem_reset_peak(void);
 void tkc_upload(void *dst, const void *host_src, size_t bytes);
 void tkc_download(void *host_dst, const void *src, size_t bytes);
 void tkc_memset0(void *p, size_t bytes);
+/* Pinned host memory, counted apart from device memory. */
+void *tkc_host_alloc(size_t bytes);
+void tkc_host_free(void *p, size_t bytes);
+size_t tkc_host_current(void);
+size_t tkc_host_peak(void);
+/* Copies on the copy stream, after everything issued on tkc_stream(). */
+void tkc_copy_async(void *dst, const void *src, size_t bytes, int to_host);
+void tkc_copy_wait(void);
+/* The copy stream and its events: 0 or -ENODEV. Called once by
+ * tk_cuda_module_open, after tkc_stream() exists. */
+int tkc_copy_init(void);
 
 /* convert.cu */
 void tkc_to_f32(float *dst, const void *src, int dtype, size_t n);
 
 /* matmul.cu */
 void tkc_matmul(int transa, int transb, int M, int N, int K, float alpha,
-		const float *A, int lda, const float *B, int ldb, float beta,
-		float *C, int ldc);
+		int ab_dtype, const void *A, int lda, const void *B, int ldb,
+		float beta, int c_dtype, void *C, int ldc);
 /* Allocates the GEMM workspace (counted like any buffer): 0 or -ENOMEM.
  * Called once by tk_cuda_module_open, after the stream and handle exist. */
 int tkc_matmul_init(void);
 
 /* add.cu */
-void tkc_add(float *y, const float *x, size_t n);
+void tkc_add(int dt, void *y, const void *x, size_t n);
 
 /* bias.cu */
-void tkc_bias_fwd(float *y, const float *bias, int rows, int C);
-void tkc_bias_bwd(float *dbias, const float *dy, int rows, int C);
+void tkc_bias_fwd(int dt, void *y, const void *bias, int rows, int C);
+void tkc_bias_bwd(int dt, float *dbias, const void *dy, int rows, int C);
 
 /* embedding.cu */
-void tkc_embedding_fwd(float *out, const float *table, const int32_t *tokens,
-		       int n, int H);
-void tkc_embedding_bwd(float *dtable, const float *dout, const int32_t *tokens,
-		       int n, int H);
+void tkc_embedding_fwd(int dt, void *out, const void *table,
+		       const int32_t *tokens, int n, int H);
+void tkc_embedding_bwd(int dt, float *dtable, const void *dout,
+		       const int32_t *rows, int n, int H);
 
 /* rmsnorm.cu */
-void tkc_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w,
-		     int n, int H, float eps);
-void tkc_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x,
-		     const float *w, const float *rstd, int n, int H);
+void tkc_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x,
+		     const void *w, int n, int H, float eps);
+void tkc_rmsnorm_bwd(int dt, void *dx, float *dw, const void *dout,
+		     const void *x, const void *w, const float *rstd, int n,
+		     int H);
 
 /* rope.cu */
-void tkc_rope_fwd(float *x, const float *cos, const float *sin,
+void tkc_rope_fwd(int dt, void *x, const float *cos, const float *sin,
 		  const int32_t *pos, int n, int heads, int hd);
-void tkc_rope_bwd(float *dx, const float *cos, const float *sin,
+void tkc_rope_bwd(int dt, void *dx, const float *cos, const float *sin,
 		  const int32_t *pos, int n, int heads, int hd);
 
-/* attention.cu (part B) */
-void tkc_attention_fwd(float *out, float *lse, const float *q, const float *k,
-		       const float *v, const int32_t *pos, int B, int T, int nh,
-		       int nkv, int hd, int window, float scale);
-void tkc_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
-		       const float *out, const float *lse, const float *q,
-		       const float *k, const float *v, const int32_t *pos,
-		       int B, int T, int nh, int nkv, int hd, int window,
-		       float scale);
+/* attention.cu */
+void tkc_attention_fwd(int dt, void *out, float *lse, const void *q,
+		       const void *k, const void *v, const int32_t *pos, int B,
+		       int T, int nh, int nkv, int hd, int window, float scale);
+void tkc_attention_bwd(int dt, void *dq, void *dk, void *dv, const void *dout,
+		       const void *out, const float *lse, const void *q,
+		       const void *k, const void *v, const int32_t *pos, int B,
+		       int T, int nh, int nkv, int hd, int window, float scale);
 
 /* swiglu.cu */
-void tkc_swiglu_fwd(float *out, const float *gate, const float *up, size_t n);
-void tkc_swiglu_bwd(float *dgate, float *dup, const float *dout,
-		    const float *gate, const float *up, size_t n);
+void tkc_swiglu_fwd(int dt, void *out, const void *gate, const void *up,
+		    size_t n);
+void tkc_swiglu_bwd(int dt, void *dgate, void *dup, const void *dout,
+		    const void *gate, const void *up, size_t n);
 
 /* cross_entropy.cu */
-void tkc_cross_entropy(float *logits, const int32_t *targets, int n, int V,
-		       float grad_scale, double *loss_sum, int *n_correct,
-		       double *row_loss);
+void tkc_ce_stats(const tk_ce_rows *s, const float *logits, int ldl,
+		  const int32_t *targets, int n, int v0, int Vc);
+void tkc_ce_finish(const tk_ce_rows *s, const int32_t *targets, int n,
+		   double *loss_sum, int *n_correct, double *row_loss);
+void tkc_ce_grad(int dt, void *dlogits, int ldd, const float *logits, int ldl,
+		 const tk_ce_rows *s, const int32_t *targets, int n, int v0,
+		 int Vc, float grad_scale);
 
-/* taco.cu (part B) */
-void tkc_taco_update(void *W, int dtype, const float *G, void *idx, uint8_t *q,
+/* taco.cu */
+void tkc_taco_update(void *W, int dtype, const float *G, int ldg, void *idx,
+		     uint8_t *q, float *scale, const tk_taco_args *a);
+size_t tkc_taco_scan_bytes(int C);
+void tkc_taco_begin(void *scan, const void *idx, const uint8_t *q,
+		    const float *scale, const tk_taco_args *a);
+void tkc_taco_feed(void *scan, const float *G, int ldg, const int32_t *rows,
+		   int row0, int nrows, const tk_taco_args *a);
+void tkc_taco_finish(void *scan, void *W, int dtype, void *idx, uint8_t *q,
 		     float *scale, const tk_taco_args *a);
 
-/* adamw.cu (part B) */
+/* adamw.cu */
 void tkc_adamw_update(void *p, int dtype, float *master, float *m, float *v,
 		      const float *g, size_t n, const tk_adamw_args *a);
+
+/* An op asked for a dtype it does not take: recorded as an invalid value
+ * (what names the op). */
+void tkc_bad_dtype(const char *what, int dtype);
 
 #ifdef __cplusplus
 }
 #endif
 
 #ifdef __CUDACC__
+#include "tk_convert.h"
+
+/* Storage of a bf16 tensor element: its bit pattern, a type of its own so
+ * that the overloads below pick the conversion. Kernels of the ops with a
+ * `dt` are templates over the storage type T (float or tkc_bf16): they
+ * load with tkc_ld (exact widening), compute in fp32 and store with
+ * tkc_put (round to nearest even, tk_convert.h), once per output. */
+struct tkc_bf16 {
+	uint16_t bits;
+};
+
+__host__ __device__ static inline float tkc_ld(float x)
+{
+	return x;
+}
+
+__host__ __device__ static inline float tkc_ld(tkc_bf16 x)
+{
+	return tk_bf16_f32(x.bits);
+}
+
+__host__ __device__ static inline void tkc_put(float *p, float x)
+{
+	*p = x;
+}
+
+__host__ __device__ static inline void tkc_put(tkc_bf16 *p, float x)
+{
+	p->bits = tk_f32_bf16_rne(x);
+}
+
 /* Sum of v over the block, returned to every thread, in a fixed order (so
  * deterministic). blockDim.x a multiple of 32, at most 1024; every thread
  * of the block calls it; shared holds 33 doubles, reusable on return. */

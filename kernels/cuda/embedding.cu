@@ -1,7 +1,10 @@
 /* embedding.cu: token embedding lookup and its scatter-add.
  *
  * Token ids are validated by the caller (0 <= id < V); a negative id gives
- * a zero row in the forward pass and is skipped by the backward pass.
+ * a zero row in the forward pass and is skipped by the backward pass
+ * (rows[i] < 0: token i adds nothing). out, table and dout are dt (F32 or
+ * BF16); the forward copies elements as they are (exact), dtable is f32
+ * and accumulates the widened dout.
  *
  * Backward without float atomics (whose order, hence rounding, varies run
  * to run): block i handles token i only when i is the first occurrence of
@@ -20,7 +23,8 @@
 #define EMB_WARPS (EMB_THREADS / 32)
 
 /* out [n, H] = table [V, H] [tokens[i], :] */
-__global__ static void embedding_fwd_kernel(float *out, const float *table,
+template <typename T>
+__global__ static void embedding_fwd_kernel(T *out, const T *table,
 					    const int32_t *tokens, size_t total,
 					    int H)
 {
@@ -29,27 +33,32 @@ __global__ static void embedding_fwd_kernel(float *out, const float *table,
 	for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     e < total; e += stride) {
 		int32_t t = tokens[e / H];
-		out[e] = t < 0 ? 0.0f : table[(size_t)t * H + e % H];
+		if (t < 0)
+			tkc_put(&out[e], 0.0f);
+		else
+			out[e] = table[(size_t)t * H + e % H];
 	}
 }
 
 /* row [H] += dout [list[m], :] for m = 0..cnt-1, in that order. */
-__device__ static void emb_flush(float *row, const float *dout, const int *list,
+template <typename T>
+__device__ static void emb_flush(float *row, const T *dout, const int *list,
 				 int cnt, int H)
 {
 	for (int c = threadIdx.x; c < H; c += EMB_THREADS) {
 		float x = row[c];
 		for (int m = 0; m < cnt; m++)
-			x += dout[(size_t)list[m] * H + c];
+			x += tkc_ld(dout[(size_t)list[m] * H + c]);
 		row[c] = x;
 	}
 }
 
 /* dtable [V, H] [tokens[i], :] += dout [n, H] [i, :]; grid n, block
  * EMB_THREADS. */
+template <typename T>
 __global__ static void __launch_bounds__(EMB_THREADS)
-    embedding_bwd_kernel(float *dtable, const float *dout,
-			 const int32_t *tokens, int n, int H)
+    embedding_bwd_kernel(float *dtable, const T *dout, const int32_t *tokens,
+			 int n, int H)
 {
 	__shared__ int list[EMB_LIST];
 	__shared__ int warp_cnt[EMB_WARPS];
@@ -98,24 +107,49 @@ __global__ static void __launch_bounds__(EMB_THREADS)
 	emb_flush(row, dout, list, cnt, H);
 }
 
-void tkc_embedding_fwd(float *out, const float *table, const int32_t *tokens,
-		       int n, int H)
+template <typename T>
+static void embedding_fwd(void *out, const void *table, const int32_t *tokens,
+			  size_t total, int H)
+{
+	embedding_fwd_kernel<T>
+	    <<<tkc_blocks(total), TKC_THREADS, 0, tkc_stream()>>>(
+		(T *)out, (const T *)table, tokens, total, H);
+	tkc_check_launch("embedding_fwd");
+}
+
+template <typename T>
+static void embedding_bwd(float *dtable, const void *dout, const int32_t *rows,
+			  int n, int H)
+{
+	embedding_bwd_kernel<T><<<n, EMB_THREADS, 0, tkc_stream()>>>(
+	    dtable, (const T *)dout, rows, n, H);
+	tkc_check_launch("embedding_bwd");
+}
+
+void tkc_embedding_fwd(int dt, void *out, const void *table,
+		       const int32_t *tokens, int n, int H)
 {
 	size_t total = (size_t)(n > 0 ? n : 0) * (H > 0 ? H : 0);
 
 	if (!total)
 		return;
-	embedding_fwd_kernel<<<tkc_blocks(total), TKC_THREADS, 0,
-			       tkc_stream()>>>(out, table, tokens, total, H);
-	tkc_check_launch("embedding_fwd");
+	if (dt == TK_F32)
+		embedding_fwd<float>(out, table, tokens, total, H);
+	else if (dt == TK_BF16)
+		embedding_fwd<tkc_bf16>(out, table, tokens, total, H);
+	else
+		tkc_bad_dtype("embedding_fwd", dt);
 }
 
-void tkc_embedding_bwd(float *dtable, const float *dout, const int32_t *tokens,
-		       int n, int H)
+void tkc_embedding_bwd(int dt, float *dtable, const void *dout,
+		       const int32_t *rows, int n, int H)
 {
 	if (n <= 0 || H <= 0)
 		return;
-	embedding_bwd_kernel<<<n, EMB_THREADS, 0, tkc_stream()>>>(dtable, dout,
-								  tokens, n, H);
-	tkc_check_launch("embedding_bwd");
+	if (dt == TK_F32)
+		embedding_bwd<float>(dtable, dout, rows, n, H);
+	else if (dt == TK_BF16)
+		embedding_bwd<tkc_bf16>(dtable, dout, rows, n, H);
+	else
+		tkc_bad_dtype("embedding_bwd", dt);
 }

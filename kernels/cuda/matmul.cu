@@ -1,6 +1,13 @@
 /* matmul.cu: C[M,N] = alpha * op(A)[M,K] op(B)[K,N] + beta * C, row-major,
- * with cuBLASLt: fp32 in and out, CUBLAS_COMPUTE_32F_FAST_16BF so the
- * tensor cores multiply bf16 with fp32 accumulation.
+ * with cuBLASLt. Two kinds:
+ * - ab_dtype F32 (C F32): fp32 in and out, CUBLAS_COMPUTE_32F_FAST_16BF so
+ *   the tensor cores multiply bf16 with fp32 accumulation.
+ * - ab_dtype BF16: A and B are read as they are (CUDA_R_16BF layouts, no
+ *   conversion kernel), C/D CUDA_R_16BF or CUDA_R_32F per c_dtype,
+ *   CUBLAS_COMPUTE_32F with fp32 alpha/beta: fp32 accumulation, C rounded
+ *   once after alpha and beta.
+ * F32 A/B with a BF16 C is not a combination cuBLASLt offers (nor one the
+ * engine asks for): it is recorded as an error and C is left alone.
  *
  * A is [M,K] (lda >= K), or [K,M] (lda >= M) when transa; B is [K,N]
  * (ldb >= N), or [N,K] (ldb >= K) when transb; C is [M,N] (ldc >= N).
@@ -11,8 +18,9 @@
  * neither transposed by us (their trans flags carry over as they are).
  *
  * Descriptors, layouts and the heuristic's algorithm are cached per shape
- * (flags, sizes, leading dimensions and pointer alignment, which decides
- * which algorithms are valid): a training step repeats a few dozen shapes.
+ * (dtypes, flags, sizes, leading dimensions and pointer alignment, which
+ * decides which algorithms are valid): a training step repeats a few dozen
+ * shapes.
  */
 #include <errno.h>
 #include <mutex>
@@ -27,6 +35,7 @@
 #define MM_WORKSPACE ((size_t)32 << 20)
 
 typedef struct mm_key {
+	int ab, c; /* TK_F32 / TK_BF16 of A and B, of C */
 	int ta, tb, M, N, K, lda, ldb, ldc;
 	unsigned align_a, align_b, align_c;
 } mm_key;
@@ -53,19 +62,20 @@ int tkc_matmul_init(void)
 	return workspace ? 0 : -ENOMEM;
 }
 
-/* Largest of 16, 8, 4 dividing the address (fp32 pointers are 4-aligned). */
+/* Largest of 16, 8, 4, 2 dividing the address (fp32 pointers are
+ * 4-aligned, bf16 ones 2-aligned). */
 static unsigned align_of(const void *p)
 {
 	uintptr_t u = (uintptr_t)p;
 
-	return u % 16 == 0 ? 16 : u % 8 == 0 ? 8 : 4;
+	return u % 16 == 0 ? 16 : u % 8 == 0 ? 8 : u % 4 == 0 ? 4 : 2;
 }
 
 static int key_eq(const mm_key *a, const mm_key *b)
 {
-	return a->ta == b->ta && a->tb == b->tb && a->M == b->M &&
-	       a->N == b->N && a->K == b->K && a->lda == b->lda &&
-	       a->ldb == b->ldb && a->ldc == b->ldc &&
+	return a->ab == b->ab && a->c == b->c && a->ta == b->ta &&
+	       a->tb == b->tb && a->M == b->M && a->N == b->N && a->K == b->K &&
+	       a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc &&
 	       a->align_a == b->align_a && a->align_b == b->align_b &&
 	       a->align_c == b->align_c;
 }
@@ -92,16 +102,19 @@ static int entry_build(mm_entry *e, const mm_key *k)
 	cublasLtMatmulHeuristicResult_t res;
 	uint64_t ws = MM_WORKSPACE;
 	uint32_t aa = k->align_b, ab = k->align_a, ac = k->align_c;
+	cudaDataType_t tab = k->ab == TK_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+	cudaDataType_t tc = k->c == TK_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+	cublasComputeType_t ct = k->ab == TK_BF16
+				     ? CUBLAS_COMPUTE_32F
+				     : CUBLAS_COMPUTE_32F_FAST_16BF;
 	int found = 0, r = -EIO;
 
 	memset(e, 0, sizeof(*e));
 	memset(&res, 0, sizeof(res));
 	/* cuBLASLt A: our B, stored [N, K] col-major (or [K, N] when
 	 * transposed); cuBLASLt B: our A, [K, M] (or [M, K]); C: [N, M]. */
-	if (tkc_check_blas(
-		cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F_FAST_16BF,
-					 CUDA_R_32F),
-		"matmul desc") ||
+	if (tkc_check_blas(cublasLtMatmulDescCreate(&e->desc, ct, CUDA_R_32F),
+			   "matmul desc") ||
 	    tkc_check_blas(
 		cublasLtMatmulDescSetAttribute(
 		    e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)),
@@ -110,17 +123,17 @@ static int entry_build(mm_entry *e, const mm_key *k)
 		cublasLtMatmulDescSetAttribute(
 		    e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)),
 		"matmul transb") ||
-	    tkc_check_blas(cublasLtMatrixLayoutCreate(
-			       &e->la, CUDA_R_32F, k->tb ? k->K : k->N,
-			       k->tb ? k->N : k->K, k->ldb),
-			   "matmul layout B") ||
-	    tkc_check_blas(cublasLtMatrixLayoutCreate(
-			       &e->lb, CUDA_R_32F, k->ta ? k->M : k->K,
-			       k->ta ? k->K : k->M, k->lda),
-			   "matmul layout A") ||
-	    tkc_check_blas(cublasLtMatrixLayoutCreate(&e->lc, CUDA_R_32F, k->N,
-						      k->M, k->ldc),
-			   "matmul layout C") ||
+	    tkc_check_blas(
+		cublasLtMatrixLayoutCreate(&e->la, tab, k->tb ? k->K : k->N,
+					   k->tb ? k->N : k->K, k->ldb),
+		"matmul layout B") ||
+	    tkc_check_blas(
+		cublasLtMatrixLayoutCreate(&e->lb, tab, k->ta ? k->M : k->K,
+					   k->ta ? k->K : k->M, k->lda),
+		"matmul layout A") ||
+	    tkc_check_blas(
+		cublasLtMatrixLayoutCreate(&e->lc, tc, k->N, k->M, k->ldc),
+		"matmul layout C") ||
 	    tkc_check_blas(cublasLtMatmulPreferenceCreate(&pref),
 			   "matmul preference") ||
 	    tkc_check_blas(cublasLtMatmulPreferenceSetAttribute(
@@ -190,20 +203,21 @@ static mm_entry *lookup(const mm_key *k)
 }
 
 /* C [M, N] (row stride ldc) = beta * C, 0 when beta == 0 (C not read). */
-__global__ static void scale_kernel(float *C, int M, int N, int ldc, float beta)
+template <typename T>
+__global__ static void scale_kernel(T *C, int M, int N, int ldc, float beta)
 {
 	size_t n = (size_t)M * N, stride = (size_t)gridDim.x * blockDim.x;
 
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride) {
-		float *c = C + (i / N) * ldc + i % N;
-		*c = beta == 0.0f ? 0.0f : beta * *c;
+		T *c = C + (i / N) * ldc + i % N;
+		tkc_put(c, beta == 0.0f ? 0.0f : beta * tkc_ld(*c));
 	}
 }
 
 void tkc_matmul(int transa, int transb, int M, int N, int K, float alpha,
-		const float *A, int lda, const float *B, int ldb, float beta,
-		float *C, int ldc)
+		int ab_dtype, const void *A, int lda, const void *B, int ldb,
+		float beta, int c_dtype, void *C, int ldc)
 {
 	std::lock_guard<std::mutex> g(mm_lock);
 	mm_key k;
@@ -211,14 +225,35 @@ void tkc_matmul(int transa, int transb, int M, int N, int K, float alpha,
 
 	if (M <= 0 || N <= 0)
 		return;
+	if ((ab_dtype != TK_F32 && ab_dtype != TK_BF16) ||
+	    (c_dtype != TK_F32 && c_dtype != TK_BF16)) {
+		tkc_bad_dtype("matmul",
+			      ab_dtype != TK_F32 && ab_dtype != TK_BF16
+				  ? ab_dtype
+				  : c_dtype);
+		return;
+	}
+	if (ab_dtype == TK_F32 && c_dtype == TK_BF16) {
+		tkc_check_blas(CUBLAS_STATUS_NOT_SUPPORTED,
+			       "matmul: f32 A and B with a bf16 C");
+		return;
+	}
 	if (K <= 0) {
 		/* Empty product: C = beta * C, as the CPU backend. */
-		scale_kernel<<<tkc_blocks((size_t)M * N), TKC_THREADS, 0,
-			       tkc_stream()>>>(C, M, N, ldc, beta);
+		if (c_dtype == TK_F32)
+			scale_kernel<float>
+			    <<<tkc_blocks((size_t)M * N), TKC_THREADS, 0,
+			       tkc_stream()>>>((float *)C, M, N, ldc, beta);
+		else
+			scale_kernel<tkc_bf16>
+			    <<<tkc_blocks((size_t)M * N), TKC_THREADS, 0,
+			       tkc_stream()>>>((tkc_bf16 *)C, M, N, ldc, beta);
 		tkc_check_launch("matmul K = 0");
 		return;
 	}
 	memset(&k, 0, sizeof(k));
+	k.ab = ab_dtype;
+	k.c = c_dtype;
 	k.ta = !!transa;
 	k.tb = !!transb;
 	k.M = M;

@@ -69,6 +69,14 @@ int tkc_check_launch(const char *what)
 	return tkc_check(cudaGetLastError(), what);
 }
 
+void tkc_bad_dtype(const char *what, int dtype)
+{
+	char code[32];
+
+	snprintf(code, sizeof(code), "dtype %d", dtype);
+	record(what, code, "unsupported dtype");
+}
+
 unsigned tkc_blocks(size_t n)
 {
 	size_t b = (n + TKC_THREADS - 1) / TKC_THREADS;
@@ -105,6 +113,12 @@ static void fill_table(tk_ops *t)
 	t->upload = tkc_upload;
 	t->download = tkc_download;
 	t->memset0 = tkc_memset0;
+	t->host_alloc = tkc_host_alloc;
+	t->host_free = tkc_host_free;
+	t->host_current = tkc_host_current;
+	t->host_peak = tkc_host_peak;
+	t->copy_async = tkc_copy_async;
+	t->copy_wait = tkc_copy_wait;
 	t->to_f32 = tkc_to_f32;
 	t->matmul = tkc_matmul;
 	t->add = tkc_add;
@@ -120,13 +134,19 @@ static void fill_table(tk_ops *t)
 	t->attention_bwd = tkc_attention_bwd;
 	t->swiglu_fwd = tkc_swiglu_fwd;
 	t->swiglu_bwd = tkc_swiglu_bwd;
-	t->cross_entropy = tkc_cross_entropy;
+	t->ce_stats = tkc_ce_stats;
+	t->ce_finish = tkc_ce_finish;
+	t->ce_grad = tkc_ce_grad;
 	t->taco_update = tkc_taco_update;
+	t->taco_scan_bytes = tkc_taco_scan_bytes;
+	t->taco_begin = tkc_taco_begin;
+	t->taco_feed = tkc_taco_feed;
+	t->taco_finish = tkc_taco_finish;
 	t->adamw_update = tkc_adamw_update;
 }
 
-/* Device 0, a stream, a cuBLASLt handle, the GEMM workspace and one probe
- * launch. Returns 0 or -ENODEV with why set; on failure nothing is kept. */
+/* Device 0, a stream, one probe launch, a cuBLASLt handle, the GEMM
+ * workspace and the copy stream. Returns 0 or -ENODEV with why set. */
 static int open_device(char *why, size_t why_len)
 {
 	cudaDeviceProp prop;
@@ -137,7 +157,7 @@ static int open_device(char *why, size_t why_len)
 	if (e != cudaSuccess) {
 		/* No driver, a driver older than the runtime, no device. */
 		tk_why(why, why_len, "no usable CUDA driver or device: %s",
-		    cudaGetErrorString(e));
+		       cudaGetErrorString(e));
 		return -ENODEV;
 	}
 	if (count < 1) {
@@ -146,20 +166,21 @@ static int open_device(char *why, size_t why_len)
 	}
 	if ((e = cudaSetDevice(0)) != cudaSuccess ||
 	    (e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
-		tk_why(why, why_len, "CUDA device 0: %s", cudaGetErrorString(e));
+		tk_why(why, why_len, "CUDA device 0: %s",
+		       cudaGetErrorString(e));
 		return -ENODEV;
 	}
 	if (prop.major < 8) {
 		tk_why(why, why_len,
-		    "%s: compute capability %d.%d, need 8.0 "
-		    "(bf16 tensor cores)",
-		    prop.name, prop.major, prop.minor);
+		       "%s: compute capability %d.%d, need 8.0 "
+		       "(bf16 tensor cores)",
+		       prop.name, prop.major, prop.minor);
 		return -ENODEV;
 	}
 	if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) !=
 	    cudaSuccess) {
 		tk_why(why, why_len, "cudaStreamCreate: %s",
-		    cudaGetErrorString(e));
+		       cudaGetErrorString(e));
 		return -ENODEV;
 	}
 	if ((e = cudaMalloc(&probe, sizeof(int))) != cudaSuccess)
@@ -183,7 +204,16 @@ static int open_device(char *why, size_t why_len)
 	}
 	if (tkc_matmul_init() < 0) {
 		tk_why(why, why_len, "%s: no memory for the GEMM workspace",
-		    prop.name);
+		       prop.name);
+		cublasLtDestroy(lt);
+		lt = NULL;
+		goto fail_quiet;
+	}
+	/* The copy stream lives as long as the process: the module has no
+	 * close (one backend per process, see tk_cuda_module_open). */
+	if (tkc_copy_init() < 0) {
+		tk_why(why, why_len, "%s: cannot create the copy stream",
+		       prop.name);
 		cublasLtDestroy(lt);
 		lt = NULL;
 		goto fail_quiet;
@@ -201,7 +231,7 @@ fail_quiet:
 }
 
 extern "C" TKC_EXPORT int tk_cuda_module_open(const tk_ops **out, char *why,
-					  size_t why_len)
+					      size_t why_len)
 {
 	std::lock_guard<std::mutex> g(state_lock);
 	int r;

@@ -2,12 +2,17 @@
  *
  * Every op of the table (but attention and the optimizers: see
  * test_cuda_optim_attn.c) runs on both backends with the same random
- * inputs, several shapes including odd ones. Outputs that an op overwrites
- * are poisoned with NaN on the device first, so an element the kernel never
- * writes fails the comparison; any NaN is a failure. Ops the CUDA backend
- * computes with the CPU's exact operations are compared bit for bit, the
- * others within a relative error (max |gpu - cpu| / max |cpu|): 1e-6 for
- * element-wise work, 1e-2 for the bf16 tensor-core GEMM.
+ * inputs, several shapes including odd ones, in each dtype the op takes
+ * (F32, and BF16: the CUDA bf16 kernels against the CPU's bf16 ones).
+ * Outputs that an op overwrites are poisoned with NaN on the device first,
+ * so an element the kernel never writes fails the comparison; any NaN is a
+ * failure. Ops the CUDA backend computes with the CPU's exact operations
+ * are compared bit for bit, the others within a relative error (max |gpu -
+ * cpu| / max |cpu|): 1e-6 for element-wise fp32 work, 1e-2 for the bf16
+ * tensor-core GEMM; bf16 outputs within 1 bf16 ulp of the CPU's. The
+ * chunked loss is checked over several vocabulary chunks against one
+ * chunk and against the CPU; pinned host memory and the side-stream
+ * copies round-trip.
  *
  * Without a usable GPU (or in a build without CUDA) the program prints why
  * and exits 77, which CTest reports as skipped. CUDA does not survive
@@ -21,11 +26,13 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "tk_convert.h"
 #include "tk_hash.h"
 #include "tk_ops.h"
 
 #define TOL_ELEM 1e-6
 #define TOL_GEMM 1e-2
+#define TOL_GEMM_BF16_F32 1e-3 /* bf16 inputs, f32 output */
 
 static const tk_ops *gpu, *cpu;
 
@@ -140,6 +147,108 @@ static void check_same(const char *what, const void *a, const void *ref,
 		      what);
 }
 
+/* ---- dtypes ---------------------------------------------------------------
+ */
+
+static const int dts[2] = {TK_F32, TK_BF16};
+
+static const char *dt_name(int dt)
+{
+	return dt == TK_F32 ? "f32" : "bf16";
+}
+
+/* Host copy of x [n] in dt: the floats themselves (F32) or rounded to
+ * nearest even (BF16). malloc'd. */
+static void *tconv(int dt, const float *x, size_t n)
+{
+	uint16_t *h;
+
+	if (dt == TK_F32)
+		return fdup(x, n);
+	h = hnew(n * sizeof(uint16_t));
+	for (size_t i = 0; i < n; i++)
+		h[i] = tk_f32_bf16_rne(x[i]);
+	return h;
+}
+
+/* n random values of [lo, hi) in dt (host). */
+static void *trand(int dt, size_t n, float lo, float hi, uint64_t *st)
+{
+	float *f = frand(n, lo, hi, st);
+	void *t;
+
+	if (dt == TK_F32)
+		return f;
+	t = tconv(dt, f, n);
+	free(f);
+	return t;
+}
+
+/* Device buffer of n elements of dt, all NaN. */
+static void *tnan(int dt, size_t n)
+{
+	float *f;
+	void *h, *d;
+
+	if (dt == TK_F32)
+		return dnan(n);
+	f = hnew(n * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		f[i] = NAN;
+	h = tconv(dt, f, n);
+	d = dput(h, n * tk_dtype_size(dt));
+	free(h);
+	free(f);
+	return d;
+}
+
+/* bf16 bit patterns ordered like their values (+0 and -0 together). */
+static long bf16_ord(uint16_t h)
+{
+	long m = h & 0x7FFF;
+
+	return h & 0x8000 ? -m : m;
+}
+
+static int bf16_nan(uint16_t h)
+{
+	return (h & 0x7FFF) > 0x7F80;
+}
+
+/* Every element within ulps bf16 ulps of ref, no NaN. */
+static void check_bf16(const char *what, const uint16_t *a, const uint16_t *ref,
+		       size_t n, long ulps)
+{
+	for (size_t i = 0; i < n; i++) {
+		long d = bf16_ord(a[i]) - bf16_ord(ref[i]);
+
+		ck_assert_msg(!bf16_nan(a[i]) && !bf16_nan(ref[i]),
+			      "%s: NaN at %zu (0x%04x, cpu 0x%04x)", what, i,
+			      a[i], ref[i]);
+		ck_assert_msg(d <= ulps && d >= -ulps,
+			      "%s: element %zu 0x%04x (%g), cpu 0x%04x (%g): "
+			      "%ld ulps",
+			      what, i, a[i], tk_bf16_f32(a[i]), ref[i],
+			      tk_bf16_f32(ref[i]), d);
+	}
+}
+
+/* got against ref, both n elements of dt: F32 bit for bit (same) or within
+ * tol, BF16 within 1 ulp. */
+static void check_t(const char *what, int dt, const void *got, const void *ref,
+		    size_t n, int same, double tol)
+{
+	char w[160];
+
+	snprintf(w, sizeof(w), "%s (%s)", what, dt_name(dt));
+	if (dt == TK_BF16)
+		check_bf16(w, got, ref, n, 1);
+	else if (same)
+		check_same(w, got, ref, n * sizeof(float));
+	else
+		check_close(w, got, ref, n, tol);
+}
+
 /* ---- memory ------------------------------------------------------------- */
 
 START_TEST(test_memory)
@@ -225,46 +334,102 @@ START_TEST(test_to_f32)
 }
 END_TEST
 
+/* ---- host memory and side-stream copies --------------------------------- */
+
+START_TEST(test_host_copy)
+{
+	size_t h0 = gpu->host_current(), n = 3 * 1000003;
+	unsigned char *a = gpu->host_alloc(n), *b = gpu->host_alloc(n), *back;
+	void *d1 = dnew(n), *d2 = dnew(n);
+
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_uint_eq(gpu->host_current(), h0 + 2 * n);
+	ck_assert_uint_ge(gpu->host_peak(), h0 + 2 * n);
+	for (size_t i = 0; i < n; i++)
+		a[i] = (unsigned char)(i * 7 + 3);
+	/* host -> device on the copy stream; the memset0 issued before the
+	 * copy is ordered before it, the download after copy_wait sees it */
+	gpu->memset0(d1, n);
+	gpu->copy_async(d1, a, n, 0);
+	gpu->copy_wait();
+	back = dget(d1, n);
+	check_same("copy_async to device", back, a, n);
+	free(back);
+	/* device -> device through the host: an op (upload) issued before the
+	 * copy is seen by it; the copy back waits for the first one */
+	gpu->upload(d2, a + 1, n - 1);
+	gpu->copy_async(b, d2, n - 1, 1);
+	gpu->copy_async(d1, b, n - 1, 0);
+	gpu->copy_wait();
+	back = dget(d1, n - 1);
+	check_same("copy_async round trip", back, a + 1, n - 1);
+	free(back);
+	gpu_ok("copy_async");
+	gpu->host_free(a, n);
+	gpu->host_free(b, n);
+	gpu->host_free(NULL, 0);
+	ck_assert_uint_eq(gpu->host_current(), h0);
+	gpu->free(d1, n);
+	gpu->free(d2, n);
+	gpu_ok("host memory");
+}
+END_TEST
+
 /* ---- matmul ------------------------------------------------------------- */
 
 /* One matmul on both backends; lda/ldb/ldc are the minimum plus pad; A and
- * B start off elements into their buffers (alignment). With beta == 0, C is
- * NaN on the device: every element of op's M x N must be written, and the
- * padding columns must stay NaN (never written). */
-static void mm_case(int ta, int tb, int M, int N, int K, float alpha,
-		    float beta, int pad, int off, uint64_t *st)
+ * B start off elements into their buffers (alignment). A and B are ab, C
+ * is cd (TK_F32 or TK_BF16). With beta == 0, C is NaN on the device: every
+ * element of op's M x N must be written, and the padding columns must stay
+ * NaN (never written). Error relative to max |C|: TOL_GEMM, and
+ * TOL_GEMM_BF16_F32 for bf16 inputs with an f32 output (both sides then
+ * multiply the same bf16 values exactly and accumulate in f32). */
+static void mm_case_t(int ab, int cd, int ta, int tb, int M, int N, int K,
+		      float alpha, float beta, int pad, int off, uint64_t *st)
 {
 	int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
 	size_t na = (size_t)(ta ? K : M) * lda + off;
 	size_t nb = (size_t)(tb ? N : K) * ldb + off;
 	size_t nc = (size_t)M * ldc;
-	float *A = frand(na, -1, 1, st), *B = frand(nb, -1, 1, st);
-	float *C = frand(nc, -1, 1, st), *ref, *got, *dA, *dB, *dC;
+	size_t ea = tk_dtype_size(ab), ec = tk_dtype_size(cd);
+	float *C = frand(nc, -1, 1, st);
+	void *A = trand(ab, na, -1, 1, st), *B = trand(ab, nb, -1, 1, st);
+	void *Ct, *ref, *got, *dA, *dB, *dC;
+	float *gf, *rf;
 	double num = 0, den = 0;
-	char what[128];
+	double tol =
+	    ab == TK_BF16 && cd == TK_F32 ? TOL_GEMM_BF16_F32 : TOL_GEMM;
+	char what[160];
 
 	if (beta == 0.0f)
 		for (size_t i = 0; i < nc; i++)
 			C[i] = NAN;
-	ref = fdup(C, nc);
-	dA = dput(A, na * sizeof(float));
-	dB = dput(B, nb * sizeof(float));
-	dC = dput(C, nc * sizeof(float));
-	cpu->matmul(ta, tb, M, N, K, alpha, A + off, lda, B + off, ldb, beta,
-		    ref, ldc);
-	gpu->matmul(ta, tb, M, N, K, alpha, dA + off, lda, dB + off, ldb, beta,
-		    dC, ldc);
-	got = dget(dC, nc * sizeof(float));
+	Ct = tconv(cd, C, nc);
+	ref = tconv(cd, C, nc);
+	dA = dput(A, na * ea);
+	dB = dput(B, nb * ea);
+	dC = dput(Ct, nc * ec);
+	cpu->matmul(ta, tb, M, N, K, alpha, ab, (char *)A + off * ea, lda,
+		    (char *)B + off * ea, ldb, beta, cd, ref, ldc);
+	gpu->matmul(ta, tb, M, N, K, alpha, ab, (char *)dA + off * ea, lda,
+		    (char *)dB + off * ea, ldb, beta, cd, dC, ldc);
+	got = dget(dC, nc * ec);
 	snprintf(what, sizeof(what),
-		 "matmul ta=%d tb=%d M=%d N=%d K=%d alpha=%g beta=%g pad=%d "
-		 "off=%d",
-		 ta, tb, M, N, K, alpha, beta, pad, off);
+		 "matmul %s->%s ta=%d tb=%d M=%d N=%d K=%d alpha=%g beta=%g "
+		 "pad=%d off=%d",
+		 dt_name(ab), dt_name(cd), ta, tb, M, N, K, alpha, beta, pad,
+		 off);
 	gpu_ok(what);
+	gf = hnew(nc * sizeof(float));
+	rf = hnew(nc * sizeof(float));
+	cpu->to_f32(gf, got, cd, nc);
+	cpu->to_f32(rf, ref, cd, nc);
 	/* error relative to max |C| over the whole product */
 	for (int i = 0; i < M; i++)
 		for (int j = 0; j < N; j++) {
-			double g = got[(size_t)i * ldc + j];
-			double r = ref[(size_t)i * ldc + j];
+			double g = gf[(size_t)i * ldc + j];
+			double r = rf[(size_t)i * ldc + j];
 			ck_assert_msg(!isnan(g) && !isnan(r),
 				      "%s: NaN at %d,%d", what, i, j);
 			if (fabs(g - r) > num)
@@ -272,21 +437,31 @@ static void mm_case(int ta, int tb, int M, int N, int K, float alpha,
 			if (fabs(r) > den)
 				den = fabs(r);
 		}
-	ck_assert_msg(num <= TOL_GEMM * den, "%s: error %g of max |C| %g", what,
-		      num, den);
+	ck_assert_msg(num <= tol * den, "%s: error %g of max |C| %g", what, num,
+		      den);
 	/* the padding columns are not C's: untouched */
 	for (int i = 0; i < M; i++)
 		for (int j = N; j < ldc; j++)
-			check_same(what, &got[(size_t)i * ldc + j],
-				   &C[(size_t)i * ldc + j], sizeof(float));
+			check_same(what,
+				   (char *)got + ((size_t)i * ldc + j) * ec,
+				   (char *)Ct + ((size_t)i * ldc + j) * ec, ec);
 	free(A);
 	free(B);
 	free(C);
+	free(Ct);
 	free(ref);
 	free(got);
-	gpu->free(dA, na * sizeof(float));
-	gpu->free(dB, nb * sizeof(float));
-	gpu->free(dC, nc * sizeof(float));
+	free(gf);
+	free(rf);
+	gpu->free(dA, na * ea);
+	gpu->free(dB, nb * ea);
+	gpu->free(dC, nc * ec);
+}
+
+static void mm_case(int ta, int tb, int M, int N, int K, float alpha,
+		    float beta, int pad, int off, uint64_t *st)
+{
+	mm_case_t(TK_F32, TK_F32, ta, tb, M, N, K, alpha, beta, pad, off, st);
 }
 
 START_TEST(test_matmul)
@@ -314,36 +489,88 @@ START_TEST(test_matmul)
 }
 END_TEST
 
+/* bf16 A and B (the weights used as they are), bf16 or f32 C, every
+ * transpose, odd sizes, padded leading dimensions and 2-byte aligned
+ * pointers. */
+START_TEST(test_matmul_bf16)
+{
+	static const int shapes[][3] = {
+	    {1, 1, 1},	    {17, 33, 65}, {64, 128, 256},
+	    {130, 77, 300}, {3, 1000, 5},
+	};
+	uint64_t st = 24;
+
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (int t = 0; t < 4; t++)
+			for (int c = 0; c < 2; c++) {
+				int M = shapes[s][0], N = shapes[s][1];
+				int K = shapes[s][2], cd = dts[c];
+
+				mm_case_t(TK_BF16, cd, t & 1, t >> 1, M, N, K,
+					  1.0f, 0.0f, 0, 0, &st);
+				mm_case_t(TK_BF16, cd, t & 1, t >> 1, M, N, K,
+					  0.5f, 1.0f, 3, 1, &st);
+				mm_case_t(TK_BF16, cd, t & 1, t >> 1, M, N, K,
+					  -2.0f, 0.25f, 8, 3, &st);
+			}
+	/* the loss chunk's GEMMs with bf16 weights: logits in f32, dh in
+	 * bf16, the head gradient accumulated in f32 */
+	mm_case_t(TK_BF16, TK_F32, 0, 1, 37, 5003, 96, 1.0f, 0.0f, 0, 0, &st);
+	mm_case_t(TK_BF16, TK_BF16, 0, 0, 37, 96, 5003, 1.0f, 0.0f, 0, 0, &st);
+	mm_case_t(TK_BF16, TK_F32, 1, 0, 5003, 96, 37, 1.0f, 1.0f, 0, 0, &st);
+	/* the same shape at every 2-byte alignment (a distinct cache key) */
+	for (int off = 0; off < 8; off++)
+		mm_case_t(TK_BF16, TK_BF16, 0, 1, 33, 65, 129, 1.0f, 0.0f, 0,
+			  off, &st);
+}
+END_TEST
+
 START_TEST(test_matmul_k0)
 {
 	uint64_t st = 22;
 	int M = 5, N = 7, ldc = 9;
-	float *C = frand((size_t)M * ldc, -1, 1, &st), *got, *dC;
+	size_t nc = (size_t)M * ldc;
 
-	/* beta == 0: zeros, even over NaN */
-	dC = dnan((size_t)M * ldc);
-	gpu->matmul(0, 0, M, N, 0, 1.0f, NULL, 1, NULL, 1, 0.0f, dC, ldc);
-	got = dget(dC, (size_t)M * ldc * sizeof(float));
-	for (int i = 0; i < M; i++)
-		for (int j = 0; j < ldc; j++)
-			if (j < N)
-				ck_assert_float_eq(got[i * ldc + j], 0.0f);
-			else
-				ck_assert(isnan(got[i * ldc + j]));
-	free(got);
-	/* beta != 0: C scaled */
-	gpu->upload(dC, C, (size_t)M * ldc * sizeof(float));
-	gpu->matmul(1, 1, M, N, 0, 1.0f, NULL, 1, NULL, 1, 2.0f, dC, ldc);
-	got = dget(dC, (size_t)M * ldc * sizeof(float));
-	for (int i = 0; i < M; i++)
-		for (int j = 0; j < ldc; j++)
-			ck_assert_float_eq(got[i * ldc + j],
-					   j < N ? 2.0f * C[i * ldc + j]
-						 : C[i * ldc + j]);
-	gpu_ok("matmul K = 0");
-	free(got);
-	free(C);
-	gpu->free(dC, (size_t)M * ldc * sizeof(float));
+	for (int t = 0; t < 2; t++) {
+		int cd = dts[t];
+		size_t ec = tk_dtype_size(cd);
+		float *Cf = frand(nc, -1, 1, &st), *gf = hnew(nc * 4);
+		void *C = tconv(cd, Cf, nc), *got, *dC;
+
+		/* beta == 0: zeros, even over NaN */
+		dC = tnan(cd, nc);
+		gpu->matmul(0, 0, M, N, 0, 1.0f, TK_BF16, NULL, 1, NULL, 1,
+			    0.0f, cd, dC, ldc);
+		got = dget(dC, nc * ec);
+		cpu->to_f32(gf, got, cd, nc);
+		for (int i = 0; i < M; i++)
+			for (int j = 0; j < ldc; j++)
+				if (j < N)
+					ck_assert_float_eq(gf[i * ldc + j],
+							   0.0f);
+				else
+					ck_assert(isnan(gf[i * ldc + j]));
+		free(got);
+		/* beta != 0: C scaled (by 2: exact in either dtype) */
+		gpu->upload(dC, C, nc * ec);
+		gpu->matmul(1, 1, M, N, 0, 1.0f, cd, NULL, 1, NULL, 1, 2.0f, cd,
+			    dC, ldc);
+		got = dget(dC, nc * ec);
+		cpu->to_f32(gf, got, cd, nc);
+		cpu->to_f32(Cf, C, cd, nc);
+		for (int i = 0; i < M; i++)
+			for (int j = 0; j < ldc; j++)
+				ck_assert_float_eq(gf[i * ldc + j],
+						   j < N
+						       ? 2.0f * Cf[i * ldc + j]
+						       : Cf[i * ldc + j]);
+		gpu_ok("matmul K = 0");
+		free(got);
+		free(C);
+		free(Cf);
+		free(gf);
+		gpu->free(dC, nc * ec);
+	}
 }
 END_TEST
 
@@ -355,8 +582,10 @@ START_TEST(test_matmul_cache)
 
 	for (int round = 0; round < 2; round++)
 		for (int s = 0; s < 80; s++)
-			mm_case(s & 1, (s >> 1) & 1, 3 + s, 5 + 2 * s, 7 + s,
-				1.0f, 0.0f, 0, 0, &st);
+			mm_case_t(s % 3 == 2 ? TK_BF16 : TK_F32,
+				  s % 3 == 2 && s % 2 ? TK_BF16 : TK_F32, s & 1,
+				  (s >> 1) & 1, 3 + s, 5 + 2 * s, 7 + s, 1.0f,
+				  0.0f, 0, 0, &st);
 	for (int off = 0; off < 4; off++)
 		mm_case(0, 1, 33, 65, 129, 1.0f, 0.0f, 0, off, &st);
 }
@@ -370,22 +599,24 @@ START_TEST(test_add)
 	size_t sizes[] = {1, 1000, (size_t)65535 * 256 + 12345};
 	uint64_t st = 31;
 
-	for (size_t s = 0; s < 3; s++) {
-		size_t n = sizes[s];
-		float *y = frand(n, -1, 1, &st), *x = frand(n, -1, 1, &st);
-		float *dy = dput(y, n * sizeof(float));
-		float *dx = dput(x, n * sizeof(float)), *got;
+	for (int t = 0; t < 2; t++)
+		for (size_t s = 0; s < 3; s++) {
+			int dt = dts[t];
+			size_t n = sizes[s], b = n * tk_dtype_size(dt);
+			void *y = trand(dt, n, -1, 1, &st);
+			void *x = trand(dt, n, -1, 1, &st);
+			void *dy = dput(y, b), *dx = dput(x, b), *got;
 
-		cpu->add(y, x, n);
-		gpu->add(dy, dx, n);
-		got = dget(dy, n * sizeof(float));
-		check_same("add", got, y, n * sizeof(float));
-		free(got);
-		free(y);
-		free(x);
-		gpu->free(dy, n * sizeof(float));
-		gpu->free(dx, n * sizeof(float));
-	}
+			cpu->add(dt, y, x, n);
+			gpu->add(dt, dy, dx, n);
+			got = dget(dy, b);
+			check_t("add", dt, got, y, n, 1, 0);
+			free(got);
+			free(y);
+			free(x);
+			gpu->free(dy, b);
+			gpu->free(dx, b);
+		}
 	gpu_ok("add");
 }
 END_TEST
@@ -396,68 +627,78 @@ START_TEST(test_bias)
 	    {1, 1}, {1000, 67}, {4096, 1024}, {3, 5000}};
 	uint64_t st = 32;
 
-	for (size_t s = 0; s < 4; s++) {
-		int rows = shapes[s][0], C = shapes[s][1];
-		size_t n = (size_t)rows * C;
-		float *y = frand(n, -1, 1, &st), *b = frand(C, -1, 1, &st);
-		float *db = frand(C, -1, 1, &st), *got;
-		float *d_y = dput(y, n * sizeof(float));
-		float *d_b = dput(b, C * sizeof(float));
-		float *d_db = dput(db, C * sizeof(float));
+	for (int t = 0; t < 2; t++)
+		for (size_t s = 0; s < 4; s++) {
+			int dt = dts[t], rows = shapes[s][0], C = shapes[s][1];
+			size_t n = (size_t)rows * C, es = tk_dtype_size(dt);
+			void *y = trand(dt, n, -1, 1, &st);
+			void *b = trand(dt, C, -1, 1, &st);
+			float *db = frand(C, -1, 1, &st), *gotf;
+			void *got;
+			void *d_y = dput(y, n * es), *d_b = dput(b, C * es);
+			float *d_db = dput(db, C * sizeof(float));
 
-		/* bwd first: it reads y as dy before fwd changes it */
-		cpu->bias_bwd(db, y, rows, C);
-		gpu->bias_bwd(d_db, d_y, rows, C);
-		got = dget(d_db, C * sizeof(float));
-		check_close("bias_bwd", got, db, C, TOL_ELEM);
-		free(got);
-		cpu->bias_fwd(y, b, rows, C);
-		gpu->bias_fwd(d_y, d_b, rows, C);
-		got = dget(d_y, n * sizeof(float));
-		check_same("bias_fwd", got, y, n * sizeof(float));
-		free(got);
-		free(y);
-		free(b);
-		free(db);
-		gpu->free(d_y, n * sizeof(float));
-		gpu->free(d_b, C * sizeof(float));
-		gpu->free(d_db, C * sizeof(float));
-	}
+			/* bwd first: it reads y as dy before fwd changes it;
+			 * dbias is f32 in both dtypes */
+			cpu->bias_bwd(dt, db, y, rows, C);
+			gpu->bias_bwd(dt, d_db, d_y, rows, C);
+			gotf = dget(d_db, C * sizeof(float));
+			check_close(dt == TK_F32 ? "bias_bwd (f32)"
+						 : "bias_bwd (bf16)",
+				    gotf, db, C, TOL_ELEM);
+			free(gotf);
+			cpu->bias_fwd(dt, y, b, rows, C);
+			gpu->bias_fwd(dt, d_y, d_b, rows, C);
+			got = dget(d_y, n * es);
+			check_t("bias_fwd", dt, got, y, n, 1, 0);
+			free(got);
+			free(y);
+			free(b);
+			free(db);
+			gpu->free(d_y, n * es);
+			gpu->free(d_b, C * es);
+			gpu->free(d_db, C * sizeof(float));
+		}
 	gpu_ok("bias");
 }
 END_TEST
 
 /* n tokens of ids in [0, V) (mode 0), all the same id (mode 1: one row
- * receives every gradient, more than a flush holds), or with -1 ids. */
-static void emb_case(int n, int V, int H, int mode, uint64_t *st)
+ * receives every gradient, more than a flush holds), or with -1 ids (mode
+ * 2: skipped by the backward, a zero row forward). */
+static void emb_case(int dt, int n, int V, int H, int mode, uint64_t *st)
 {
 	int32_t *tok = hnew((size_t)n * sizeof(int32_t));
-	size_t nt = (size_t)V * H, no = (size_t)n * H;
-	float *table = frand(nt, -1, 1, st), *dout = frand(no, -1, 1, st);
-	float *out = hnew(no * sizeof(float)), *dtable = frand(nt, -1, 1, st);
-	float *d_table, *d_out, *d_dout, *d_dtable, *got;
+	size_t nt = (size_t)V * H, no = (size_t)n * H, es = tk_dtype_size(dt);
+	void *table = trand(dt, nt, -1, 1, st),
+	     *dout = trand(dt, no, -1, 1, st);
+	void *out = hnew(no * es), *d_table, *d_out, *d_dout, *got;
+	float *dtable = frand(nt, -1, 1, st), *d_dtable, *gotf;
 	int32_t *d_tok;
+	char what[64];
 
 	for (int i = 0; i < n; i++)
 		tok[i] = mode == 1			? V / 2
 			 : mode == 2 && rnd(st, 5) == 0 ? -1
 							: (int32_t)rnd(st, V);
 	d_tok = dput(tok, (size_t)n * sizeof(int32_t));
-	d_table = dput(table, nt * sizeof(float));
+	d_table = dput(table, nt * es);
 	d_dtable = dput(dtable, nt * sizeof(float));
-	d_dout = dput(dout, no * sizeof(float));
-	d_out = dnan(no);
-	cpu->embedding_fwd(out, table, tok, n, H);
-	gpu->embedding_fwd(d_out, d_table, d_tok, n, H);
-	got = dget(d_out, no * sizeof(float));
-	check_same("embedding_fwd", got, out, no * sizeof(float));
+	d_dout = dput(dout, no * es);
+	d_out = tnan(dt, no);
+	cpu->embedding_fwd(dt, out, table, tok, n, H);
+	gpu->embedding_fwd(dt, d_out, d_table, d_tok, n, H);
+	got = dget(d_out, no * es);
+	snprintf(what, sizeof(what), "embedding_fwd (%s)", dt_name(dt));
+	check_same(what, got, out, no * es); /* a copy: the same bits */
 	free(got);
-	cpu->embedding_bwd(dtable, dout, tok, n, H);
-	gpu->embedding_bwd(d_dtable, d_dout, d_tok, n, H);
-	got = dget(d_dtable, nt * sizeof(float));
+	cpu->embedding_bwd(dt, dtable, dout, tok, n, H);
+	gpu->embedding_bwd(dt, d_dtable, d_dout, d_tok, n, H);
+	gotf = dget(d_dtable, nt * sizeof(float));
 	/* the same additions in the same order: bit-identical */
-	check_same("embedding_bwd", got, dtable, nt * sizeof(float));
-	free(got);
+	snprintf(what, sizeof(what), "embedding_bwd (%s)", dt_name(dt));
+	check_same(what, gotf, dtable, nt * sizeof(float));
+	free(gotf);
 	gpu_ok("embedding");
 	free(tok);
 	free(table);
@@ -465,56 +706,57 @@ static void emb_case(int n, int V, int H, int mode, uint64_t *st)
 	free(out);
 	free(dtable);
 	gpu->free(d_tok, (size_t)n * sizeof(int32_t));
-	gpu->free(d_table, nt * sizeof(float));
+	gpu->free(d_table, nt * es);
 	gpu->free(d_dtable, nt * sizeof(float));
-	gpu->free(d_dout, no * sizeof(float));
-	gpu->free(d_out, no * sizeof(float));
+	gpu->free(d_dout, no * es);
+	gpu->free(d_out, no * es);
 }
 
 START_TEST(test_embedding)
 {
 	uint64_t st = 33;
 
-	emb_case(1, 1, 1, 0, &st);
-	emb_case(37, 11, 67, 0, &st);
-	emb_case(300, 1000, 257, 2, &st);
-	emb_case(2000, 40, 1000, 0, &st);
-	emb_case(9000, 17, 300, 1, &st);
-	emb_case(4096, 32000, 512, 2, &st);
+	for (int t = 0; t < 2; t++) {
+		emb_case(dts[t], 1, 1, 1, 0, &st);
+		emb_case(dts[t], 37, 11, 67, 0, &st);
+		emb_case(dts[t], 300, 1000, 257, 2, &st);
+		emb_case(dts[t], 2000, 40, 1000, 0, &st);
+		emb_case(dts[t], 9000, 17, 300, 1, &st);
+		emb_case(dts[t], 4096, 32000, 512, 2, &st);
+	}
 }
 END_TEST
 
-static void rms_case(int n, int H, uint64_t *st)
+static void rms_case(int dt, int n, int H, uint64_t *st)
 {
-	size_t nh = (size_t)n * H;
-	float *x = frand(nh, -2, 2, st), *w = frand(H, 0.5f, 1.5f, st);
-	float *dout = frand(nh, -1, 1, st), *dw = frand(H, -1, 1, st);
-	float *out = hnew(nh * sizeof(float)), *rstd = hnew(n * sizeof(float));
-	float *dx = hnew(nh * sizeof(float)), *got;
-	float *d_x = dput(x, nh * sizeof(float));
-	float *d_w = dput(w, H * sizeof(float));
-	float *d_dout = dput(dout, nh * sizeof(float));
-	float *d_dw = dput(dw, H * sizeof(float));
-	float *d_out = dnan(nh), *d_rstd = dnan(n), *d_dx = dnan(nh);
+	size_t nh = (size_t)n * H, es = tk_dtype_size(dt);
+	void *x = trand(dt, nh, -2, 2, st), *w = trand(dt, H, 0.5f, 1.5f, st);
+	void *dout = trand(dt, nh, -1, 1, st);
+	float *dw = frand(H, -1, 1, st), *rstd = hnew(n * sizeof(float));
+	void *out = hnew(nh * es), *dx = hnew(nh * es), *got;
+	void *d_x = dput(x, nh * es), *d_w = dput(w, H * es);
+	void *d_dout = dput(dout, nh * es);
+	float *d_dw = dput(dw, H * sizeof(float)), *d_rstd = dnan(n), *gotf;
+	void *d_out = tnan(dt, nh), *d_dx = tnan(dt, nh);
 
-	cpu->rmsnorm_fwd(out, rstd, x, w, n, H, 1e-6f);
-	gpu->rmsnorm_fwd(d_out, d_rstd, d_x, d_w, n, H, 1e-6f);
-	got = dget(d_out, nh * sizeof(float));
-	check_close("rmsnorm_fwd out", got, out, nh, TOL_ELEM);
+	cpu->rmsnorm_fwd(dt, out, rstd, x, w, n, H, 1e-6f);
+	gpu->rmsnorm_fwd(dt, d_out, d_rstd, d_x, d_w, n, H, 1e-6f);
+	got = dget(d_out, nh * es);
+	check_t("rmsnorm_fwd out", dt, got, out, nh, 0, TOL_ELEM);
 	free(got);
-	got = dget(d_rstd, n * sizeof(float));
-	check_close("rmsnorm_fwd rstd", got, rstd, n, TOL_ELEM);
-	free(got);
+	gotf = dget(d_rstd, n * sizeof(float));
+	check_close("rmsnorm_fwd rstd", gotf, rstd, n, TOL_ELEM);
+	free(gotf);
 	/* the backward pass from the same rstd on both sides */
 	gpu->upload(d_rstd, rstd, n * sizeof(float));
-	cpu->rmsnorm_bwd(dx, dw, dout, x, w, rstd, n, H);
-	gpu->rmsnorm_bwd(d_dx, d_dw, d_dout, d_x, d_w, d_rstd, n, H);
-	got = dget(d_dx, nh * sizeof(float));
-	check_close("rmsnorm_bwd dx", got, dx, nh, TOL_ELEM);
+	cpu->rmsnorm_bwd(dt, dx, dw, dout, x, w, rstd, n, H);
+	gpu->rmsnorm_bwd(dt, d_dx, d_dw, d_dout, d_x, d_w, d_rstd, n, H);
+	got = dget(d_dx, nh * es);
+	check_t("rmsnorm_bwd dx", dt, got, dx, nh, 0, TOL_ELEM);
 	free(got);
-	got = dget(d_dw, H * sizeof(float));
-	check_close("rmsnorm_bwd dw", got, dw, H, TOL_ELEM);
-	free(got);
+	gotf = dget(d_dw, H * sizeof(float));
+	check_close("rmsnorm_bwd dw", gotf, dw, H, TOL_ELEM);
+	free(gotf);
 	gpu_ok("rmsnorm");
 	free(x);
 	free(w);
@@ -523,59 +765,66 @@ static void rms_case(int n, int H, uint64_t *st)
 	free(out);
 	free(rstd);
 	free(dx);
-	gpu->free(d_x, nh * sizeof(float));
-	gpu->free(d_w, H * sizeof(float));
-	gpu->free(d_dout, nh * sizeof(float));
+	gpu->free(d_x, nh * es);
+	gpu->free(d_w, H * es);
+	gpu->free(d_dout, nh * es);
 	gpu->free(d_dw, H * sizeof(float));
-	gpu->free(d_out, nh * sizeof(float));
+	gpu->free(d_out, nh * es);
 	gpu->free(d_rstd, n * sizeof(float));
-	gpu->free(d_dx, nh * sizeof(float));
+	gpu->free(d_dx, nh * es);
 }
 
 START_TEST(test_rmsnorm)
 {
 	uint64_t st = 34;
 
-	rms_case(1, 1, &st);
-	rms_case(37, 67, &st);
-	rms_case(128, 4096, &st);
-	rms_case(3, 8192, &st);
-	rms_case(2048, 96, &st);
+	for (int t = 0; t < 2; t++) {
+		rms_case(dts[t], 1, 1, &st);
+		rms_case(dts[t], 37, 67, &st);
+		rms_case(dts[t], 128, 4096, &st);
+		rms_case(dts[t], 3, 8192, &st);
+		rms_case(dts[t], 2048, 96, &st);
+	}
 }
 END_TEST
 
-static void rope_case(int n, int heads, int hd, uint64_t *st)
+static void rope_case(int dt, int n, int heads, int hd, uint64_t *st)
 {
 	int half = hd / 2, max_pos = 50;
 	size_t nx = (size_t)n * heads * hd, nt = (size_t)max_pos * half;
-	float *x = frand(nx, -1, 1, st), *c = frand(nt, -1, 1, st);
-	float *s = frand(nt, -1, 1, st), *got;
+	size_t es = tk_dtype_size(dt);
+	void *x = trand(dt, nx, -1, 1, st), *got;
+	float *c = frand(nt, -1, 1, st), *s = frand(nt, -1, 1, st);
 	int32_t *pos = hnew((size_t)n * sizeof(int32_t));
-	float *d_x, *d_c, *d_s;
+	void *d_x;
+	float *d_c, *d_s;
 	int32_t *d_pos;
 
 	for (int i = 0; i < n; i++)
 		pos[i] = (int32_t)rnd(st, max_pos);
-	d_x = dput(x, nx * sizeof(float));
+	d_x = dput(x, nx * es);
 	d_c = dput(c, (nt ? nt : 1) * sizeof(float));
 	d_s = dput(s, (nt ? nt : 1) * sizeof(float));
 	d_pos = dput(pos, (size_t)n * sizeof(int32_t));
-	cpu->rope_fwd(x, c, s, pos, n, heads, hd);
-	gpu->rope_fwd(d_x, d_c, d_s, d_pos, n, heads, hd);
-	got = dget(d_x, nx * sizeof(float));
-	check_same("rope_fwd", got, x, nx * sizeof(float));
+	cpu->rope_fwd(dt, x, c, s, pos, n, heads, hd);
+	gpu->rope_fwd(dt, d_x, d_c, d_s, d_pos, n, heads, hd);
+	got = dget(d_x, nx * es);
+	check_t("rope_fwd", dt, got, x, nx, 1, 0);
 	free(got);
-	cpu->rope_bwd(x, c, s, pos, n, heads, hd);
-	gpu->rope_bwd(d_x, d_c, d_s, d_pos, n, heads, hd);
-	got = dget(d_x, nx * sizeof(float));
-	check_same("rope_bwd", got, x, nx * sizeof(float));
+	/* both sides go on from the CPU's result (a 1-ulp bf16 difference
+	 * would otherwise compound) */
+	gpu->upload(d_x, x, nx * es);
+	cpu->rope_bwd(dt, x, c, s, pos, n, heads, hd);
+	gpu->rope_bwd(dt, d_x, d_c, d_s, d_pos, n, heads, hd);
+	got = dget(d_x, nx * es);
+	check_t("rope_bwd", dt, got, x, nx, 1, 0);
 	free(got);
 	gpu_ok("rope");
 	free(x);
 	free(c);
 	free(s);
 	free(pos);
-	gpu->free(d_x, nx * sizeof(float));
+	gpu->free(d_x, nx * es);
 	gpu->free(d_c, (nt ? nt : 1) * sizeof(float));
 	gpu->free(d_s, (nt ? nt : 1) * sizeof(float));
 	gpu->free(d_pos, (size_t)n * sizeof(int32_t));
@@ -585,10 +834,13 @@ START_TEST(test_rope)
 {
 	uint64_t st = 35;
 
-	rope_case(1, 1, 2, &st);
-	rope_case(19, 3, 10, &st);
-	rope_case(7, 2, 7, &st); /* odd hd: the last element is left alone */
-	rope_case(512, 8, 128, &st);
+	for (int t = 0; t < 2; t++) {
+		rope_case(dts[t], 1, 1, 2, &st);
+		rope_case(dts[t], 19, 3, 10, &st);
+		/* odd hd: the last element is left alone */
+		rope_case(dts[t], 7, 2, 7, &st);
+		rope_case(dts[t], 512, 8, 128, &st);
+	}
 }
 END_TEST
 
@@ -597,69 +849,169 @@ START_TEST(test_swiglu)
 	size_t sizes[] = {1, 999, 1 << 20};
 	uint64_t st = 36;
 
-	for (size_t k = 0; k < 3; k++) {
-		size_t n = sizes[k], b = n * sizeof(float);
-		float *g = frand(n, -20, 20, &st), *u = frand(n, -2, 2, &st);
-		float *d = frand(n, -1, 1, &st), *out = hnew(b);
-		float *dg = hnew(b), *du = hnew(b), *got;
-		float *d_g = dput(g, b), *d_u = dput(u, b), *d_d = dput(d, b);
-		float *d_out = dnan(n), *d_dg = dnan(n), *d_du = dnan(n);
+	for (int t = 0; t < 2; t++)
+		for (size_t k = 0; k < 3; k++) {
+			int dt = dts[t];
+			size_t n = sizes[k], b = n * tk_dtype_size(dt);
+			void *g = trand(dt, n, -20, 20, &st);
+			void *u = trand(dt, n, -2, 2, &st);
+			void *d = trand(dt, n, -1, 1, &st), *out = hnew(b);
+			void *dg = hnew(b), *du = hnew(b), *got;
+			void *d_g = dput(g, b), *d_u = dput(u, b);
+			void *d_d = dput(d, b), *d_out = tnan(dt, n);
+			void *d_dg = tnan(dt, n), *d_du = tnan(dt, n);
 
-		cpu->swiglu_fwd(out, g, u, n);
-		gpu->swiglu_fwd(d_out, d_g, d_u, n);
-		got = dget(d_out, b);
-		check_close("swiglu_fwd", got, out, n, TOL_ELEM);
-		free(got);
-		cpu->swiglu_bwd(dg, du, d, g, u, n);
-		gpu->swiglu_bwd(d_dg, d_du, d_d, d_g, d_u, n);
-		got = dget(d_dg, b);
-		check_close("swiglu_bwd dgate", got, dg, n, TOL_ELEM);
-		free(got);
-		got = dget(d_du, b);
-		check_close("swiglu_bwd dup", got, du, n, TOL_ELEM);
-		free(got);
-		gpu_ok("swiglu");
-		free(g);
-		free(u);
-		free(d);
-		free(out);
-		free(dg);
-		free(du);
-		gpu->free(d_g, b);
-		gpu->free(d_u, b);
-		gpu->free(d_d, b);
-		gpu->free(d_out, b);
-		gpu->free(d_dg, b);
-		gpu->free(d_du, b);
-	}
+			cpu->swiglu_fwd(dt, out, g, u, n);
+			gpu->swiglu_fwd(dt, d_out, d_g, d_u, n);
+			got = dget(d_out, b);
+			check_t("swiglu_fwd", dt, got, out, n, 0, TOL_ELEM);
+			free(got);
+			cpu->swiglu_bwd(dt, dg, du, d, g, u, n);
+			gpu->swiglu_bwd(dt, d_dg, d_du, d_d, d_g, d_u, n);
+			got = dget(d_dg, b);
+			check_t("swiglu_bwd dgate", dt, got, dg, n, 0,
+				TOL_ELEM);
+			free(got);
+			got = dget(d_du, b);
+			check_t("swiglu_bwd dup", dt, got, du, n, 0, TOL_ELEM);
+			free(got);
+			/* in place: dgate over gate, dup over up */
+			gpu->swiglu_bwd(dt, d_g, d_u, d_d, d_g, d_u, n);
+			got = dget(d_g, b);
+			check_t("swiglu_bwd dgate in place", dt, got, dg, n, 0,
+				TOL_ELEM);
+			free(got);
+			got = dget(d_u, b);
+			check_t("swiglu_bwd dup in place", dt, got, du, n, 0,
+				TOL_ELEM);
+			free(got);
+			gpu_ok("swiglu");
+			free(g);
+			free(u);
+			free(d);
+			free(out);
+			free(dg);
+			free(du);
+			gpu->free(d_g, b);
+			gpu->free(d_u, b);
+			gpu->free(d_d, b);
+			gpu->free(d_out, b);
+			gpu->free(d_dg, b);
+			gpu->free(d_du, b);
+		}
 }
 END_TEST
 
 /* ---- cross-entropy ------------------------------------------------------ */
 
-/* Targets: -100 for about one row in 6, the row's argmax for about one in
- * 3 (so n_correct counts something), else random. */
-static void ce_case(int n, int V, float grad_scale, int with_rows, uint64_t *st)
+/* The per-row state of the chunked loss, n rows, host or device. */
+typedef struct {
+	tk_ce_rows s;
+	int n;
+	int dev;
+} ce_state;
+
+static void ce_state_new(ce_state *c, int n, int dev)
 {
-	size_t nv = (size_t)n * V;
-	float *x = frand(nv, -8, 8, st), *got;
+	size_t un = n > 0 ? (size_t)n : 1;
+
+	c->n = n;
+	c->dev = dev;
+	if (dev) {
+		c->s.mx = dnew(un * sizeof(float));
+		c->s.se = dnew(un * sizeof(double));
+		c->s.tl = dnew(un * sizeof(float));
+		c->s.am = dnew(un * sizeof(int32_t));
+		c->s.lse = dnan(un);
+	} else {
+		c->s.mx = hnew(un * sizeof(float));
+		c->s.se = hnew(un * sizeof(double));
+		c->s.tl = hnew(un * sizeof(float));
+		c->s.am = hnew(un * sizeof(int32_t));
+		c->s.lse = hnew(un * sizeof(float));
+	}
+}
+
+static void ce_state_free(ce_state *c)
+{
+	size_t un = c->n > 0 ? (size_t)c->n : 1;
+
+	if (c->dev) {
+		gpu->free(c->s.mx, un * sizeof(float));
+		gpu->free(c->s.se, un * sizeof(double));
+		gpu->free(c->s.tl, un * sizeof(float));
+		gpu->free(c->s.am, un * sizeof(int32_t));
+		gpu->free(c->s.lse, un * sizeof(float));
+	} else {
+		free(c->s.mx);
+		free(c->s.se);
+		free(c->s.tl);
+		free(c->s.am);
+		free(c->s.lse);
+	}
+}
+
+/* Runs the loss on ops o over logits x [n, V] (row stride ldl) in chunks of
+ * width cw (the last narrower): stats over every chunk, then finish. */
+static void ce_run(const tk_ops *o, ce_state *c, const float *x, int ldl,
+		   const int32_t *tgt, int n, int V, int cw, double *loss,
+		   int *nc, double *rl)
+{
+	for (int v0 = 0; v0 < V; v0 += cw)
+		o->ce_stats(&c->s, x + v0, ldl, tgt, n, v0,
+			    V - v0 < cw ? V - v0 : cw);
+	o->ce_finish(&c->s, tgt, n, loss, nc, rl);
+}
+
+/* Targets: -100 for about one row in 6, the row's argmax for about one in
+ * 3 (so n_correct counts something), else random. Every fourth row holds
+ * its max twice, in different chunks when there are several, and takes
+ * one copy as target: the smaller id (the argmax: correct) or, rows 4 mod
+ * 8, the larger (not correct). The loss over chunks of width cw is compared
+ * with one chunk (GPU and CPU) and the CPU's chunks: lse, loss_sum,
+ * n_correct, row_loss; then the gradient of every chunk, f32 and bf16,
+ * f32 in place over the logits. */
+static void ce_case(int n, int V, int cw, float grad_scale, int with_rows,
+		    uint64_t *st)
+{
+	const int ldl = V + 3; /* a row stride wider than the row */
+	size_t nv = (size_t)n * ldl;
+	float *x = frand(nv, -8, 8, st);
 	int32_t *tgt = hnew((size_t)n * sizeof(int32_t));
-	double *rl = hnew((size_t)n * sizeof(double)), *grl, loss = 0, gloss;
-	int nc = 0, gnc = -1;
-	float *d_x;
+	double *rl = hnew((size_t)n * sizeof(double)), *grl;
+	double loss1 = 0, gloss = NAN, gloss1 = NAN, closs = NAN;
+	int nc1 = -1, gnc = -1, gnc1 = -1, cnc = -1;
+	ce_state g, g1, c, c1;
+	float *d_x, *glse, *dlog;
 	int32_t *d_t;
 	double *d_rl = NULL;
-	char what[96];
+	char what[128];
 
 	for (int i = 0; i < n; i++) {
 		uint32_t k = rnd(st, 6);
-		const float *r = x + (size_t)i * V;
-		int am = 0;
+		float *r = x + (size_t)i * ldl;
+		int am = 0, am2 = -1;
 
+		if (i % 4 == 0 && V > 1) { /* the max twice */
+			int a = (int)rnd(st, (uint32_t)V);
+			/* a chunk width apart (another chunk, cw < V) */
+			int b =
+			    V > cw
+				? (a + cw) % V
+				: (a + 1 + (int)rnd(st, (uint32_t)V - 1)) % V;
+
+			r[a] = r[b] = 9.0f; /* above every other logit */
+			/* the smaller id is the argmax: half the rows take
+			 * the other copy as target */
+			am2 = i % 8 == 4 ? (a > b ? a : b) : (a < b ? a : b);
+		}
 		for (int j = 1; j < V; j++)
 			if (r[j] > r[am])
 				am = j;
-		tgt[i] = k == 0 ? -100 : k <= 2 ? am : (int32_t)rnd(st, V);
+		tgt[i] = k == 0	    ? -100
+			 : am2 >= 0 ? am2
+			 : k <= 2   ? am
+				    : (int32_t)rnd(st, V);
 	}
 	d_x = dput(x, nv * sizeof(float));
 	d_t = dput(tgt, (size_t)n * sizeof(int32_t));
@@ -670,19 +1022,36 @@ static void ce_case(int n, int V, float grad_scale, int with_rows, uint64_t *st)
 		d_rl = dput(nan_rows, (size_t)n * sizeof(double));
 		free(nan_rows);
 	}
-	snprintf(what, sizeof(what), "cross_entropy n=%d V=%d scale=%g", n, V,
+	snprintf(what, sizeof(what), "ce n=%d V=%d chunk=%d scale=%g", n, V, cw,
 		 grad_scale);
-	cpu->cross_entropy(x, tgt, n, V, grad_scale, &loss, &nc, rl);
-	gloss = NAN;
-	gpu->cross_entropy(d_x, d_t, n, V, grad_scale, &gloss,
-			   with_rows ? &gnc : NULL, d_rl);
+	ce_state_new(&g, n, 1);
+	ce_state_new(&g1, n, 1);
+	ce_state_new(&c, n, 0);
+	ce_state_new(&c1, n, 0);
+	ce_run(cpu, &c1, x, ldl, tgt, n, V, V, &loss1, &nc1, rl);
+	ce_run(cpu, &c, x, ldl, tgt, n, V, cw, &closs, &cnc, NULL);
+	ce_run(gpu, &g1, d_x, ldl, d_t, n, V, V, &gloss1, &gnc1, NULL);
+	ce_run(gpu, &g, d_x, ldl, d_t, n, V, cw, &gloss,
+	       with_rows ? &gnc : NULL, d_rl);
 	gpu_ok(what);
-	/* GPU expf is within 2 ulp: each loss within ~2e-7 absolute */
-	ck_assert_msg(fabs(gloss - loss) <= TOL_ELEM * (fabs(loss) + n),
-		      "%s: loss_sum %.17g, cpu %.17g", what, gloss, loss);
+	/* GPU expf is within 2 ulp: each loss within ~2e-7 absolute; the
+	 * chunked sum rescales, so chunked and whole differ in the last
+	 * bits only */
+	ck_assert_msg(fabs(gloss - loss1) <= TOL_ELEM * (fabs(loss1) + n),
+		      "%s: loss_sum %.17g, cpu %.17g", what, gloss, loss1);
+	ck_assert_msg(fabs(gloss1 - loss1) <= TOL_ELEM * (fabs(loss1) + n),
+		      "%s: one chunk: loss_sum %.17g, cpu %.17g", what, gloss1,
+		      loss1);
+	ck_assert_msg(fabs(closs - loss1) <= TOL_ELEM * (fabs(loss1) + n),
+		      "%s: cpu chunks: loss_sum %.17g, one chunk %.17g", what,
+		      closs, loss1);
+	ck_assert_msg(
+	    gnc1 == nc1 && cnc == nc1,
+	    "%s: n_correct %d (gpu one chunk), %d (cpu chunks), cpu %d", what,
+	    gnc1, cnc, nc1);
 	if (with_rows) {
-		ck_assert_msg(gnc == nc, "%s: n_correct %d, cpu %d", what, gnc,
-			      nc);
+		ck_assert_msg(gnc == nc1, "%s: n_correct %d, cpu %d", what, gnc,
+			      nc1);
 		grl = dget(d_rl, (size_t)n * sizeof(double));
 		for (int i = 0; i < n; i++)
 			ck_assert_msg(fabs(grl[i] - rl[i]) <=
@@ -691,12 +1060,90 @@ static void ce_case(int n, int V, float grad_scale, int with_rows, uint64_t *st)
 				      i, grl[i], rl[i]);
 		free(grl);
 	}
-	/* logits in place: the gradient, or untouched when scale == 0 */
-	got = dget(d_x, nv * sizeof(float));
-	for (int i = 0; i < n; i++)
-		check_close(what, got + (size_t)i * V, x + (size_t)i * V,
-			    (size_t)V, TOL_ELEM);
-	free(got);
+	glse = dget(g.s.lse, (size_t)n * sizeof(float));
+	check_close(what, glse, c1.s.lse, (size_t)n, TOL_ELEM);
+	free(glse);
+	glse = dget(g1.s.lse, (size_t)n * sizeof(float));
+	check_close(what, glse, c1.s.lse, (size_t)n, TOL_ELEM);
+	free(glse);
+
+	/* gradient chunk by chunk from the GPU's lse (the CPU's for the CPU):
+	 * f32 and bf16 into a buffer of row stride ldd = cw + 1, and f32 in
+	 * place (over a copy of the logits) */
+	for (int t = 0; t < 2; t++) {
+		int dt = dts[t], ldd = cw + 1;
+		size_t es = tk_dtype_size(dt), nd = (size_t)n * ldd;
+		void *ref = hnew(nd * es), *d_d = tnan(dt, nd), *got, *rc, *gc;
+
+		for (int v0 = 0; v0 < V; v0 += cw) {
+			int w = V - v0 < cw ? V - v0 : cw;
+
+			cpu->ce_grad(dt, ref, ldd, x + v0, ldl, &c1.s, tgt, n,
+				     v0, w, grad_scale);
+			gpu->ce_grad(dt, d_d, ldd, d_x + v0, ldl, &g.s, d_t, n,
+				     v0, w, grad_scale);
+			got = dget(d_d, nd * es);
+			gpu_ok(what);
+			/* the chunk's columns of every row */
+			rc = hnew((size_t)n * w * es);
+			gc = hnew((size_t)n * w * es);
+			for (int i = 0; i < n; i++) {
+				memcpy((char *)rc + (size_t)i * w * es,
+				       (char *)ref + (size_t)i * ldd * es,
+				       (size_t)w * es);
+				memcpy((char *)gc + (size_t)i * w * es,
+				       (char *)got + (size_t)i * ldd * es,
+				       (size_t)w * es);
+			}
+			if (dt == TK_F32)
+				for (int i = 0; i < n; i++)
+					check_close(what,
+						    (float *)gc + (size_t)i * w,
+						    (float *)rc + (size_t)i * w,
+						    (size_t)w, TOL_ELEM);
+			else
+				check_bf16(what, gc, rc, (size_t)n * w, 1);
+			/* the padding column is never written */
+			for (int i = 0; i < n; i++)
+				if (dt == TK_F32)
+					ck_assert(isnan(
+					    ((float *)
+						 got)[(size_t)i * ldd + cw]));
+				else
+					ck_assert(bf16_nan(
+					    ((uint16_t *)
+						 got)[(size_t)i * ldd + cw]));
+			free(rc);
+			free(gc);
+			free(got);
+		}
+		free(ref);
+		gpu->free(d_d, nd * es);
+	}
+	/* in place over the logits (dt F32, ldd == ldl) */
+	dlog = fdup(x, nv);
+	for (int v0 = 0; v0 < V; v0 += cw) {
+		int w = V - v0 < cw ? V - v0 : cw;
+
+		cpu->ce_grad(TK_F32, dlog + v0, ldl, dlog + v0, ldl, &c1.s, tgt,
+			     n, v0, w, grad_scale);
+		gpu->ce_grad(TK_F32, d_x + v0, ldl, d_x + v0, ldl, &g.s, d_t, n,
+			     v0, w, grad_scale);
+	}
+	{
+		float *got = dget(d_x, nv * sizeof(float));
+
+		for (int i = 0; i < n; i++)
+			check_close(what, got + (size_t)i * ldl,
+				    dlog + (size_t)i * ldl, (size_t)V,
+				    TOL_ELEM);
+		free(got);
+	}
+	free(dlog);
+	ce_state_free(&g);
+	ce_state_free(&g1);
+	ce_state_free(&c);
+	ce_state_free(&c1);
 	free(x);
 	free(tgt);
 	free(rl);
@@ -710,13 +1157,36 @@ START_TEST(test_cross_entropy)
 {
 	uint64_t st = 37;
 
-	ce_case(1, 1, 1.0f, 1, &st);
-	ce_case(5, 7, 0.2f, 1, &st);
-	ce_case(33, 1000, 1.0f / 33, 1, &st);
-	ce_case(33, 1000, 0.0f, 1, &st);
-	ce_case(2000, 3001, 1.0f / 2000, 0, &st);
-	ce_case(24, 152064, 1.0f / 24, 1, &st);
-	ce_case(6, 152064, 0.0f, 0, &st);
+	ce_case(1, 1, 1, 1.0f, 1, &st);
+	ce_case(5, 7, 3, 0.2f, 1, &st);
+	ce_case(33, 1000, 1000, 1.0f / 33, 1, &st);
+	ce_case(33, 1000, 256, 0.0f, 1, &st);
+	ce_case(2000, 3001, 1024, 1.0f / 2000, 0, &st);
+	ce_case(24, 152064, 8192, 1.0f / 24, 1, &st);
+	ce_case(6, 152064, 50000, 0.0f, 0, &st);
+}
+END_TEST
+
+/* ---- last: an error is sticky ------------------------------------------- */
+
+/* f32 A and B with a bf16 C is not offered: recorded as an error, C left
+ * alone. tk_cuda_last_error keeps the first error for good, so this runs
+ * after every other test. */
+START_TEST(test_matmul_unsupported)
+{
+	float *dA = dnan(4), *dB = dnan(4);
+	uint16_t *dC = tnan(TK_BF16, 4), h[4];
+
+	gpu_ok("before the unsupported matmul");
+	gpu->matmul(0, 0, 2, 2, 2, 1.0f, TK_F32, dA, 2, dB, 2, 0.0f, TK_BF16,
+		    dC, 2);
+	ck_assert_ptr_nonnull(tk_cuda_last_error());
+	gpu->download(h, dC, sizeof(h)); /* not dget: the error stays */
+	for (int i = 0; i < 4; i++)
+		ck_assert(bf16_nan(h[i]));
+	gpu->free(dA, 4 * sizeof(float));
+	gpu->free(dB, 4 * sizeof(float));
+	gpu->free(dC, 4 * sizeof(uint16_t));
 }
 END_TEST
 
@@ -729,8 +1199,10 @@ static Suite *cuda_suite(void)
 
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_memory);
+	tcase_add_test(tc, test_host_copy);
 	tcase_add_test(tc, test_to_f32);
 	tcase_add_test(tc, test_matmul);
+	tcase_add_test(tc, test_matmul_bf16);
 	tcase_add_test(tc, test_matmul_k0);
 	tcase_add_test(tc, test_matmul_cache);
 	tcase_add_test(tc, test_add);
@@ -740,6 +1212,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_swiglu);
 	tcase_add_test(tc, test_cross_entropy);
+	tcase_add_test(tc, test_matmul_unsupported); /* last: sticky error */
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -3,14 +3,22 @@
  *
  * - Attention forward and backward on random inputs, several shapes (GQA,
  *   MQA and MHA; hd 16..256; T 1..300; packed documents through pos; a
- *   sliding window): every output is poisoned with NaN before the run, the
- *   relative error against the CPU must be < 1e-4 with no NaN, and the
- *   backward must give the same bits when run twice (no atomics).
+ *   sliding window), f32 and bf16 (the CUDA bf16 kernels against the CPU's
+ *   bf16 ones): every output is poisoned with NaN before the run, the
+ *   relative error against the CPU must be < 1e-4 (f32; 1e-2 for bf16
+ *   outputs, lse 1e-4) with no NaN, and the backward must give the same
+ *   bits when run twice (no atomics).
  * - TACO, bit for bit against the CPU over 50 steps: weights, idx, FP8
  *   codes and scales compared byte for byte after every step, for f32, f16,
  *   nearest and stochastic bf16, k = 1/4/16, beta 0 and 0.9, R < k, the
  *   uint32 index path (R > 65535), gradients with ties, a column whose
- *   gradient holds a NaN, and a corrupt state.
+ *   gradient holds a NaN, and a corrupt state. The same cases run three
+ *   ways on the GPU, each against the CPU's update of the whole tensor:
+ *   the whole update; the columns in three ranges (col0, ncols; G a slice
+ *   of the full gradient, ldg = C, or a packed copy, ldg = ncols); and the
+ *   row-streamed update (taco_begin, taco_feed of row blocks, some fed
+ *   whole, some as a list of rows, some never fed and so zero in the
+ *   CPU's gradient, with row strides wider than C, taco_finish).
  * - AdamW, bit for bit over 10 steps (both lerp branches, decay on/off).
  *
  * Exits 77 (skipped) when tk_cuda_open fails. Runs without fork: the CUDA
@@ -127,15 +135,58 @@ static double rel_err_floor(const float *x, const float *ref, size_t n)
 	return sqrt(num / (den > fl ? den : fl));
 }
 
-/* The GPU's x against the CPU's ref: error < 1e-4 and no NaN. */
+/* The GPU's x against the CPU's ref: error < tol and no NaN. */
 static double check_close(const char *what, const float *x, const float *ref,
-			  size_t n, const char *shape)
+			  size_t n, const char *shape, double tol)
 {
 	double e = rel_err_floor(x, ref, n);
 
 	ck_assert_msg(!has_nan(x, n), "%s %s: NaN in the output", shape, what);
-	ck_assert_msg(e < 1e-4, "%s %s: relative error %g", shape, what, e);
+	ck_assert_msg(e < tol, "%s %s: relative error %g", shape, what, e);
 	return e;
+}
+
+/* Host copy of x [n] in dt (bf16: rounded to nearest even). */
+static void *to_dt(int dt, const float *x, size_t n)
+{
+	void *h = xmalloc(n * (dt == TK_F32 ? 4 : 2));
+
+	for (size_t i = 0; i < n; i++)
+		tk_store_f32_rne(h, dt, i, x[i]);
+	return h;
+}
+
+/* Device buffer of n elements of dt, all NaN. */
+static void *dev_nan_dt(int dt, size_t n)
+{
+	float *f = xmalloc(n * sizeof(float));
+	void *h, *d;
+
+	for (size_t i = 0; i < n; i++)
+		f[i] = NAN;
+	h = to_dt(dt, f, n);
+	d = dev_from(h, n * (dt == TK_F32 ? 4 : 2));
+	free(h);
+	free(f);
+	return d;
+}
+
+/* x [n] of dt (host) widened to f32, in place into out. */
+static void widen(float *out, const void *x, int dt, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = tk_load_f32(x, dt, i);
+}
+
+/* The device's n elements of dt, widened to f32 (malloc'd). */
+static float *host_f32(const void *dev, int dt, size_t n)
+{
+	void *h = host_from(dev, n * (dt == TK_F32 ? 4 : 2));
+	float *f = xmalloc(n * sizeof(float));
+
+	widen(f, h, dt, n);
+	free(h);
+	return f;
 }
 
 /* pos of B rows of T tokens: one document per row, or packed documents of
@@ -156,106 +207,136 @@ static void fill_pos(int32_t *pos, int B, int T, int docs, uint64_t *s)
 	}
 }
 
-static void check_attention(int B, int T, int nh, int nkv, int hd, int window,
-			    int docs, uint64_t seed)
+static void check_attention_dt(int dt, int B, int T, int nh, int nkv, int hd,
+			       int window, int docs, uint64_t seed)
 {
 	const size_t n = (size_t)B * T, nq = n * nh * hd, nk = n * nkv * hd;
-	const size_t nl = (size_t)B * nh * T;
+	const size_t nl = (size_t)B * nh * T, es = dt == TK_F32 ? 4 : 2;
 	const float scale = 1.0f / sqrtf((float)hd);
+	const double tol = dt == TK_F32 ? 1e-4 : 1e-2;
 	float *q = xmalloc(nq * 4), *k = xmalloc(nk * 4), *v = xmalloc(nk * 4);
 	float *dout = xmalloc(nq * 4), *out = xmalloc(nq * 4);
 	float *lse = xmalloc(nl * 4), *dq = xmalloc(nq * 4);
 	float *dk = xmalloc(nk * 4), *dv = xmalloc(nk * 4);
 	int32_t *pos = xmalloc(n * 4);
-	float *gq, *gk, *gv, *gdout, *gout, *glse, *gdq, *gdk, *gdv;
-	float *h, *h2;
+	void *tq, *tk, *tv, *tdout, *tout, *tdq, *tdk, *tdv;
+	void *gq, *gk, *gv, *gdout, *gout, *gdq, *gdk, *gdv;
+	float *glse, *h, *h2;
+	void *b1, *b2;
 	int32_t *gpos;
-	char shape[128];
+	char shape[160];
 	double err[5];
 	uint64_t s = seed;
 	size_t m0 = gpu->mem_current();
 
 	snprintf(shape, sizeof(shape),
-		 "B %d T %d nh %d nkv %d hd %d window %d docs %d", B, T, nh,
-		 nkv, hd, window, docs);
+		 "%s B %d T %d nh %d nkv %d hd %d window %d docs %d",
+		 dt == TK_F32 ? "f32" : "bf16", B, T, nh, nkv, hd, window,
+		 docs);
 	/* q, k of [-2, 2): scores up to a few units, peaked softmaxes */
 	tu_fill_uniform(q, nq, -2, 2, &s);
 	tu_fill_uniform(k, nk, -2, 2, &s);
 	tu_fill_uniform(v, nk, -1, 1, &s);
 	tu_fill_uniform(dout, nq, -1, 1, &s);
 	fill_pos(pos, B, T, docs, &s);
+	tq = to_dt(dt, q, nq);
+	tk = to_dt(dt, k, nk);
+	tv = to_dt(dt, v, nk);
+	tdout = to_dt(dt, dout, nq);
+	tout = xmalloc(nq * es);
+	tdq = xmalloc(nq * es);
+	tdk = xmalloc(nk * es);
+	tdv = xmalloc(nk * es);
 
-	cpu->attention_fwd(out, lse, q, k, v, pos, B, T, nh, nkv, hd, window,
-			   scale);
-	cpu->attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, pos, B, T, nh,
-			   nkv, hd, window, scale);
+	cpu->attention_fwd(dt, tout, lse, tq, tk, tv, pos, B, T, nh, nkv, hd,
+			   window, scale);
+	cpu->attention_bwd(dt, tdq, tdk, tdv, tdout, tout, lse, tq, tk, tv, pos,
+			   B, T, nh, nkv, hd, window, scale);
+	widen(out, tout, dt, nq);
+	widen(dq, tdq, dt, nq);
+	widen(dk, tdk, dt, nk);
+	widen(dv, tdv, dt, nk);
 
-	gq = dev_from(q, nq * 4);
-	gk = dev_from(k, nk * 4);
-	gv = dev_from(v, nk * 4);
-	gdout = dev_from(dout, nq * 4);
+	gq = dev_from(tq, nq * es);
+	gk = dev_from(tk, nk * es);
+	gv = dev_from(tv, nk * es);
+	gdout = dev_from(tdout, nq * es);
 	gpos = dev_from(pos, n * 4);
-	gout = dev_nan(nq);
+	gout = dev_nan_dt(dt, nq);
 	glse = dev_nan(nl);
-	gdq = dev_nan(nq);
-	gdk = dev_nan(nk);
-	gdv = dev_nan(nk);
+	gdq = dev_nan_dt(dt, nq);
+	gdk = dev_nan_dt(dt, nk);
+	gdv = dev_nan_dt(dt, nk);
 
-	gpu->attention_fwd(gout, glse, gq, gk, gv, gpos, B, T, nh, nkv, hd,
+	gpu->attention_fwd(dt, gout, glse, gq, gk, gv, gpos, B, T, nh, nkv, hd,
 			   window, scale);
 	no_cuda_error(shape);
-	h = host_from(gout, nq * 4);
-	err[0] = check_close("out", h, out, nq, shape);
+	h = host_f32(gout, dt, nq);
+	err[0] = check_close("out", h, out, nq, shape, tol);
 	free(h);
 	h = host_from(glse, nl * 4);
-	err[1] = check_close("lse", h, lse, nl, shape);
+	err[1] = check_close("lse", h, lse, nl, shape, 1e-4);
 	free(h);
 
 	/* the backward from the GPU's own out and lse */
-	gpu->attention_bwd(gdq, gdk, gdv, gdout, gout, glse, gq, gk, gv, gpos,
-			   B, T, nh, nkv, hd, window, scale);
+	gpu->attention_bwd(dt, gdq, gdk, gdv, gdout, gout, glse, gq, gk, gv,
+			   gpos, B, T, nh, nkv, hd, window, scale);
 	no_cuda_error(shape);
-	h = host_from(gdq, nq * 4);
-	err[2] = check_close("dq", h, dq, nq, shape);
+	h = host_f32(gdq, dt, nq);
+	err[2] = check_close("dq", h, dq, nq, shape, tol);
 	free(h);
-	h = host_from(gdk, nk * 4);
-	err[3] = check_close("dk", h, dk, nk, shape);
-	h2 = host_from(gdv, nk * 4);
-	err[4] = check_close("dv", h2, dv, nk, shape);
+	h = host_f32(gdk, dt, nk);
+	err[3] = check_close("dk", h, dk, nk, shape, tol);
+	free(h);
+	h2 = host_f32(gdv, dt, nk);
+	err[4] = check_close("dv", h2, dv, nk, shape, tol);
+	free(h2);
 
 	printf("%s: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n", shape, err[0],
 	       err[1], err[2], err[3], err[4]);
 
 	/* again, over poisoned outputs: overwritten, and the same bits */
-	gpu->free(gdk, nk * 4);
-	gpu->free(gdv, nk * 4);
-	gdk = dev_nan(nk);
-	gdv = dev_nan(nk);
-	gpu->attention_bwd(gdq, gdk, gdv, gdout, gout, glse, gq, gk, gv, gpos,
-			   B, T, nh, nkv, hd, window, scale);
+	b1 = host_from(gdk, nk * es);
+	b2 = host_from(gdv, nk * es);
+	gpu->free(gdk, nk * es);
+	gpu->free(gdv, nk * es);
+	gdk = dev_nan_dt(dt, nk);
+	gdv = dev_nan_dt(dt, nk);
+	gpu->attention_bwd(dt, gdq, gdk, gdv, gdout, gout, glse, gq, gk, gv,
+			   gpos, B, T, nh, nkv, hd, window, scale);
 	no_cuda_error(shape);
-	memcpy(dk, h, nk * 4);
-	memcpy(dv, h2, nk * 4);
-	free(h);
-	free(h2);
-	h = host_from(gdk, nk * 4);
-	h2 = host_from(gdv, nk * 4);
-	ck_assert_msg(!memcmp(h, dk, nk * 4) && !memcmp(h2, dv, nk * 4),
-		      "%s: dk/dv differ between two runs", shape);
-	free(h);
-	free(h2);
+	{
+		void *c1 = host_from(gdk, nk * es),
+		     *c2 = host_from(gdv, nk * es);
 
-	gpu->free(gq, nq * 4);
-	gpu->free(gk, nk * 4);
-	gpu->free(gv, nk * 4);
-	gpu->free(gdout, nq * 4);
+		ck_assert_msg(!memcmp(c1, b1, nk * es) &&
+				  !memcmp(c2, b2, nk * es),
+			      "%s: dk/dv differ between two runs", shape);
+		free(c1);
+		free(c2);
+	}
+	free(b1);
+	free(b2);
+
+	gpu->free(gq, nq * es);
+	gpu->free(gk, nk * es);
+	gpu->free(gv, nk * es);
+	gpu->free(gdout, nq * es);
 	gpu->free(gpos, n * 4);
-	gpu->free(gout, nq * 4);
+	gpu->free(gout, nq * es);
 	gpu->free(glse, nl * 4);
-	gpu->free(gdq, nq * 4);
-	gpu->free(gdk, nk * 4);
-	gpu->free(gdv, nk * 4);
+	gpu->free(gdq, nq * es);
+	gpu->free(gdk, nk * es);
+	gpu->free(gdv, nk * es);
 	ck_assert_uint_eq(gpu->mem_current(), m0);
+	free(tq);
+	free(tk);
+	free(tv);
+	free(tdout);
+	free(tout);
+	free(tdq);
+	free(tdk);
+	free(tdv);
 	free(q);
 	free(k);
 	free(v);
@@ -266,6 +347,14 @@ static void check_attention(int B, int T, int nh, int nkv, int hd, int window,
 	free(dk);
 	free(dv);
 	free(pos);
+}
+
+/* One shape in f32 and in bf16. */
+static void check_attention(int B, int T, int nh, int nkv, int hd, int window,
+			    int docs, uint64_t seed)
+{
+	check_attention_dt(TK_F32, B, T, nh, nkv, hd, window, docs, seed);
+	check_attention_dt(TK_BF16, B, T, nh, nkv, hd, window, docs, seed);
 }
 
 START_TEST(test_attention_gqa)
@@ -354,16 +443,166 @@ static long long first_diff(const void *a, const void *b, size_t n)
 	return -1;
 }
 
-static void check_taco(const tcase *c, int steps, uint64_t seed)
+/* How the GPU runs a step: the whole update, the columns in three ranges,
+ * or the row-streamed update. */
+enum { TACO_WHOLE, TACO_RANGES, TACO_STREAM };
+
+/* One row block of a streamed step: rows r0 .. r0 + n - 1, fed whole or
+ * (list) only the rows marked in fed[]. */
+typedef struct {
+	int r0, n, list;
+} tfeed;
+
+/* Plans a streamed step over the c->R rows of G [R, C]: blocks of 1 ..
+ * R / 4 + 1 rows, each fed whole, not fed at all or fed as a list of about
+ * half its rows; the rows not fed are zeroed in G (the gradient the
+ * streamed update must act as if it had) and fed[r] = 0. Returns the
+ * number of feeds written to f (at most R). */
+static int taco_plan(const tcase *c, float *G, unsigned char *fed, tfeed *f,
+		     uint64_t *s)
+{
+	const int R = c->R, C = c->C;
+	int nf = 0;
+
+	for (int r0 = 0; r0 < R;) {
+		int n = 1 + (int)(rng_next(s) % (uint64_t)(R / 4 + 1));
+		int kind = (int)(rng_next(s) % 3); /* whole, none, list */
+
+		if (n > R - r0)
+			n = R - r0;
+		for (int r = r0; r < r0 + n; r++) {
+			fed[r] = kind == 0 || (kind == 2 && rng_next(s) % 2);
+			if (!fed[r])
+				memset(G + (size_t)r * C, 0,
+				       (size_t)C * sizeof(float));
+		}
+		if (kind != 1)
+			f[nf++] = (tfeed){r0, n, kind == 2};
+		r0 += n;
+	}
+	return nf;
+}
+
+/* The GPU's streamed step from the planned feeds; G [R, C] (host) holds
+ * the gradient, zero where not fed. Fed whole: from a device copy of G of
+ * row stride C + 5; as a list: the block's fed rows packed (row stride C +
+ * 2) with their ids. */
+static void taco_stream_gpu(const tcase *c, tacobuf *d, const float *G,
+			    const unsigned char *fed, const tfeed *f, int nf,
+			    const tk_taco_args *a)
+{
+	const int R = c->R, C = c->C, lds = C + 5, ldp = C + 2;
+	const size_t scan_b = gpu->taco_scan_bytes(C);
+	float *hs = xmalloc((size_t)R * lds * 4), *dS, *dP, *hp;
+	int32_t *hr = xmalloc((size_t)R * 4), *dR;
+	void *scan = gpu->alloc(scan_b);
+
+	ck_assert_ptr_nonnull(scan);
+	ck_assert_uint_eq(scan_b, gpu->taco_scan_bytes(C)); /* C only */
+	for (int r = 0; r < R; r++) {
+		memcpy(hs + (size_t)r * lds, G + (size_t)r * C, (size_t)C * 4);
+		for (int j = C; j < lds; j++)
+			hs[(size_t)r * lds + j] = NAN; /* never read */
+	}
+	dS = dev_from(hs, (size_t)R * lds * 4);
+	hp = xmalloc((size_t)R * ldp * 4);
+	dP = gpu->alloc((size_t)R * ldp * 4);
+	dR = gpu->alloc((size_t)R * 4);
+	ck_assert_ptr_nonnull(dP);
+	ck_assert_ptr_nonnull(dR);
+	gpu->taco_begin(scan, d->idx, d->q, d->scale, a);
+	for (int i = 0; i < nf; i++) {
+		int m = 0;
+
+		if (!f[i].list) {
+			gpu->taco_feed(scan, dS + (size_t)f[i].r0 * lds, lds,
+				       NULL, f[i].r0, f[i].n, a);
+			continue;
+		}
+		for (int r = f[i].r0; r < f[i].r0 + f[i].n; r++)
+			if (fed[r]) {
+				memcpy(hp + (size_t)m * ldp, G + (size_t)r * C,
+				       (size_t)C * 4);
+				for (int j = C; j < ldp; j++)
+					hp[(size_t)m * ldp + j] = NAN;
+				hr[m++] = r;
+			}
+		if (!m)
+			continue;
+		/* upload waits for the copy, and is ordered after the
+		 * previous feed on the backend's stream: reuse is safe */
+		gpu->upload(dP, hp, (size_t)m * ldp * 4);
+		gpu->upload(dR, hr, (size_t)m * 4);
+		gpu->taco_feed(scan, dP, ldp, dR, 0, m, a);
+	}
+	gpu->taco_finish(scan, d->W, c->dtype, d->idx, d->q, d->scale, a);
+	no_cuda_error("taco streamed");
+	gpu->free(scan, scan_b);
+	gpu->free(dS, (size_t)R * lds * 4);
+	gpu->free(dP, (size_t)R * ldp * 4);
+	gpu->free(dR, (size_t)R * 4);
+	free(hs);
+	free(hp);
+	free(hr);
+}
+
+/* The GPU's step in three column ranges [0, c1), [c1, c2), [c2, C), the
+ * last first: the first and last from the full gradient dG (ldg = C), the
+ * middle one from a packed copy of its columns (ldg = c2 - c1). */
+static void taco_ranges_gpu(const tcase *c, tacobuf *d, const float *G,
+			    const float *dG, const tk_taco_args *a0,
+			    uint64_t *s)
+{
+	const int R = c->R, C = c->C;
+	tk_taco_args a = *a0;
+	int c1, c2, w;
+	float *hp, *dP;
+
+	if (C < 3) {
+		c1 = 0;
+		c2 = C;
+	} else {
+		c1 = 1 + (int)(rng_next(s) % (uint64_t)(C - 2));
+		c2 = c1 + 1 + (int)(rng_next(s) % (uint64_t)(C - c1 - 1));
+	}
+	if (c2 < C) {
+		a.col0 = c2;
+		a.ncols = C - c2;
+		gpu->taco_update(d->W, c->dtype, dG + c2, C, d->idx, d->q,
+				 d->scale, &a);
+	}
+	if (c1 > 0) {
+		a.col0 = 0;
+		a.ncols = c1;
+		gpu->taco_update(d->W, c->dtype, dG, C, d->idx, d->q, d->scale,
+				 &a);
+	}
+	w = c2 - c1;
+	hp = xmalloc((size_t)R * w * 4);
+	for (int r = 0; r < R; r++)
+		memcpy(hp + (size_t)r * w, G + (size_t)r * C + c1,
+		       (size_t)w * 4);
+	dP = dev_from(hp, (size_t)R * w * 4);
+	a.col0 = c1;
+	a.ncols = w;
+	gpu->taco_update(d->W, c->dtype, dP, w, d->idx, d->q, d->scale, &a);
+	no_cuda_error("taco ranges");
+	gpu->free(dP, (size_t)R * w * 4);
+	free(hp);
+}
+
+static void check_taco(const tcase *c, int steps, uint64_t seed, int mode)
 {
 	const size_t n = (size_t)c->R * c->C, ck = (size_t)c->C * c->k;
 	const size_t ib = c->R > 65535 ? 4 : 2, es = esz_of(c->dtype);
 	const size_t m0 = gpu->mem_current();
 	tacobuf hc, hg, d;
 	float *G = xmalloc(n * 4), *dG;
+	unsigned char *fed = xmalloc((size_t)c->R);
+	tfeed *feeds = xmalloc((size_t)c->R * sizeof(tfeed));
 	tk_taco_args a;
 	uint64_t s = seed;
-	int moved = 0;
+	int moved = 0, nf = 0;
 
 	/* host state of the CPU run (hc), the GPU's downloaded (hg) */
 	hc.W = xmalloc(n * es);
@@ -397,6 +636,8 @@ static void check_taco(const tcase *c, int steps, uint64_t seed)
 	memset(&a, 0, sizeof(a));
 	a.R = c->R;
 	a.C = c->C;
+	a.col0 = 0;
+	a.ncols = c->C; /* the CPU: the whole tensor */
 	a.k = c->k;
 	a.lr = 0.01f;
 	a.beta = c->beta;
@@ -408,8 +649,20 @@ static void check_taco(const tcase *c, int steps, uint64_t seed)
 		for (size_t i = 0; i < n; i++)
 			G[i] =
 			    c->ties && t % 2 ? rnd_ties(&s) : rnd_uniform(&s);
-		if (c->nan_col >= 0 && t == 20)
-			G[(size_t)(c->R / 2) * c->C + c->nan_col] = NAN;
+		if (mode == TACO_STREAM)
+			nf = taco_plan(c, G, fed, feeds, &s);
+		if (c->nan_col >= 0 && t == 20) {
+			int r = c->R / 2;
+
+			/* streamed: a row that is fed (the first one from
+			 * R / 2 on, else before), so that the GPU sees it */
+			while (mode == TACO_STREAM && r < c->R && !fed[r])
+				r++;
+			if (r == c->R)
+				for (r = c->R / 2; r > 0 && !fed[r]; r--)
+					;
+			G[(size_t)r * c->C + c->nan_col] = NAN;
+		}
 		if (c->corrupt && t == 10) {
 			/* a slot row >= R (empty), an infinite scale and a
 			 * NaN code (skipped columns), on both sides */
@@ -424,8 +677,15 @@ static void check_taco(const tcase *c, int steps, uint64_t seed)
 		}
 		gpu->upload(dG, G, n * 4);
 		a.step = (uint64_t)t;
-		cpu->taco_update(hc.W, c->dtype, G, hc.idx, hc.q, hc.scale, &a);
-		gpu->taco_update(d.W, c->dtype, dG, d.idx, d.q, d.scale, &a);
+		cpu->taco_update(hc.W, c->dtype, G, c->C, hc.idx, hc.q,
+				 hc.scale, &a);
+		if (mode == TACO_WHOLE)
+			gpu->taco_update(d.W, c->dtype, dG, c->C, d.idx, d.q,
+					 d.scale, &a);
+		else if (mode == TACO_RANGES)
+			taco_ranges_gpu(c, &d, G, dG, &a, &s);
+		else
+			taco_stream_gpu(c, &d, G, fed, feeds, nf, &a);
 		no_cuda_error("taco_update");
 		taco_down(c, &d, &hg);
 		ck_assert_msg(first_diff(hg.W, hc.W, n * es) < 0,
@@ -463,6 +723,8 @@ static void check_taco(const tcase *c, int steps, uint64_t seed)
 	free(hg.q);
 	free(hg.scale);
 	free(G);
+	free(fed);
+	free(feeds);
 }
 
 START_TEST(test_taco_dtypes)
@@ -477,7 +739,7 @@ START_TEST(test_taco_dtypes)
 	};
 
 	for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++)
-		check_taco(&cs[i], 50, 100 + i);
+		check_taco(&cs[i], 50, 100 + i, TACO_WHOLE);
 }
 END_TEST
 
@@ -492,7 +754,7 @@ START_TEST(test_taco_shapes)
 	};
 
 	for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++)
-		check_taco(&cs[i], 50, 200 + i);
+		check_taco(&cs[i], 50, 200 + i, TACO_WHOLE);
 }
 END_TEST
 
@@ -505,7 +767,44 @@ START_TEST(test_taco_wide_index)
 	};
 
 	for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++)
-		check_taco(&cs[i], 50, 300 + i);
+		check_taco(&cs[i], 50, 300 + i, TACO_WHOLE);
+}
+END_TEST
+
+/* The cases above again, the GPU updating the columns in three ranges,
+ * then streaming the rows, each step against the CPU's whole update. */
+static const tcase taco_more[] = {
+    /* R, C, k, dtype, stochastic, beta, ties, nan_col, corrupt */
+    {64, 96, 16, TK_F32, 0, 0.9f, 1, -1, 0},
+    {100, 70, 4, TK_BF16, 1, 0.9f, 1, 5, 0},
+    {77, 45, 16, TK_F16, 1, 0.9f, 1, 44, 0},
+    {300, 33, 1, TK_BF16, 1, 0.0f, 0, -1, 0},
+    {5, 37, 16, TK_BF16, 1, 0.9f, 1, -1, 0},
+    {1, 40, 4, TK_F32, 0, 0.9f, 0, -1, 0},
+    {2000, 3, 16, TK_BF16, 1, 0.9f, 1, 1, 0},
+    {40, 1000, 16, TK_BF16, 1, 0.9f, 1, -1, 1},
+    {513, 65, 1, TK_F32, 0, 0.0f, 1, 64, 0},
+    {4100, 300, 16, TK_BF16, 1, 0.9f, 1, 7, 0}, /* many rows per feed */
+    {70001, 40, 4, TK_BF16, 1, 0.9f, 1, 3, 1},
+};
+
+START_TEST(test_taco_ranges)
+{
+	for (size_t i = 0; i < sizeof(taco_more) / sizeof(taco_more[0]); i++)
+		check_taco(
+		    &taco_more[i],
+		    i + 1 < sizeof(taco_more) / sizeof(taco_more[0]) ? 50 : 12,
+		    400 + i, TACO_RANGES);
+}
+END_TEST
+
+START_TEST(test_taco_stream)
+{
+	for (size_t i = 0; i < sizeof(taco_more) / sizeof(taco_more[0]); i++)
+		check_taco(
+		    &taco_more[i],
+		    i + 1 < sizeof(taco_more) / sizeof(taco_more[0]) ? 50 : 25,
+		    500 + i, TACO_STREAM);
 }
 END_TEST
 
@@ -596,6 +895,8 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, test_taco_dtypes);
 	tcase_add_test(tc, test_taco_shapes);
 	tcase_add_test(tc, test_taco_wide_index);
+	tcase_add_test(tc, test_taco_ranges);
+	tcase_add_test(tc, test_taco_stream);
 	tcase_add_test(tc, test_adamw);
 	suite_add_tcase(s, tc);
 	return s;
