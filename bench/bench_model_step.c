@@ -115,7 +115,7 @@ static int parse(int argc, char **argv, args *a)
 		    .taco = 1,
 		    .peak_tflops = 989,
 		    .bf16 = -1,
-		    .chunks = 1};
+		    .chunks = 0};
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
@@ -152,7 +152,7 @@ static int parse(int argc, char **argv, args *a)
 			a->offload = 1;
 			break;
 		case 'M':
-			bad |= int_arg(optarg, 1, 1024, &a->chunks);
+			bad |= int_arg(optarg, 0, 1024, &a->chunks);
 			break;
 		case 'p':
 			a->peak_tflops = strtod(optarg, NULL);

@@ -72,7 +72,6 @@ static int row(const char *dir, const char *file)
 	in.B = BATCH;
 	in.T = SEQ;
 	in.A = 1;
-	in.step.mlp_chunks = 1;
 	taco_optim_defaults(&in.optim);
 	if (taco_plan_compute(m, &in, &p, &err)) {
 		fprintf(stderr, "plan_table: %s\n", err.msg);
@@ -131,7 +130,7 @@ int main(int argc, char **argv)
 	    "reference\nmodels' configs): the plan of `engine/plan/plan.c` "
 	    "for the CUDA backend as\nbuilt, a full fine-tune with TACO (k = "
 	    "16) at batch %d x %d, bf16 precision,\nactivation checkpointing, "
-	    "the MLP whole; then the total with the layer\ninputs offloaded "
+	    "the MLP in blocks of at most 32 MiB; then the total with the layer\ninputs offloaded "
 	    "to host memory. The plan is the engine's own buffer list\n"
 	    "(`engine/model/model_work.c`) plus the CUDA context, the "
 	    "cuBLASLt workspace\nand cudaMalloc's rounding. Decimal GB (1e9 "

@@ -85,7 +85,7 @@ typedef struct tk_ops tk_ops;
  * needs no backend. */
 static inline size_t tk_taco_scan_bytes(int C)
 {
-	return (size_t)(C > 0 ? C : 0) * 576u + 4096u;
+	return (size_t)(C > 0 ? C : 0) * 896u + 4096u;
 }
 
 /* Dtypes. Every op with a `dt` argument stores each of its tensor
@@ -110,7 +110,7 @@ struct tk_ops {
 	void (*memset0)(void *p, size_t bytes);
 
 	/* Host memory for activation offload (pinned on CUDA), counted apart
-	 * from backend memory. */
+	 * from backend memory; mem_reset_peak resets its peak too. */
 	void *(*host_alloc)(size_t bytes);
 	void (*host_free)(void *p, size_t bytes);
 	size_t (*host_current)(void);

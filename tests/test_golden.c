@@ -328,8 +328,7 @@ static void check_fixture(const char *name, run_opts ro)
 			      t->name, e);
 		free(ref);
 	}
-	if (!ro.scribble && !ro.small && !ro.keep && !ro.dense &&
-	    !ro.offload)
+	if (!ro.scribble && !ro.small && !ro.keep && !ro.dense && !ro.offload)
 		fprintf(stderr,
 			"golden %-10s %s loss %.6f vs %.6f (diff %.2g), "
 			"logits rel err %.2g, worst gradient %.2g (%s)\n",

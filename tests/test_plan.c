@@ -98,7 +98,7 @@ START_TEST(test_plan_matches_measured_peak)
 	    taco_plan_job(&job, TACO_BACKEND_CPU, 0, &p, NULL, NULL, &err), 0);
 	ck_assert_uint_eq(ops->mem_current(), 0);
 	ops->mem_reset_peak();
-	host0 = ops->host_peak();
+	host0 = ops->host_current();
 	r = taco_train_run(&job, &to, &err);
 	ck_assert_msg(r == 0, "%s", err.msg);
 	peak = ops->mem_peak();
@@ -211,19 +211,19 @@ START_TEST(test_headline_plans)
 	uint64_t state = 0;
 	taco_err err = {{0}};
 
-	cuda_plan("configs/qwen3-32b.json", 0, 1, &p, &m);
+	cuda_plan("configs/qwen3-32b.json", 0, 0, &p, &m);
 	ck_assert_uint_eq(p.term[TACO_PLAN_WEIGHTS], 2 * 32762123264ull);
 	fprintf(stderr, "qwen3-32b 4 x 1024 CUDA plan: %.3f GB\n",
 		(double)p.total / 1e9);
 	ck_assert_uint_le(p.total, 70000000000ull);
 	taco_model_free(m);
-	cuda_plan("configs/qwen3-32b.json", 1, 1, &p, &m);
+	cuda_plan("configs/qwen3-32b.json", 1, 0, &p, &m);
 	fprintf(stderr, "qwen3-32b 4 x 1024 CUDA plan, offload: %.3f GB\n",
 		(double)p.total / 1e9);
 	ck_assert_uint_le(p.total, 68000000000ull);
 	ck_assert_uint_gt(p.host, 2000000000ull);
 	taco_model_free(m);
-	cuda_plan("configs/llama-3.3-70b.json", 1, 1, &p, &m);
+	cuda_plan("configs/llama-3.3-70b.json", 1, 0, &p, &m);
 	fprintf(stderr, "llama-3.3-70b 4 x 1024 CUDA plan, offload: %.3f GB\n",
 		(double)p.total / 1e9);
 	ck_assert_uint_le(p.total, 150700000000ull);
@@ -249,46 +249,62 @@ END_TEST
  * then MLP blocks; a setting the job fixes is kept. */
 START_TEST(test_admission_settings)
 {
+	char dir[] = "/tmp/taco-plan-adm-XXXXXX", cmd[8192];
+	static uint16_t one;
+	taco_st_tensor t = {
+	    "model.embed_tokens.weight", TK_BF16, 2, {1, 1}, 2, &one};
 	taco_job job;
 	taco_plan p, none, off;
 	taco_err err = {{0}};
 
-	make_job_x(&job, "llama_gqa", 8, 64, 1, 0, 1, BF16, "/tmp/unused");
+	/* Qwen3-32B's config beside a one-element embedding (admission
+	 * reads only config.json and the embedding's dtype) */
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s/config.json'",
+		 tu_fixture("configs/qwen3-32b.json"), dir);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "%s/model.safetensors", dir);
+	ck_assert_int_eq(taco_st_write(cmd, &t, 1, NULL, &err), 0);
+	make_job_x(&job, "llama_gqa", 4, 1024, 1, 0, 1, BF16, "/tmp/unused");
+	snprintf(job.model, sizeof(job.model), "%s", dir);
 	ck_assert_int_eq(
-	    taco_plan_job(&job, TACO_BACKEND_CPU, 0, &none, NULL, NULL, &err),
+	    taco_plan_job(&job, TACO_BACKEND_CUDA, 0, &none, NULL, NULL, &err),
 	    0);
 	ck_assert_int_eq(none.offload, 0);
-	ck_assert_int_eq(none.mlp_chunks, 1);
 	ck_assert_int_eq(none.act_dtype, TK_BF16);
 	/* a budget just under: offload */
-	ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CPU, none.total - 1,
+	ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CUDA, none.total - 1,
 				       &off, NULL, NULL, &err),
 			 0);
 	ck_assert_int_eq(off.offload, 1);
+	ck_assert_int_eq(off.mlp_chunks, none.mlp_chunks);
 	ck_assert_uint_lt(off.total, none.total);
-	/* under that: MLP blocks too */
-	ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CPU, off.total - 1,
+	/* under that: more MLP blocks too */
+	ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CUDA, off.total - 1,
 				       &p, NULL, NULL, &err),
 			 0);
 	ck_assert_int_eq(p.offload, 1);
-	ck_assert_int_gt(p.mlp_chunks, 1);
+	ck_assert_int_gt(p.mlp_chunks, off.mlp_chunks);
 	ck_assert_uint_lt(p.total, off.total);
 	/* nothing fits: the first plan, for the refusal */
 	ck_assert_int_eq(
-	    taco_plan_job(&job, TACO_BACKEND_CPU, 1000, &p, NULL, NULL, &err),
+	    taco_plan_job(&job, TACO_BACKEND_CUDA, 1000, &p, NULL, NULL, &err),
 	    0);
 	ck_assert_int_eq(p.offload, 0);
 	ck_assert_uint_eq(p.total, none.total);
 	taco_job_free(&job);
 	/* the job fixes offload off: only MLP blocks are tried */
-	make_job_x(&job, "llama_gqa", 8, 64, 1, 0, 1,
+	make_job_x(&job, "llama_gqa", 4, 1024, 1, 0, 1,
 		   BF16 ", \"activation_offload\": \"off\"", "/tmp/unused");
-	ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CPU, none.total - 1,
+	snprintf(job.model, sizeof(job.model), "%s", dir);
+	ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CUDA, none.total - 1,
 				       &p, NULL, NULL, &err),
 			 0);
 	ck_assert_int_eq(p.offload, 0);
-	ck_assert_int_gt(p.mlp_chunks, 1);
+	ck_assert_int_gt(p.mlp_chunks, none.mlp_chunks);
 	taco_job_free(&job);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
 	/* fp32 is the CPU's default, bf16 CUDA's */
 	make_job(&job, "llama_gqa", 8, 64, 1, 0, 1, "/tmp/unused");
 	ck_assert_int_eq(

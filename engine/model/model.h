@@ -59,8 +59,8 @@ typedef struct taco_step_opts {
 	 * during forward, prefetched during backward); the device keeps 3. */
 	int offload;
 	/* The MLP runs in this many blocks of the intermediate dimension
-	 * (1 or 0: whole), recomputed block by block in backward; needs
-	 * checkpointing. */
+	 * (0: blocks of [tokens, block] within 32 MiB; 1: whole), each
+	 * recomputed by the MLP's backward; kept activations: whole. */
 	int mlp_chunks;
 	/* Elements of the fp32 weight-gradient block (0: 16 Mi), at least
 	 * one row or column of any tensor; and of one chunk of logits (0:

@@ -2,12 +2,16 @@
  *
  * The MLP runs in blocks of the intermediate dimension (w->s.chunks of
  * w->s.Ic columns): block b's gate and up rows, its SwiGLU and its columns
- * of the down projection. Backward recomputes each block (when there is
- * more than one) and produces exact gradient pieces: the down projection's
- * columns of the block, the gate's and up's rows of the block. */
+ * of the down projection. Backward's recompute of a layer stops before the
+ * MLP: the MLP's backward recomputes each block just before it needs it, so
+ * blocks cost no extra work, and it produces exact gradient pieces: the
+ * down projection's columns of the block, the gate's and up's rows. */
 #include <math.h>
 
 #include "step.h"
+
+static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
+		      int recompute);
 
 /* y[N, out] = x[N, in] W[out, in]^T (+ b[out]) */
 static void linear_fwd(step_ctx *c, void *y, const void *x, const void *W,
@@ -65,6 +69,19 @@ static void mlp_block_fwd(step_ctx *c, taco_layer_acts *a,
 
 void step_layer_fwd(step_ctx *c, int l, const void *x, void *out)
 {
+	layer_fwd(c, l, x, out, 0);
+}
+
+void step_layer_recompute(step_ctx *c, int l, const void *x)
+{
+	layer_fwd(c, l, x, NULL, 1);
+}
+
+/* recompute: stop at ln2, for backward (which runs the MLP block by block
+ * itself); else the whole layer into out. */
+static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
+		      int recompute)
+{
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
@@ -99,6 +116,8 @@ void step_layer_fwd(step_ctx *c, int l, const void *x, void *out)
 	o->add(dt, a->x_mid, x, (size_t)N * H);
 	o->rmsnorm_fwd(dt, a->ln2, a->rstd2, a->x_mid, W[TACO_L_MLP_NORM], N, H,
 		       cf->rms_eps);
+	if (recompute)
+		return;
 	for (int b = 0; b < w->s.chunks; b++) {
 		int n, j0 = block_of(c, b, &n);
 		mlp_block_fwd(c, a, W, b);
@@ -149,7 +168,8 @@ static void mlp_bwd(step_ctx *c, int l, taco_layer_acts *a,
 
 	for (int b = 0; b < nb && !c->err; b++) {
 		int n, j0 = block_of(c, b, &n);
-		if (nb > 1)
+		/* kept activations hold the (one) block from forward */
+		if (!w->s.keep)
 			mlp_block_fwd(c, a, W, b);
 		/* d(act) = dx W_down[:, block]; the block's columns of
 		 * W_down are final once used */

@@ -190,9 +190,7 @@ static void backward_all(step_ctx *c)
 						 0);
 		}
 		if (!w->s.keep)
-			step_layer_fwd(c, l, x,
-				       w->s.offload ? w->xout
-						    : layer_x(c, l + 1));
+			step_layer_recompute(c, l, x);
 		step_layer_bwd(c, l, x);
 	}
 }

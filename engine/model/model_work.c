@@ -6,7 +6,9 @@
 #include "mem_terms.h"
 #include "model_work.h"
 
-enum { R_PERSIST = 0, R_LAYER, R_LOSS, R_HOST };
+/* R_LAYER_M and R_LAYER_A: the MLP's and the attention's backward, which
+ * share one place inside the layer's part of the region. */
+enum { R_PERSIST = 0, R_LAYER, R_LAYER_M, R_LAYER_A, R_LOSS, R_HOST };
 
 #define REGION_ALIGN 256
 
@@ -47,7 +49,17 @@ void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
 	s->dt = m->act_dtype == TK_BF16 ? TK_BF16 : TK_F32;
 	s->keep = sc->keep_activations != 0;
 	s->offload = sc->offload && !s->keep;
-	chunks = s->keep || sc->mlp_chunks < 1 ? 1 : sc->mlp_chunks;
+	if (s->keep)
+		chunks = 1;
+	else if (sc->mlp_chunks > 0)
+		chunks = sc->mlp_chunks;
+	else /* auto: the blocks of [N, Ic] within TACO_MLP_BLOCK_BYTES */
+		chunks = (int)(((size_t)s->N * c->intermediate *
+				    tk_dtype_size(s->dt) +
+				TACO_MLP_BLOCK_BYTES - 1) /
+			       TACO_MLP_BLOCK_BYTES);
+	if (chunks < 1)
+		chunks = 1;
 	if (chunks > c->intermediate)
 		chunks = c->intermediate;
 	s->Ic = (c->intermediate + chunks - 1) / chunks;
@@ -135,13 +147,13 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	}
 	ADD(dx, N * H, es, LAYER_WORK, R_PERSIST);
 	ADD(dtmp, N * H, es, LAYER_WORK, R_LAYER);
-	ADD(dq, N * D, es, LAYER_WORK, R_LAYER);
-	ADD(dk, N * Dkv, es, LAYER_WORK, R_LAYER);
-	ADD(dv, N * Dkv, es, LAYER_WORK, R_LAYER);
-	ADD(datt, N * D, es, LAYER_WORK, R_LAYER);
-	ADD(dact, N * Ic, es, LAYER_WORK, R_LAYER);
-	ADD(xout, s->offload ? N * H : 0, es, LAYER_WORK, R_LAYER);
-	ADD(hf, N * H, es, LOSS_CHUNK, R_PERSIST);
+	ADD(dq, N * D, es, LAYER_WORK, R_LAYER_A);
+	ADD(dk, N * Dkv, es, LAYER_WORK, R_LAYER_A);
+	ADD(dv, N * Dkv, es, LAYER_WORK, R_LAYER_A);
+	ADD(datt, N * D, es, LAYER_WORK, R_LAYER_A);
+	ADD(dact, N * Ic, es, LAYER_WORK, R_LAYER_M);
+	/* a tied head needs hf again after backward */
+	ADD(hf, N * H, es, LOSS_CHUNK, c->tie_embeddings ? R_PERSIST : R_LOSS);
 	ADD(rstd_f, N, 4, LOSS_CHUNK, R_PERSIST);
 	ADD(ce_mx, N, 4, LOSS_CHUNK, R_PERSIST);
 	ADD(ce_tl, N, 4, LOSS_CHUNK, R_PERSIST);
@@ -178,17 +190,25 @@ static size_t align_up(size_t b)
 	return (b + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
 }
 
+/* Bytes of each part of the shared region: sum[r] for r < R_HOST; the
+ * layer's is R_LAYER then the larger of R_LAYER_M and R_LAYER_A. */
+static void part_bytes(const work_buf *list, int n, size_t sum[R_HOST])
+{
+	memset(sum, 0, R_HOST * sizeof(sum[0]));
+	for (int i = 0; i < n; i++)
+		if (list[i].region != R_PERSIST && list[i].region != R_HOST)
+			sum[list[i].region] += align_up(list[i].bytes);
+}
+
 /* Bytes of the shared region: the larger of the layer and loss buffers. */
 static size_t region_bytes(const work_buf *list, int n, size_t *layer,
 			   size_t *loss)
 {
-	*layer = *loss = 0;
-	for (int i = 0; i < n; i++) {
-		if (list[i].region == R_LAYER)
-			*layer += align_up(list[i].bytes);
-		else if (list[i].region == R_LOSS)
-			*loss += align_up(list[i].bytes);
-	}
+	size_t sum[R_HOST];
+
+	part_bytes(list, n, sum);
+	*layer = sum[R_LAYER] + max_sz(sum[R_LAYER_M], sum[R_LAYER_A]);
+	*loss = sum[R_LOSS];
 	return *layer > *loss ? *layer : *loss;
 }
 
@@ -283,7 +303,7 @@ int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
 	taco_work_shape want;
 	work_buf *list;
 	taco_work *w;
-	size_t layer, loss, off[R_HOST + 1] = {0};
+	size_t layer, loss, sum[R_HOST], off[R_HOST] = {0};
 	int n;
 
 	taco_work_shape_of(m, B, T, &want);
@@ -294,6 +314,9 @@ int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
 	if (!w)
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	w->region_bytes = region_bytes(list, n, &layer, &loss);
+	/* the two backward sets start where the layer's own buffers end */
+	part_bytes(list, n, sum);
+	off[R_LAYER_M] = off[R_LAYER_A] = sum[R_LAYER];
 	if (w->region_bytes) {
 		w->region = m->ops->alloc(w->region_bytes);
 		if (!w->region)
@@ -305,7 +328,7 @@ int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
 		int r = list[i].region;
 		if (!bytes)
 			continue;
-		if (r == R_LAYER || r == R_LOSS) {
+		if (r != R_PERSIST && r != R_HOST) {
 			*list[i].slot = (char *)w->region + off[r];
 			off[r] += align_up(bytes);
 			continue;
@@ -344,11 +367,10 @@ void *taco_work_x(const taco_model *m, int l)
 int taco_model_set_step_opts(taco_model *m, const taco_step_opts *s,
 			     taco_err *err)
 {
-	if (s->keep_activations && (s->mlp_chunks > 1 || s->offload))
+	if (s->keep_activations && s->offload)
 		return taco_err_set(err, -EINVAL,
-				    "kept activations exclude MLP chunks and "
-				    "offload (both work on checkpointed "
-				    "layers)");
+				    "kept activations exclude offload (it "
+				    "moves checkpointed layer inputs)");
 	if (s->mlp_chunks < 0 || s->mlp_chunks > m->cfg.intermediate)
 		return taco_err_set(err, -EINVAL,
 				    "mlp_chunks %d: must be 1 to %d (the "

@@ -10,7 +10,9 @@
  * Buffers live in one of three places: persistent ones are allocated one by
  * one; the layer buffers (one layer's recompute and backward) and the loss
  * buffers (one chunk of logits and the head's gradient) are never live at
- * the same time, so they share one region, carved at 256-byte offsets. */
+ * the same time, so they share one region, carved at 256-byte offsets.
+ * Inside the layer's part, the MLP's backward (d(act)) and the attention's
+ * (dq, dk, dv, datt) come one after the other and share their place too. */
 #ifndef TACO_MODEL_WORK_H
 #define TACO_MODEL_WORK_H
 
@@ -19,6 +21,8 @@
 #define TACO_GRAD_BLOCK_ELEMS ((size_t)1 << 24) /* 64 MiB of fp32 */
 #define TACO_LOGIT_ELEMS ((size_t)1 << 22)	/* 16 MiB of fp32 */
 #define TACO_OFFLOAD_SLOTS 3 /* layer inputs on the device with offload */
+/* mlp_chunks 0 (auto): blocks of at most this many bytes of [N, Ic] */
+#define TACO_MLP_BLOCK_BYTES ((size_t)32 << 20)
 
 /* What backward needs of one layer's forward. */
 typedef struct taco_layer_acts {
@@ -71,7 +75,6 @@ struct taco_work {
 	void *dq, *dk, *dv; /* [N, D], [N, Dkv], [N, Dkv] */
 	void *datt;	    /* [N, D]; then d(q) before q-norm */
 	void *dact;	    /* [N, Ic] */
-	void *xout; /* [N, H] recompute output with offload (discarded) */
 	/* loss */
 	void *hf;		       /* [N, H] final norm output */
 	float *rstd_f;		       /* f32 [N] */

@@ -30,6 +30,8 @@ const void *step_weight(step_ctx *c, int id, float *scratch);
 
 /* model_layer.c: layer l from x into out, keeping what backward needs. */
 void step_layer_fwd(step_ctx *c, int l, const void *x, void *out);
+/* What backward of layer l needs, up to the MLP's input (ln2). */
+void step_layer_recompute(step_ctx *c, int l, const void *x);
 /* Backward of layer l after its forward (or with kept activations): w->dx
  * holds the gradient of the output on entry and of the input on return. */
 void step_layer_bwd(step_ctx *c, int l, const void *x);

@@ -45,7 +45,7 @@ void taco_plan_input_from_job(const taco_job *job, int backend,
 	in->optim = job->optim;
 	in->step.keep_activations = !job->activation_checkpointing;
 	in->step.offload = job->activation_offload == TACO_CHOICE_ON;
-	in->step.mlp_chunks = job->mlp_chunks > 0 ? job->mlp_chunks : 1;
+	in->step.mlp_chunks = job->mlp_chunks; /* 0: auto */
 }
 
 int taco_plan_dense_grads(const taco_job *job)
@@ -81,8 +81,10 @@ static void model_terms(const taco_model *s, const taco_plan_input *in,
 
 /* The engine's step buffers: model_work.c's own list. */
 static int work_terms(const taco_model *shapes, const taco_plan_input *in,
-		      uint64_t *term, uint64_t *host, taco_err *err)
+		      uint64_t *term, uint64_t *host, int *chunks,
+		      taco_err *err)
 {
+	taco_work_shape ws;
 	taco_model view = *shapes;
 	taco_tensor *t = malloc((size_t)shapes->n_tensors * sizeof(*t));
 	int r;
@@ -100,6 +102,8 @@ static int work_terms(const taco_model *shapes, const taco_plan_input *in,
 	view.act_dtype = in->act_dtype;
 	view.sched = in->step;
 	r = taco_work_plan(&view, in->B, in->T, term, host);
+	taco_work_shape_of(&view, in->B, in->T, &ws);
+	*chunks = ws.chunks;
 	free(t);
 	if (r)
 		return taco_err_set(err, r, "out of memory");
@@ -129,14 +133,12 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 				    "%s: the engine does not train this "
 				    "family yet, so it has no plan",
 				    taco_arch_name(shapes->cfg.arch));
-	if (in->step.keep_activations &&
-	    (in->step.offload || in->step.mlp_chunks > 1))
+	if (in->step.keep_activations && in->step.offload)
 		return taco_err_set(err, -EINVAL,
-				    "kept activations exclude offload and MLP "
-				    "blocks");
+				    "kept activations exclude offload");
 	memset(&p, 0, sizeof(p));
 	model_terms(shapes, in, p.term);
-	if ((r = work_terms(shapes, in, p.term, &p.host, err)))
+	if ((r = work_terms(shapes, in, p.term, &p.host, &p.mlp_chunks, err)))
 		return r;
 	/* A CPU matmul on bf16 holds its conversion scratch while it runs. */
 	if (in->backend == TACO_BACKEND_CPU && in->act_dtype == TK_BF16)
@@ -155,7 +157,6 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 		p.total += p.term[t];
 	p.act_dtype = in->act_dtype;
 	p.offload = in->step.offload;
-	p.mlp_chunks = in->step.mlp_chunks > 1 ? in->step.mlp_chunks : 1;
 	*out = p;
 	return 0;
 }

@@ -78,8 +78,9 @@ int taco_plan_dense_grads(const taco_job *job);
 /* The plan of a job without loading its weights: config.json, and the dtype
  * from the safetensors headers. frozen tensors follow job->freeze. Where
  * the job leaves offload and MLP blocks to admission, the cheapest settings
- * that fit budget (0: no limit) are planned: none, then offload, then
- * offload with 2, 4, 8 ... MLP blocks; when none fits, the first. The
+ * that fit budget (0: no limit) are planned: as the job says (MLP blocks
+ * of at most 32 MiB when it leaves them open), then offload, then twice,
+ * four times ... the MLP blocks; when none fits, the first. The
  * settings are in out and in_out. */
 int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
 		  taco_plan *out, taco_plan_input *in_out,

@@ -70,10 +70,10 @@ static int stored_dtype(const char *dir, const taco_model *shapes, int *dtype,
 }
 
 /* The settings admission may try, cheapest first: as the job says, then
- * offload, then offload with more and more MLP blocks (each only where
- * the job leaves it open). */
+ * offload, then offload with twice as many MLP blocks, again and again
+ * (each only where the job leaves it open); at most 9 doublings. */
 static int next_setting(const taco_job *job, const taco_model *shapes,
-			taco_plan_input *in)
+			const taco_plan *p, taco_plan_input *in)
 {
 	int auto_off = job->activation_offload == TACO_CHOICE_AUTO;
 	int auto_chunks = job->mlp_chunks == 0;
@@ -84,10 +84,11 @@ static int next_setting(const taco_job *job, const taco_model *shapes,
 		in->step.offload = 1;
 		return 1;
 	}
-	if (auto_chunks &&
-	    in->step.mlp_chunks * 2 <= shapes->cfg.intermediate &&
-	    in->step.mlp_chunks < 64) {
-		in->step.mlp_chunks *= 2;
+	/* from the blocks planned (auto resolves to at least 1) */
+	if (auto_chunks && p->mlp_chunks >= 1 &&
+	    p->mlp_chunks * 2 <= shapes->cfg.intermediate &&
+	    p->mlp_chunks < 256) {
+		in->step.mlp_chunks = p->mlp_chunks * 2;
 		return 1;
 	}
 	return 0;
@@ -124,7 +125,7 @@ int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
 		goto out;
 	first = in;
 	p = p0;
-	while (budget && p.total > budget && next_setting(job, shapes, &in))
+	while (budget && p.total > budget && next_setting(job, shapes, &p, &in))
 		if ((r = taco_plan_compute(shapes, &in, &p, err)))
 			goto out;
 	if (budget && p.total > budget) { /* none fits: report the first */

@@ -46,9 +46,14 @@ size_t tk_cpu_mem_peak(void)
 	return atomic_load(&mem_peak);
 }
 
+static atomic_size_t host_current;
+static atomic_size_t host_peak;
+
+/* Both peaks: backend and host memory. */
 void tk_cpu_mem_reset_peak(void)
 {
 	atomic_store(&mem_peak, atomic_load(&mem_current));
+	atomic_store(&host_peak, atomic_load(&host_current));
 }
 
 void tk_cpu_upload(void *dst, const void *host_src, size_t bytes)
@@ -71,8 +76,6 @@ void tk_cpu_memset0(void *p, size_t bytes)
 
 /* Host memory for activation offload: plain malloc, counted apart from the
  * backend memory above. */
-static atomic_size_t host_current;
-static atomic_size_t host_peak;
 
 void *tk_cpu_host_alloc(size_t bytes)
 {

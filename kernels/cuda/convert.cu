@@ -1,4 +1,5 @@
-/* convert.cu: dst[n] (fp32) = src[n] converted from F32, BF16 or F16.
+/* convert.cu: dst[n] (fp32) = src[n] converted from F32, BF16 or F16, and
+ * the general conversion into F32 or BF16 (rounded to nearest even).
  *
  * Integer bit manipulation, the one definition of kernels/tk_convert.h that
  * kernels/cpu/convert.c runs too, so the result is bit-identical to the CPU
@@ -55,4 +56,33 @@ void tkc_to_f32(float *dst, const void *src, int dtype, size_t n)
 	default:
 		break;
 	}
+}
+
+/* dst [n] of dst_dtype, src [n] of src_dtype */
+__global__ static void convert_kernel(void *dst, int dst_dtype, const void *src,
+				      int src_dtype, size_t n)
+{
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride)
+		tk_store_f32_rne(dst, dst_dtype, i,
+				 tk_load_f32(src, src_dtype, i));
+}
+
+void tkc_convert(void *dst, int dst_dtype, const void *src, int src_dtype,
+		 size_t n)
+{
+	if (!n)
+		return;
+	if (dst_dtype == src_dtype) {
+		tkc_check(
+		    cudaMemcpyAsync(dst, src, n * tk_dtype_size(src_dtype),
+				    cudaMemcpyDeviceToDevice, tkc_stream()),
+		    "convert copy");
+		return;
+	}
+	convert_kernel<<<tkc_blocks(n), TKC_THREADS, 0, tkc_stream()>>>(
+	    dst, dst_dtype, src, src_dtype, n);
+	tkc_check_launch("convert");
 }

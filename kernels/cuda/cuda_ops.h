@@ -72,6 +72,8 @@ int tkc_copy_init(void);
 
 /* convert.cu */
 void tkc_to_f32(float *dst, const void *src, int dtype, size_t n);
+void tkc_convert(void *dst, int dst_dtype, const void *src, int src_dtype,
+		 size_t n);
 
 /* matmul.cu */
 void tkc_matmul(int transa, int transb, int M, int N, int K, float alpha,

@@ -75,9 +75,11 @@ size_t tkc_mem_peak(void)
 	return mem_peak.load();
 }
 
+/* Both peaks: device and pinned host memory. */
 void tkc_mem_reset_peak(void)
 {
 	mem_peak.store(mem_current.load());
+	host_peak.store(host_current.load());
 }
 
 void tkc_upload(void *dst, const void *host_src, size_t bytes)

@@ -120,6 +120,7 @@ static void fill_table(tk_ops *t)
 	t->copy_async = tkc_copy_async;
 	t->copy_wait = tkc_copy_wait;
 	t->to_f32 = tkc_to_f32;
+	t->convert = tkc_convert;
 	t->matmul = tkc_matmul;
 	t->add = tkc_add;
 	t->bias_fwd = tkc_bias_fwd;
