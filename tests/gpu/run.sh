@@ -6,14 +6,16 @@
 #   2. configure build-gpu (CUDA on, sm_90, Release) and build the targets
 #      the checks need with -j16
 #   3. ctest -R cuda: the CUDA backend's tests, with their output
-#   4. bench_model_step (ours) and bench/step_gpu_torch.py (PyTorch) on
-#      qwen3-1.7b at 4 x 1024; ours alone on qwen3-8b and qwen3-32b (peak
-#      memory; PyTorch with AdamW would not fit 32B)
+#   4. bench_model_step (ours, bf16) and bench/step_gpu_torch.py (PyTorch)
+#      on qwen3-1.7b at 4 x 1024; ours alone on qwen3-8b and qwen3-32b at
+#      4 x 1024, qwen3-32b with offload at 4 x 1024 and 8 x 2048, and
+#      llama-3.3-70b with offload at 4 x 1024 (peak memory against the plan;
+#      PyTorch with AdamW would not fit 32B)
 #   5. one table, ours against PyTorch, also written as JSON to
 #      bench/results/gpu-DATE.json and to $OUT/ when OUT is set
 #
 # Every part runs under `timeout`, inside an overall budget
-# (TACO_GPU_BUDGET_S, default 450 s; 1800 s for the smoke run, whose
+# (TACO_GPU_BUDGET_S, default 540 s; 1800 s for the smoke run, whose
 # nvcc build on 2 cores takes minutes), so one slow part cannot eat the rest; a
 # failed part is reported in the table and the script goes on. Exit status:
 # 0 when every part passed, 1 otherwise, 2 on bad usage.
@@ -130,7 +132,7 @@ else
 	SHAPE=(--batch 4 --seq 1024)
 	STEPS_SMALL=3 STEPS_MID=2 STEPS_BIG=2
 	RESULTS_DIR=bench/results
-	BUDGET=${BUDGET:-450}
+	BUDGET=${BUDGET:-540}
 	BUILD_CAP=240
 fi
 
@@ -334,14 +336,16 @@ fi
 
 # ---- 4. benchmarks ----
 
-# ours NAME CONFIG STEPS CAP
+# ours NAME CONFIG STEPS CAP [ARGS...]: ARGS after the shape (a later
+# --batch or --seq wins)
 ours() {
 	if [ "$BUILT" = 0 ]; then
 		record "ours $1" skipped-nobuild - 0 "no build"
 		return 0
 	fi
 	run_part "ours $1" "$4" "$WORK/ours-$1.json" "$BUILD/bench_model_step" \
-		--config "$2" --backend "$BACKEND" "${SHAPE[@]}" --steps "$3" --name "$1"
+		--config "$2" --backend "$BACKEND" "${SHAPE[@]}" --steps "$3" \
+		--name "$1" "${@:5}"
 }
 
 # torch NAME CONFIG STEPS CAP
@@ -360,13 +364,24 @@ torch() {
 
 if [ "$MODE" = gpu ]; then
 	N_SMALL=qwen3-1.7b N_MID=qwen3-8b N_BIG=qwen3-32b
+	CFG_HUGE=tests/fixtures/configs/llama-3.3-70b.json N_HUGE=llama-3.3-70b
+	BIG_SHAPE=(--batch 8 --seq 2048)
 else
 	N_SMALL=llama_gqa N_MID=qwen3_tied N_BIG=mistral_sw
+	CFG_HUGE=tests/fixtures/models/qwen2_bias/config.json N_HUGE=qwen2_bias
+	BIG_SHAPE=(--batch 4 --seq 32)
 fi
+# bf16 precision on CUDA (the backend's default); peak against plan in
+# every run: the headline shapes, the 32B one also at 8 x 2048 with the
+# layer inputs offloaded, and the 70B shape offloaded (it fits an H200 only
+# so)
 ours "$N_SMALL" "$CFG_SMALL" "$STEPS_SMALL" 90
 torch "$N_SMALL" "$CFG_SMALL" "$STEPS_SMALL" 120
 ours "$N_MID" "$CFG_MID" "$STEPS_MID" 120
 ours "$N_BIG" "$CFG_BIG" "$STEPS_BIG" 200
+ours "$N_BIG-offload" "$CFG_BIG" "$STEPS_BIG" 120 --offload
+ours "$N_BIG-8x2048-offload" "$CFG_BIG" 1 150 "${BIG_SHAPE[@]}" --offload
+ours "$N_HUGE-offload" "$CFG_HUGE" 1 200 --offload
 
 # ---- 5. the table ----
 
@@ -379,11 +394,12 @@ if [ -z "$PY" ]; then
 	cat "$PARTS" "$WORK"/*-*.json 2>/dev/null || true
 	FAILED=1
 elif ! "${PY_ENV[@]}" "$PY" - "$WORK" "$RESULT" "$MODE" "$(elapsed)" \
-	"$N_SMALL" "$N_MID" "$N_BIG" <<'EOF'; then
+	"$N_SMALL" "$N_MID" "$N_BIG" "$N_BIG-offload" "$N_BIG-8x2048-offload" \
+	"$N_HUGE-offload" <<'EOF'; then
 import json, os, sys
 
 work, result, mode, elapsed = sys.argv[1:5]
-names = sys.argv[5:8]
+names = sys.argv[5:]
 parts = []
 with open(os.path.join(work, "parts.tsv")) as f:
     for line in f:
