@@ -190,13 +190,31 @@ out:
 	return r;
 }
 
+/* Rows [v0, v0 + vc) of a tied head's gradient into g [vc, H]: added to g
+ * (dense) or overwriting it, over every chunk of tokens. */
+static void head_rows(step_ctx *c, const void *head, int v0, int vc, float *g,
+		      int add, float grad_scale)
+{
+	taco_work *w = c->w;
+	int N = w->s.N, Nc = w->s.Nc, H = c->m->cfg.hidden;
+
+	for (int r0 = 0; r0 < N; r0 += Nc) {
+		int n = N - r0 < Nc ? N - r0 : Nc;
+		void *dl;
+		chunk_logits(c, head, v0, vc, r0, n);
+		dl = chunk_dlogits(c, v0, vc, r0, n, grad_scale);
+		c->o->matmul(1, 0, vc, H, n, 1.0f, c->dt, dl, vc,
+			     step_at(w->hf, (size_t)r0 * H, c->es), H,
+			     add || r0 ? 1.0f : 0.0f, TK_F32, g, H);
+	}
+}
+
 /* Tied head and embedding, part mode: pass 3, one row block per chunk. */
 static int tied_rows(step_ctx *c, int id, float grad_scale)
 {
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
-	int N = w->s.N, H = cf->hidden, V = cf->vocab;
-	int Vc = w->s.Vc, Nc = w->s.Nc;
+	int N = w->s.N, H = cf->hidden, V = cf->vocab, Vc = w->s.Vc;
 	int32_t *rows = malloc((size_t)N * 4);
 	const void *head = head_weight(c);
 
@@ -204,15 +222,7 @@ static int tied_rows(step_ctx *c, int id, float grad_scale)
 		return -ENOMEM;
 	for (int v0 = 0; v0 < V && !c->err; v0 += Vc) {
 		int vc = V - v0 < Vc ? V - v0 : Vc;
-		for (int r0 = 0; r0 < N; r0 += Nc) {
-			int n = N - r0 < Nc ? N - r0 : Nc;
-			void *dl;
-			chunk_logits(c, head, v0, vc, r0, n);
-			dl = chunk_dlogits(c, v0, vc, r0, n, grad_scale);
-			c->o->matmul(1, 0, vc, H, n, 1.0f, c->dt, dl, vc,
-				     step_at(w->hf, (size_t)r0 * H, c->es), H,
-				     r0 ? 1.0f : 0.0f, TK_F32, w->gblock, H);
-		}
+		head_rows(c, head, v0, vc, w->gblock, 0, grad_scale);
 		for (int i = 0; i < N; i++) {
 			int t = c->b->tokens[i];
 			rows[i] = t >= v0 && t < v0 + vc ? t - v0 : -1;
@@ -229,24 +239,12 @@ static int tied_rows(step_ctx *c, int id, float grad_scale)
 /* Tied, dense mode: the head's rows into the dense buffer. */
 static void tied_dense(step_ctx *c, float *dense, float grad_scale)
 {
-	const taco_config *cf = &c->m->cfg;
-	taco_work *w = c->w;
-	int N = w->s.N, H = cf->hidden, V = cf->vocab;
-	int Vc = w->s.Vc, Nc = w->s.Nc;
+	int V = c->m->cfg.vocab, Vc = c->w->s.Vc, H = c->m->cfg.hidden;
 	const void *head = head_weight(c);
 
-	for (int v0 = 0; v0 < V; v0 += Vc) {
-		int vc = V - v0 < Vc ? V - v0 : Vc;
-		for (int r0 = 0; r0 < N; r0 += Nc) {
-			int n = N - r0 < Nc ? N - r0 : Nc;
-			void *dl;
-			chunk_logits(c, head, v0, vc, r0, n);
-			dl = chunk_dlogits(c, v0, vc, r0, n, grad_scale);
-			c->o->matmul(1, 0, vc, H, n, 1.0f, c->dt, dl, vc,
-				     step_at(w->hf, (size_t)r0 * H, c->es), H,
-				     1.0f, TK_F32, dense + (size_t)v0 * H, H);
-		}
-	}
+	for (int v0 = 0; v0 < V; v0 += Vc)
+		head_rows(c, head, v0, V - v0 < Vc ? V - v0 : Vc,
+			  dense + (size_t)v0 * H, 1, grad_scale);
 }
 
 void step_embedding_grad(step_ctx *c, float grad_scale)
