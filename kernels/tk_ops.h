@@ -122,6 +122,16 @@ struct tk_ops {
 	void (*copy_async)(void *dst, const void *src, size_t bytes,
 			   int to_host);
 	void (*copy_wait)(void);
+	/* The side stream, where the optimizer's updates overlap the
+	 * backward. After side_begin, ops run on the side stream, each after
+	 * every op issued before side_begin; side_end returns to the main
+	 * stream and a ticket (> 0) for the side work issued so far;
+	 * side_wait(t) makes the ops issued after it wait for that work
+	 * (t == 0: all side work so far). The CPU backend runs every op at
+	 * once: it counts tickets and never waits. */
+	void (*side_begin)(void);
+	uint64_t (*side_end)(void);
+	void (*side_wait)(uint64_t ticket);
 
 	/* dst[n] (fp32) = src[n] converted from dtype. */
 	void (*to_f32)(float *dst, const void *src, int dtype, size_t n);
@@ -149,10 +159,13 @@ struct tk_ops {
 	/* out[n, H] = table[tokens[i], :]; table [V, H] */
 	void (*embedding_fwd)(int dt, void *out, const void *table,
 			      const int32_t *tokens, int n, int H);
-	/* dtable (f32) [rows[i], :] += dout[i, :] (accumulates,
-	 * deterministic); a negative rows[i] skips token i. */
+	/* dtable (f32) [rows[i] - r0, :] += dout[i, :] for the tokens with
+	 * r0 <= rows[i] < r0 + nr (accumulates, deterministic); the others are
+	 * skipped. rows is backend memory: a slice of the table's rows is
+	 * filled without the host making a list for it. */
 	void (*embedding_bwd)(int dt, float *dtable, const void *dout,
-			      const int32_t *rows, int n, int H);
+			      const int32_t *rows, int n, int H, int r0,
+			      int nr);
 
 	/* out[n, H] = x / sqrt(mean(x^2) + eps) * w; rstd[n] (f32) saved. */
 	void (*rmsnorm_fwd)(int dt, void *out, float *rstd, const void *x,
@@ -170,6 +183,43 @@ struct tk_ops {
 			 const int32_t *pos, int n, int heads, int hd);
 	void (*rope_bwd)(int dt, void *dx, const float *cos, const float *sin,
 			 const int32_t *pos, int n, int heads, int hd);
+
+	/* Fused ops: each gives the bits of the unfused sequence it names, in
+	 * one pass over memory (the intermediate rounded to dt as the unfused
+	 * ops store it).
+	 *
+	 * x[n, H] += r (the residual add), then out = rmsnorm_fwd(x, w):
+	 * add, then rmsnorm_fwd on the stored x. rstd (f32) [n]. */
+	void (*add_rmsnorm_fwd)(int dt, void *x, const void *r, void *out,
+				float *rstd, const void *w, int n, int H,
+				float eps);
+	/* dres[n, H] += rmsnorm_bwd(dout, x, w, rstd): rmsnorm_bwd into a
+	 * temporary, then add into dres. dw (f32) [H] accumulates. */
+	void (*rmsnorm_bwd_add)(int dt, void *dres, float *dw, const void *dout,
+				const void *x, const void *w, const float *rstd,
+				int n, int H);
+	/* x [n, heads * hd]. With w [hd] (Qwen3's q/k norm): out = rope_fwd of
+	 * rmsnorm_fwd(x) over each head's hd values, rstd (f32) [n * heads]
+	 * saved; w NULL: out = rope_fwd(x), rstd not touched. out may be x
+	 * only when w is NULL. */
+	void (*qknorm_rope_fwd)(int dt, void *out, float *rstd, const void *x,
+				const void *w, const float *cos,
+				const float *sin, const int32_t *pos, int n,
+				int heads, int hd, float eps);
+	/* The backward of qknorm_rope_fwd: with w, dx = rmsnorm_bwd of
+	 * rope_bwd(dout) (dw (f32) [hd] accumulates, x is the norm's input);
+	 * w NULL: dx = rope_bwd(dout), dx may be dout, x and dw unused. dout is
+	 * not written unless it is dx. */
+	void (*qknorm_rope_bwd)(int dt, void *dx, float *dw, const void *dout,
+				const void *x, const void *w, const float *rstd,
+				const float *cos, const float *sin,
+				const int32_t *pos, int n, int heads, int hd);
+	/* C[M, N] (c_dtype) = A[M, K] B[N, K]^T + bias[N] (bias in ab_dtype):
+	 * matmul(0, 1, ...) with beta 0 and the bias added before C is
+	 * rounded, once (cuBLASLt's bias epilogue). */
+	void (*linear_bias)(int M, int N, int K, int ab_dtype, const void *A,
+			    int lda, const void *B, int ldb, const void *bias,
+			    int c_dtype, void *C, int ldc);
 
 	/* Causal grouped-query attention.
 	 * q [B*T, nh*hd], k/v [B*T, nkv*hd], out [B*T, nh*hd],
@@ -204,13 +254,13 @@ struct tk_ops {
 	 * increasing v0 and cover [0, V). */
 	void (*ce_stats)(const tk_ce_rows *s, const float *logits, int ldl,
 			 const int32_t *targets, int n, int v0, int Vc);
-	/* After the last chunk: s->lse; loss_sum (host) = sum of
-	 * lse - logit[target] over rows with a target, in row order (double:
-	 * deterministic); n_correct (host, may be NULL) = rows whose argmax is
-	 * the target; row_loss (backend, may be NULL) [n] each row's loss, 0
-	 * without a target. */
+	/* After the last chunk: s->lse; sums (backend memory, 2 doubles) =
+	 * {the sum of lse - logit[target] over rows with a target, in row
+	 * order (deterministic); the rows whose argmax is the target}; row_loss
+	 * (backend, may be NULL) [n] each row's loss, 0 without a target.
+	 * Nothing is read back: a step reads its sums once, at its end. */
 	void (*ce_finish)(const tk_ce_rows *s, const int32_t *targets, int n,
-			  double *loss_sum, int *n_correct, double *row_loss);
+			  double *sums, double *row_loss);
 	/* dlogits [n, Vc] (dt, row stride ldd) = grad_scale * (softmax -
 	 * onehot(target)) over the chunk for rows with a target, 0 for the
 	 * others, from the logits and s->lse. dlogits may be logits when dt
@@ -263,5 +313,38 @@ int tk_cuda_open(const tk_ops **out, char *why, size_t why_len);
 /* First CUDA/cuBLAS error since open, or NULL; ops return void so the engine
  * polls this after each step. */
 const char *tk_cuda_last_error(void);
+
+/* A profile of the CUDA backend by phase, from CUDA events around every
+ * op (for benchmarks: each op then costs two event records). Each op
+ * belongs to one phase; work on the main stream is busy time, the gaps
+ * between ops are idle (the GPU waiting for the host); the side stream
+ * (optimizer updates) and the copy stream (offload) overlap the main one
+ * and are reported apart. */
+enum tk_phase {
+	TK_PHASE_GEMM = 0, /* matmul, linear_bias */
+	TK_PHASE_ATTENTION,
+	TK_PHASE_ELEMENTWISE, /* norms, RoPE, SwiGLU, adds, embeddings, ... */
+	TK_PHASE_LOSS,	      /* ce_* */
+	TK_PHASE_OPTIMIZER,   /* taco_*, adamw_update */
+	TK_PHASE_COPY,	      /* copy_async, upload, download */
+	TK_PHASE_COUNT
+};
+
+typedef struct tk_profile {
+	double wall_ms;			/* start to stop, main stream */
+	double main_ms[TK_PHASE_COUNT]; /* busy, main stream */
+	double side_ms[TK_PHASE_COUNT]; /* busy, side stream (overlapped) */
+	double copy_ms;			/* busy, copy stream (overlapped) */
+	double idle_ms;			/* wall - sum of main_ms */
+	uint64_t ops;			/* ops profiled */
+} tk_profile;
+
+/* Profile the ops issued from now on: 0, -ENOSYS (no CUDA backend open)
+ * or -EBUSY (already profiling). */
+int tk_cuda_profile_start(void);
+/* Wait for the device, stop profiling and fill *out: 0, -EINVAL (not
+ * profiling) or -ENOSPC (more ops than events: the profile is partial;
+ * *out is still filled). */
+int tk_cuda_profile_stop(tk_profile *out);
 
 #endif

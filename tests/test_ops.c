@@ -425,7 +425,7 @@ START_TEST(test_embedding)
 
 	dout = frand((size_t)n * H, -1, 1, &st);
 	dt0 = fcopy(dt, (size_t)V * H);
-	ops->embedding_bwd(TK_F32, dt, dout, tok, n, H);
+	ops->embedding_bwd(TK_F32, dt, dout, tok, n, H, 0, V);
 	for (size_t i = 0; i < (size_t)V * H; i++)
 		ref[i] = dt0[i];
 	for (int i = 0; i < n; i++)
@@ -438,8 +438,20 @@ START_TEST(test_embedding)
 
 	/* Deterministic: the same call gives the same bits. */
 	dt2 = fcopy(dt0, (size_t)V * H);
-	ops->embedding_bwd(TK_F32, dt2, dout, tok, n, H);
+	ops->embedding_bwd(TK_F32, dt2, dout, tok, n, H, 0, V);
 	ck_assert_mem_eq(dt, dt2, (size_t)V * H * sizeof(float));
+
+	/* A slice of rows [r0, r0 + nr) into a [nr, H] table: the same bits
+	 * as those rows of the whole table, the other tokens skipped. */
+	{
+		int r0 = 2, nr = 3;
+		float *part = fcopy(dt0 + (size_t)r0 * H, (size_t)nr * H);
+
+		ops->embedding_bwd(TK_F32, part, dout, tok, n, H, r0, nr);
+		ck_assert_mem_eq(part, dt + (size_t)r0 * H,
+				 (size_t)nr * H * sizeof(float));
+		free(part);
+	}
 
 	free(table);
 	free(out);
@@ -730,6 +742,20 @@ static void ce_rows_free(tk_ce_rows *s)
 	free(s->am);
 }
 
+/* ce_finish with the sums read back (the CPU backend's memory is the
+ * host's). */
+static void ce_finish_host(const tk_ce_rows *s, const int32_t *targets, int n,
+			   double *loss_sum, int *n_correct, double *row_loss)
+{
+	double sums[2];
+
+	ops->ce_finish(s, targets, n, sums, row_loss);
+	if (loss_sum)
+		*loss_sum = sums[0];
+	if (n_correct)
+		*n_correct = (int)sums[1];
+}
+
 /* The former fused op through the chunked one, one chunk of V: loss and
  * n_correct; the gradient in place when grad_scale != 0. */
 static void ce_whole(float *logits, const int32_t *targets, int n, int V,
@@ -740,7 +766,7 @@ static void ce_whole(float *logits, const int32_t *targets, int n, int V,
 
 	ce_rows_alloc(&s, n);
 	ops->ce_stats(&s, logits, V, targets, n, 0, V);
-	ops->ce_finish(&s, targets, n, loss_sum, n_correct, row_loss);
+	ce_finish_host(&s, targets, n, loss_sum, n_correct, row_loss);
 	if (grad_scale != 0.0f)
 		ops->ce_grad(TK_F32, logits, V, logits, V, &s, targets, n, 0, V,
 			     grad_scale);
@@ -1382,8 +1408,8 @@ START_TEST(test_bf16_bias_embedding)
 
 	dt0 = fcopy(dt, (size_t)V * H);
 	dt2 = fcopy(dt, (size_t)V * H);
-	ops->embedding_bwd(TK_BF16, dt, dout, tok, n, H);
-	ops->embedding_bwd(TK_F32, dt2, do32, tok, n, H);
+	ops->embedding_bwd(TK_BF16, dt, dout, tok, n, H, 0, V);
+	ops->embedding_bwd(TK_F32, dt2, do32, tok, n, H, 0, V);
 	f32_bits_eq(dt, dt2, (size_t)V * H, "embedding_bwd");
 	/* a negative row skips its token */
 	for (size_t i = 0; i < (size_t)V * H; i++)
@@ -1784,7 +1810,7 @@ static void ce_chunked(tk_ce_rows *s, const float *x, const int32_t *tgt, int n,
 		ops->ce_stats(s, x + v0, V, tgt, n, v0, vc);
 		v0 += vc;
 	}
-	ops->ce_finish(s, tgt, n, loss, nc, row_loss);
+	ce_finish_host(s, tgt, n, loss, nc, row_loss);
 }
 
 START_TEST(test_ce_chunks)

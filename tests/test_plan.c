@@ -191,6 +191,7 @@ static void cuda_plan(const char *config, int offload, int chunks, taco_plan *p,
 	in.A = 1;
 	in.step.offload = offload;
 	in.step.mlp_chunks = chunks;
+	in.step.overlap = 1; /* as taco_plan_input_from_job sets for CUDA */
 	taco_optim_defaults(&in.optim);
 	ck_assert_int_eq(taco_config_load(tu_fixture(config), &c, &err), 0);
 	ck_assert_int_eq(taco_model_shapes(&c, shapes, &err), 0);

@@ -67,6 +67,11 @@ typedef struct taco_step_opts {
 	 * 4 Mi). Tests shrink them to exercise the chunking. */
 	size_t grad_block_elems;
 	size_t logit_elems;
+	/* 1: the optimizer's updates run on the backend's side stream while
+	 * the backward goes on (two gradient blocks, each half the default
+	 * size, used in turn); 0: one block, updates in line. The same bits
+	 * either way. */
+	int overlap;
 } taco_step_opts;
 
 typedef struct taco_model {

@@ -7,7 +7,14 @@
  * places (MLP blocks, vocabulary chunks, the rows a batch touches) go out
  * as row streams, which the optimizer merges row block by row block. In
  * dense mode (gradient accumulation) the same GEMMs add into the caller's
- * buffers instead. */
+ * buffers instead.
+ *
+ * With overlap the sink runs on the backend's side stream: the optimizer
+ * updates block i while the main stream fills block i + 1 in the other
+ * buffer; before a buffer is filled again the main stream waits for the
+ * updates that read it. A weight is updated only after its last use in
+ * the step (the order of backward), and the next step waits for them all
+ * (grad_drain). */
 #include <string.h>
 
 #include "step.h"
@@ -32,10 +39,33 @@ int grad_wanted(const step_ctx *c, int id)
 	return c->sink->part != NULL;
 }
 
+float *grad_block(step_ctx *c)
+{
+	if (!c->w->s.overlap)
+		return c->w->gblock;
+	c->gcur ^= 1;
+	if (c->gticket[c->gcur])
+		c->o->side_wait(c->gticket[c->gcur]);
+	return c->gcur ? c->w->gblock2 : c->w->gblock;
+}
+
+void grad_drain(step_ctx *c)
+{
+	if (c->w->s.overlap)
+		c->o->side_wait(0);
+}
+
 static void emit(step_ctx *c, const taco_grad_part *p)
 {
-	if (!c->err)
+	if (c->err)
+		return;
+	if (!c->w->s.overlap) {
 		c->err = c->sink->part(c->sink->ctx, c->m, p);
+		return;
+	}
+	c->o->side_begin();
+	c->err = c->sink->part(c->sink->ctx, c->m, p);
+	c->gticket[c->gcur] = c->o->side_end();
 }
 
 void grad_linear_cols(step_ctx *c, int id, const void *dy, int ldy,
@@ -58,12 +88,13 @@ void grad_linear_cols(step_ctx *c, int id, const void *dy, int ldy,
 		cb = in;
 	for (int j0 = 0; j0 < in && !c->err; j0 += cb) {
 		int n = in - j0 < cb ? in - j0 : cb;
+		float *g = grad_block(c);
 		o->matmul(1, 0, out, n, N, 1.0f, c->dt, dy, ldy,
-			  step_at(x, (size_t)j0, c->es), ldx, 0.0f, TK_F32,
-			  c->w->gblock, n);
+			  step_at(x, (size_t)j0, c->es), ldx, 0.0f, TK_F32, g,
+			  n);
 		emit(c, &(taco_grad_part){.tensor = id,
 					  .kind = TACO_PART_COLS,
-					  .g = c->w->gblock,
+					  .g = g,
 					  .ld = n,
 					  .row0 = 0,
 					  .rows = out,
@@ -110,24 +141,26 @@ void grad_linear_rows(step_ctx *c, int id, const void *dy, int ldy,
 		rb = rows;
 	for (int i0 = 0; i0 < rows && !c->err; i0 += rb) {
 		int n = rows - i0 < rb ? rows - i0 : rb;
+		float *g = grad_block(c);
 		o->matmul(1, 0, n, in, N, 1.0f, c->dt,
 			  step_at(dy, (size_t)i0, c->es), ldy, x, ldx, 0.0f,
-			  TK_F32, c->w->gblock, in);
-		grad_emit_rows(c, id, c->w->gblock, in, row0 + i0, n, NULL,
+			  TK_F32, g, in);
+		grad_emit_rows(c, id, g, in, row0 + i0, n, NULL,
 			       first && i0 == 0, last && i0 + n == rows);
 	}
 }
 
 float *grad_whole_begin(step_ctx *c, int id)
 {
-	float *dense;
+	float *dense, *g;
 
 	if (!grad_wanted(c, id))
 		return NULL;
 	if ((dense = grad_dense(c, id)))
 		return dense;
-	c->o->memset0(c->w->gblock, c->m->tensors[id].numel * sizeof(float));
-	return c->w->gblock;
+	g = grad_block(c);
+	c->o->memset0(g, c->m->tensors[id].numel * sizeof(float));
+	return g;
 }
 
 void grad_whole_end(step_ctx *c, int id)
@@ -140,7 +173,7 @@ void grad_whole_end(step_ctx *c, int id)
 	emit(c, &(taco_grad_part){
 		    .tensor = id,
 		    .kind = TACO_PART_WHOLE,
-		    .g = c->w->gblock,
+		    .g = c->gcur ? c->w->gblock2 : c->w->gblock,
 		    .ld = t->ndim == 2 ? (int)t->shape[1] : (int)t->numel,
 		    .row0 = 0,
 		    .rows = t->ndim == 2 ? (int)t->shape[0] : 1,

@@ -139,7 +139,7 @@ static void norm_bwd(step_ctx *c, int id, void *dx, const void *dout,
 
 	/* Not wanted: the op still needs somewhere to add dw. */
 	if (!g) {
-		g = c->w->gblock;
+		g = grad_block(c);
 		c->o->memset0(g, (size_t)H * sizeof(float));
 	}
 	c->o->rmsnorm_bwd(c->dt, dx, g, dout, x, wt, rstd, n, H);

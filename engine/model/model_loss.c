@@ -67,7 +67,7 @@ static void download_logits(step_ctx *c, float *host, int v0, int vc, int r0,
 }
 
 void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
-	       taco_step_stats *st, float *host_logits, double *row_loss)
+	       float *host_logits, double *row_loss)
 {
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
@@ -77,8 +77,6 @@ void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
 	int untied = !cf->tie_embeddings && grad_wanted(c, head_id);
 	const void *head;
 	tk_ce_rows s = rows_at(w, 0);
-	double loss = 0;
-	int correct = 0;
 
 	o->rmsnorm_fwd(c->dt, w->hf, w->rstd_f, x_last,
 		       step_weight(c, c->m->final_norm, w->w_final), N, H,
@@ -97,9 +95,8 @@ void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
 				    vc);
 		}
 	}
-	o->ce_finish(&s, w->targets, N, &loss, &correct, row_loss);
-	st->loss_sum = loss;
-	st->n_correct = correct;
+	/* the sums stay on the backend until the step ends (step_read_sums) */
+	o->ce_finish(&s, w->targets, N, w->ce_sums, row_loss);
 	if (!want_grad)
 		return;
 
@@ -108,7 +105,9 @@ void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
 	for (int v0 = 0; v0 < V && !c->err; v0 += Vc) {
 		int vc = V - v0 < Vc ? V - v0 : Vc;
 		float *dense = untied ? grad_dense(c, head_id) : NULL;
-		float *g = dense ? dense + (size_t)v0 * H : w->gblock;
+		float *g = dense    ? dense + (size_t)v0 * H
+			   : untied ? grad_block(c)
+				    : NULL;
 		for (int r0 = 0; r0 < N; r0 += Nc) {
 			int n = N - r0 < Nc ? N - r0 : Nc;
 			void *dl;
@@ -134,60 +133,24 @@ void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
 		   (size_t)N * H);
 }
 
-/* The batch's distinct tokens, ascending, into uniq; map[i] = the index of
- * token i among them. Returns their count. */
-static int distinct_tokens(const taco_batch *b, int V, int32_t *uniq,
-			   int32_t *map, int32_t *seen)
-{
-	int N = b->B * b->T, U = 0;
-
-	for (int v = 0; v < V; v++)
-		seen[v] = -1;
-	for (int i = 0; i < N; i++)
-		seen[b->tokens[i]] = 0;
-	for (int v = 0; v < V; v++)
-		if (seen[v] == 0) {
-			seen[v] = U;
-			uniq[U++] = v;
-		}
-	for (int i = 0; i < N; i++)
-		map[i] = seen[b->tokens[i]];
-	return U;
-}
-
-/* Untied embedding, part mode: row blocks of the rows the batch holds. */
+/* Untied embedding, part mode: row blocks of the rows the batch holds
+ * (w->uniq, with token i's index among them in w->rows: made when the
+ * batch was uploaded, so nothing waits for the host here). */
 static int embedding_rows(step_ctx *c, int id)
 {
-	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
-	int N = w->s.N, H = cf->hidden, V = cf->vocab, U, rb;
-	int32_t *uniq = malloc((size_t)N * 4), *map = malloc((size_t)N * 4);
-	int32_t *seen = malloc((size_t)V * 4), *rows = malloc((size_t)N * 4);
-	int r = -ENOMEM;
+	int N = w->s.N, H = c->m->cfg.hidden, U = w->n_uniq;
+	int rb = (int)(w->s.gblock / (size_t)H);
 
-	if (!uniq || !map || !seen || !rows)
-		goto out;
-	U = distinct_tokens(c->b, V, uniq, map, seen);
-	c->o->upload(w->uniq, uniq, (size_t)U * 4);
-	rb = (int)(w->s.gblock / (size_t)H);
 	for (int u0 = 0; u0 < U && !c->err; u0 += rb) {
 		int n = U - u0 < rb ? U - u0 : rb;
-		for (int i = 0; i < N; i++)
-			rows[i] =
-			    map[i] >= u0 && map[i] < u0 + n ? map[i] - u0 : -1;
-		c->o->upload(w->rows, rows, (size_t)N * 4);
-		c->o->memset0(w->gblock, (size_t)n * H * sizeof(float));
-		c->o->embedding_bwd(c->dt, w->gblock, w->dx, w->rows, N, H);
-		grad_emit_rows(c, id, w->gblock, H, 0, n, w->uniq + u0, u0 == 0,
+		float *g = grad_block(c);
+		c->o->memset0(g, (size_t)n * H * sizeof(float));
+		c->o->embedding_bwd(c->dt, g, w->dx, w->rows, N, H, u0, n);
+		grad_emit_rows(c, id, g, H, 0, n, w->uniq + u0, u0 == 0,
 			       u0 + n >= U);
 	}
-	r = 0;
-out:
-	free(uniq);
-	free(map);
-	free(seen);
-	free(rows);
-	return r;
+	return 0;
 }
 
 /* Rows [v0, v0 + vc) of a tied head's gradient into g [vc, H]: added to g
@@ -215,24 +178,17 @@ static int tied_rows(step_ctx *c, int id, float grad_scale)
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
 	int N = w->s.N, H = cf->hidden, V = cf->vocab, Vc = w->s.Vc;
-	int32_t *rows = malloc((size_t)N * 4);
 	const void *head = head_weight(c);
 
-	if (!rows)
-		return -ENOMEM;
 	for (int v0 = 0; v0 < V && !c->err; v0 += Vc) {
 		int vc = V - v0 < Vc ? V - v0 : Vc;
-		head_rows(c, head, v0, vc, w->gblock, 0, grad_scale);
-		for (int i = 0; i < N; i++) {
-			int t = c->b->tokens[i];
-			rows[i] = t >= v0 && t < v0 + vc ? t - v0 : -1;
-		}
-		c->o->upload(w->rows, rows, (size_t)N * 4);
-		c->o->embedding_bwd(c->dt, w->gblock, w->dx, w->rows, N, H);
-		grad_emit_rows(c, id, w->gblock, H, v0, vc, NULL, v0 == 0,
+		float *g = grad_block(c);
+		head_rows(c, head, v0, vc, g, 0, grad_scale);
+		/* the embedding's share: the tokens in [v0, v0 + vc) */
+		c->o->embedding_bwd(c->dt, g, w->dx, w->tokens, N, H, v0, vc);
+		grad_emit_rows(c, id, g, H, v0, vc, NULL, v0 == 0,
 			       v0 + vc >= V);
 	}
-	free(rows);
 	return 0;
 }
 
@@ -259,7 +215,8 @@ void step_embedding_grad(step_ctx *c, float grad_scale)
 	if ((dense = grad_dense(c, id))) {
 		if (cf->tie_embeddings)
 			tied_dense(c, dense, grad_scale);
-		c->o->embedding_bwd(c->dt, dense, w->dx, w->tokens, N, H);
+		c->o->embedding_bwd(c->dt, dense, w->dx, w->tokens, N, H, 0,
+				    cf->vocab);
 		return;
 	}
 	r = cf->tie_embeddings ? tied_rows(c, id, grad_scale)

@@ -63,14 +63,53 @@ const void *step_weight(step_ctx *c, int id, float *scratch)
 	return scratch;
 }
 
-/* Upload tokens, targets, positions and the rope tables for this batch. */
+/* The batch's distinct tokens, ascending, into w->uniq, and each token's
+ * index among them into w->rows (the untied embedding's gradient rows). */
+static int upload_distinct(taco_model *m, const taco_batch *b, taco_err *err)
+{
+	taco_work *w = m->work;
+	int N = b->B * b->T, V = m->cfg.vocab, U = 0;
+	int32_t *uniq = malloc((size_t)N * 4), *map = malloc((size_t)N * 4);
+	int32_t *seen = malloc((size_t)V * 4);
+	int r = 0;
+
+	if (!uniq || !map || !seen) {
+		r = taco_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int v = 0; v < V; v++)
+		seen[v] = -1;
+	for (int i = 0; i < N; i++)
+		seen[b->tokens[i]] = 0;
+	for (int v = 0; v < V; v++)
+		if (seen[v] == 0) {
+			seen[v] = U;
+			uniq[U++] = v;
+		}
+	for (int i = 0; i < N; i++)
+		map[i] = seen[b->tokens[i]];
+	m->ops->upload(w->uniq, uniq, (size_t)U * 4);
+	m->ops->upload(w->rows, map, (size_t)N * 4);
+	w->n_uniq = U;
+out:
+	free(uniq);
+	free(map);
+	free(seen);
+	return r;
+}
+
+/* Upload tokens, targets, positions, the distinct tokens and the rope
+ * tables for this batch: every upload of a step happens here, before its
+ * first op, so that nothing inside the step waits for the host. */
 static int prepare_batch(taco_model *m, const taco_batch *b, taco_err *err)
 {
 	taco_work *w = m->work;
-	int N = b->B * b->T, half = m->cfg.head_dim / 2;
+	int N = b->B * b->T, half = m->cfg.head_dim / 2, r;
 	int32_t *pos = NULL;
 	float *cs = NULL;
 
+	if ((r = upload_distinct(m, b, err)))
+		return r;
 	m->ops->upload(w->tokens, b->tokens, (size_t)N * 4);
 	m->ops->upload(w->targets, b->targets, (size_t)N * 4);
 	if (b->pos) {
@@ -165,8 +204,15 @@ static int begin(taco_model *m, const taco_batch *b, step_ctx *c,
 	return 0;
 }
 
-static void finish_stats(taco_step_stats *st)
+/* After the step's last op: the loss sums, read back once (the step's
+ * one wait for the device). */
+static void finish_stats(step_ctx *c, taco_step_stats *st)
 {
+	double sums[2];
+
+	c->o->download(sums, c->w->ce_sums, sizeof(sums));
+	st->loss_sum = sums[0];
+	st->n_correct = (int64_t)sums[1];
 	st->loss = st->n_targets ? st->loss_sum / (double)st->n_targets : 0.0;
 }
 
@@ -215,10 +261,10 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 	norm = norm_targets > 0 ? norm_targets : st.n_targets;
 	scale = norm ? 1.0f / (float)norm : 0.0f;
 	forward_all(&c);
-	step_loss(&c, layer_x(&c, cf->layers), scale, 1, &st, NULL, NULL);
+	step_loss(&c, layer_x(&c, cf->layers), scale, 1, NULL, NULL);
 	g = grad_whole_begin(&c, fid);
 	if (!g) {
-		g = w->gblock;
+		g = grad_block(&c);
 		m->ops->memset0(g, (size_t)cf->hidden * sizeof(float));
 	}
 	m->ops->rmsnorm_bwd(
@@ -229,10 +275,11 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 	backward_all(&c);
 	if (!c.err)
 		step_embedding_grad(&c, scale);
+	grad_drain(&c);
 	if (c.err)
 		return taco_err_set(err, c.err, "gradient consumer failed (%d)",
 				    c.err);
-	finish_stats(&st);
+	finish_stats(&c, &st);
 	*stats = st;
 	return 0;
 }
@@ -247,9 +294,9 @@ static int forward_loss(taco_model *m, const taco_batch *b, taco_step_stats *st,
 	if ((r = begin(m, b, &c, st, err)))
 		return r;
 	forward_all(&c);
-	step_loss(&c, layer_x(&c, m->cfg.layers), 0.0f, 0, st, host_logits,
+	step_loss(&c, layer_x(&c, m->cfg.layers), 0.0f, 0, host_logits,
 		  row_loss);
-	finish_stats(st);
+	finish_stats(&c, st);
 	return 0;
 }
 

@@ -74,7 +74,10 @@ void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
 						 : t->numel);
 		largest = max_sz(largest, t->numel);
 	}
-	g = sc->grad_block_elems ? sc->grad_block_elems : TACO_GRAD_BLOCK_ELEMS;
+	s->overlap = sc->overlap != 0;
+	g = sc->grad_block_elems ? sc->grad_block_elems
+	    : s->overlap	 ? TACO_GRAD_BLOCK_ELEMS / 2
+				 : TACO_GRAD_BLOCK_ELEMS;
 	g = g < largest ? g : largest;
 	s->gblock = max_sz(g, need);
 	s->Vc = (int)(s->gblock / (size_t)c->hidden);
@@ -160,6 +163,7 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(ce_lse, N, 4, LOSS_CHUNK, R_PERSIST);
 	ADD(ce_se, N, 8, LOSS_CHUNK, R_PERSIST);
 	ADD(ce_am, N, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_sums, 2, 8, LOSS_CHUNK, R_PERSIST);
 	ADD(logits, logits, 4, LOSS_CHUNK, R_LOSS);
 	ADD(dlogits, f32 ? 0 : logits, es, LOSS_CHUNK, R_LOSS);
 	ADD(dh, N * H, 4, LOSS_CHUNK, R_LOSS);
@@ -181,6 +185,7 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(w_final, f32 && m->tensors[m->final_norm].dtype != TK_F32 ? H : 0,
 	    4, WEIGHT_SCRATCH, R_PERSIST);
 	ADD(gblock, s->gblock, 4, GRAD_BUFFER, R_PERSIST);
+	ADD(gblock2, s->overlap ? s->gblock : 0, 4, GRAD_BUFFER, R_PERSIST);
 #undef ADD
 	return n;
 }

@@ -19,7 +19,8 @@
 #include "model.h"
 
 #define TACO_GRAD_BLOCK_ELEMS ((size_t)1 << 24) /* 64 MiB of fp32 */
-#define TACO_LOGIT_ELEMS ((size_t)1 << 22)	/* 16 MiB of fp32 */
+/* with overlap: two blocks of half that, the same bytes */
+#define TACO_LOGIT_ELEMS ((size_t)1 << 22) /* 16 MiB of fp32 */
 #define TACO_OFFLOAD_SLOTS 3 /* layer inputs on the device with offload */
 /* mlp_chunks 0 (auto): blocks of at most this many bytes of [N, Ic] */
 #define TACO_MLP_BLOCK_BYTES ((size_t)32 << 20)
@@ -50,6 +51,7 @@ typedef struct taco_work_shape {
 	int Ic;	       /* intermediate columns per MLP block */
 	int Vc, Nc;    /* vocabulary chunk, tokens per chunk of logits */
 	size_t gblock; /* elements of the gradient block */
+	int overlap;   /* two gradient blocks, updates on the side stream */
 } taco_work_shape;
 
 struct taco_work {
@@ -59,9 +61,11 @@ struct taco_work {
 	void *region;	   /* the shared layer / loss region */
 	size_t region_bytes;
 	int32_t *tokens, *targets, *pos; /* [N] */
-	int32_t *rows;			 /* [N] row map of one gradient part */
-	int32_t *uniq;			 /* [N] the batch's distinct tokens */
-	float *rope_cos, *rope_sin;	 /* f32 [T, hd/2] */
+	/* [N]: token i's index among the batch's distinct tokens */
+	int32_t *rows;
+	int32_t *uniq; /* [N] the batch's distinct tokens, ascending */
+	int n_uniq;    /* how many */
+	float *rope_cos, *rope_sin; /* f32 [T, hd/2] */
 	/* layer inputs: [(L+1), N, H], or TACO_OFFLOAD_SLOTS of [N, H] with
 	 * the whole [(L+1), N, H] in host memory */
 	void *xs;
@@ -81,16 +85,18 @@ struct taco_work {
 	float *ce_mx, *ce_tl, *ce_lse; /* f32 [N] */
 	double *ce_se;		       /* [N] */
 	int32_t *ce_am;		       /* [N] */
-	float *logits;		       /* f32 [Nc, Vc] */
-	void *dlogits; /* [Nc, Vc] (the logits when dt is f32) */
-	float *dh;     /* f32 [N, H]: gradient of hf */
-	void *dtie;    /* [N, H]: that gradient, tied models (hf is kept) */
+	double *ce_sums; /* [2] loss sum, correct rows: read at step end */
+	float *logits;	 /* f32 [Nc, Vc] */
+	void *dlogits;	 /* [Nc, Vc] (the logits when dt is f32) */
+	float *dh;	 /* f32 [N, H]: gradient of hf */
+	void *dtie;	 /* [N, H]: that gradient, tied models (hf is kept) */
 	/* fp32 mode only: weights stored in another dtype, as fp32 */
 	float *wl[TACO_L_COUNT]; /* one layer */
 	float *w_head;		 /* [V, H]: the head, or the embedding */
 	float *w_final;		 /* [H] */
-	/* gradients: one block of any tensor, f32 */
-	float *gblock;
+	/* gradients: one block of any tensor, f32; with overlap a second
+	 * one, the two used in turn */
+	float *gblock, *gblock2;
 };
 
 /* The shape m's step buffers take for a B x T batch (m->sched). */

@@ -16,6 +16,10 @@ typedef struct step_ctx {
 	int dt;			    /* activation dtype */
 	size_t es;		    /* its element size */
 	int err;		    /* first sink error */
+	/* the gradient block in use (0: gblock, 1: gblock2) and, per block,
+	 * the side-stream ticket of the updates that read it last */
+	int gcur;
+	uint64_t gticket[2];
 } step_ctx;
 
 /* p + i elements of size es. */
@@ -37,11 +41,12 @@ void step_layer_recompute(step_ctx *c, int l, const void *x);
 void step_layer_bwd(step_ctx *c, int l, const void *x);
 
 /* model_loss.c */
-/* Final norm, log-sum-exp and loss statistics; with want_grad the
- * gradient of the last layer's output into w->dx, and the head's gradient
- * (untied). host_logits / row_loss as for taco_model_logits / score. */
+/* Final norm, log-sum-exp and the loss statistics into w->ce_sums (read
+ * once the step's work is issued); with want_grad the gradient of the last
+ * layer's output into w->dx, and the head's gradient (untied). host_logits
+ * / row_loss as for taco_model_logits / score. */
 void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
-	       taco_step_stats *st, float *host_logits, double *row_loss);
+	       float *host_logits, double *row_loss);
 /* After backward: the embedding's gradient (and a tied head's). */
 void step_embedding_grad(step_ctx *c, float grad_scale);
 
@@ -68,5 +73,11 @@ void grad_emit_rows(step_ctx *c, int id, const float *g, int ld, int row0,
 		    int rows, const int32_t *row_ids, int first, int last);
 /* The dense buffer of id, or NULL (part mode, or not wanted). */
 float *grad_dense(const step_ctx *c, int id);
+/* The next gradient block to fill: with overlap the other one, once the
+ * updates that read it are done. Every piece handed to the sink is in the
+ * block grad_block returned last. */
+float *grad_block(step_ctx *c);
+/* End of the step's gradients: the main stream waits for every update. */
+void grad_drain(step_ctx *c);
 
 #endif

@@ -46,6 +46,9 @@ void taco_plan_input_from_job(const taco_job *job, int backend,
 	in->step.keep_activations = !job->activation_checkpointing;
 	in->step.offload = job->activation_offload == TACO_CHOICE_ON;
 	in->step.mlp_chunks = job->mlp_chunks; /* 0: auto */
+	/* The GPU overlaps the optimizer with the backward; the CPU runs
+	 * ops one after the other, where a second block would only cost. */
+	in->step.overlap = backend == TACO_BACKEND_CUDA;
 }
 
 int taco_plan_dense_grads(const taco_job *job)
@@ -157,6 +160,7 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 		p.total += p.term[t];
 	p.act_dtype = in->act_dtype;
 	p.offload = in->step.offload;
+	p.overlap = in->step.overlap;
 	*out = p;
 	return 0;
 }
@@ -165,10 +169,11 @@ void taco_plan_settings(const taco_plan *p, char *buf, size_t len)
 {
 	snprintf(buf, len,
 		 "precision %s, activation offload %s, %d MLP "
-		 "block%s",
+		 "block%s%s",
 		 p->act_dtype == TK_BF16 ? "bf16" : "fp32",
 		 p->offload ? "on" : "off", p->mlp_chunks,
-		 p->mlp_chunks == 1 ? "" : "s");
+		 p->mlp_chunks == 1 ? "" : "s",
+		 p->overlap ? ", optimizer overlapped" : "");
 }
 
 static int fits(const taco_model *s, const taco_plan_input *in, uint64_t budget,

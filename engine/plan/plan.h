@@ -42,6 +42,7 @@ typedef struct taco_plan {
 	int act_dtype;
 	int offload;
 	int mlp_chunks;
+	int overlap; /* optimizer on the side stream (two gradient blocks) */
 } taco_plan;
 
 const char *taco_plan_term_name(int term);

@@ -40,6 +40,9 @@ size_t tk_cpu_host_current(void);
 size_t tk_cpu_host_peak(void);
 void tk_cpu_copy_async(void *dst, const void *src, size_t bytes, int to_host);
 void tk_cpu_copy_wait(void);
+void tk_cpu_side_begin(void);
+uint64_t tk_cpu_side_end(void);
+void tk_cpu_side_wait(uint64_t ticket);
 
 /* convert.c */
 void tk_cpu_to_f32(float *dst, const void *src, int dtype, size_t n);
@@ -62,7 +65,7 @@ void tk_cpu_bias_bwd(int dt, float *dbias, const void *dy, int rows, int C);
 void tk_cpu_embedding_fwd(int dt, void *out, const void *table,
 			  const int32_t *tokens, int n, int H);
 void tk_cpu_embedding_bwd(int dt, float *dtable, const void *dout,
-			  const int32_t *rows, int n, int H);
+			  const int32_t *rows, int n, int H, int r0, int nr);
 
 /* rmsnorm.c */
 void tk_cpu_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x,
@@ -98,7 +101,7 @@ void tk_cpu_swiglu_bwd(int dt, void *dgate, void *dup, const void *dout,
 void tk_cpu_ce_stats(const tk_ce_rows *s, const float *logits, int ldl,
 		     const int32_t *targets, int n, int v0, int Vc);
 void tk_cpu_ce_finish(const tk_ce_rows *s, const int32_t *targets, int n,
-		      double *loss_sum, int *n_correct, double *row_loss);
+		      double *sums, double *row_loss);
 void tk_cpu_ce_grad(int dt, void *dlogits, int ldd, const float *logits,
 		    int ldl, const tk_ce_rows *s, const int32_t *targets, int n,
 		    int v0, int Vc, float grad_scale);

@@ -68,7 +68,7 @@ void tk_cpu_ce_stats(const tk_ce_rows *s, const float *logits, int ldl,
 }
 
 void tk_cpu_ce_finish(const tk_ce_rows *s, const int32_t *targets, int n,
-		      double *loss_sum, int *n_correct, double *row_loss)
+		      double *sums, double *row_loss)
 {
 	double total = 0;
 	int nc = 0;
@@ -86,10 +86,8 @@ void tk_cpu_ce_finish(const tk_ce_rows *s, const int32_t *targets, int n,
 		if (row_loss)
 			row_loss[i] = l;
 	}
-	if (loss_sum)
-		*loss_sum = total;
-	if (n_correct)
-		*n_correct = nc;
+	sums[0] = total;
+	sums[1] = nc;
 }
 
 /* Row i: d [Vc] = grad_scale * (expf(x - lse) - onehot), or 0. Each x[j] is

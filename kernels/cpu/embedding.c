@@ -35,25 +35,27 @@ void tk_cpu_embedding_fwd(int dt, void *out, const void *table,
 }
 
 TK_CPU_INLINE void emb_cols(int dt, float *dtable, const void *dout,
-			    const int32_t *rows, int n, int H, int c0, int nc)
+			    const int32_t *rows, int n, int H, int r0, int nr,
+			    int c0, int nc)
 {
 	for (int i = 0; i < n; i++) {
 		size_t o = (size_t)i * H + c0;
 		float *t;
 
-		if (rows[i] < 0)
+		/* r0 <= rows[i] < r0 + nr, without overflow */
+		if (rows[i] < r0 || rows[i] - r0 >= nr)
 			continue;
-		t = dtable + (size_t)rows[i] * H + c0;
+		t = dtable + (size_t)(rows[i] - r0) * H + c0;
 		for (int c = 0; c < nc; c++)
 			t[c] += tk_load_f32(dout, dt, o + c);
 	}
 }
 
-/* dtable [V, H] [rows[i], :] += dout [n, H] [i, :]. Parallel over column
+/* dtable [nr, H] [rows[i] - r0, :] += dout [n, H] [i, :]. Parallel over column
  * blocks: each task adds the tokens in order i = 0..n-1 into its own
  * columns, so there are no races and the sum order is fixed. */
 void tk_cpu_embedding_bwd(int dt, float *dtable, const void *dout,
-			  const int32_t *rows, int n, int H)
+			  const int32_t *rows, int n, int H, int r0, int nr)
 {
 	int nblk = (H + EMB_COLS - 1) / EMB_COLS, b;
 
@@ -65,8 +67,10 @@ void tk_cpu_embedding_bwd(int dt, float *dtable, const void *dout,
 		int nc = H - c0 < EMB_COLS ? H - c0 : EMB_COLS;
 
 		if (dt == TK_F32)
-			emb_cols(TK_F32, dtable, dout, rows, n, H, c0, nc);
+			emb_cols(TK_F32, dtable, dout, rows, n, H, r0, nr, c0,
+				 nc);
 		else
-			emb_cols(TK_BF16, dtable, dout, rows, n, H, c0, nc);
+			emb_cols(TK_BF16, dtable, dout, rows, n, H, r0, nr, c0,
+				 nc);
 	}
 }

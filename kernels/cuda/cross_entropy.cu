@@ -147,6 +147,23 @@ __global__ static void ce_finish_kernel(tk_ce_rows s, const int32_t *targets,
 	}
 }
 
+/* sums = {the rows' losses, the correct rows}, added in row order as the
+ * CPU does (bit-identical totals): one thread, once per step, a few
+ * thousand additions. */
+__global__ static void ce_sums_kernel(const double *loss, const int *correct,
+				      int n, double *sums)
+{
+	double total = 0;
+	long long nc = 0;
+
+	for (int i = 0; i < n; i++) {
+		total += loss[i];
+		nc += correct[i];
+	}
+	sums[0] = total;
+	sums[1] = (double)nc;
+}
+
 /* dlogits [n, Vc] (row stride ldd) from logits (row stride ldl); grid n,
  * block CE_THREADS. */
 template <typename T>
@@ -210,19 +227,17 @@ static void *ce_scratch(size_t n)
 }
 
 void tkc_ce_finish(const tk_ce_rows *s, const int32_t *targets, int n,
-		   double *loss_sum, int *n_correct, double *row_loss)
+		   double *sums, double *row_loss)
 {
 	std::lock_guard<std::mutex> g(ce_lock);
-	double *loss, *h_loss = NULL, total = 0;
-	int *corr, *h_corr = NULL, nc = 0;
+	double *loss;
+	int *corr;
 	void *sc;
 
-	if (loss_sum)
-		*loss_sum = 0;
-	if (n_correct)
-		*n_correct = 0;
-	if (n <= 0)
+	if (n <= 0) {
+		tkc_memset0(sums, 2 * sizeof(double));
 		return;
+	}
 	if (!(sc = ce_scratch((size_t)n)))
 		return;
 	loss = row_loss ? row_loss : (double *)sc;
@@ -231,34 +246,8 @@ void tkc_ce_finish(const tk_ce_rows *s, const int32_t *targets, int n,
 			   tkc_stream()>>>(*s, targets, n, loss, corr);
 	if (tkc_check_launch("ce_finish"))
 		return;
-	if (!loss_sum && !n_correct)
-		return;
-	/* The totals are host values: wait for the rows, add them in order. */
-	h_loss = (double *)malloc((size_t)n * sizeof(*h_loss));
-	h_corr = (int *)malloc((size_t)n * sizeof(*h_corr));
-	if (!h_loss || !h_corr) {
-		tkc_check(cudaErrorMemoryAllocation, "ce_finish host sums");
-		goto out;
-	}
-	if (tkc_check(cudaMemcpyAsync(h_loss, loss, (size_t)n * sizeof(double),
-				      cudaMemcpyDeviceToHost, tkc_stream()),
-		      "ce_finish loss") ||
-	    tkc_check(cudaMemcpyAsync(h_corr, corr, (size_t)n * sizeof(int),
-				      cudaMemcpyDeviceToHost, tkc_stream()),
-		      "ce_finish correct") ||
-	    tkc_check(cudaStreamSynchronize(tkc_stream()), "ce_finish sync"))
-		goto out;
-	for (int i = 0; i < n; i++) {
-		total += h_loss[i];
-		nc += h_corr[i];
-	}
-	if (loss_sum)
-		*loss_sum = total;
-	if (n_correct)
-		*n_correct = nc;
-out:
-	free(h_loss);
-	free(h_corr);
+	ce_sums_kernel<<<1, 1, 0, tkc_stream()>>>(loss, corr, n, sums);
+	tkc_check_launch("ce_finish sums");
 }
 
 void tkc_ce_grad(int dt, void *dlogits, int ldd, const float *logits, int ldl,

@@ -6,8 +6,10 @@
  *
  * All work goes to one stream, tkc_stream(), so ops are ordered without
  * extra synchronisation; only download (and memory ops that must be
- * synchronous for the host) wait on it. The one exception is copy_async,
- * which runs on a second stream ordered by events (memory.cu). Ops return
+ * synchronous for the host) wait on it. Two exceptions, ordered by
+ * events: copy_async runs on a copy stream (memory.cu), and the ops issued
+ * between side_begin and side_end (the optimizer's) on the side stream
+ * (side.cu), which tkc_stream() then returns. Ops return
  * void: a failure is recorded with tkc_check* and surfaces through
  * tk_cuda_last_error().
  *
@@ -37,8 +39,13 @@ extern "C" {
 /* Grid-stride kernels never launch more blocks than this. */
 #define TKC_MAX_BLOCKS 65535u
 
-/* ops_table.cu: shared state of the backend. */
+/* ops_table.cu: shared state of the backend. tkc_stream() is where ops
+ * go: the main stream, or the side stream between side_begin and
+ * side_end (side.cu). */
 cudaStream_t tkc_stream(void);
+cudaStream_t tkc_main_stream(void);
+/* NULL: back to the main stream. */
+void tkc_set_stream(cudaStream_t s);
 cublasLtHandle_t tkc_lt(void);
 /* Records the first failure (what: the call that failed); later ones are
  * dropped so the root cause is reported. Return 0 or -EIO. */
@@ -70,6 +77,13 @@ void tkc_copy_wait(void);
  * tk_cuda_module_open, after tkc_stream() exists. */
 int tkc_copy_init(void);
 
+/* side.cu: the side stream and its tickets. tkc_side_init: 0 or
+ * -ENODEV, once by tk_cuda_module_open after the main stream exists. */
+int tkc_side_init(void);
+void tkc_side_begin(void);
+uint64_t tkc_side_end(void);
+void tkc_side_wait(uint64_t ticket);
+
 /* convert.cu */
 void tkc_to_f32(float *dst, const void *src, int dtype, size_t n);
 void tkc_convert(void *dst, int dst_dtype, const void *src, int src_dtype,
@@ -94,7 +108,7 @@ void tkc_bias_bwd(int dt, float *dbias, const void *dy, int rows, int C);
 void tkc_embedding_fwd(int dt, void *out, const void *table,
 		       const int32_t *tokens, int n, int H);
 void tkc_embedding_bwd(int dt, float *dtable, const void *dout,
-		       const int32_t *rows, int n, int H);
+		       const int32_t *rows, int n, int H, int r0, int nr);
 
 /* rmsnorm.cu */
 void tkc_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x,
@@ -128,7 +142,7 @@ void tkc_swiglu_bwd(int dt, void *dgate, void *dup, const void *dout,
 void tkc_ce_stats(const tk_ce_rows *s, const float *logits, int ldl,
 		  const int32_t *targets, int n, int v0, int Vc);
 void tkc_ce_finish(const tk_ce_rows *s, const int32_t *targets, int n,
-		   double *loss_sum, int *n_correct, double *row_loss);
+		   double *sums, double *row_loss);
 void tkc_ce_grad(int dt, void *dlogits, int ldd, const float *logits, int ldl,
 		 const tk_ce_rows *s, const int32_t *targets, int n, int v0,
 		 int Vc, float grad_scale);

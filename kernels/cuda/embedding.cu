@@ -53,12 +53,12 @@ __device__ static void emb_flush(float *row, const T *dout, const int *list,
 	}
 }
 
-/* dtable [V, H] [tokens[i], :] += dout [n, H] [i, :]; grid n, block
- * EMB_THREADS. */
+/* dtable [nr, H] [tokens[i] - r0, :] += dout [n, H] [i, :] for the tokens
+ * with r0 <= tokens[i] < r0 + nr; grid n, block EMB_THREADS. */
 template <typename T>
 __global__ static void __launch_bounds__(EMB_THREADS)
     embedding_bwd_kernel(float *dtable, const T *dout, const int32_t *tokens,
-			 int n, int H)
+			 int n, int H, int r0, int nr)
 {
 	__shared__ int list[EMB_LIST];
 	__shared__ int warp_cnt[EMB_WARPS];
@@ -67,7 +67,7 @@ __global__ static void __launch_bounds__(EMB_THREADS)
 	int dup = 0, cnt = 0;
 	float *row;
 
-	if (v < 0)
+	if (v < r0 || v - r0 >= nr)
 		return; /* the whole block: v is the same for every thread */
 	for (int j = threadIdx.x; j < i; j += EMB_THREADS)
 		if (tokens[j] == v) {
@@ -76,7 +76,7 @@ __global__ static void __launch_bounds__(EMB_THREADS)
 		}
 	if (__syncthreads_or(dup))
 		return; /* an earlier block owns this row */
-	row = dtable + (size_t)v * H;
+	row = dtable + (size_t)(v - r0) * H;
 	/* Every thread runs the same number of iterations (j0 is uniform),
 	 * so the ballots and barriers see the whole block. */
 	for (int j0 = i; j0 < n; j0 += EMB_THREADS) {
@@ -119,10 +119,10 @@ static void embedding_fwd(void *out, const void *table, const int32_t *tokens,
 
 template <typename T>
 static void embedding_bwd(float *dtable, const void *dout, const int32_t *rows,
-			  int n, int H)
+			  int n, int H, int r0, int nr)
 {
 	embedding_bwd_kernel<T><<<n, EMB_THREADS, 0, tkc_stream()>>>(
-	    dtable, (const T *)dout, rows, n, H);
+	    dtable, (const T *)dout, rows, n, H, r0, nr);
 	tkc_check_launch("embedding_bwd");
 }
 
@@ -142,14 +142,14 @@ void tkc_embedding_fwd(int dt, void *out, const void *table,
 }
 
 void tkc_embedding_bwd(int dt, float *dtable, const void *dout,
-		       const int32_t *rows, int n, int H)
+		       const int32_t *rows, int n, int H, int r0, int nr)
 {
-	if (n <= 0 || H <= 0)
+	if (n <= 0 || H <= 0 || nr <= 0)
 		return;
 	if (dt == TK_F32)
-		embedding_bwd<float>(dtable, dout, rows, n, H);
+		embedding_bwd<float>(dtable, dout, rows, n, H, r0, nr);
 	else if (dt == TK_BF16)
-		embedding_bwd<tkc_bf16>(dtable, dout, rows, n, H);
+		embedding_bwd<tkc_bf16>(dtable, dout, rows, n, H, r0, nr);
 	else
 		tkc_bad_dtype("embedding_bwd", dt);
 }

@@ -17,7 +17,8 @@
 
 static std::mutex state_lock;
 static int opened;
-static cudaStream_t stream;
+static cudaStream_t stream;  /* the main stream */
+static cudaStream_t current; /* main, or side between side_begin and end */
 static cublasLtHandle_t lt;
 static tk_ops table;
 
@@ -27,7 +28,17 @@ static char err_msg[256];
 
 cudaStream_t tkc_stream(void)
 {
+	return current;
+}
+
+cudaStream_t tkc_main_stream(void)
+{
 	return stream;
+}
+
+void tkc_set_stream(cudaStream_t s)
+{
+	current = s ? s : stream;
 }
 
 cublasLtHandle_t tkc_lt(void)
@@ -119,6 +130,9 @@ static void fill_table(tk_ops *t)
 	t->host_peak = tkc_host_peak;
 	t->copy_async = tkc_copy_async;
 	t->copy_wait = tkc_copy_wait;
+	t->side_begin = tkc_side_begin;
+	t->side_end = tkc_side_end;
+	t->side_wait = tkc_side_wait;
 	t->to_f32 = tkc_to_f32;
 	t->convert = tkc_convert;
 	t->matmul = tkc_matmul;
@@ -184,6 +198,7 @@ static int open_device(char *why, size_t why_len)
 		       cudaGetErrorString(e));
 		return -ENODEV;
 	}
+	current = stream;
 	if ((e = cudaMalloc(&probe, sizeof(int))) != cudaSuccess)
 		goto fail;
 	probe_kernel<<<1, 1, 0, stream>>>(probe);
@@ -214,6 +229,13 @@ static int open_device(char *why, size_t why_len)
 	 * close (one backend per process, see tk_cuda_module_open). */
 	if (tkc_copy_init() < 0) {
 		tk_why(why, why_len, "%s: cannot create the copy stream",
+		       prop.name);
+		cublasLtDestroy(lt);
+		lt = NULL;
+		goto fail_quiet;
+	}
+	if (tkc_side_init() < 0) {
+		tk_why(why, why_len, "%s: cannot create the side stream",
 		       prop.name);
 		cublasLtDestroy(lt);
 		lt = NULL;

@@ -692,13 +692,31 @@ static void emb_case(int dt, int n, int V, int H, int mode, uint64_t *st)
 	snprintf(what, sizeof(what), "embedding_fwd (%s)", dt_name(dt));
 	check_same(what, got, out, no * es); /* a copy: the same bits */
 	free(got);
-	cpu->embedding_bwd(dt, dtable, dout, tok, n, H);
-	gpu->embedding_bwd(dt, d_dtable, d_dout, d_tok, n, H);
+	cpu->embedding_bwd(dt, dtable, dout, tok, n, H, 0, V);
+	gpu->embedding_bwd(dt, d_dtable, d_dout, d_tok, n, H, 0, V);
 	gotf = dget(d_dtable, nt * sizeof(float));
 	/* the same additions in the same order: bit-identical */
 	snprintf(what, sizeof(what), "embedding_bwd (%s)", dt_name(dt));
 	check_same(what, gotf, dtable, nt * sizeof(float));
 	free(gotf);
+	/* rows [r0, r0 + nr) only, into a table of nr rows: again the bits
+	 * of the CPU */
+	{
+		int r0 = V / 3, nr = V / 3 + 1;
+		size_t np = (size_t)nr * H;
+		float *part = frand(np, -1, 1, st),
+		      *d_part = dput(part, np * 4);
+
+		cpu->embedding_bwd(dt, part, dout, tok, n, H, r0, nr);
+		gpu->embedding_bwd(dt, d_part, d_dout, d_tok, n, H, r0, nr);
+		gotf = dget(d_part, np * sizeof(float));
+		snprintf(what, sizeof(what), "embedding_bwd rows (%s)",
+			 dt_name(dt));
+		check_same(what, gotf, part, np * sizeof(float));
+		free(gotf);
+		free(part);
+		gpu->free(d_part, np * sizeof(float));
+	}
 	gpu_ok("embedding");
 	free(tok);
 	free(table);
@@ -960,7 +978,19 @@ static void ce_run(const tk_ops *o, ce_state *c, const float *x, int ldl,
 	for (int v0 = 0; v0 < V; v0 += cw)
 		o->ce_stats(&c->s, x + v0, ldl, tgt, n, v0,
 			    V - v0 < cw ? V - v0 : cw);
-	o->ce_finish(&c->s, tgt, n, loss, nc, rl);
+	{
+		/* the sums stay in backend memory until read */
+		double h[2], *sums = o == cpu ? h : o->alloc(sizeof(h));
+
+		ck_assert_ptr_nonnull(sums);
+		o->ce_finish(&c->s, tgt, n, sums, rl);
+		if (o != cpu) {
+			o->download(h, sums, sizeof(h));
+			o->free(sums, sizeof(h));
+		}
+		*loss = h[0];
+		*nc = (int)h[1];
+	}
 }
 
 /* Targets: -100 for about one row in 6, the row's argmax for about one in
