@@ -72,6 +72,7 @@ static int row(const char *dir, const char *file)
 	in.B = BATCH;
 	in.T = SEQ;
 	in.A = 1;
+	in.step.overlap = 1; /* as a CUDA job runs */
 	taco_optim_defaults(&in.optim);
 	if (taco_plan_compute(m, &in, &p, &err)) {
 		fprintf(stderr, "plan_table: %s\n", err.msg);
@@ -152,8 +153,10 @@ int main(int argc, char **argv)
 	}
 	printf(
 	    "\nThe terms: weights in bf16 (no fp32 master copy); TACO state "
-	    "with the\noptimizer's two row-stream scans; one fp32 "
-	    "gradient block (64 MiB at most:\nlinear layers' gradients go "
+	    "with the\noptimizer's two row-stream scans; two fp32 "
+	    "gradient blocks of 32 MiB at most,\nused in turn (the optimizer "
+	    "updates from one on a side stream while the\nbackward fills the "
+	    "other; linear layers' gradients go "
 	    "to TACO in column blocks, the MLP's gate and up\nand the LM "
 	    "head in row blocks, so that no large gradient exists whole);\n"
 	    "the checkpointed layer inputs (bf16); one layer's recompute and "
