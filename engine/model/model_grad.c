@@ -86,6 +86,7 @@ void grad_linear_cols(step_ctx *c, int id, const void *dy, int ldy,
 	cb = (int)(c->w->s.gblock / (size_t)out);
 	if (cb > in)
 		cb = in;
+	cb = taco_gemm_down(cb);
 	for (int j0 = 0; j0 < in && !c->err; j0 += cb) {
 		int n = in - j0 < cb ? in - j0 : cb;
 		float *g = grad_block(c);
@@ -139,6 +140,7 @@ void grad_linear_rows(step_ctx *c, int id, const void *dy, int ldy,
 	rb = (int)(c->w->s.gblock / (size_t)in);
 	if (rb > rows)
 		rb = rows;
+	rb = taco_gemm_down(rb);
 	for (int i0 = 0; i0 < rows && !c->err; i0 += rb) {
 		int n = rows - i0 < rb ? rows - i0 : rb;
 		float *g = grad_block(c);

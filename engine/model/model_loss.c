@@ -140,7 +140,7 @@ static int embedding_rows(step_ctx *c, int id)
 {
 	taco_work *w = c->w;
 	int N = w->s.N, H = c->m->cfg.hidden, U = w->n_uniq;
-	int rb = (int)(w->s.gblock / (size_t)H);
+	int rb = taco_gemm_down((int)(w->s.gblock / (size_t)H));
 
 	for (int u0 = 0; u0 < U && !c->err; u0 += rb) {
 		int n = U - u0 < rb ? U - u0 : rb;

@@ -62,7 +62,8 @@ void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
 		chunks = 1;
 	if (chunks > c->intermediate)
 		chunks = c->intermediate;
-	s->Ic = (c->intermediate + chunks - 1) / chunks;
+	s->Ic = taco_gemm_up((c->intermediate + chunks - 1) / chunks,
+			     c->intermediate);
 	s->chunks = (c->intermediate + s->Ic - 1) / s->Ic;
 	/* The block holds at least one column (column blocks), one row
 	 * (row streams) and any 1-D tensor whole; never more than the
@@ -83,12 +84,15 @@ void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
 	s->Vc = (int)(s->gblock / (size_t)c->hidden);
 	if (s->Vc > c->vocab)
 		s->Vc = c->vocab;
+	s->Vc = taco_gemm_down(s->Vc);
 	if (s->Vc < 1)
 		s->Vc = 1;
 	le = sc->logit_elems ? sc->logit_elems : TACO_LOGIT_ELEMS;
 	s->Nc = (int)(le / (size_t)s->Vc);
-	if (s->Nc > s->N)
+	if (s->Nc >= s->N)
 		s->Nc = s->N;
+	else
+		s->Nc = taco_gemm_down(s->Nc);
 	if (s->Nc < 1)
 		s->Nc = 1;
 }

@@ -25,6 +25,24 @@
 /* mlp_chunks 0 (auto): blocks of at most this many bytes of [N, Ic] */
 #define TACO_MLP_BLOCK_BYTES ((size_t)32 << 20)
 
+/* GEMM dimensions the engine chooses (MLP blocks, vocabulary chunks,
+ * tokens per chunk, gradient column and row blocks) are multiples of this
+ * when they are at least this: tensor-core tiles are 64 or 128 wide, and a
+ * ragged edge costs a whole tile. */
+#define TACO_GEMM_ALIGN 64
+
+static inline int taco_gemm_down(int n)
+{
+	return n >= TACO_GEMM_ALIGN ? n / TACO_GEMM_ALIGN * TACO_GEMM_ALIGN : n;
+}
+
+static inline int taco_gemm_up(int n, int cap)
+{
+	int u = (n + TACO_GEMM_ALIGN - 1) / TACO_GEMM_ALIGN * TACO_GEMM_ALIGN;
+
+	return n > TACO_GEMM_ALIGN && u <= cap ? u : n;
+}
+
 /* What backward needs of one layer's forward. */
 typedef struct taco_layer_acts {
 	void *ln1;		/* [N, H] */
