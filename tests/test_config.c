@@ -122,6 +122,75 @@ START_TEST(test_shapes_only_architectures)
 }
 END_TEST
 
+/* The fields of the OPT and GPT-NeoX families, as modeling_opt.py and
+ * modeling_gpt_neox.py read them. */
+START_TEST(test_family_fields)
+{
+	taco_config c;
+	taco_err err = {{0}};
+	const char *opt350 =
+	    "{\"architectures\":[\"OPTForCausalLM\"],\"hidden_size\":1024,"
+	    "\"ffn_dim\":4096,\"num_hidden_layers\":24,"
+	    "\"num_attention_heads\":16,\"vocab_size\":50272,"
+	    "\"max_position_embeddings\":2048,\"do_layer_norm_before\":false,"
+	    "\"word_embed_proj_dim\":512,\"activation_function\":\"relu\","
+	    "\"dropout\":0.1,\"attention_dropout\":0.0}";
+	const char *neox5 =
+	    "{\"architectures\":[\"GPTNeoXForCausalLM\"],\"hidden_size\":64,"
+	    "\"intermediate_size\":128,\"num_hidden_layers\":2,"
+	    "\"num_attention_heads\":4,\"vocab_size\":256,"
+	    "\"use_parallel_residual\":false,\"rope_parameters\":"
+	    "{\"rope_type\":\"default\",\"rope_theta\":500.0,"
+	    "\"partial_rotary_factor\":0.5}}";
+
+	ck_assert_int_eq(
+	    taco_config_load(tu_fixture("configs/opt-13b.json"), &c, &err), 0);
+	ck_assert_int_eq(c.family, TACO_FAMILY_OPT);
+	ck_assert_int_eq(c.layer_norm, 1);
+	ck_assert_int_eq(c.act, TACO_ACT_RELU);
+	ck_assert_int_eq(c.norm_before, 1);
+	ck_assert_int_eq(c.final_norm, 1);
+	ck_assert_int_eq(c.learned_pos, 1);
+	ck_assert_int_eq(c.proj_dim, 5120);
+	ck_assert_int_eq(c.rotary_dim, 0);
+	ck_assert_int_eq(c.mlp_bias, 1);
+	ck_assert_float_eq(c.dropout, 0.1f); /* OPTConfig's default */
+	ck_assert_int_eq(
+	    taco_config_parse(opt350, strlen(opt350), "c", &c, &err), 0);
+	ck_assert_int_eq(c.norm_before, 0);
+	ck_assert_int_eq(c.final_norm, 0); /* post-LN: none */
+	ck_assert_int_eq(c.proj_dim, 512);
+	ck_assert_int_eq(c.head_dim, 64);
+
+	ck_assert_int_eq(
+	    taco_config_load(tu_fixture("configs/pythia-1b.json"), &c, &err),
+	    0);
+	ck_assert_int_eq(c.family, TACO_FAMILY_NEOX);
+	ck_assert_int_eq(c.act, TACO_ACT_GELU);
+	ck_assert_int_eq(c.parallel_residual, 1);
+	ck_assert_int_eq(c.head_dim, 256);
+	ck_assert_int_eq(c.rotary_dim, 64); /* 25% of 256 */
+	ck_assert_double_eq(c.rope_theta, 10000.0);
+	ck_assert_float_eq(c.dropout, 0.0f);
+	ck_assert_int_eq(taco_config_parse(neox5, strlen(neox5), "c", &c, &err),
+			 0);
+	ck_assert_int_eq(c.parallel_residual, 0);
+	ck_assert_int_eq(c.rotary_dim, 8);
+	ck_assert_double_eq(c.rope_theta, 500.0);
+	ck_assert_int_eq(c.tie_embeddings, 0);
+
+	/* the Llama family's values of the same fields */
+	ck_assert_int_eq(
+	    taco_config_load(tu_fixture("configs/qwen3-8b.json"), &c, &err), 0);
+	ck_assert_int_eq(c.family, TACO_FAMILY_LLAMA);
+	ck_assert_int_eq(c.act, TACO_ACT_SWIGLU);
+	ck_assert_int_eq(c.rotary_dim, c.head_dim);
+	ck_assert_int_eq(c.proj_dim, c.hidden);
+	ck_assert_int_eq(c.final_norm, 1);
+	ck_assert_int_eq(c.norm_before, 1);
+}
+END_TEST
+
 #define BASE                                                                   \
 	"\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"         \
 	"\"intermediate_size\":128,\"num_hidden_layers\":2,"                   \
@@ -160,6 +229,33 @@ static const struct {
      "\"use_sliding_window\":true}",
      -ENOTSUP, "use_sliding_window"},
     {"{" BASE ",\"tie_word_embeddings\":1}", -EINVAL, "tie_word_embeddings"},
+#define OPT                                                                    \
+	"\"architectures\":[\"OPTForCausalLM\"],\"hidden_size\":64,"           \
+	"\"ffn_dim\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,"   \
+	"\"vocab_size\":100"
+#define NEOX                                                                   \
+	"\"architectures\":[\"GPTNeoXForCausalLM\"],\"hidden_size\":64,"       \
+	"\"intermediate_size\":128,\"num_hidden_layers\":2,"                   \
+	"\"num_attention_heads\":4,\"vocab_size\":100"
+    {"{" OPT ",\"attention_dropout\":0.1}", -ENOTSUP, "attention_dropout"},
+    {"{" OPT ",\"activation_dropout\":0.1}", -ENOTSUP, "activation_dropout"},
+    {"{" OPT ",\"layerdrop\":0.1}", -ENOTSUP, "layerdrop"},
+    {"{" OPT ",\"dropout\":0.95}", -EINVAL, "dropout"},
+    {"{" OPT ",\"enable_bias\":false}", -ENOTSUP, "enable_bias"},
+    {"{" OPT ",\"activation_function\":\"silu\"}", -ENOTSUP,
+     "activation_function"},
+    {"{" OPT ",\"tie_word_embeddings\":false}", -ENOTSUP, "untied"},
+    {"{\"architectures\":[\"OPTForCausalLM\"],\"hidden_size\":64,"
+     "\"ffn_dim\":128,\"num_hidden_layers\":2,\"num_attention_heads\":5,"
+     "\"vocab_size\":100}",
+     -EINVAL, "multiple"},
+    {"{" NEOX ",\"hidden_act\":\"gelu_new\"}", -ENOTSUP, "hidden_act"},
+    {"{" NEOX ",\"rotary_pct\":0.2}", -EINVAL, "even"},
+    {"{" NEOX ",\"rope_scaling\":{\"type\":\"linear\",\"factor\":2}}", -ENOTSUP,
+     "rope_scaling"},
+    {"{" NEOX ",\"rope_parameters\":{\"rope_type\":\"yarn\"}}", -ENOTSUP,
+     "rope_type"},
+    {"{" NEOX ",\"attention_dropout\":0.1}", -ENOTSUP, "attention_dropout"},
 };
 
 START_TEST(test_bad_configs)
@@ -217,6 +313,7 @@ int main(void)
 			    sizeof(ref_counts) / sizeof(ref_counts[0]));
 	tcase_add_test(tc, test_reference_fields);
 	tcase_add_test(tc, test_shapes_only_architectures);
+	tcase_add_test(tc, test_family_fields);
 	tcase_add_loop_test(tc, test_bad_configs, 0,
 			    sizeof(bad) / sizeof(bad[0]));
 	tcase_add_test(tc, test_defaults_and_ignored_fields);

@@ -265,44 +265,210 @@ static int refuse_unsupported(json_t *root, const char *name,
 	return 0;
 }
 
-/* OPT and GPT-NeoX: the shapes the planner needs, nothing more. */
-static int parse_shapes_only(json_t *root, const char *name, taco_config *c,
-			     taco_err *err)
+/* A dropout field that must be 0: the engine has no dropout there. */
+static int zero_dropout(json_t *root, const char *name, const char *key,
+			taco_err *err)
 {
-	int opt = c->arch == TACO_ARCH_OPT, proj = 0, r;
+	double d = 0;
+	int r = get_num(root, name, key, &d, 0, 1, err);
 
-	c->shapes_only = 1;
+	if (r)
+		return r;
+	if (d != 0)
+		return taco_err_set(err, -ENOTSUP, "%s: %s must be 0", name,
+				    key);
+	return 0;
+}
+
+/* The residual dropout rate of a config: [0, 0.9]. */
+static int get_dropout(json_t *root, const char *name, const char *key,
+		       float *out, taco_err *err)
+{
+	double d = *out;
+	int r = get_num(root, name, key, &d, 0, 0.9, err);
+
+	if (!r)
+		*out = (float)d;
+	return r;
+}
+
+/* The sizes every family names the same way. */
+static int parse_sizes(json_t *root, const char *name, const char *ffn,
+		       taco_config *c, taco_err *err)
+{
+	int r;
+
 	if ((r = get_int(root, name, "hidden_size", &c->hidden, 1, 1,
 			 TACO_MAX_HIDDEN, err)) ||
-	    (r = get_int(root, name, opt ? "ffn_dim" : "intermediate_size",
-			 &c->intermediate, 1, 1, TACO_MAX_INTERMEDIATE, err)) ||
+	    (r = get_int(root, name, ffn, &c->intermediate, 1, 1,
+			 TACO_MAX_INTERMEDIATE, err)) ||
 	    (r = get_int(root, name, "num_hidden_layers", &c->layers, 1, 1,
 			 TACO_MAX_LAYERS, err)) ||
 	    (r = get_int(root, name, "num_attention_heads", &c->heads, 1, 1,
 			 TACO_MAX_HEADS, err)) ||
 	    (r = get_int(root, name, "vocab_size", &c->vocab, 1, 1,
-			 TACO_MAX_VOCAB, err)) ||
-	    (r = get_int(root, name, "max_position_embeddings", &c->max_pos, 1,
-			 1, 1 << 24, err)))
+			 TACO_MAX_VOCAB, err)))
 		return r;
+	if (c->hidden % c->heads)
+		return taco_err_set(err, -EINVAL,
+				    "%s: hidden_size (%d) is not a multiple of "
+				    "num_attention_heads (%d)",
+				    name, c->hidden, c->heads);
 	c->kv_heads = c->heads;
 	c->head_dim = c->hidden / c->heads;
-	c->qkv_bias = c->o_bias = 1;
-	c->tie_embeddings = opt; /* the defaults of each family */
-	if ((r = get_bool(root, name, "tie_word_embeddings", &c->tie_embeddings,
-			  err)))
+	c->proj_dim = c->hidden;
+	c->norm_before = 1;
+	c->final_norm = 1;
+	return 0;
+}
+
+/* OPTForCausalLM (modeling_opt.py): learned positions with an offset of
+ * 2, LayerNorm, biases everywhere, fc1 / activation / fc2, pre-LN or
+ * post-LN, project_in / project_out when word_embed_proj_dim differs. */
+static int parse_opt(json_t *root, const char *name, taco_config *c,
+		     taco_err *err)
+{
+	json_t *v;
+	int bias = 1, affine = 1, remove_final = 0, r;
+
+	c->family = TACO_FAMILY_OPT;
+	c->layer_norm = 1;
+	c->rms_eps = 1e-5f; /* nn.LayerNorm's default: not in the config */
+	c->learned_pos = 1;
+	c->act = TACO_ACT_RELU;
+	c->tie_embeddings = 1;
+	c->dropout = 0.1f; /* OPTConfig's default */
+	if ((r = parse_sizes(root, name, "ffn_dim", c, err)))
 		return r;
-	if (opt) {
-		proj = c->hidden;
-		if ((r = get_int(root, name, "word_embed_proj_dim", &proj, 0, 1,
-				 TACO_MAX_HIDDEN, err)))
-			return r;
-		if (proj != c->hidden)
+	c->max_pos = 2048;
+	if ((r = get_int(root, name, "max_position_embeddings", &c->max_pos, 0,
+			 1, 1 << 20, err)) ||
+	    (r = get_bool(root, name, "do_layer_norm_before", &c->norm_before,
+			  err)) ||
+	    (r = get_bool(root, name, "_remove_final_layer_norm", &remove_final,
+			  err)) ||
+	    (r = get_int(root, name, "word_embed_proj_dim", &c->proj_dim, 0, 1,
+			 TACO_MAX_HIDDEN, err)) ||
+	    (r = get_bool(root, name, "enable_bias", &bias, err)) ||
+	    (r = get_bool(root, name, "layer_norm_elementwise_affine", &affine,
+			  err)) ||
+	    (r = get_bool(root, name, "tie_word_embeddings", &c->tie_embeddings,
+			  err)) ||
+	    (r = get_dropout(root, name, "dropout", &c->dropout, err)) ||
+	    (r = zero_dropout(root, name, "attention_dropout", err)) ||
+	    (r = zero_dropout(root, name, "activation_dropout", err)) ||
+	    (r = zero_dropout(root, name, "layerdrop", err)))
+		return r;
+	if (!bias)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: enable_bias = false is not supported",
+				    name);
+	if (!affine)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: layer_norm_elementwise_affine = false "
+				    "is not supported",
+				    name);
+	if (!c->tie_embeddings)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: an untied OPT head is not supported",
+				    name);
+	v = json_object_get(root, "activation_function");
+	if (v && !json_is_null(v)) {
+		const char *a = json_is_string(v) ? json_string_value(v) : "";
+		if (strcmp(a, "relu") == 0)
+			c->act = TACO_ACT_RELU;
+		else if (strcmp(a, "gelu") == 0)
+			c->act = TACO_ACT_GELU;
+		else
 			return taco_err_set(err, -ENOTSUP,
-					    "%s: word_embed_proj_dim != "
-					    "hidden_size is not supported",
+					    "%s: activation_function must be "
+					    "\"relu\" or \"gelu\"",
 					    name);
 	}
+	/* modeling_opt.py: the final LayerNorm exists only for pre-LN */
+	c->final_norm = c->norm_before && !remove_final;
+	c->qkv_bias = c->o_bias = c->mlp_bias = 1;
+	c->rotary_dim = 0;
+	return 0;
+}
+
+/* GPTNeoXForCausalLM (modeling_gpt_neox.py): the fused query_key_value
+ * laid out per head, partial rotary in the half-rotation layout, LayerNorm,
+ * exact GELU, parallel or sequential residual, untied embed_out. */
+static int parse_neox(json_t *root, const char *name, taco_config *c,
+		      taco_err *err)
+{
+	json_t *rp = json_object_get(root, "rope_parameters");
+	json_t *v;
+	double pct = 0.25, eps = 1e-5;
+	int r;
+
+	c->family = TACO_FAMILY_NEOX;
+	c->layer_norm = 1;
+	c->act = TACO_ACT_GELU;
+	c->parallel_residual = 1;
+	c->qkv_bias = c->o_bias = c->mlp_bias = 1;
+	if ((r = parse_sizes(root, name, "intermediate_size", c, err)))
+		return r;
+	c->max_pos = 0;
+	c->rope_theta = 10000.0;
+	if ((r = get_int(root, name, "max_position_embeddings", &c->max_pos, 0,
+			 0, 1 << 30, err)) ||
+	    (r = get_num(root, name, "layer_norm_eps", &eps, 1e-30, 1, err)) ||
+	    (r = get_bool(root, name, "use_parallel_residual",
+			  &c->parallel_residual, err)) ||
+	    (r = get_bool(root, name, "tie_word_embeddings", &c->tie_embeddings,
+			  err)) ||
+	    (r = get_bool(root, name, "attention_bias", &c->qkv_bias, err)) ||
+	    (r = get_num(root, name, "rotary_pct", &pct, 0, 1, err)) ||
+	    (r = get_num(root, name, "rotary_emb_base", &c->rope_theta, 1.0,
+			 1e12, err)) ||
+	    (r = get_num(root, name, "rope_theta", &c->rope_theta, 1.0, 1e12,
+			 err)) ||
+	    (r = get_dropout(root, name, "hidden_dropout", &c->dropout, err)) ||
+	    (r = zero_dropout(root, name, "attention_dropout", err)))
+		return r;
+	c->rms_eps = (float)eps;
+	c->o_bias = c->qkv_bias;
+	if (rp && !json_is_null(rp)) {
+		json_t *t;
+		if (!json_is_object(rp))
+			return taco_err_set(err, -EINVAL,
+					    "%s: field 'rope_parameters' must "
+					    "be an object",
+					    name);
+		t = json_object_get(rp, "rope_type");
+		if (t && !json_is_null(t) &&
+		    (!json_is_string(t) ||
+		     strcmp(json_string_value(t), "default")))
+			return taco_err_set(err, -ENOTSUP,
+					    "%s: rope_parameters.rope_type "
+					    "must be \"default\"",
+					    name);
+		if ((r = get_num(rp, name, "rope_theta", &c->rope_theta, 1.0,
+				 1e12, err)) ||
+		    (r = get_num(rp, name, "partial_rotary_factor", &pct, 0, 1,
+				 err)))
+			return r;
+	}
+	v = json_object_get(root, "rope_scaling");
+	if (v && !json_is_null(v))
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: rope_scaling is not supported for "
+				    "GPT-NeoX",
+				    name);
+	v = json_object_get(root, "hidden_act");
+	if (v && !json_is_null(v) &&
+	    (!json_is_string(v) || strcmp(json_string_value(v), "gelu")))
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: hidden_act must be \"gelu\"", name);
+	/* transformers: int(head_size * rotary_pct) */
+	c->rotary_dim = (int)(c->head_dim * pct);
+	if (c->rotary_dim % 2)
+		return taco_err_set(err, -EINVAL,
+				    "%s: %d rotary dims of a head (head_dim %d "
+				    "x %g) must be even",
+				    name, c->rotary_dim, c->head_dim, pct);
 	return 0;
 }
 
@@ -319,12 +485,16 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 	if ((r = parse_arch(root, name, &c, err)))
 		return r;
 	if (c.arch == TACO_ARCH_OPT || c.arch == TACO_ARCH_GPT_NEOX) {
-		r = parse_shapes_only(root, name, &c, err);
+		r = c.arch == TACO_ARCH_OPT ? parse_opt(root, name, &c, err)
+					    : parse_neox(root, name, &c, err);
+		/* the engine does not train these families yet */
+		c.shapes_only = 1;
 		if (!r)
 			*out = c;
 		return r;
 	}
 	c.gated_mlp = 1;
+	c.norm_before = c.final_norm = 1;
 	if ((r = get_int(root, name, "hidden_size", &c.hidden, 1, 1,
 			 TACO_MAX_HIDDEN, err)) ||
 	    (r = get_int(root, name, "intermediate_size", &c.intermediate, 1, 1,
@@ -360,11 +530,13 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 	if ((r = get_num(root, name, "rms_norm_eps", &eps, 1e-30, 1, err)))
 		return r;
 	c.rms_eps = (float)eps;
+	c.rotary_dim = c.head_dim;
 	if ((r = parse_rope(root, name, &c, err)))
 		return r;
 	if ((r = get_bool(root, name, "tie_word_embeddings", &c.tie_embeddings,
 			  err)))
 		return r;
+	c.proj_dim = c.hidden;
 	if ((r = get_bool(root, name, "attention_bias", &bias, err)))
 		return r;
 	switch (c.arch) {
@@ -406,10 +578,10 @@ int taco_config_load(const char *path, taco_config *out, taco_err *err)
 
 void taco_config_inv_freq(const taco_config *c, float *inv_freq)
 {
-	int half = c->head_dim / 2;
+	int half = c->rotary_dim / 2;
 
 	for (int i = 0; i < half; i++) {
-		float e = (float)(2 * i) / (float)c->head_dim;
+		float e = (float)(2 * i) / (float)c->rotary_dim;
 		double f = (float)(1.0 / (float)pow(c->rope_theta, e));
 
 		if (c->rope_type == TACO_ROPE_LLAMA3) {

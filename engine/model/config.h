@@ -32,6 +32,20 @@ enum taco_arch {
 	TACO_ARCH_GPT_NEOX,
 };
 
+/* The layer wiring a config takes (engine/model/<family>/). */
+enum taco_family {
+	TACO_FAMILY_LLAMA = 0, /* Llama, Mistral, Qwen2, Qwen3 */
+	TACO_FAMILY_OPT,
+	TACO_FAMILY_NEOX,
+};
+
+/* The MLP: gated SiLU (3 projections) or fc1, activation, fc2. */
+enum taco_act {
+	TACO_ACT_SWIGLU = 0,
+	TACO_ACT_RELU,
+	TACO_ACT_GELU, /* exact, with erf */
+};
+
 enum taco_rope_type {
 	TACO_ROPE_DEFAULT = 0,
 	TACO_ROPE_LLAMA3,
@@ -60,8 +74,26 @@ typedef struct taco_config {
 	int o_bias;	    /* o projection has a bias */
 	int qk_norm;	    /* Qwen3 per-head RMSNorm of q and k */
 	int sliding_window; /* 0 = none */
-	int shapes_only;    /* OPT, GPT-NeoX: planned, not trained */
+	int shapes_only;    /* planned, not trained */
 	int gated_mlp;	    /* SwiGLU (3 projections) rather than fc1/fc2 */
+	/* OPT and GPT-NeoX (the Llama family: RMSNorm, SwiGLU, pre-norm,
+	 * sequential residual, full rotary, a final norm) */
+	int family;	       /* TACO_FAMILY_* */
+	int layer_norm;	       /* LayerNorm with weight and bias (eps:
+				  rms_eps), not RMSNorm */
+	int act;	       /* TACO_ACT_* */
+	int mlp_bias;	       /* fc1 / fc2 carry biases */
+	int norm_before;       /* pre-norm; 0: OPT's post-LN */
+	int parallel_residual; /* GPT-NeoX: x + attn(ln1 x) + mlp(ln2 x) */
+	int rotary_dim;	       /* rotated dims of a head: head_dim, fewer
+				  (NeoX partial rotary), 0 (OPT) */
+	int learned_pos;       /* OPT: positions from a table of max_pos +
+				  2 rows, row pos + 2 */
+	int proj_dim;	       /* OPT word_embed_proj_dim: the embedding's
+				  width (project_in / out when != hidden) */
+	int final_norm;	       /* a norm after the last layer */
+	float dropout;	       /* residual dropout the config trains with
+				  (OPT dropout, NeoX hidden_dropout) */
 } taco_config;
 
 /* Parses config.json text. name is used in error messages (a path). */
@@ -73,7 +105,8 @@ int taco_config_load(const char *path, taco_config *out, taco_err *err);
 
 const char *taco_arch_name(int arch);
 
-/* inv_freq[hd/2] as Hugging Face computes it (fp32 result), scaling applied. */
+/* inv_freq[rotary_dim / 2] as Hugging Face computes it (fp32 result),
+ * scaling applied. */
 void taco_config_inv_freq(const taco_config *c, float *inv_freq);
 
 #endif

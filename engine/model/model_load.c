@@ -148,14 +148,24 @@ static int other_tensors(const taco_config *c, taco_tensor *t)
 	int per = opt ? 8 : 6;
 
 	if (opt) {
-		add_tensor(t, &n, "model.decoder.embed_tokens.weight", 2, V, H);
+		int64_t P = c->proj_dim;
+		add_tensor(t, &n, "model.decoder.embed_tokens.weight", 2, V, P);
 		/* learned positions carry an offset of 2 */
 		add_tensor(t, &n, "model.decoder.embed_positions.weight", 2,
 			   c->max_pos + 2, H);
-		add_tensor(t, &n, "model.decoder.final_layer_norm.weight", 1, H,
-			   0);
-		add_tensor(t, &n, "model.decoder.final_layer_norm.bias", 1, H,
-			   0);
+		if (P != H) { /* Linear(P -> H) and back, no biases */
+			add_tensor(t, &n, "model.decoder.project_in.weight", 2,
+				   H, P);
+			add_tensor(t, &n, "model.decoder.project_out.weight", 2,
+				   P, H);
+		}
+		if (c->final_norm) {
+			add_tensor(t, &n,
+				   "model.decoder.final_layer_norm.weight", 1,
+				   H, 0);
+			add_tensor(t, &n, "model.decoder.final_layer_norm.bias",
+				   1, H, 0);
+		}
 	} else {
 		add_tensor(t, &n, "gpt_neox.embed_in.weight", 2, V, H);
 		add_tensor(t, &n, "gpt_neox.final_layer_norm.weight", 1, H, 0);
@@ -193,7 +203,7 @@ int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
 			taco_model **out, taco_err *err)
 {
 	taco_model *m = calloc(1, sizeof(*m));
-	int cap = 6 + cfg->layers * (TACO_L_COUNT + 4), n = 0;
+	int cap = 8 + cfg->layers * (TACO_L_COUNT + 4), n = 0;
 	char name[TACO_NAME_MAX];
 
 	if (!m)
