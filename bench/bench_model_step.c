@@ -8,10 +8,15 @@
  *   bench_model_step --config CFG.json --backend cpu|cuda --batch B --seq T
  *                    [--steps N] [--warmup W] [--optimizer taco|none]
  *                    [--keep-activations] [--peak-tflops F] [--seed S]
- *                    [--name NAME]
+ *                    [--profile] [--name NAME]
+ *
+ * --profile (CUDA): the timed steps run under tk_cuda_profile_start/stop and
+ * the JSON line gets a "profile" object, ms per step by phase (stderr gets
+ * it as a table); on the CPU backend "profile" is null, with a note.
  *
  * Exit status: 0, 1 on a failure (a JSON line with "error" on stdout), 2 on
  * bad usage. */
+#include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <math.h>
@@ -37,6 +42,7 @@ typedef struct args {
 	const char *config, *name;
 	int cuda, B, T, steps, warmup, taco, keep;
 	int bf16, offload, chunks; /* bf16 -1: the backend's default */
+	int profile;
 	double peak_tflops;
 	uint64_t seed;
 } args;
@@ -66,7 +72,7 @@ static void usage(FILE *f)
 		"[--peak-tflops F] [--seed S]\n"
 		"                        [--precision fp32|bf16] [--offload] "
 		"[--mlp-chunks K]\n"
-		"                        [--name NAME]\n"
+		"                        [--profile] [--name NAME]\n"
 		"\n"
 		"Random bf16 weights of CFG.json's shapes, random tokens; W "
 		"warm-up steps\n"
@@ -74,7 +80,20 @@ static void usage(FILE *f)
 		"line:\n"
 		"step_s is the median timed step, mfu = 6 * params * B * T / "
 		"step_s /\n"
-		"(F * 1e12), F default 989 (H100/H200 dense bf16).\n");
+		"(F * 1e12), F default 989 (H100/H200 dense bf16); the "
+		"backward's\n"
+		"recomputation is not counted as work.\n"
+		"\n"
+		"--profile: time every op of the N timed steps with CUDA "
+		"events\n"
+		"(tk_cuda_profile_start/stop) and add \"profile\": ms per "
+		"step by phase\n"
+		"(gemm, attention, elementwise, loss, optimizer on the main "
+		"and side\n"
+		"streams, copies, idle, wall), also as a table on stderr. "
+		"The profiled\n"
+		"steps pay two event records per op. On the CPU backend: "
+		"\"profile\": null.\n");
 }
 
 static int int_arg(const char *s, int lo, int hi, int *out)
@@ -105,6 +124,7 @@ static int parse(int argc, char **argv, args *a)
 	    {"peak-tflops", required_argument, NULL, 'p'},
 	    {"seed", required_argument, NULL, 's'},
 	    {"name", required_argument, NULL, 'N'},
+	    {"profile", no_argument, NULL, 'R'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -163,6 +183,9 @@ static int parse(int argc, char **argv, args *a)
 			break;
 		case 'N':
 			a->name = optarg;
+			break;
+		case 'R':
+			a->profile = 1;
 			break;
 		case 'h':
 			usage(stdout);
@@ -251,6 +274,49 @@ static int backend_failed(const args *a, taco_err *err)
 	return e ? taco_err_set(err, -EIO, "CUDA backend: %s", e) : 0;
 }
 
+/* The profile of n steps, ms per step: the JSON line's "profile" object,
+ * and the same as a table on stderr for the one reading the log. */
+static json_t *profile_json(const tk_profile *p, int n, int complete,
+			    const char *name)
+{
+	static const char *const label[TK_PHASE_COUNT] = {
+	    "gemm", "attention", "elementwise", "loss", "optimizer", "copies"};
+	double d = n, busy = 0, side = 0;
+
+	for (int i = 0; i < TK_PHASE_COUNT; i++) {
+		busy += p->main_ms[i];
+		side += p->side_ms[i];
+	}
+	fprintf(stderr,
+		"bench_model_step: profile of %s, ms per step over %d steps "
+		"(%.0f ops per step)%s:\n"
+		"  %-12s %12s %12s\n",
+		name, n, (double)p->ops / d,
+		complete ? "" : ", PARTIAL: the events ran out", "phase",
+		"main stream", "side stream");
+	for (int i = 0; i < TK_PHASE_COUNT; i++)
+		fprintf(stderr, "  %-12s %12.3f %12.3f\n", label[i],
+			p->main_ms[i] / d, p->side_ms[i] / d);
+	fprintf(stderr,
+		"  %-12s %12.3f %12.3f\n"
+		"  %-12s %12.3f\n"
+		"  %-12s %12.3f\n"
+		"  %-12s %12.3f (overlapped, offload)\n",
+		"busy", busy / d, side / d, "idle", p->idle_ms / d, "wall",
+		p->wall_ms / d, "copy stream", p->copy_ms / d);
+	return json_pack(
+	    "{si sf sf sf sf sf sf sf sf sf sf sf sf sf sb}", "steps", n,
+	    "wall_ms", p->wall_ms / d, "gemm_ms", p->main_ms[TK_PHASE_GEMM] / d,
+	    "attention_ms", p->main_ms[TK_PHASE_ATTENTION] / d,
+	    "elementwise_ms", p->main_ms[TK_PHASE_ELEMENTWISE] / d, "loss_ms",
+	    p->main_ms[TK_PHASE_LOSS] / d, "optimizer_ms",
+	    p->main_ms[TK_PHASE_OPTIMIZER] / d, "optimizer_side_ms",
+	    p->side_ms[TK_PHASE_OPTIMIZER] / d, "side_ms", side / d, "copy_ms",
+	    p->main_ms[TK_PHASE_COPY] / d, "copy_stream_ms", p->copy_ms / d,
+	    "busy_ms", busy / d, "idle_ms", p->idle_ms / d, "ops_per_step",
+	    (double)p->ops / d, "complete", complete);
+}
+
 static int run(const args *a, json_t *res, taco_err *err)
 {
 	const tk_ops *ops = tk_cpu_ops();
@@ -264,7 +330,9 @@ static int run(const args *a, json_t *res, taco_err *err)
 	uint64_t planned = 0, engine = 0, probe = 0;
 	size_t params, peak;
 	char why[256] = "";
-	int r;
+	int r, profiling = 0, pr;
+	tk_profile prof;
+	json_t *prof_obj = NULL;
 
 	/* planned: the backend's plan (for CUDA the bf16 engine of
 	 * docs/memory-plan.md); engine: the buffer lists this engine allocates
@@ -300,6 +368,18 @@ static int run(const args *a, json_t *res, taco_err *err)
 		goto out;
 	}
 	for (int i = 0; i < a->warmup + a->steps; i++) {
+		/* One profile over the timed steps; its events are made
+		 * here, before the first one is timed. A profile that cannot
+		 * start leaves the benchmark as it is, with a note. */
+		if (i == a->warmup && a->profile && a->cuda) {
+			if ((pr = tk_cuda_profile_start()) == 0)
+				profiling = 1;
+			else
+				json_object_set_new(
+				    res, "profile_note",
+				    json_sprintf("tk_cuda_profile_start: %s",
+						 strerror(-pr)));
+		}
 		random_batch(tok, tgt, a->B, a->T, cfg.vocab,
 			     a->seed + (uint64_t)i);
 		t0 = now();
@@ -322,6 +402,20 @@ static int run(const args *a, json_t *res, taco_err *err)
 			goto out;
 		}
 	}
+	if (profiling) {
+		profiling = 0;
+		pr = tk_cuda_profile_stop(&prof);
+		if (pr == 0 || pr == -ENOSPC) {
+			prof_obj = profile_json(
+			    &prof, a->steps, pr == 0,
+			    json_string_value(json_object_get(res, "config")));
+		} else {
+			json_object_set_new(
+			    res, "profile_note",
+			    json_sprintf("tk_cuda_profile_stop: %s",
+					 strerror(-pr)));
+		}
+	}
 	qsort(times, (size_t)a->steps, sizeof(double), cmp_double);
 	step_s = times[a->steps / 2];
 	params = taco_model_param_count(m);
@@ -342,8 +436,21 @@ static int run(const args *a, json_t *res, taco_err *err)
 		      "loss_first", first_loss, "loss_last", st.loss,
 		      "optimizer_state_bytes",
 		      (json_int_t)(o ? o->state_bytes : 0)));
+	if (a->profile) {
+		json_object_set_new(res, "profile",
+				    prof_obj ? prof_obj : json_null());
+		prof_obj = NULL;
+		if (!a->cuda)
+			json_object_set_new(
+			    res, "profile_note",
+			    json_string("CPU backend: no CUDA events, no "
+					"profile"));
+	}
 	r = 0;
 out:
+	if (profiling) /* a failed step: put the op table back */
+		tk_cuda_profile_stop(&prof);
+	json_decref(prof_obj);
 	free(tok);
 	free(tgt);
 	taco_optim_free(o);

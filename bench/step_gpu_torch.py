@@ -5,11 +5,19 @@ like bench_model_step and printed as the same one-line JSON.
 
     python3 bench/step_gpu_torch.py --config CFG.json --batch 4 --seq 1024
         [--steps 3] [--warmup 1] [--peak-tflops 989] [--device cuda]
+        [--optimizer auto|bnb|torch]
 
 Model: AutoModelForCausalLM.from_config of the config's JSON, random
 weights, bf16 on the device, SDPA attention, gradient checkpointing.
-Optimizer: 8-bit AdamW from bitsandbytes when it imports, else
-torch.optim.AdamW(fused=True) (the "optimizer" field says which).
+Optimizer (--optimizer auto, the default): 8-bit AdamW from bitsandbytes
+(bnb.optim.AdamW8bit, its defaults), what people fine-tune with on one GPU,
+when it imports and a trial step of it runs on the device; else
+torch.optim.AdamW(fused=True). "optimizer" says which ran, "bitsandbytes"
+its version (null: not imported) and "optimizer_note" why bitsandbytes was
+not used. --optimizer bnb fails without it; torch never tries it.
+MFU = 6 * params * B * T / step_s / (peak TFLOP/s * 1e12), as
+bench_model_step counts it (the recomputation of checkpointing not
+counted).
 A step: forward with labels, backward, optimizer step, zero_grad; timed
 between CUDA synchronisations. peak_bytes: torch.cuda.max_memory_allocated.
 --device cpu runs the same code on the CPU (no fused AdamW, peak 0), to test
@@ -57,14 +65,40 @@ def make_model(cfg, device):
     return model
 
 
-def make_optimizer(model, device):
+def bnb_trial(device):
+    """bitsandbytes, once a step of its AdamW8bit ran on the device: it can
+    import and still lack a build for this CUDA, which only a step shows.
+    The trial tensor is big enough (>= 4096 elements) for 8-bit state."""
+    import torch
+    import bitsandbytes as bnb
+    p = torch.nn.Parameter(torch.ones(64, 128, device=device))
+    p.grad = torch.full_like(p, 0.5)
+    opt = bnb.optim.AdamW8bit([p], lr=1e-2)
+    opt.step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    if not bool(torch.isfinite(p).all()) or float(p.float().max()) >= 1.0:
+        raise RuntimeError("AdamW8bit trial step did not update")
+    return bnb
+
+
+def make_optimizer(model, device, which, res):
+    """The optimizer and its label; res gets "bitsandbytes" and, when
+    bitsandbytes was wanted and not used, "optimizer_note"."""
     import torch
     params = [p for p in model.parameters() if p.requires_grad]
-    try:
-        import bitsandbytes as bnb
-        return bnb.optim.AdamW8bit(params, lr=1e-5), "bnb.AdamW8bit"
-    except Exception:  # not installed, or no usable CUDA build of it
-        pass
+    res["bitsandbytes"] = None
+    if which in ("auto", "bnb"):
+        try:
+            bnb = bnb_trial(device)
+            res["bitsandbytes"] = getattr(bnb, "__version__", "?")
+            return bnb.optim.AdamW8bit(params, lr=1e-5), "bnb.AdamW8bit"
+        except Exception as e:  # not installed, or no build for this CUDA
+            if which == "bnb":
+                raise
+            res["optimizer_note"] = "bitsandbytes not used: %s: %s" % (
+                type(e).__name__, str(e).splitlines()[0][:200] if str(e)
+                else "")
     if device == "cuda":
         return torch.optim.AdamW(params, lr=1e-5, fused=True), \
             "torch.AdamW(fused)"
@@ -82,7 +116,8 @@ def run(args, res):
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     model = make_model(load_config(args.config), device)
-    opt, res["optimizer"] = make_optimizer(model, device)
+    opt, res["optimizer"] = make_optimizer(model, device, args.optimizer,
+                                           res)
     res["init_s"] = time.perf_counter() - t0
     res["params"] = sum(p.numel() for p in model.parameters())
     res["attn"] = getattr(model.config, "_attn_implementation", None)
@@ -137,6 +172,8 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--optimizer", choices=["auto", "bnb", "torch"],
+                    default="auto")
     ap.add_argument("--name")
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 0:

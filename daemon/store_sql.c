@@ -353,7 +353,7 @@ int st_anchor(tacod_store *s, const char *table, const char *user,
 	      taco_err *err)
 {
 	int is_files = strcmp(table, "files") == 0;
-	int64_t v[2];
+	int64_t v[2] = {0, 0}; /* read_anchor sets both when rc is 1 */
 	int rc;
 
 	*created_at = INT64_MAX;

@@ -1,5 +1,6 @@
-/* cuda_loader.c: tk_cuda_open and tk_cuda_last_error, which load the CUDA
- * backend (libtaco_cuda.so, kernels/cuda) on demand.
+/* cuda_loader.c: tk_cuda_open, tk_cuda_last_error and the profile's
+ * tk_cuda_profile_start / stop, which load the CUDA backend
+ * (libtaco_cuda.so, kernels/cuda) on demand or call into the loaded one.
  *
  * Why a loadable module: a program that NEEDs libcudart cannot start at all
  * where the CUDA runtime is not on the loader's path (a toolkit from
@@ -28,9 +29,15 @@
 
 typedef int (*open_fn)(const tk_ops **out, char *why, size_t why_len);
 typedef const char *(*last_error_fn)(void);
+typedef int (*profile_start_fn)(void);
+typedef int (*profile_stop_fn)(tk_profile *out);
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static last_error_fn module_last_error; /* set once the module is open */
+/* Set once the module is open, if it has a profiler (a module of this
+ * tree has; without one the profile calls say -ENOSYS). */
+static profile_start_fn module_profile_start;
+static profile_stop_fn module_profile_stop;
 
 #ifdef TK_CUDA_BUILT
 /* The directory of the running program, with a trailing '/'. */
@@ -102,6 +109,15 @@ int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
 			handle = NULL;
 			module_open = NULL;
 			module_last_error = NULL;
+		} else {
+			module_profile_start = (profile_start_fn)dlsym(
+			    handle, "tk_cuda_module_profile_start");
+			module_profile_stop = (profile_stop_fn)dlsym(
+			    handle, "tk_cuda_module_profile_stop");
+			if (!module_profile_start || !module_profile_stop) {
+				module_profile_start = NULL;
+				module_profile_stop = NULL;
+			}
 		}
 	}
 	r = handle ? module_open(out, why, why_len) : -ENODEV;
@@ -125,4 +141,30 @@ const char *tk_cuda_last_error(void)
 	f = module_last_error;
 	pthread_mutex_unlock(&lock);
 	return f ? f() : NULL;
+}
+
+/* The module profiles only once it is open: before, or without CUDA, its
+ * functions are not known here. */
+int tk_cuda_profile_start(void)
+{
+	profile_start_fn f;
+
+	pthread_mutex_lock(&lock);
+	f = module_profile_start;
+	pthread_mutex_unlock(&lock);
+	return f ? f() : -ENOSYS;
+}
+
+int tk_cuda_profile_stop(tk_profile *out)
+{
+	profile_stop_fn f;
+
+	pthread_mutex_lock(&lock);
+	f = module_profile_stop;
+	pthread_mutex_unlock(&lock);
+	if (!f) {
+		memset(out, 0, sizeof(*out));
+		return -ENOSYS;
+	}
+	return f(out);
 }

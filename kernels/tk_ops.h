@@ -317,13 +317,19 @@ const char *tk_cuda_last_error(void);
 /* A profile of the CUDA backend by phase, from CUDA events around every
  * op (for benchmarks: each op then costs two event records). Each op
  * belongs to one phase; work on the main stream is busy time, the gaps
- * between ops are idle (the GPU waiting for the host); the side stream
- * (optimizer updates) and the copy stream (offload) overlap the main one
- * and are reported apart. */
+ * between ops are idle: the GPU waiting for the host, or for the side or
+ * copy stream (side_wait, copy_wait). The side stream (optimizer updates)
+ * and the copy stream (offload) overlap the main one and are reported
+ * apart. An op's time is from the event before it to the one after it on
+ * its stream, so it includes its launch latency when the stream was empty,
+ * and, for upload and download, their wait for the host. Memory
+ * management, the stream waits and taco_scan_bytes are not device work and
+ * are not timed (kernels/cuda/prof.cu). */
 enum tk_phase {
-	TK_PHASE_GEMM = 0, /* matmul, linear_bias */
-	TK_PHASE_ATTENTION,
-	TK_PHASE_ELEMENTWISE, /* norms, RoPE, SwiGLU, adds, embeddings, ... */
+	TK_PHASE_GEMM = 0,    /* matmul, linear_bias */
+	TK_PHASE_ATTENTION,   /* attention_* */
+	TK_PHASE_ELEMENTWISE, /* norms, RoPE, SwiGLU, adds, embeddings,
+				 convert, to_f32, memset0, the fused ones */
 	TK_PHASE_LOSS,	      /* ce_* */
 	TK_PHASE_OPTIMIZER,   /* taco_*, adamw_update */
 	TK_PHASE_COPY,	      /* copy_async, upload, download */
@@ -336,15 +342,18 @@ typedef struct tk_profile {
 	double side_ms[TK_PHASE_COUNT]; /* busy, side stream (overlapped) */
 	double copy_ms;			/* busy, copy stream (overlapped) */
 	double idle_ms;			/* wall - sum of main_ms */
-	uint64_t ops;			/* ops profiled */
+	uint64_t ops;			/* ops timed */
 } tk_profile;
 
-/* Profile the ops issued from now on: 0, -ENOSYS (no CUDA backend open)
- * or -EBUSY (already profiling). */
+/* Profile the ops issued from now on: 0, -ENOSYS (no CUDA backend open,
+ * or built without CUDA), -EBUSY (already profiling), -ENOMEM (no events
+ * for it) or -EIO. Call it, and stop, between ops, from the thread that
+ * issues them: the backend's op table is swapped for timing wrappers. */
 int tk_cuda_profile_start(void);
 /* Wait for the device, stop profiling and fill *out: 0, -EINVAL (not
- * profiling) or -ENOSPC (more ops than events: the profile is partial;
- * *out is still filled). */
+ * profiling), -ENOSYS (no CUDA backend open), -ENOSPC (more ops than
+ * events: the profile is partial; *out is still filled) or -EIO (an event
+ * failed: *out is filled from the others). */
 int tk_cuda_profile_stop(tk_profile *out);
 
 #endif

@@ -8,6 +8,7 @@
  * Sizes are chosen so that the OpenMP paths (>= 32768 elements) run too.
  */
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -1965,6 +1966,22 @@ START_TEST(test_ce_grad)
 }
 END_TEST
 
+/* ---- the CUDA profile without CUDA --------------------------------------- */
+
+/* No CUDA backend open in this program (and none at all in a build without
+ * CUDA): the profile says so, and stop still clears *out. */
+START_TEST(test_profile_without_cuda)
+{
+	tk_profile p;
+
+	memset(&p, 0xA5, sizeof(p));
+	ck_assert_int_eq(tk_cuda_profile_start(), -ENOSYS);
+	ck_assert_int_eq(tk_cuda_profile_stop(&p), -ENOSYS);
+	ck_assert_uint_eq(p.ops, 0);
+	ck_assert(p.wall_ms == 0);
+}
+END_TEST
+
 /* ---- host memory -------------------------------------------------------- */
 
 START_TEST(test_host_memory)
@@ -2032,6 +2049,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, test_ce_chunks);
 	tcase_add_test(tc, test_ce_grad);
 	tcase_add_test(tc, test_host_memory);
+	tcase_add_test(tc, test_profile_without_cuda);
 	suite_add_tcase(s, tc);
 	return s;
 }

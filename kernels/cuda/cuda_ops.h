@@ -47,6 +47,9 @@ cudaStream_t tkc_main_stream(void);
 /* NULL: back to the main stream. */
 void tkc_set_stream(cudaStream_t s);
 cublasLtHandle_t tkc_lt(void);
+/* The module's op table once tk_cuda_module_open has filled it, else
+ * NULL (prof.cu wraps its ops). */
+tk_ops *tkc_table(void);
 /* Records the first failure (what: the call that failed); later ones are
  * dropped so the root cause is reported. Return 0 or -EIO. */
 int tkc_check(cudaError_t e, const char *what);
@@ -76,6 +79,11 @@ void tkc_copy_wait(void);
 /* The copy stream and its events: 0 or -ENODEV. Called once by
  * tk_cuda_module_open, after tkc_stream() exists. */
 int tkc_copy_init(void);
+/* Called by copy_async on the copy stream, under its lock, with after 0
+ * just before the copy is issued and 1 just after (prof.cu times copies
+ * so); NULL: none. */
+typedef void (*tkc_copy_hook_fn)(int after, cudaStream_t s);
+void tkc_set_copy_hook(tkc_copy_hook_fn f);
 
 /* side.cu: the side stream and its tickets. tkc_side_init: 0 or
  * -ENODEV, once by tk_cuda_module_open after the main stream exists. */

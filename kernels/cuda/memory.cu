@@ -13,7 +13,8 @@
  * stream orders the copy after every op issued before the call, and a
  * "copies done" event recorded after it is what copy_wait makes the
  * compute stream wait for. Copies on the copy stream run in issue order,
- * so waiting for the last one waits for all issued before it.
+ * so waiting for the last one waits for all issued before it. The
+ * profiler (prof.cu) times each copy through a hook called around it.
  */
 #include <atomic>
 #include <errno.h>
@@ -28,9 +29,10 @@ static std::atomic<size_t> host_peak;
 
 static std::mutex copy_lock;
 static cudaStream_t copy_stream;
-static cudaEvent_t ev_issued; /* on the compute stream: copy after this */
-static cudaEvent_t ev_copied; /* on the copy stream: the last copy done */
-static int copied;	      /* a copy was issued since open */
+static cudaEvent_t ev_issued;	   /* on the compute stream: copy after this */
+static cudaEvent_t ev_copied;	   /* on the copy stream: the last copy done */
+static int copied;		   /* a copy was issued since open */
+static tkc_copy_hook_fn copy_hook; /* the profiler's, or NULL */
 
 static void peak_raise(std::atomic<size_t> &peak, size_t now)
 {
@@ -167,22 +169,38 @@ fail:
 void tkc_copy_async(void *dst, const void *src, size_t bytes, int to_host)
 {
 	std::lock_guard<std::mutex> g(copy_lock);
+	cudaError_t e;
 
 	if (!bytes)
 		return;
 	if (tkc_check(cudaEventRecord(ev_issued, tkc_stream()),
 		      "copy_async record") ||
 	    tkc_check(cudaStreamWaitEvent(copy_stream, ev_issued, 0),
-		      "copy_async wait") ||
-	    tkc_check(cudaMemcpyAsync(dst, src, bytes,
-				      to_host ? cudaMemcpyDeviceToHost
-					      : cudaMemcpyHostToDevice,
-				      copy_stream),
-		      "copy_async") ||
+		      "copy_async wait"))
+		return;
+	/* The profiler's events go after the wait, around the copy alone, so
+	 * that the copy stream's busy time leaves out its wait for the
+	 * compute stream. */
+	if (copy_hook)
+		copy_hook(0, copy_stream);
+	e = cudaMemcpyAsync(dst, src, bytes,
+			    to_host ? cudaMemcpyDeviceToHost
+				    : cudaMemcpyHostToDevice,
+			    copy_stream);
+	if (copy_hook)
+		copy_hook(1, copy_stream);
+	if (tkc_check(e, "copy_async") ||
 	    tkc_check(cudaEventRecord(ev_copied, copy_stream),
 		      "copy_async done"))
 		return;
 	copied = 1;
+}
+
+void tkc_set_copy_hook(tkc_copy_hook_fn f)
+{
+	std::lock_guard<std::mutex> g(copy_lock);
+
+	copy_hook = f;
 }
 
 void tkc_copy_wait(void)

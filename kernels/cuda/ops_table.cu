@@ -46,6 +46,15 @@ cublasLtHandle_t tkc_lt(void)
 	return lt;
 }
 
+/* The table the engine holds a pointer to: prof.cu swaps its op pointers
+ * for timing wrappers (and back), which every holder then sees. */
+tk_ops *tkc_table(void)
+{
+	std::lock_guard<std::mutex> g(state_lock);
+
+	return opened ? &table : NULL;
+}
+
 static void record(const char *what, const char *name, const char *desc)
 {
 	std::lock_guard<std::mutex> g(err_lock);
@@ -97,8 +106,9 @@ unsigned tkc_blocks(size_t n)
 	return b > TKC_MAX_BLOCKS ? TKC_MAX_BLOCKS : (unsigned)b;
 }
 
-/* The module's two entry points, found by kernels/cuda_loader.c with
- * dlsym; nothing else of the module is exported. */
+/* The module's entry points, found by kernels/cuda_loader.c with dlsym:
+ * these two, and the profile's two (prof.cu); nothing else of the module
+ * is exported. */
 extern "C" TKC_EXPORT const char *tk_cuda_module_last_error(void)
 {
 	std::lock_guard<std::mutex> g(err_lock);

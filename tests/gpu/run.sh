@@ -5,14 +5,30 @@
 #   1. nvidia-smi, and a preflight of the build's tools and libraries
 #   2. configure build-gpu (CUDA on, sm_90, Release) and build the targets
 #      the checks need with -j16
-#   3. ctest -R cuda: the CUDA backend's tests, with their output
-#   4. bench_model_step (ours, bf16) and bench/step_gpu_torch.py (PyTorch)
-#      on qwen3-1.7b at 4 x 1024; ours alone on qwen3-8b and qwen3-32b at
-#      4 x 1024, qwen3-32b with offload at 4 x 1024 and 8 x 2048, and
-#      llama-3.3-70b with offload at 4 x 1024 (peak memory against the plan;
-#      PyTorch with AdamW would not fit 32B)
-#   5. one table, ours against PyTorch, also written as JSON to
-#      bench/results/gpu-DATE.json and to $OUT/ when OUT is set
+#   3. ctest -R '^test_cuda_': the CUDA backend's tests, with their output
+#   4. bitsandbytes for the PyTorch baseline, installed from the wheel in
+#      .gpu-deps/ (the GPU machine has no network) into /tmp/taco-bnb,
+#      which only the PyTorch runs get on PYTHONPATH
+#   5. the comparisons first: bench_model_step (ours, bf16) with --profile
+#      (ms per step by phase from CUDA events around every op) and
+#      bench/step_gpu_torch.py (PyTorch + transformers, SDPA, gradient
+#      checkpointing, bf16, bitsandbytes 8-bit AdamW; fused torch AdamW,
+#      labelled so, when bitsandbytes is not there) on qwen3-8b, then on
+#      qwen3-1.7b, at 4 x 1024
+#   6. bench_taco_bw: the bandwidth of the TACO update of one 8192 x 8192
+#      bf16 weight against a device-to-device copy of as many bytes, whole
+#      (taco_update) and fed in row blocks
+#   7. the memory runs, ours alone: qwen3-32b at 4 x 1024, with offload at
+#      4 x 1024 and 8 x 2048, and llama-3.3-70b with offload at 4 x 1024
+#      (peak memory against the plan; PyTorch with AdamW would not fit 32B)
+#   8. the tables: every run; ours against PyTorch per model (tokens/s,
+#      their ratio, MFU, peak GB); ours' profile; the TACO bandwidth; all
+#      of it also written as JSON to bench/results/gpu-DATE.json and to
+#      $OUT/ when OUT is set
+#
+# MFU, both sides: 6 * params * B * T / step_s / (989e12, dense bf16 of an
+# H100/H200), the backward's recomputation not counted. The profiled steps
+# of ours pay two event records per op (bench_model_step --help).
 #
 # Every part runs under `timeout`, inside an overall budget
 # (TACO_GPU_BUDGET_S, default 540 s; 1800 s for the smoke run, whose
@@ -23,10 +39,12 @@
 #   tests/gpu/run.sh                 on the GPU machine
 #   tests/gpu/run.sh --cpu-smoke     here, without a GPU (or TACO_GPU_SMOKE=1):
 #                                    the same pipeline on the CPU backend with
-#                                    tiny fixture models, 2 steps, no PyTorch,
+#                                    tiny fixture models, 2 steps, no PyTorch
+#                                    (profile null, bandwidth by wall clock),
 #                                    results to bench/results/tmp/
-#   tests/gpu/run.sh --fetch-deps    here, on Debian 12: download the .deb
-#                                    files of the build's libraries into
+#   tests/gpu/run.sh --fetch-deps    here, on Debian 12 with PyPI reachable:
+#                                    download the .deb files of the build's
+#                                    libraries and the bitsandbytes wheel into
 #                                    .gpu-deps/ (see "Build dependencies")
 #
 # Options: --build-dir DIR (default build-gpu, build-gpu-smoke with
@@ -40,6 +58,14 @@
 # taken from .gpu-deps/*.deb (--fetch-deps makes it; carry it to the GPU
 # machine), unpacked under /tmp/taco-deps, never over /; the four libraries
 # only tacod and its tests link get a stub .pc file so that CMake configures.
+#
+# bitsandbytes (BNB_VERSION below) is not on the GPU machine's image: the
+# py3-none-manylinux wheel --fetch-deps downloads fits any Python 3 there
+# (3.12, with torch 2.11+cu130 in the past results). It is slimmed to the
+# libraries a CUDA 13 torch loads (cpu, cuda130, cuda132) because the
+# whole one (41 MiB) and the .debs would not fit the 64 MiB a device call
+# carries with the tree; TACO_GPU_BNB_FULL=1 keeps it as downloaded.
+# .gpu-deps/ is ignored by .gitignore: name it in carry.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -54,6 +80,8 @@ BUDGET=${TACO_GPU_BUDGET_S:-}
 DEPS_DIR=${TACO_GPU_DEPS:-$ROOT/.gpu-deps}
 SYSROOT=/tmp/taco-deps
 MULTIARCH=x86_64-linux-gnu
+BNB_VERSION=0.50.2
+BNB_DIR=/tmp/taco-bnb
 DEPS_DEBS="libjansson-dev libjansson4 libpcre2-dev libpcre2-8-0 check
 libsubunit-dev libsubunit0 libopenblas-openmp-dev libopenblas0-openmp
 libgfortran5 pkgconf pkgconf-bin libpkgconf3"
@@ -90,13 +118,54 @@ while [ $# -gt 0 ]; do
 	shift
 done
 
+# The bitsandbytes wheel into $DEPS_DIR, slimmed (see above) unless
+# TACO_GPU_BNB_FULL=1.
+fetch_bnb() {
+	local tmp whl
+	tmp=$(mktemp -d /tmp/taco-bnb-fetch.XXXXXX)
+	# py3-none-manylinux_2_24: the Python and platform are named so that
+	# pip picks that wheel whatever this machine is
+	python3 -m pip download "bitsandbytes==$BNB_VERSION" --no-deps \
+		--only-binary=:all: --python-version 3.12 \
+		--platform manylinux_2_24_x86_64 -d "$tmp"
+	whl=$(find "$tmp" -name "bitsandbytes-$BNB_VERSION-*.whl" | head -n 1)
+	[ -n "$whl" ] || { echo "no bitsandbytes wheel downloaded" >&2; return 1; }
+	rm -f "$DEPS_DIR"/bitsandbytes-*.whl
+	if [ -n "${TACO_GPU_BNB_FULL:-}" ]; then
+		cp "$whl" "$DEPS_DIR/"
+	else
+		python3 - "$whl" "$DEPS_DIR" <<'EOF_SLIM'
+import os, re, sys, zipfile
+src, out = sys.argv[1], sys.argv[2]
+# the libraries of CUDA 11/12, ROCm and XPU, which a CUDA 13 torch never
+# loads; RECORD loses their lines, every other file is kept as it is
+drop = re.compile(r"libbitsandbytes_(cuda1[0-2][0-9]|rocm[0-9]+|xpu[0-9]+)\.")
+dst = os.path.join(out, os.path.basename(src))
+with zipfile.ZipFile(src) as zi, zipfile.ZipFile(dst, "w") as zo:
+    for i in zi.infolist():
+        if drop.search(i.filename):
+            continue
+        data = zi.read(i)
+        if i.filename.endswith(".dist-info/RECORD"):
+            data = "".join(l for l in data.decode().splitlines(True)
+                           if not drop.search(l.split(",")[0])).encode()
+        zo.writestr(i, data)
+print("slimmed %s: %d -> %d bytes" % (os.path.basename(src),
+      os.path.getsize(src), os.path.getsize(dst)))
+EOF_SLIM
+	fi
+	rm -rf "$tmp"
+}
+
 if [ "$FETCH" = 1 ]; then
 	mkdir -p "$DEPS_DIR"
 	# shellcheck disable=SC2086
 	(cd "$DEPS_DIR" && apt-get download $DEPS_DEBS)
+	fetch_bnb
+	ls -l "$DEPS_DIR"
 	du -sh "$DEPS_DIR"
-	echo "Keep it out of git and carry it: echo /.gpu-deps/ >> .git/info/exclude," \
-		"then run with carry [\".gpu-deps\"]."
+	echo "Carry it to the GPU machine: run with carry [\".gpu-deps\"]" \
+		"(.gitignore keeps it out of git)."
 	exit 0
 fi
 
@@ -295,7 +364,7 @@ else
 	run_part build "$BUILD_CAP" "$WORK/build.log" bash -c '
 		set -eo pipefail
 		cmake -S . -B "$1" "${@:3}" >&2
-		cmake --build "$1" -j"$2" --target taco-train bench_model_step >&2
+		cmake --build "$1" -j"$2" --target taco-train bench_model_step bench_taco_bw >&2
 		echo built' \
 		_ "$BUILD" "$JOBS" "${GEN[@]}" "${CMAKE_ARGS[@]}"
 	# The CUDA tests are targets named as their tests (tests/CMakeLists.txt):
@@ -318,8 +387,10 @@ fi
 # ---- 3. the CUDA tests ----
 
 if [ "$BUILT" = 1 ]; then
+	# ^test_cuda_: the suites built above; cpu_without_cuda, which -R cuda
+	# would match too, is a CPU check of every suite (scripts/test.sh)
 	run_part "ctest -R cuda" 200 "$WORK/ctest.log" \
-		ctest --test-dir "$BUILD" -R cuda --no-tests=error -V --timeout 180
+		ctest --test-dir "$BUILD" -R '^test_cuda_' --no-tests=error -V --timeout 180
 	# a skipped test (exit 77: no usable GPU) is a failure on the GPU
 	# machine, expected in the smoke run
 	SKIPS=$(grep -c '\*\*\*Skipped' "$WORK/ctest.log" || true)
@@ -334,7 +405,50 @@ else
 	record "ctest -R cuda" skipped-nobuild - 0 "no build"
 fi
 
-# ---- 4. benchmarks ----
+# ---- 4. bitsandbytes for the PyTorch baseline ----
+
+# The wheel --fetch-deps put in $DEPS_DIR, into $BNB_DIR with pip (no
+# index: there is no network), or unpacked (a wheel is a zip of what pip
+# would install) where pip is missing. Only the PyTorch runs get it on
+# their PYTHONPATH (BNB_PATH). Without it they use fused AdamW, which the
+# tables show; on the GPU machine that is a failed part.
+BNB_PATH=""
+bnb_install() {
+	local whl="" f
+	for f in "$DEPS_DIR"/bitsandbytes-"$BNB_VERSION"-*.whl; do
+		[ -e "$f" ] && whl=$f
+	done
+	if [ -z "$whl" ]; then
+		if [ "$MODE" = gpu ]; then
+			record "bnb install" failed - 0 "no $DEPS_DIR/bitsandbytes-$BNB_VERSION-*.whl: PyTorch with fused AdamW"
+		else
+			record "bnb install" skipped-smoke - 0 "no wheel in $DEPS_DIR"
+		fi
+		return 0
+	fi
+	if [ -z "$PY" ]; then
+		record "bnb install" failed - 0 "no python3"
+		return 0
+	fi
+	# shellcheck disable=SC2016
+	run_part "bnb install" 60 "$WORK/bnb.log" "${PY_ENV[@]}" bash -c '
+		set -eo pipefail
+		rm -rf "$3"
+		if ! PIP_ROOT_USER_ACTION=ignore "$1" -m pip install -q --no-deps --no-index --no-compile \
+			--no-cache-dir --target "$3" "$2" >&2; then
+			echo "pip install failed: unpacking the wheel instead" >&2
+			rm -rf "$3"
+			"$1" -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$2" "$3"
+		fi
+		test -f "$3/bitsandbytes/__init__.py"
+		echo "$(basename "$2") in $3"' \
+		_ "$PY" "$whl" "$BNB_DIR"
+	if part_ok "bnb install"; then BNB_PATH=$BNB_DIR; fi
+	return 0
+}
+bnb_install
+
+# ---- 5.-7. benchmarks ----
 
 # ours NAME CONFIG STEPS CAP [ARGS...]: ARGS after the shape (a later
 # --batch or --seq wins)
@@ -358,32 +472,55 @@ torch() {
 		record "torch $1" failed - 0 "no python3"
 		return 0
 	fi
-	run_part "torch $1" "$4" "$WORK/torch-$1.json" "${PY_ENV[@]}" "$PY" \
+	local envs=("${PY_ENV[@]}")
+	[ -z "$BNB_PATH" ] || envs+=("PYTHONPATH=$BNB_PATH${PYTHONPATH:+:$PYTHONPATH}")
+	run_part "torch $1" "$4" "$WORK/torch-$1.json" "${envs[@]}" "$PY" \
 		bench/step_gpu_torch.py --config "$2" "${SHAPE[@]}" --steps "$3" --name "$1"
+}
+
+# taco_bw NAME CAP [ARGS...]: bench_taco_bw on the backend, to NAME.json
+taco_bw() {
+	if [ "$BUILT" = 0 ] || [ ! -x "$BUILD/bench_taco_bw" ]; then
+		record "$1" skipped-nobuild - 0 "no build"
+		return 0
+	fi
+	run_part "$1" "$2" "$WORK/$1.json" "$BUILD/bench_taco_bw" \
+		--backend "$BACKEND" "${@:3}"
 }
 
 if [ "$MODE" = gpu ]; then
 	N_SMALL=qwen3-1.7b N_MID=qwen3-8b N_BIG=qwen3-32b
 	CFG_HUGE=tests/fixtures/configs/llama-3.3-70b.json N_HUGE=llama-3.3-70b
 	BIG_SHAPE=(--batch 8 --seq 2048)
+	# the default 8192 x 8192 weight; feed: blocks of 64 MiB of fp32
+	# gradient, as the engine's
+	BW_ARGS=(--iters 20)
+	BW_FEED=2048
 else
 	N_SMALL=llama_gqa N_MID=qwen3_tied N_BIG=mistral_sw
 	CFG_HUGE=tests/fixtures/models/qwen2_bias/config.json N_HUGE=qwen2_bias
 	BIG_SHAPE=(--batch 4 --seq 32)
+	BW_ARGS=(--rows 512 --cols 384 --iters 3)
+	BW_FEED=100
 fi
 # bf16 precision on CUDA (the backend's default); peak against plan in
-# every run: the headline shapes, the 32B one also at 8 x 2048 with the
-# layer inputs offloaded, and the 70B shape offloaded (it fits an H200 only
-# so)
-ours "$N_SMALL" "$CFG_SMALL" "$STEPS_SMALL" 90
-torch "$N_SMALL" "$CFG_SMALL" "$STEPS_SMALL" 120
-ours "$N_MID" "$CFG_MID" "$STEPS_MID" 120
-ours "$N_BIG" "$CFG_BIG" "$STEPS_BIG" 200
+# every run. The comparisons first (8B, then 1.7B), ours profiled; then
+# the bandwidth check; then the memory runs: the 32B shape, also at
+# 8 x 2048 with the layer inputs offloaded, and the 70B shape offloaded (it
+# fits an H200 only so). The caps are each part's most; what is left of
+# the budget bounds them too (allowance).
+ours "$N_MID" "$CFG_MID" "$STEPS_MID" 90 --profile
+torch "$N_MID" "$CFG_MID" "$STEPS_MID" 150
+ours "$N_SMALL" "$CFG_SMALL" "$STEPS_SMALL" 60 --profile
+torch "$N_SMALL" "$CFG_SMALL" "$STEPS_SMALL" 100
+taco_bw taco-bw 45 "${BW_ARGS[@]}"
+taco_bw taco-bw-feed 45 "${BW_ARGS[@]}" --feed-rows "$BW_FEED"
+ours "$N_BIG" "$CFG_BIG" "$STEPS_BIG" 150
 ours "$N_BIG-offload" "$CFG_BIG" "$STEPS_BIG" 120 --offload
 ours "$N_BIG-8x2048-offload" "$CFG_BIG" 1 150 "${BIG_SHAPE[@]}" --offload
 ours "$N_HUGE-offload" "$CFG_HUGE" 1 200 --offload
 
-# ---- 5. the table ----
+# ---- 8. the tables ----
 
 banner "results"
 mkdir -p "$RESULTS_DIR"
@@ -394,12 +531,12 @@ if [ -z "$PY" ]; then
 	cat "$PARTS" "$WORK"/*-*.json 2>/dev/null || true
 	FAILED=1
 elif ! "${PY_ENV[@]}" "$PY" - "$WORK" "$RESULT" "$MODE" "$(elapsed)" \
-	"$N_SMALL" "$N_MID" "$N_BIG" "$N_BIG-offload" "$N_BIG-8x2048-offload" \
+	"$N_MID" "$N_SMALL" "$N_BIG" "$N_BIG-offload" "$N_BIG-8x2048-offload" \
 	"$N_HUGE-offload" <<'EOF'; then
 import json, os, sys
 
 work, result, mode, elapsed = sys.argv[1:5]
-names = sys.argv[5:]
+names = sys.argv[5:]  # the models, the comparisons first
 parts = []
 with open(os.path.join(work, "parts.tsv")) as f:
     for line in f:
@@ -425,14 +562,34 @@ def status(part):
     return "-"
 
 
+def isnum(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def gb(x):
-    if not isinstance(x, (int, float)) or not x:
+    if not isnum(x) or not x:
         return "-"
     return "%.2f" % (x / 1e9) if x >= 1e9 else "%.4f" % (x / 1e9)
 
 
 def num(x, fmt):
-    return fmt % x if isinstance(x, (int, float)) else "-"
+    return fmt % x if isnum(x) else "-"
+
+
+def ratio(a, b, fmt="%.2fx"):
+    return fmt % (a / b) if isnum(a) and isnum(b) and b else "-"
+
+
+def show(title, head, rows):
+    table = [head] + rows
+    w = [max(len(str(r[i])) for r in table) for i in range(len(head))]
+    print(title)
+    for i, r in enumerate(table):
+        print("  " + "  ".join(str(c).ljust(w[j])
+                               for j, c in enumerate(r)).rstrip())
+        if i == 0:
+            print("  " + "  ".join("-" * x for x in w))
+    print()
 
 
 rows, runs = [], {}
@@ -444,35 +601,114 @@ for n in names:
         if r is None and st == "-":
             continue
         r = r or {}
-        ratio = "-"
-        if r.get("peak_bytes") and r.get("planned_bytes"):
-            ratio = "%.2f" % (r["peak_bytes"] / r["planned_bytes"])
         rows.append([n, impl, st if "error" not in r else
                      "failed: " + r["error"][:60],
+                     r.get("optimizer", "-"),
                      num(r.get("step_s"), "%.3f"),
                      num(r.get("tokens_per_s"), "%.0f"),
                      num(r.get("mfu"), "%.3f"), gb(r.get("peak_bytes")),
                      gb(r.get("planned_bytes")),
-                     gb(r.get("engine_plan_bytes")), ratio])
-    o, t = runs.get("ours " + n), runs.get("torch " + n)
-    if o and t and o.get("step_s") and t.get("step_s"):
-        rows.append([n, "ours/torch", "", "%.2fx" % (o["step_s"] /
-                                                      t["step_s"]),
-                     "%.2fx" % (o["tokens_per_s"] / t["tokens_per_s"]),
-                     "", "%.2fx" % (o["peak_bytes"] / t["peak_bytes"])
-                     if t.get("peak_bytes") else "-", "", "", ""])
+                     gb(r.get("engine_plan_bytes")),
+                     ratio(r.get("peak_bytes"), r.get("planned_bytes"),
+                           "%.2f")])
+show("Benchmarks (%s; plan: the backend's memory plan, engine-plan: the "
+     "buffers this engine allocates):" % mode,
+     ["model", "impl", "status", "optimizer", "step s", "tok/s", "MFU",
+      "peak GB", "plan GB", "engine-plan GB", "peak/plan"], rows)
 
-head = ["model", "impl", "status", "step s", "tok/s", "MFU", "peak GB",
-        "plan GB", "engine-plan GB", "peak/plan"]
-table = [head] + rows
-w = [max(len(str(r[i])) for r in table) for i in range(len(head))]
-print("Benchmarks (%s; plan: the backend's memory plan, engine-plan: the "
-      "buffers this engine allocates):" % mode)
-for i, r in enumerate(table):
-    print("  " + "  ".join(str(c).ljust(w[j]) for j, c in enumerate(r)))
-    if i == 0:
-        print("  " + "  ".join("-" * x for x in w))
-print("\nParts:")
+# Ours against PyTorch, for the models that have a PyTorch part.
+comparison, rows = [], []
+for n in names:
+    if status("torch " + n) == "-":
+        continue
+    o, t = runs.get("ours " + n) or {}, runs.get("torch " + n) or {}
+    c = {"model": n,
+         "ours_tokens_per_s": o.get("tokens_per_s"),
+         "torch_tokens_per_s": t.get("tokens_per_s"),
+         "ours_over_torch": (o["tokens_per_s"] / t["tokens_per_s"]
+                             if isnum(o.get("tokens_per_s")) and
+                             isnum(t.get("tokens_per_s")) and
+                             t["tokens_per_s"] else None),
+         "ours_mfu": o.get("mfu"), "torch_mfu": t.get("mfu"),
+         "ours_peak_bytes": o.get("peak_bytes"),
+         "torch_peak_bytes": t.get("peak_bytes"),
+         "torch_optimizer": t.get("optimizer"),
+         "torch_optimizer_note": t.get("optimizer_note"),
+         "ours_status": status("ours " + n),
+         "torch_status": status("torch " + n)}
+    comparison.append(c)
+    rows.append([n, num(c["ours_tokens_per_s"], "%.0f"),
+                 num(c["torch_tokens_per_s"], "%.0f"),
+                 num(c["ours_over_torch"], "%.2fx"),
+                 num(c["ours_mfu"], "%.3f"), num(c["torch_mfu"], "%.3f"),
+                 gb(c["ours_peak_bytes"]), gb(c["torch_peak_bytes"]),
+                 c["torch_optimizer"] or "-"])
+if comparison:
+    show("Ours against PyTorch (tok/s of a B x T step; ours/torch: the "
+         "ratio of tok/s):",
+         ["model", "ours tok/s", "torch tok/s", "ours/torch", "ours MFU",
+          "torch MFU", "ours peak GB", "torch peak GB", "torch optimizer"],
+         rows)
+    for c in comparison:
+        if c["torch_optimizer_note"]:
+            print("  %s, PyTorch: %s" % (c["model"],
+                                         c["torch_optimizer_note"]))
+    print()
+
+# Ours' profile, ms per step.
+profiles, rows = {}, []
+keys = ["wall_ms", "gemm_ms", "attention_ms", "elementwise_ms", "loss_ms",
+        "optimizer_ms", "optimizer_side_ms", "copy_ms", "copy_stream_ms",
+        "idle_ms", "ops_per_step"]
+for n in names:
+    r = runs.get("ours " + n)
+    if not r or "profile" not in r:
+        continue
+    pr = r["profile"]
+    profiles[n] = {"profile": pr, "note": r.get("profile_note")}
+    if isinstance(pr, dict):
+        rows.append([n] + [num(pr.get(k), "%.0f" if k == "ops_per_step"
+                               else "%.1f") for k in keys] +
+                    ["" if pr.get("complete") else "partial"])
+    else:
+        rows.append([n] + ["-"] * len(keys) +
+                    [(r.get("profile_note") or "no profile")[:50]])
+if rows:
+    show("Profile of ours, ms per step (CUDA events around every op; main "
+         "stream unless named; side: the optimizer's stream, overlapped; "
+         "copy stream: offload, overlapped; idle: main-stream gaps):",
+         ["model", "wall", "gemm", "attention", "elementwise", "loss",
+          "optimizer", "optim side", "copies", "copy stream", "idle",
+          "ops/step", "note"], rows)
+
+# The TACO bandwidth check.
+taco_bw, rows = {}, []
+for part in ("taco-bw", "taco-bw-feed"):
+    r = load(os.path.join(work, part + ".json"))
+    st = status(part)
+    if r is None and st == "-":
+        continue
+    taco_bw[part] = r
+    r = r or {}
+    rows.append([part, st if "error" not in r else
+                 "failed: " + r["error"][:60],
+                 "%sx%s" % (r["rows"], r["cols"]) if "rows" in r else "-",
+                 (r.get("feed_rows") or "whole") if r else "-",
+                 num(r.get("bytes") / 1e6 if isnum(r.get("bytes")) else
+                     None, "%.1f"),
+                 num(r.get("taco_ms"), "%.3f"), num(r.get("taco_gbps"),
+                                                     "%.1f"),
+                 num(r.get("copy_gbps"), "%.1f"), num(r.get("ratio"), "%.3f"),
+                 r.get("taco_timer", "-")])
+if rows:
+    show("TACO bandwidth (one bf16 weight, k %s; MB: the least the update "
+         "moves, the gradient once, the state read and written, one entry "
+         "of W per column; copy: as many bytes device to device):" %
+         next((r["k"] for r in taco_bw.values() if r and "k" in r), "?"),
+         ["part", "status", "shape", "feed rows", "MB", "taco ms",
+          "taco GB/s", "copy GB/s", "taco/copy", "timer"], rows)
+
+print("Parts:")
 for p in parts:
     print("  %-22s %-16s %5ss  %s" % (p["part"], p["status"] +
           ("" if p["rc"] in ("0", "-") else " rc " + p["rc"]), p["seconds"],
@@ -480,7 +716,8 @@ for p in parts:
 failed = [p["part"] for p in parts
           if p["status"] not in ("ok", "skipped-smoke")]
 doc = {"mode": mode, "elapsed_s": int(elapsed), "parts": parts,
-       "runs": runs, "failed": failed}
+       "runs": runs, "comparison": comparison, "profiles": profiles,
+       "taco_bw": taco_bw, "failed": failed}
 text = json.dumps(doc, indent=1) + "\n"
 outs = [result]
 if os.environ.get("OUT"):

@@ -12,13 +12,15 @@
  * tensor-core GEMM; bf16 outputs within 1 bf16 ulp of the CPU's. The
  * chunked loss is checked over several vocabulary chunks against one
  * chunk and against the CPU; pinned host memory and the side-stream
- * copies round-trip.
+ * copies round-trip; the profile (tk_cuda_profile_start/stop) puts each op
+ * in its phase and stream and gives the table back.
  *
  * Without a usable GPU (or in a build without CUDA) the program prints why
  * and exits 77, which CTest reports as skipped. CUDA does not survive
  * fork(), so the suite runs without check's per-test fork.
  */
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1220,6 +1222,78 @@ START_TEST(test_matmul_unsupported)
 }
 END_TEST
 
+/* ---- the profile -------------------------------------------------------- */
+
+/* tk_cuda_profile_start/stop: each op lands in its phase and on its
+ * stream (main, side between side_begin and side_end, copy for
+ * copy_async), the waits and memory ops are not timed, and stop puts the
+ * real table back (the one the engine holds a pointer to). */
+START_TEST(test_profile)
+{
+	const int M = 512;
+	size_t n = (size_t)M * M, bytes = n * sizeof(float);
+	tk_ops saved = *gpu;
+	tk_profile p;
+	float *x = dnew(bytes), *y = dnew(bytes), *z = dnew(bytes);
+	void *h = gpu->host_alloc(bytes);
+	double busy = 0;
+	uint32_t probe;
+
+	ck_assert_ptr_nonnull(h);
+	ck_assert_int_eq(tk_cuda_profile_stop(&p), -EINVAL);
+	ck_assert_int_eq(tk_cuda_profile_start(), 0);
+	ck_assert_int_eq(tk_cuda_profile_start(), -EBUSY);
+	ck_assert(gpu->matmul != saved.matmul); /* wrapped */
+	ck_assert(gpu->alloc == saved.alloc);	/* not device work */
+	ck_assert(gpu->side_wait == saved.side_wait);
+	gpu->memset0(x, bytes);	   /* 1: elementwise, main */
+	gpu->memset0(y, bytes);	   /* 2 */
+	gpu->add(TK_F32, y, x, n); /* 3 */
+	gpu->matmul(0, 0, M, M, M, 1.0f, TK_F32, x, M, y, M, 0.0f, TK_F32, z,
+		    M); /* 4: gemm, main */
+	gpu->side_begin();
+	gpu->add(TK_F32, z, x, n); /* 5: elementwise, side */
+	gpu->side_wait(gpu->side_end());
+	gpu->copy_async(h, z, bytes, 1); /* 6: the copy stream */
+	gpu->copy_wait();
+	gpu->download(&probe, z, sizeof(probe)); /* 7: copy, main */
+	ck_assert_int_eq(tk_cuda_profile_stop(&p), 0);
+	ck_assert(memcmp(gpu, &saved, sizeof(saved)) == 0);
+	ck_assert_int_eq(tk_cuda_profile_stop(&p), -EINVAL);
+	ck_assert_uint_eq(p.ops, 7);
+	ck_assert(p.main_ms[TK_PHASE_GEMM] > 0);
+	ck_assert(p.main_ms[TK_PHASE_ELEMENTWISE] > 0);
+	ck_assert(p.main_ms[TK_PHASE_COPY] > 0);
+	ck_assert(p.side_ms[TK_PHASE_ELEMENTWISE] > 0);
+	ck_assert(p.copy_ms > 0);
+	for (int i = 0; i < TK_PHASE_COUNT; i++) {
+		if (i != TK_PHASE_ELEMENTWISE)
+			ck_assert(p.side_ms[i] == 0);
+		busy += p.main_ms[i];
+	}
+	ck_assert(p.main_ms[TK_PHASE_ATTENTION] == 0);
+	ck_assert(p.main_ms[TK_PHASE_LOSS] == 0);
+	ck_assert(p.main_ms[TK_PHASE_OPTIMIZER] == 0);
+	/* one stream's ops do not overlap: busy within wall (events tick
+	 * at about 0.5 us) */
+	ck_assert_msg(busy <= p.wall_ms + 0.01, "busy %g > wall %g", busy,
+		      p.wall_ms);
+	ck_assert(p.idle_ms >= 0 && p.idle_ms <= p.wall_ms);
+	/* a second profile starts afresh, and an op after stop is not in it */
+	ck_assert_int_eq(tk_cuda_profile_start(), 0);
+	gpu->memset0(x, bytes);
+	ck_assert_int_eq(tk_cuda_profile_stop(&p), 0);
+	gpu->memset0(x, bytes);
+	ck_assert_uint_eq(p.ops, 1);
+	ck_assert(p.copy_ms == 0 && p.main_ms[TK_PHASE_GEMM] == 0);
+	gpu_ok("profile");
+	gpu->host_free(h, bytes);
+	gpu->free(x, bytes);
+	gpu->free(y, bytes);
+	gpu->free(z, bytes);
+}
+END_TEST
+
 /* ---- suite -------------------------------------------------------------- */
 
 static Suite *cuda_suite(void)
@@ -1242,6 +1316,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_swiglu);
 	tcase_add_test(tc, test_cross_entropy);
+	tcase_add_test(tc, test_profile);
 	tcase_add_test(tc, test_matmul_unsupported); /* last: sticky error */
 	suite_add_tcase(s, tc);
 	return s;
