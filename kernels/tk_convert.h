@@ -223,4 +223,20 @@ static inline TK_HD void tk_store_f32_rne(void *p, int dtype, size_t i, float x)
 	}
 }
 
+/* x as a tensor of dtype (TK_F32, TK_BF16, else TK_F16) holds it once
+ * stored: rounded to nearest even, widened back (exact). What a fused op
+ * computes with where the unfused sequence stores an intermediate and reads
+ * it again. */
+static inline TK_HD float tk_round_f32(float x, int dtype)
+{
+	switch (dtype) {
+	case TK_F32:
+		return x;
+	case TK_BF16:
+		return tk_bf16_f32(tk_f32_bf16_rne(x));
+	default:
+		return tk_f16_f32(tk_f32_f16_rne(x));
+	}
+}
+
 #endif

@@ -1750,6 +1750,394 @@ START_TEST(test_matmul_bf16_k0)
 }
 END_TEST
 
+/* ---- fused ops ---------------------------------------------------------- */
+
+/* Each fused op against the unfused sequence it names: the same bits, in
+ * both dtypes (bf16 inputs rounded from the same random values). */
+
+static const int fdts[2] = {TK_F32, TK_BF16};
+
+/* n random values of [lo, hi) in dt (malloc'd). */
+static void *t_rand(int dt, size_t n, float lo, float hi, uint64_t *st)
+{
+	float *f = frand(n, lo, hi, st);
+	uint16_t *h;
+
+	if (dt == TK_F32)
+		return f;
+	h = bf_from(f, n);
+	free(f);
+	return h;
+}
+
+static void *t_copy(int dt, const void *p, size_t n)
+{
+	size_t b = n * tk_dtype_size(dt);
+	void *q = malloc(b ? b : 1);
+
+	ck_assert_ptr_nonnull(q);
+	memcpy(q, p, b);
+	return q;
+}
+
+static void same_bits(const char *what, int dt, const void *a, const void *b,
+		      size_t bytes)
+{
+	const unsigned char *x = a, *y = b;
+
+	for (size_t i = 0; i < bytes; i++)
+		ck_assert_msg(x[i] == y[i], "%s (%s): byte %zu differs", what,
+			      dt == TK_F32 ? "f32" : "bf16", i);
+}
+
+/* rope tables of max_pos positions, as test_rope; packed documents of
+ * lengths 5 and 7 in pos [n] */
+static void rope_setup(float **ctab, float **stab, int32_t **pos, int n, int hd,
+		       int max_pos)
+{
+	int half = hd / 2;
+
+	*ctab = fnew((size_t)max_pos * (half ? half : 1));
+	*stab = fnew((size_t)max_pos * (half ? half : 1));
+	*pos = malloc((size_t)n * sizeof(**pos));
+	ck_assert_ptr_nonnull(*pos);
+	for (int p = 0; p < max_pos; p++)
+		for (int i = 0; i < half; i++) {
+			double inv = pow(10000.0, -2.0 * i / hd);
+			(*ctab)[p * half + i] = (float)cos(p * inv);
+			(*stab)[p * half + i] = (float)sin(p * inv);
+		}
+	for (int t = 0; t < n; t++)
+		(*pos)[t] = (t % 12) < 5 ? t % 12 : t % 12 - 5;
+}
+
+static void check_fused_norm(int dt, int n, int H, uint64_t st)
+{
+	size_t nx = (size_t)n * H, es = tk_dtype_size(dt), bx = nx * es;
+	void *x = t_rand(dt, nx, -2, 2, &st), *r = t_rand(dt, nx, -2, 2, &st);
+	void *w = t_rand(dt, (size_t)H, 0.5f, 1.5f, &st);
+	void *dout = t_rand(dt, nx, -1, 1, &st);
+	void *dres = t_rand(dt, nx, -1, 1, &st), *x2 = t_copy(dt, x, nx);
+	void *dres2 = t_copy(dt, dres, nx);
+	void *out = calloc(nx ? nx : 1, es), *out2 = calloc(nx ? nx : 1, es);
+	void *tmp = calloc(nx ? nx : 1, es);
+	float *rstd = fnew((size_t)n), *rstd2 = fnew((size_t)n);
+	float *dw = frand((size_t)H, -1, 1, &st), *dw2 = fcopy(dw, (size_t)H);
+	size_t base = ops->mem_current();
+
+	/* add then rmsnorm_fwd on the stored sum */
+	ops->add(dt, x2, r, nx);
+	ops->rmsnorm_fwd(dt, out2, rstd2, x2, w, n, H, 1e-6f);
+	ops->mem_reset_peak();
+	ops->add_rmsnorm_fwd(dt, x, r, out, rstd, w, n, H, 1e-6f);
+	ck_assert_uint_eq(ops->mem_peak(), base); /* nothing allocated */
+	same_bits("add_rmsnorm_fwd x", dt, x, x2, bx);
+	same_bits("add_rmsnorm_fwd out", dt, out, out2, bx);
+	same_bits("add_rmsnorm_fwd rstd", dt, rstd, rstd2,
+		  (size_t)n * sizeof(float));
+
+	/* rmsnorm_bwd into a temporary, then add; dw accumulates */
+	ops->rmsnorm_bwd(dt, tmp, dw2, dout, x, w, rstd, n, H);
+	ops->add(dt, dres2, tmp, nx);
+	ops->mem_reset_peak();
+	ops->rmsnorm_bwd_add(dt, dres, dw, dout, x, w, rstd, n, H);
+	ck_assert_uint_eq(ops->mem_peak(), base);
+	same_bits("rmsnorm_bwd_add dres", dt, dres, dres2, bx);
+	same_bits("rmsnorm_bwd_add dw", dt, dw, dw2, (size_t)H * sizeof(float));
+
+	free(x);
+	free(r);
+	free(w);
+	free(dout);
+	free(dres);
+	free(x2);
+	free(dres2);
+	free(out);
+	free(out2);
+	free(tmp);
+	free(rstd);
+	free(rstd2);
+	free(dw);
+	free(dw2);
+}
+
+START_TEST(test_fused_norm)
+{
+	/* H not a multiple of 8, single rows and columns, the parallel
+	 * paths */
+	static const int shapes[][2] = {{1, 1},	   {3, 7},     {5, 64},
+					{70, 520}, {33, 1001}, {9, 4100}};
+	uint64_t st = 80;
+
+	for (int t = 0; t < 2; t++)
+		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+			check_fused_norm(fdts[t], shapes[s][0], shapes[s][1],
+					 st++);
+}
+END_TEST
+
+static void check_qknorm_rope(int dt, int n, int heads, int hd, uint64_t st)
+{
+	size_t nx = (size_t)n * heads * hd, es = tk_dtype_size(dt);
+	size_t bx = nx * es, nr = (size_t)n * heads;
+	float *ctab, *stab, eps = 1e-6f;
+	int32_t *pos;
+	void *x = t_rand(dt, nx, -2, 2, &st),
+	     *w = t_rand(dt, hd, 0.5f, 1.5f, &st);
+	void *dout = t_rand(dt, nx, -1, 1, &st), *dout0 = t_copy(dt, dout, nx);
+	void *out = calloc(nx, es), *ref = calloc(nx, es);
+	void *dx = calloc(nx, es), *dref = calloc(nx, es), *g;
+	float *rstd = fnew(nr), *rstd2 = fnew(nr);
+	float *dw = frand((size_t)hd, -1, 1, &st), *dw2 = fcopy(dw, (size_t)hd);
+	size_t base = ops->mem_current();
+
+	rope_setup(&ctab, &stab, &pos, n, hd, 64);
+
+	/* with w: rmsnorm_fwd over each head's hd values, then rope_fwd */
+	ops->rmsnorm_fwd(dt, ref, rstd2, x, w, (int)nr, hd, eps);
+	ops->rope_fwd(dt, ref, ctab, stab, pos, n, heads, hd);
+	ops->mem_reset_peak();
+	ops->qknorm_rope_fwd(dt, out, rstd, x, w, ctab, stab, pos, n, heads, hd,
+			     eps);
+	ck_assert_uint_eq(ops->mem_peak(), base);
+	same_bits("qknorm_rope_fwd out", dt, out, ref, bx);
+	same_bits("qknorm_rope_fwd rstd", dt, rstd, rstd2, nr * sizeof(float));
+
+	/* its backward: rope_bwd of dout in place, then rmsnorm_bwd */
+	g = t_copy(dt, dout, nx);
+	ops->rope_bwd(dt, g, ctab, stab, pos, n, heads, hd);
+	ops->rmsnorm_bwd(dt, dref, dw2, g, x, w, rstd, (int)nr, hd);
+	ops->mem_reset_peak();
+	ops->qknorm_rope_bwd(dt, dx, dw, dout, x, w, rstd, ctab, stab, pos, n,
+			     heads, hd);
+	ck_assert_uint_eq(ops->mem_peak(), base);
+	same_bits("qknorm_rope_bwd dx", dt, dx, dref, bx);
+	same_bits("qknorm_rope_bwd dw", dt, dw, dw2,
+		  (size_t)hd * sizeof(float));
+	same_bits("qknorm_rope_bwd dout kept", dt, dout, dout0, bx);
+	free(g);
+
+	/* w NULL: rope alone, out of place and in place; rstd untouched */
+	memcpy(ref, x, bx);
+	ops->rope_fwd(dt, ref, ctab, stab, pos, n, heads, hd);
+	memcpy(rstd2, rstd, nr * sizeof(float));
+	ops->qknorm_rope_fwd(dt, out, rstd, x, NULL, ctab, stab, pos, n, heads,
+			     hd, eps);
+	same_bits("qknorm_rope_fwd w NULL", dt, out, ref, bx);
+	same_bits("qknorm_rope_fwd rstd untouched", dt, rstd, rstd2,
+		  nr * sizeof(float));
+	memcpy(out, x, bx);
+	ops->qknorm_rope_fwd(dt, out, NULL, out, NULL, ctab, stab, pos, n,
+			     heads, hd, eps);
+	same_bits("qknorm_rope_fwd in place", dt, out, ref, bx);
+
+	memcpy(dref, dout, bx);
+	ops->rope_bwd(dt, dref, ctab, stab, pos, n, heads, hd);
+	memcpy(dw2, dw, (size_t)hd * sizeof(float));
+	ops->qknorm_rope_bwd(dt, dx, NULL, dout, NULL, NULL, NULL, ctab, stab,
+			     pos, n, heads, hd);
+	same_bits("qknorm_rope_bwd w NULL", dt, dx, dref, bx);
+	same_bits("qknorm_rope_bwd w NULL dout kept", dt, dout, dout0, bx);
+	ops->qknorm_rope_bwd(dt, dout, NULL, dout, NULL, NULL, NULL, ctab, stab,
+			     pos, n, heads, hd);
+	same_bits("qknorm_rope_bwd in place", dt, dout, dref, bx);
+	same_bits("qknorm_rope_bwd dw untouched", dt, dw, dw2,
+		  (size_t)hd * sizeof(float));
+
+	free(ctab);
+	free(stab);
+	free(pos);
+	free(x);
+	free(w);
+	free(dout);
+	free(dout0);
+	free(out);
+	free(ref);
+	free(dx);
+	free(dref);
+	free(rstd);
+	free(rstd2);
+	free(dw);
+	free(dw2);
+}
+
+START_TEST(test_fused_qknorm_rope)
+{
+	/* heads 1..8, hd 16/64/128 (and an odd one: its last value is not
+	 * rotated), the parallel paths */
+	static const int shapes[][3] = {
+	    {1, 1, 16},	 {13, 2, 16},  {29, 3, 64}, {17, 5, 128},
+	    {70, 8, 64}, {50, 8, 128}, {12, 4, 7},  {40, 1, 128},
+	};
+	uint64_t st = 90;
+
+	for (int t = 0; t < 2; t++)
+		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+			check_qknorm_rope(fdts[t], shapes[s][0], shapes[s][1],
+					  shapes[s][2], st++);
+}
+END_TEST
+
+/* linear_bias against matmul(0, 1, ...) then bias_fwd: f32 within 1e-6
+ * (the same GEMM), bf16 C exactly the fp32 product plus bias rounded once.
+ * The unfused bf16 result rounds the product first: within one ulp of it,
+ * or, where the sum cancels (a result well below the product, so of a
+ * finer ulp), within that first rounding's error. Padding columns stay as
+ * they were; the scratch is matmul's. */
+/* sum over p of |A[i, p] B[j, p]| (fp32 A, B [N, K]): the scale of a
+ * dot product's rounding error. */
+static double dot_mag(const float *A, int lda, const float *B, int ldb, int i,
+		      int j, int K)
+{
+	double m = 0;
+
+	for (int p = 0; p < K; p++)
+		m += fabs((double)A[(size_t)i * lda + p] *
+			  B[(size_t)j * ldb + p]);
+	return m;
+}
+
+static void check_linear_bias(int ab, int cd, int M, int N, int K, uint64_t st)
+{
+	const int pad = 3;
+	int lda = K + pad, ldb = K + pad, ldc = N + pad;
+	size_t na = (size_t)M * lda, nb = (size_t)N * ldb, nc = (size_t)M * ldc;
+	size_t ec = tk_dtype_size(cd);
+	void *A = t_rand(ab, na, -1, 1, &st), *B = t_rand(ab, nb, -1, 1, &st);
+	void *bias = t_rand(ab, (size_t)N, -1, 1, &st);
+	void *C0 = t_rand(cd, nc, -1, 1, &st), *C = t_copy(cd, C0, nc);
+	void *Cu = t_copy(cd, C0, nc);
+	float *Cf = frand(nc, -1, 1, &st), *bw = fnew((size_t)N);
+	size_t base = ops->mem_current(), peak_mm, peak_lb;
+
+	ops->to_f32(bw, bias, ab, (size_t)N);
+	/* unfused */
+	ops->mem_reset_peak();
+	ops->matmul(0, 1, M, N, K, 1.0f, ab, A, lda, B, ldb, 0.0f, cd, Cu, ldc);
+	peak_mm = ops->mem_peak();
+	/* bias_fwd row by row (ldc > N), the bias as it is (ab == cd) or
+	 * widened (bf16 operands, f32 C) */
+	if (ab == cd || cd == TK_F32)
+		for (int i = 0; i < M; i++)
+			ops->bias_fwd(cd, (char *)Cu + (size_t)i * ldc * ec,
+				      ab == cd ? bias : (void *)bw, 1, N);
+	/* fused */
+	ops->mem_reset_peak();
+	ops->linear_bias(M, N, K, ab, A, lda, B, ldb, bias, cd, C, ldc);
+	peak_lb = ops->mem_peak();
+	ck_assert_uint_eq(ops->mem_current(), base);
+	/* the scratch matmul takes, no more (none in fp32) */
+	ck_assert_uint_eq(peak_lb, peak_mm);
+	ck_assert_uint_le(peak_lb - base, TK_CPU_GEMM_SCRATCH_BYTES);
+	if (ab == TK_F32 && cd == TK_F32)
+		ck_assert_uint_eq(peak_lb, base);
+	/* the fp32 product, the bias added, rounded once */
+	ops->matmul(0, 1, M, N, K, 1.0f, ab, A, lda, B, ldb, 0.0f, TK_F32, Cf,
+		    ldc);
+
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < ldc; j++) {
+			size_t o = (size_t)i * ldc + j;
+			float got, un, acc = Cf[o], want = acc + bw[j % N];
+
+			if (j >= N) { /* padding untouched */
+				ck_assert(!memcmp((char *)C + o * ec,
+						  (char *)C0 + o * ec, ec));
+				continue;
+			}
+			if (cd == TK_F32) {
+				got = ((float *)C)[o];
+				un = ((float *)Cu)[o];
+				ck_assert_msg(fabsf(got - un) <=
+						  1e-6f * (fabsf(un) + 1e-3f),
+					      "linear_bias f32 (%d,%d): %a vs "
+					      "%a",
+					      i, j, (double)got, (double)un);
+				continue;
+			}
+			got = bf_f32(((uint16_t *)C)[o]);
+			/* bf16 operands: matmul into f32 runs the same tiles,
+			 * so exactly rne(acc + bias); fp32 operands: its one
+			 * sgemm may sum in another order than the tiles */
+			if (ab == TK_BF16)
+				ck_assert_msg(
+				    ((uint16_t *)C)[o] == bf_rne(want),
+				    "linear_bias (%d,%d): 0x%04x vs "
+				    "rne(%a)",
+				    i, j, ((uint16_t *)C)[o], (double)want);
+			else
+				ck_assert_msg(
+				    bf_ulps(((uint16_t *)C)[o], bf_rne(want)) <=
+					    1 ||
+					fabs((double)got - want) <=
+					    1e-5 * dot_mag(A, lda, B, ldb, i, j,
+							   K) +
+						fabs(want) * 0x1p-8,
+				    "linear_bias f32->bf16 (%d,%d): %a vs %a",
+				    i, j, (double)got, (double)want);
+			if (ab != cd)
+				continue;
+			un = bf_f32(((uint16_t *)Cu)[o]);
+			if (bf_ulps(((uint16_t *)C)[o], ((uint16_t *)Cu)[o]) >
+			    1)
+				ck_assert_msg(
+				    fabs((double)got - un) <=
+					0x1p-8 * (fabs(acc) + fabs(want)) +
+					    1e-30,
+				    "linear_bias vs unfused (%d,%d): "
+				    "%a vs %a",
+				    i, j, (double)got, (double)un);
+		}
+	free(A);
+	free(B);
+	free(bias);
+	free(C0);
+	free(C);
+	free(Cu);
+	free(Cf);
+	free(bw);
+}
+
+START_TEST(test_linear_bias)
+{
+	static const int shapes[][3] = {
+	    {1, 1, 1},	    {7, 5, 9},	     {33, 70, 50},
+	    {17, 1001, 65}, {300, 700, 900}, {64, 130, 1600},
+	};
+	static const int dt[][2] = {{TK_F32, TK_F32},
+				    {TK_BF16, TK_BF16},
+				    {TK_BF16, TK_F32},
+				    {TK_F32, TK_BF16}};
+	uint64_t st = 100;
+
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (int d = 0; d < 4; d++)
+			check_linear_bias(dt[d][0], dt[d][1], shapes[s][0],
+					  shapes[s][1], shapes[s][2], st++);
+}
+END_TEST
+
+/* K = 0: C = bias, rounded to C's dtype. */
+START_TEST(test_linear_bias_k0)
+{
+	float bias[3] = {0.5f, -1.25f, 3.0f + 0x1p-12f}, C[6];
+	uint16_t Cb[6], bb[3];
+
+	ops->linear_bias(2, 3, 0, TK_F32, NULL, 1, NULL, 1, bias, TK_F32, C, 3);
+	for (int i = 0; i < 6; i++)
+		ck_assert_float_eq(C[i], bias[i % 3]);
+	ops->linear_bias(2, 3, 0, TK_F32, NULL, 1, NULL, 1, bias, TK_BF16, Cb,
+			 3);
+	for (int i = 0; i < 6; i++)
+		ck_assert_uint_eq(Cb[i], bf_rne(bias[i % 3]));
+	for (int i = 0; i < 3; i++)
+		bb[i] = bf_rne(bias[i]);
+	ops->linear_bias(2, 3, 0, TK_BF16, NULL, 1, NULL, 1, bb, TK_F32, C, 3);
+	for (int i = 0; i < 6; i++)
+		ck_assert_float_eq(C[i], bf_f32(bb[i % 3]));
+}
+END_TEST
+
 /* ---- the chunked loss against the former fused op ----------------------- */
 
 /* The former cross_entropy (kernels/cpu/cross_entropy.c before the chunked
@@ -2046,6 +2434,10 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, test_bf16_attention);
 	tcase_add_test(tc, test_matmul_bf16);
 	tcase_add_test(tc, test_matmul_bf16_k0);
+	tcase_add_test(tc, test_fused_norm);
+	tcase_add_test(tc, test_fused_qknorm_rope);
+	tcase_add_test(tc, test_linear_bias);
+	tcase_add_test(tc, test_linear_bias_k0);
 	tcase_add_test(tc, test_ce_chunks);
 	tcase_add_test(tc, test_ce_grad);
 	tcase_add_test(tc, test_host_memory);

@@ -13,14 +13,16 @@
 static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
 		      int recompute);
 
-/* y[N, out] = x[N, in] W[out, in]^T (+ b[out]) */
+/* y[N, out] = x[N, in] W[out, in]^T (+ b[out], added before y is rounded) */
 static void linear_fwd(step_ctx *c, void *y, const void *x, const void *W,
 		       const void *b, int N, int in, int out)
 {
-	c->o->matmul(0, 1, N, out, in, 1.0f, c->dt, x, in, W, in, 0.0f, c->dt,
-		     y, out);
 	if (b)
-		c->o->bias_fwd(c->dt, y, b, N, out);
+		c->o->linear_bias(N, out, in, c->dt, x, in, W, in, b, c->dt, y,
+				  out);
+	else
+		c->o->matmul(0, 1, N, out, in, 1.0f, c->dt, x, in, W, in, 0.0f,
+			     c->dt, y, out);
 }
 
 /* dx[N, in] = beta * dx + dy[N, out] W[out, in] */
@@ -92,30 +94,29 @@ static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
 	int D = cf->heads * hd, Dkv = cf->kv_heads * hd;
 	void *qd = cf->qk_norm ? a->q_pre : a->q;
 	void *kd = cf->qk_norm ? a->k_pre : a->k;
+	const void *qn, *kn;
 
 	layer_weights(c, l, W);
+	/* with the q/k norms, q and k from their inputs; else RoPE in place */
+	qn = cf->qk_norm ? W[TACO_L_Q_NORM] : NULL;
+	kn = cf->qk_norm ? W[TACO_L_K_NORM] : NULL;
 	o->rmsnorm_fwd(dt, a->ln1, a->rstd1, x, W[TACO_L_ATTN_NORM], N, H,
 		       cf->rms_eps);
 	linear_fwd(c, qd, a->ln1, W[TACO_L_Q], W[TACO_L_Q_BIAS], N, H, D);
 	linear_fwd(c, kd, a->ln1, W[TACO_L_K], W[TACO_L_K_BIAS], N, H, Dkv);
 	linear_fwd(c, a->v, a->ln1, W[TACO_L_V], W[TACO_L_V_BIAS], N, H, Dkv);
-	if (cf->qk_norm) {
-		o->rmsnorm_fwd(dt, a->q, a->rstd_q, a->q_pre, W[TACO_L_Q_NORM],
-			       N * cf->heads, hd, cf->rms_eps);
-		o->rmsnorm_fwd(dt, a->k, a->rstd_k, a->k_pre, W[TACO_L_K_NORM],
-			       N * cf->kv_heads, hd, cf->rms_eps);
-	}
-	o->rope_fwd(dt, a->q, w->rope_cos, w->rope_sin, w->pos, N, cf->heads,
-		    hd);
-	o->rope_fwd(dt, a->k, w->rope_cos, w->rope_sin, w->pos, N, cf->kv_heads,
-		    hd);
+	o->qknorm_rope_fwd(dt, a->q, a->rstd_q, qd, qn, w->rope_cos,
+			   w->rope_sin, w->pos, N, cf->heads, hd, cf->rms_eps);
+	o->qknorm_rope_fwd(dt, a->k, a->rstd_k, kd, kn, w->rope_cos,
+			   w->rope_sin, w->pos, N, cf->kv_heads, hd,
+			   cf->rms_eps);
 	o->attention_fwd(dt, a->att, a->lse, a->q, a->k, a->v, w->pos, B, T,
 			 cf->heads, cf->kv_heads, hd, cf->sliding_window,
 			 1.0f / sqrtf((float)hd));
+	/* x_mid = o-proj + x, ln2 = norm(x_mid) */
 	linear_fwd(c, a->x_mid, a->att, W[TACO_L_O], W[TACO_L_O_BIAS], N, D, H);
-	o->add(dt, a->x_mid, x, (size_t)N * H);
-	o->rmsnorm_fwd(dt, a->ln2, a->rstd2, a->x_mid, W[TACO_L_MLP_NORM], N, H,
-		       cf->rms_eps);
+	o->add_rmsnorm_fwd(dt, a->x_mid, x, a->ln2, a->rstd2,
+			   W[TACO_L_MLP_NORM], N, H, cf->rms_eps);
 	if (recompute)
 		return;
 	for (int b = 0; b < w->s.chunks; b++) {
@@ -129,20 +130,44 @@ static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
 	o->add(dt, out, a->x_mid, (size_t)N * H);
 }
 
-/* RMSNorm backward: dx[n, H] from dout; the weight's gradient to the
- * sink. */
-static void norm_bwd(step_ctx *c, int id, void *dx, const void *dout,
-		     const void *x, const void *wt, const float *rstd, int n,
-		     int H)
+/* Where a norm weight's gradient [H] accumulates: the sink's buffer, or
+ * when it is not wanted a zeroed block, since the op still adds dw
+ * somewhere. grad_whole_end(c, id) hands it over after the op. */
+static float *norm_grad(step_ctx *c, int id, int H)
 {
 	float *g = grad_whole_begin(c, id);
 
-	/* Not wanted: the op still needs somewhere to add dw. */
 	if (!g) {
 		g = grad_block(c);
 		c->o->memset0(g, (size_t)H * sizeof(float));
 	}
-	c->o->rmsnorm_bwd(c->dt, dx, g, dout, x, wt, rstd, n, H);
+	return g;
+}
+
+/* RMSNorm backward: dres[n, H] += the input gradient from dout (the
+ * residual's), the weight's gradient to the sink. */
+static void norm_bwd_add(step_ctx *c, int id, void *dres, const void *dout,
+			 const void *x, const void *wt, const float *rstd,
+			 int n, int H)
+{
+	float *g = norm_grad(c, id, H);
+
+	c->o->rmsnorm_bwd_add(c->dt, dres, g, dout, x, wt, rstd, n, H);
+	grad_whole_end(c, id);
+}
+
+/* The q (or k) norm and RoPE backward: dx[N, heads * hd] from dout, the
+ * norm weight's gradient to the sink. */
+static void qknorm_bwd(step_ctx *c, int id, void *dx, const void *dout,
+		       const void *x, const void *wt, const float *rstd,
+		       int heads)
+{
+	const taco_work *w = c->w;
+	int hd = c->m->cfg.head_dim;
+	float *g = norm_grad(c, id, hd);
+
+	c->o->qknorm_rope_bwd(c->dt, dx, g, dout, x, wt, rstd, w->rope_cos,
+			      w->rope_sin, w->pos, w->s.N, heads, hd);
 	grad_whole_end(c, id);
 }
 
@@ -208,10 +233,8 @@ void step_layer_bwd(step_ctx *c, int l, const void *x)
 
 	layer_weights(c, l, W);
 	mlp_bwd(c, l, a, W);
-	/* ln2 is free now: it takes the norm's input gradient. */
-	norm_bwd(c, id[TACO_L_MLP_NORM], a->ln2, w->dtmp, a->x_mid,
-		 W[TACO_L_MLP_NORM], a->rstd2, N, H);
-	o->add(dt, w->dx, a->ln2, (size_t)N * H);
+	norm_bwd_add(c, id[TACO_L_MLP_NORM], w->dx, w->dtmp, a->x_mid,
+		     W[TACO_L_MLP_NORM], a->rstd2, N, H);
 
 	/* attention */
 	linear_bwd_x(c, w->datt, w->dx, W[TACO_L_O], N, D, H, 0.0f);
@@ -220,19 +243,22 @@ void step_layer_bwd(step_ctx *c, int l, const void *x)
 	o->attention_bwd(dt, w->dq, w->dk, w->dv, w->datt, a->att, a->lse, a->q,
 			 a->k, a->v, w->pos, B, T, cf->heads, cf->kv_heads, hd,
 			 cf->sliding_window, 1.0f / sqrtf((float)hd));
-	o->rope_bwd(dt, w->dq, w->rope_cos, w->rope_sin, w->pos, N, cf->heads,
-		    hd);
-	o->rope_bwd(dt, w->dk, w->rope_cos, w->rope_sin, w->pos, N,
-		    cf->kv_heads, hd);
 	if (cf->qk_norm) {
 		/* datt and v are spent: they take the gradients before the
 		 * q/k norms. */
-		norm_bwd(c, id[TACO_L_Q_NORM], w->datt, w->dq, a->q_pre,
-			 W[TACO_L_Q_NORM], a->rstd_q, N * cf->heads, hd);
-		norm_bwd(c, id[TACO_L_K_NORM], a->v, w->dk, a->k_pre,
-			 W[TACO_L_K_NORM], a->rstd_k, N * cf->kv_heads, hd);
+		qknorm_bwd(c, id[TACO_L_Q_NORM], w->datt, w->dq, a->q_pre,
+			   W[TACO_L_Q_NORM], a->rstd_q, cf->heads);
+		qknorm_bwd(c, id[TACO_L_K_NORM], a->v, w->dk, a->k_pre,
+			   W[TACO_L_K_NORM], a->rstd_k, cf->kv_heads);
 		dqf = w->datt;
 		dkf = a->v;
+	} else {
+		o->qknorm_rope_bwd(dt, w->dq, NULL, w->dq, NULL, NULL, NULL,
+				   w->rope_cos, w->rope_sin, w->pos, N,
+				   cf->heads, hd);
+		o->qknorm_rope_bwd(dt, w->dk, NULL, w->dk, NULL, NULL, NULL,
+				   w->rope_cos, w->rope_sin, w->pos, N,
+				   cf->kv_heads, hd);
 	}
 	linear_bwd_x(c, w->dtmp, dqf, W[TACO_L_Q], N, H, D, 0.0f);
 	linear_bwd_x(c, w->dtmp, dkf, W[TACO_L_K], N, H, Dkv, 1.0f);
@@ -243,7 +269,6 @@ void step_layer_bwd(step_ctx *c, int l, const void *x)
 	bias_grad(c, id[TACO_L_K_BIAS], dkf, N, Dkv);
 	grad_linear_cols(c, id[TACO_L_V], w->dv, Dkv, a->ln1, H, N, Dkv, H, 0);
 	bias_grad(c, id[TACO_L_V_BIAS], w->dv, N, Dkv);
-	norm_bwd(c, id[TACO_L_ATTN_NORM], a->ln1, w->dtmp, x,
-		 W[TACO_L_ATTN_NORM], a->rstd1, N, H);
-	o->add(dt, w->dx, a->ln1, (size_t)N * H);
+	norm_bwd_add(c, id[TACO_L_ATTN_NORM], w->dx, w->dtmp, x,
+		     W[TACO_L_ATTN_NORM], a->rstd1, N, H);
 }

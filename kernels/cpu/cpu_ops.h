@@ -53,6 +53,9 @@ void tk_cpu_convert(void *dst, int dst_dtype, const void *src, int src_dtype,
 void tk_cpu_matmul(int transa, int transb, int M, int N, int K, float alpha,
 		   int ab_dtype, const void *A, int lda, const void *B, int ldb,
 		   float beta, int c_dtype, void *C, int ldc);
+void tk_cpu_linear_bias(int M, int N, int K, int ab_dtype, const void *A,
+			int lda, const void *B, int ldb, const void *bias,
+			int c_dtype, void *C, int ldc);
 
 /* add.c */
 void tk_cpu_add(int dt, void *y, const void *x, size_t n);
@@ -73,12 +76,28 @@ void tk_cpu_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x,
 void tk_cpu_rmsnorm_bwd(int dt, void *dx, float *dw, const void *dout,
 			const void *x, const void *w, const float *rstd, int n,
 			int H);
+void tk_cpu_add_rmsnorm_fwd(int dt, void *x, const void *r, void *out,
+			    float *rstd, const void *w, int n, int H,
+			    float eps);
+void tk_cpu_rmsnorm_bwd_add(int dt, void *dres, float *dw, const void *dout,
+			    const void *x, const void *w, const float *rstd,
+			    int n, int H);
 
 /* rope.c */
 void tk_cpu_rope_fwd(int dt, void *x, const float *cos, const float *sin,
 		     const int32_t *pos, int n, int heads, int hd);
 void tk_cpu_rope_bwd(int dt, void *dx, const float *cos, const float *sin,
 		     const int32_t *pos, int n, int heads, int hd);
+
+/* qknorm_rope.c */
+void tk_cpu_qknorm_rope_fwd(int dt, void *out, float *rstd, const void *x,
+			    const void *w, const float *cos, const float *sin,
+			    const int32_t *pos, int n, int heads, int hd,
+			    float eps);
+void tk_cpu_qknorm_rope_bwd(int dt, void *dx, float *dw, const void *dout,
+			    const void *x, const void *w, const float *rstd,
+			    const float *cos, const float *sin,
+			    const int32_t *pos, int n, int heads, int hd);
 
 /* attention.c */
 void tk_cpu_attention_fwd(int dt, void *out, float *lse, const void *q,

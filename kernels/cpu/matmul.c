@@ -12,6 +12,10 @@
  * mem_current / mem_peak see it) of at most TK_CPU_GEMM_SCRATCH_BYTES,
  * freed before returning. If that allocation fails, a plain triple loop
  * computes the same product (slowly).
+ *
+ * linear_bias is matmul(0, 1, ...) with beta 0 and bias[N] (ab_dtype) added
+ * to the fp32 product before C is rounded: the same paths, the bias added
+ * where they store C (the same scratch, none for fp32 operands and result).
  */
 #include <cblas.h>
 
@@ -58,9 +62,11 @@ static void widen_tile(float *dst, const void *src, int dtype, int ld, int r0,
 	}
 }
 
-/* C [i0.., j0..] = alpha * acc + beta * C (beta 0: C is not read). */
+/* C [i0.., j0..] = alpha * acc + beta * C (beta 0: C is not read)
+ * + bias[j0..] (of dtype bias_dt; NULL: none), rounded once. */
 static void store_tile(void *C, int c_dtype, int ldc, int i0, int mt, int j0,
-		       int nt, const float *acc, float alpha, float beta)
+		       int nt, const float *acc, float alpha, float beta,
+		       const void *bias, int bias_dt)
 {
 	int i;
 
@@ -74,16 +80,19 @@ static void store_tile(void *C, int c_dtype, int ldc, int i0, int mt, int j0,
 
 			if (beta != 0.0f)
 				r = r + beta * tk_load_f32(C, c_dtype, o + j);
+			if (bias)
+				r = r + tk_load_f32(bias, bias_dt, j0 + j);
 			tk_store_f32_rne(C, c_dtype, o + j, r);
 		}
 	}
 }
 
-/* No scratch: one dot product per element, same rounding of C. */
+/* No scratch: one dot product per element, same rounding of C. bias as
+ * in store_tile, of ab_dtype. */
 static void matmul_slow(int transa, int transb, int M, int N, int K,
 			float alpha, int ab_dtype, const void *A, int lda,
 			const void *B, int ldb, float beta, int c_dtype,
-			void *C, int ldc)
+			void *C, int ldc, const void *bias)
 {
 	int i;
 
@@ -104,16 +113,19 @@ static void matmul_slow(int transa, int transb, int M, int N, int K,
 			r = alpha * acc;
 			if (beta != 0.0f)
 				r = r + beta * tk_load_f32(C, c_dtype, o);
+			if (bias)
+				r = r + tk_load_f32(bias, ab_dtype, j);
 			tk_store_f32_rne(C, c_dtype, o, r);
 		}
 	}
 }
 
-/* Any bf16 operand or result. */
+/* Any bf16 operand or result; bias (ab_dtype, NULL: none) as in
+ * store_tile. */
 static void matmul_tiled(int transa, int transb, int M, int N, int K,
 			 float alpha, int ab_dtype, const void *A, int lda,
 			 const void *B, int ldb, float beta, int c_dtype,
-			 void *C, int ldc)
+			 void *C, int ldc, const void *bias)
 {
 	const size_t cap = TK_CPU_GEMM_SCRATCH_BYTES / sizeof(float);
 	int mt = imin(M, GEMM_TILE), nt = imin(N, GEMM_TILE);
@@ -136,7 +148,7 @@ static void matmul_tiled(int transa, int transb, int M, int N, int K,
 	sa = tk_cpu_alloc(bytes);
 	if (!sa) {
 		matmul_slow(transa, transb, M, N, K, alpha, ab_dtype, A, lda, B,
-			    ldb, beta, c_dtype, C, ldc);
+			    ldb, beta, c_dtype, C, ldc, bias);
 		return;
 	}
 	sb = sa + (size_t)mt * kt;
@@ -176,7 +188,7 @@ static void matmul_tiled(int transa, int transb, int M, int N, int K,
 					    p0 == 0 ? 0.0f : 1.0f, sc, nj);
 			}
 			store_tile(C, c_dtype, ldc, i0, mi, j0, nj, sc, alpha,
-				   beta);
+				   beta, bias, ab_dtype);
 		}
 	}
 	tk_cpu_free(sa, bytes);
@@ -212,5 +224,46 @@ void tk_cpu_matmul(int transa, int transb, int M, int N, int K, float alpha,
 		return;
 	}
 	matmul_tiled(transa, transb, M, N, K, alpha, ab_dtype, A, lda, B, ldb,
-		     beta, c_dtype, C, ldc);
+		     beta, c_dtype, C, ldc, NULL);
+}
+
+/* C [M, N] = A [M, K] B [N, K]^T + bias [N]: fp32 throughout, one sgemm
+ * into C and the bias added in place (matmul then bias_fwd, bit for bit);
+ * otherwise the tiled product with the bias added to each fp32 tile before
+ * it is rounded into C. */
+void tk_cpu_linear_bias(int M, int N, int K, int ab_dtype, const void *A,
+			int lda, const void *B, int ldb, const void *bias,
+			int c_dtype, void *C, int ldc)
+{
+	int i;
+
+	if (M <= 0 || N <= 0)
+		return;
+	if ((ab_dtype != TK_F32 && ab_dtype != TK_BF16) ||
+	    (c_dtype != TK_F32 && c_dtype != TK_BF16))
+		return;
+	if (K <= 0) {
+		/* Empty product: C = bias. */
+		for (i = 0; i < M; i++)
+			for (int j = 0; j < N; j++)
+				tk_store_f32_rne(
+				    C, c_dtype, (size_t)i * ldc + j,
+				    tk_load_f32(bias, ab_dtype, j));
+		return;
+	}
+	if (ab_dtype == TK_F32 && c_dtype == TK_F32) {
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K,
+			    1.0f, (const float *)A, lda, (const float *)B, ldb,
+			    0.0f, (float *)C, ldc);
+#pragma omp parallel for if ((long long)M * N >= TK_CPU_PAR_MIN)
+		for (i = 0; i < M; i++) {
+			float *c = (float *)C + (size_t)i * ldc;
+
+			for (int j = 0; j < N; j++)
+				c[j] = c[j] + ((const float *)bias)[j];
+		}
+		return;
+	}
+	matmul_tiled(0, 1, M, N, K, 1.0f, ab_dtype, A, lda, B, ldb, 0.0f,
+		     c_dtype, C, ldc, bias);
 }

@@ -2,6 +2,11 @@
  * rstd = 1 / sqrt(mean(x^2) + eps), out = w * (x * rstd).
  * The mean of squares is accumulated in double. x, w, out, dout and dx are
  * in dt; rstd and dw are fp32.
+ *
+ * The fused pair with the residual add: add_rmsnorm_fwd adds a row and
+ * normalizes it while it is in cache, rmsnorm_bwd_add adds each row's input
+ * gradient into the residual gradient instead of storing it for add to
+ * read back. Both run the unfused ops' row code, so the bits are theirs.
  */
 #include <math.h>
 
@@ -45,7 +50,39 @@ void tk_cpu_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x,
 	}
 }
 
-TK_CPU_INLINE void rms_bwd_row(int dt, void *dx, const void *dout,
+/* Row i of x += r (rounded as add stores it), then of rmsnorm_fwd on the
+ * stored x. */
+TK_CPU_INLINE void add_rms_row(int dt, void *x, const void *r, void *out,
+			       float *rstd, const void *w, int i, int H,
+			       float eps)
+{
+	const size_t o = (size_t)i * H;
+
+	for (int j = 0; j < H; j++)
+		tk_store_f32_rne(x, dt, o + j,
+				 tk_load_f32(x, dt, o + j) +
+				     tk_load_f32(r, dt, o + j));
+	rms_fwd_row(dt, out, rstd, x, w, i, H, eps);
+}
+
+/* x [n, H] += r [n, H], then out [n, H], rstd [n] = rmsnorm_fwd(x, w [H]) */
+void tk_cpu_add_rmsnorm_fwd(int dt, void *x, const void *r, void *out,
+			    float *rstd, const void *w, int n, int H, float eps)
+{
+	if (dt != TK_F32 && dt != TK_BF16)
+		return;
+#pragma omp parallel for if ((long long)n * H >= TK_CPU_PAR_MIN)
+	for (int i = 0; i < n; i++) {
+		if (dt == TK_F32)
+			add_rms_row(TK_F32, x, r, out, rstd, w, i, H, eps);
+		else
+			add_rms_row(TK_BF16, x, r, out, rstd, w, i, H, eps);
+	}
+}
+
+/* Row i of dx; add (a constant): dx += the row rounded to dt, as add would
+ * read it back from a temporary. */
+TK_CPU_INLINE void rms_bwd_row(int dt, void *dx, int add, const void *dout,
 			       const void *x, const void *w, const float *rstd,
 			       int i, int H)
 {
@@ -58,11 +95,15 @@ TK_CPU_INLINE void rms_bwd_row(int dt, void *dx, const void *dout,
 		       tk_load_f32(w, dt, j) * tk_load_f32(x, dt, o + j);
 	/* mean(g * xhat) * rstd = dot * rstd^2 / H */
 	c = (float)(dot * r * r / H);
-	for (int j = 0; j < H; j++)
-		tk_store_f32_rne(dx, dt, o + j,
-				 (float)r * (tk_load_f32(dout, dt, o + j) *
-						 tk_load_f32(w, dt, j) -
-					     tk_load_f32(x, dt, o + j) * c));
+	for (int j = 0; j < H; j++) {
+		float g = (float)r * (tk_load_f32(dout, dt, o + j) *
+					  tk_load_f32(w, dt, j) -
+				      tk_load_f32(x, dt, o + j) * c);
+
+		if (add)
+			g = tk_load_f32(dx, dt, o + j) + tk_round_f32(g, dt);
+		tk_store_f32_rne(dx, dt, o + j, g);
+	}
 }
 
 TK_CPU_INLINE void rms_dw_cols(int dt, float *dw, const void *dout,
@@ -82,12 +123,10 @@ TK_CPU_INLINE void rms_dw_cols(int dt, float *dw, const void *dout,
 		dw[c0 + c] += (float)acc[c];
 }
 
-/* With xhat = x * rstd and g = dout * w:
- *   dx = rstd * (g - xhat * mean(g * xhat)),  dw += sum_rows dout * xhat.
- * dx [n, H] overwritten, dw [H] accumulates; dout, x [n, H], rstd [n]. */
-void tk_cpu_rmsnorm_bwd(int dt, void *dx, float *dw, const void *dout,
-			const void *x, const void *w, const float *rstd, int n,
-			int H)
+/* dx [n, H] (add: dx +=), dw [H] accumulates; dout, x [n, H], rstd [n]. */
+static void rms_bwd(int dt, void *dx, int add, float *dw, const void *dout,
+		    const void *x, const void *w, const float *rstd, int n,
+		    int H)
 {
 	int par = (long long)n * H >= TK_CPU_PAR_MIN;
 	int nblk = (H + RMS_COLS - 1) / RMS_COLS;
@@ -96,10 +135,14 @@ void tk_cpu_rmsnorm_bwd(int dt, void *dx, float *dw, const void *dout,
 		return;
 #pragma omp parallel for if (par)
 	for (int i = 0; i < n; i++) {
-		if (dt == TK_F32)
-			rms_bwd_row(TK_F32, dx, dout, x, w, rstd, i, H);
+		if (dt == TK_F32 && add)
+			rms_bwd_row(TK_F32, dx, 1, dout, x, w, rstd, i, H);
+		else if (dt == TK_F32)
+			rms_bwd_row(TK_F32, dx, 0, dout, x, w, rstd, i, H);
+		else if (add)
+			rms_bwd_row(TK_BF16, dx, 1, dout, x, w, rstd, i, H);
 		else
-			rms_bwd_row(TK_BF16, dx, dout, x, w, rstd, i, H);
+			rms_bwd_row(TK_BF16, dx, 0, dout, x, w, rstd, i, H);
 	}
 
 	/* dw: each task owns a block of columns, rows summed in order. */
@@ -113,4 +156,23 @@ void tk_cpu_rmsnorm_bwd(int dt, void *dx, float *dw, const void *dout,
 		else
 			rms_dw_cols(TK_BF16, dw, dout, x, rstd, n, H, c0, nc);
 	}
+}
+
+/* With xhat = x * rstd and g = dout * w:
+ *   dx = rstd * (g - xhat * mean(g * xhat)),  dw += sum_rows dout * xhat.
+ * dx [n, H] overwritten, dw [H] accumulates; dout, x [n, H], rstd [n]. */
+void tk_cpu_rmsnorm_bwd(int dt, void *dx, float *dw, const void *dout,
+			const void *x, const void *w, const float *rstd, int n,
+			int H)
+{
+	rms_bwd(dt, dx, 0, dw, dout, x, w, rstd, n, H);
+}
+
+/* dres [n, H] += rmsnorm_bwd's dx (rounded to dt first, as the temporary
+ * holds it); dw [H] accumulates. */
+void tk_cpu_rmsnorm_bwd_add(int dt, void *dres, float *dw, const void *dout,
+			    const void *x, const void *w, const float *rstd,
+			    int n, int H)
+{
+	rms_bwd(dt, dres, 1, dw, dout, x, w, rstd, n, H);
 }

@@ -101,6 +101,9 @@ void tkc_convert(void *dst, int dst_dtype, const void *src, int src_dtype,
 void tkc_matmul(int transa, int transb, int M, int N, int K, float alpha,
 		int ab_dtype, const void *A, int lda, const void *B, int ldb,
 		float beta, int c_dtype, void *C, int ldc);
+void tkc_linear_bias(int M, int N, int K, int ab_dtype, const void *A, int lda,
+		     const void *B, int ldb, const void *bias, int c_dtype,
+		     void *C, int ldc);
 /* Allocates the GEMM workspace (counted like any buffer): 0 or -ENOMEM.
  * Called once by tk_cuda_module_open, after the stream and handle exist. */
 int tkc_matmul_init(void);
@@ -124,12 +127,33 @@ void tkc_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x,
 void tkc_rmsnorm_bwd(int dt, void *dx, float *dw, const void *dout,
 		     const void *x, const void *w, const float *rstd, int n,
 		     int H);
+/* dw [H] += sum over rows of dout * x * rstd: rmsnorm_bwd's reduction
+ * (deterministic, no atomics), for the fused norms. n, H > 0. */
+void tkc_rmsnorm_dw(int dt, float *dw, const void *dout, const void *x,
+		    const float *rstd, int n, int H);
+
+/* fused_norm.cu */
+void tkc_add_rmsnorm_fwd(int dt, void *x, const void *r, void *out, float *rstd,
+			 const void *w, int n, int H, float eps);
+void tkc_rmsnorm_bwd_add(int dt, void *dres, float *dw, const void *dout,
+			 const void *x, const void *w, const float *rstd, int n,
+			 int H);
 
 /* rope.cu */
 void tkc_rope_fwd(int dt, void *x, const float *cos, const float *sin,
 		  const int32_t *pos, int n, int heads, int hd);
 void tkc_rope_bwd(int dt, void *dx, const float *cos, const float *sin,
 		  const int32_t *pos, int n, int heads, int hd);
+
+/* qknorm_rope.cu */
+void tkc_qknorm_rope_fwd(int dt, void *out, float *rstd, const void *x,
+			 const void *w, const float *cos, const float *sin,
+			 const int32_t *pos, int n, int heads, int hd,
+			 float eps);
+void tkc_qknorm_rope_bwd(int dt, void *dx, float *dw, const void *dout,
+			 const void *x, const void *w, const float *rstd,
+			 const float *cos, const float *sin, const int32_t *pos,
+			 int n, int heads, int hd);
 
 /* attention.cu */
 void tkc_attention_fwd(int dt, void *out, float *lse, const void *q,
@@ -208,6 +232,17 @@ __host__ __device__ static inline void tkc_put(float *p, float x)
 __host__ __device__ static inline void tkc_put(tkc_bf16 *p, float x)
 {
 	p->bits = tk_f32_bf16_rne(x);
+}
+
+/* x as a T element holds it once stored (tkc_put then tkc_ld): what a fused
+ * kernel computes with where the unfused ops store an intermediate. */
+template <typename T>
+__host__ __device__ static inline float tkc_stored(float x)
+{
+	T t;
+
+	tkc_put(&t, x);
+	return tkc_ld(t);
 }
 
 /* Sum of v over the block, returned to every thread, in a fixed order (so

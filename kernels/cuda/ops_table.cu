@@ -155,6 +155,11 @@ static void fill_table(tk_ops *t)
 	t->rmsnorm_bwd = tkc_rmsnorm_bwd;
 	t->rope_fwd = tkc_rope_fwd;
 	t->rope_bwd = tkc_rope_bwd;
+	t->add_rmsnorm_fwd = tkc_add_rmsnorm_fwd;
+	t->rmsnorm_bwd_add = tkc_rmsnorm_bwd_add;
+	t->qknorm_rope_fwd = tkc_qknorm_rope_fwd;
+	t->qknorm_rope_bwd = tkc_qknorm_rope_bwd;
+	t->linear_bias = tkc_linear_bias;
 	t->attention_fwd = tkc_attention_fwd;
 	t->attention_bwd = tkc_attention_bwd;
 	t->swiglu_fwd = tkc_swiglu_fwd;

@@ -113,6 +113,26 @@ static void rmsnorm_bwd(void *dx, float *dw, const void *dout, const void *x,
 	tkc_check_launch("rmsnorm_bwd dx");
 }
 
+void tkc_rmsnorm_dw(int dt, float *dw, const void *dout, const void *x,
+		    const float *rstd, int n, int H)
+{
+	if (dt == TK_F32)
+		rmsnorm_dw_kernel<float>
+		    <<<(H + RMS_COLS - 1) / RMS_COLS, dim3(RMS_COLS, RMS_ROWS),
+		       0, tkc_stream()>>>(dw, (const float *)dout,
+					  (const float *)x, rstd, n, H);
+	else if (dt == TK_BF16)
+		rmsnorm_dw_kernel<tkc_bf16>
+		    <<<(H + RMS_COLS - 1) / RMS_COLS, dim3(RMS_COLS, RMS_ROWS),
+		       0, tkc_stream()>>>(dw, (const tkc_bf16 *)dout,
+					  (const tkc_bf16 *)x, rstd, n, H);
+	else {
+		tkc_bad_dtype("rmsnorm dw", dt);
+		return;
+	}
+	tkc_check_launch("rmsnorm dw");
+}
+
 void tkc_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x,
 		     const void *w, int n, int H, float eps)
 {

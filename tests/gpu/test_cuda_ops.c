@@ -13,7 +13,9 @@
  * chunked loss is checked over several vocabulary chunks against one
  * chunk and against the CPU; pinned host memory and the side-stream
  * copies round-trip; the profile (tk_cuda_profile_start/stop) puts each op
- * in its phase and stream and gives the table back.
+ * in its phase and stream and gives the table back. The fused ops (norm
+ * with the residual add, q/k norm with RoPE, the GEMM with its bias
+ * epilogue) are checked like the ops they fuse.
  *
  * Without a usable GPU (or in a build without CUDA) the program prints why
  * and exits 77, which CTest reports as skipped. CUDA does not survive
@@ -922,6 +924,321 @@ START_TEST(test_swiglu)
 }
 END_TEST
 
+/* ---- fused ops ---------------------------------------------------------- */
+
+/* add_rmsnorm_fwd and rmsnorm_bwd_add as rms_case: the added x bit for bit
+ * (one rounded sum per element on both sides), the rest within the
+ * rmsnorm tolerances; the backward from the CPU's rstd. */
+static void fused_norm_case(int dt, int n, int H, uint64_t *st)
+{
+	size_t nh = (size_t)n * H, es = tk_dtype_size(dt);
+	void *x = trand(dt, nh, -2, 2, st), *r = trand(dt, nh, -2, 2, st);
+	void *w = trand(dt, H, 0.5f, 1.5f, st);
+	void *dout = trand(dt, nh, -1, 1, st), *dres = trand(dt, nh, -1, 1, st);
+	float *dw = frand(H, -1, 1, st), *rstd = hnew(n * sizeof(float));
+	void *out = hnew(nh * es), *got;
+	void *d_x = dput(x, nh * es), *d_r = dput(r, nh * es);
+	void *d_w = dput(w, H * es), *d_dout = dput(dout, nh * es);
+	void *d_dres = dput(dres, nh * es), *d_out = tnan(dt, nh);
+	float *d_dw = dput(dw, H * sizeof(float)), *d_rstd = dnan(n), *gotf;
+
+	cpu->add_rmsnorm_fwd(dt, x, r, out, rstd, w, n, H, 1e-6f);
+	gpu->add_rmsnorm_fwd(dt, d_x, d_r, d_out, d_rstd, d_w, n, H, 1e-6f);
+	got = dget(d_x, nh * es);
+	check_same(dt == TK_F32 ? "add_rmsnorm_fwd x (f32)"
+				: "add_rmsnorm_fwd x (bf16)",
+		   got, x, nh * es);
+	free(got);
+	got = dget(d_out, nh * es);
+	check_t("add_rmsnorm_fwd out", dt, got, out, nh, 0, TOL_ELEM);
+	free(got);
+	gotf = dget(d_rstd, n * sizeof(float));
+	check_close("add_rmsnorm_fwd rstd", gotf, rstd, n, TOL_ELEM);
+	free(gotf);
+	/* the backward from the same x and rstd on both sides */
+	gpu->upload(d_x, x, nh * es);
+	gpu->upload(d_rstd, rstd, n * sizeof(float));
+	cpu->rmsnorm_bwd_add(dt, dres, dw, dout, x, w, rstd, n, H);
+	gpu->rmsnorm_bwd_add(dt, d_dres, d_dw, d_dout, d_x, d_w, d_rstd, n, H);
+	got = dget(d_dres, nh * es);
+	check_t("rmsnorm_bwd_add dres", dt, got, dres, nh, 0, TOL_ELEM);
+	free(got);
+	gotf = dget(d_dw, H * sizeof(float));
+	check_close("rmsnorm_bwd_add dw", gotf, dw, H, TOL_ELEM);
+	free(gotf);
+	gpu_ok("fused norm");
+	free(x);
+	free(r);
+	free(w);
+	free(dout);
+	free(dres);
+	free(dw);
+	free(rstd);
+	free(out);
+	gpu->free(d_x, nh * es);
+	gpu->free(d_r, nh * es);
+	gpu->free(d_w, H * es);
+	gpu->free(d_dout, nh * es);
+	gpu->free(d_dres, nh * es);
+	gpu->free(d_out, nh * es);
+	gpu->free(d_dw, H * sizeof(float));
+	gpu->free(d_rstd, n * sizeof(float));
+}
+
+START_TEST(test_fused_norm)
+{
+	uint64_t st = 38;
+
+	for (int t = 0; t < 2; t++) {
+		fused_norm_case(dts[t], 1, 1, &st);
+		fused_norm_case(dts[t], 37, 67, &st);
+		fused_norm_case(dts[t], 128, 4096, &st);
+		fused_norm_case(dts[t], 3, 8192, &st);
+		fused_norm_case(dts[t], 2048, 96, &st);
+		fused_norm_case(dts[t], 300, 1001, &st);
+	}
+}
+END_TEST
+
+/* qknorm_rope_fwd / bwd as rms_case and rope_case: with w within the
+ * rmsnorm tolerances (the row sums' order), without w (RoPE alone, out of
+ * place and in place) bit for bit; the backward from the CPU's rstd. */
+static void qk_case(int dt, int n, int heads, int hd, uint64_t *st)
+{
+	int half = hd / 2, max_pos = 50;
+	size_t nx = (size_t)n * heads * hd, nr = (size_t)n * heads;
+	size_t nt = (size_t)max_pos * (half ? half : 1), es = tk_dtype_size(dt);
+	void *x = trand(dt, nx, -2, 2, st), *w = trand(dt, hd, 0.5f, 1.5f, st);
+	void *dout = trand(dt, nx, -1, 1, st);
+	float *c = frand(nt, -1, 1, st), *s = frand(nt, -1, 1, st);
+	float *dw = frand(hd, -1, 1, st), *rstd = hnew(nr * sizeof(float));
+	int32_t *pos = hnew((size_t)n * sizeof(int32_t));
+	void *out = hnew(nx * es), *dx = hnew(nx * es), *got;
+	void *d_x, *d_w, *d_dout, *d_out, *d_dx;
+	float *d_c, *d_s, *d_dw, *d_rstd, *gotf;
+	int32_t *d_pos;
+
+	/* packed documents: positions restart at random points */
+	for (int i = 0, p = 0; i < n; i++, p++) {
+		if (p >= max_pos || rnd(st, 9) == 0)
+			p = 0;
+		pos[i] = p;
+	}
+	d_x = dput(x, nx * es);
+	d_w = dput(w, hd * es);
+	d_dout = dput(dout, nx * es);
+	d_c = dput(c, nt * sizeof(float));
+	d_s = dput(s, nt * sizeof(float));
+	d_pos = dput(pos, (size_t)n * sizeof(int32_t));
+	d_dw = dput(dw, hd * sizeof(float));
+	d_rstd = dnan(nr);
+	d_out = tnan(dt, nx);
+	d_dx = tnan(dt, nx);
+
+	/* with w */
+	cpu->qknorm_rope_fwd(dt, out, rstd, x, w, c, s, pos, n, heads, hd,
+			     1e-6f);
+	gpu->qknorm_rope_fwd(dt, d_out, d_rstd, d_x, d_w, d_c, d_s, d_pos, n,
+			     heads, hd, 1e-6f);
+	got = dget(d_out, nx * es);
+	check_t("qknorm_rope_fwd out", dt, got, out, nx, 0, TOL_ELEM);
+	free(got);
+	gotf = dget(d_rstd, nr * sizeof(float));
+	check_close("qknorm_rope_fwd rstd", gotf, rstd, nr, TOL_ELEM);
+	free(gotf);
+	gpu->upload(d_rstd, rstd, nr * sizeof(float));
+	cpu->qknorm_rope_bwd(dt, dx, dw, dout, x, w, rstd, c, s, pos, n, heads,
+			     hd);
+	gpu->qknorm_rope_bwd(dt, d_dx, d_dw, d_dout, d_x, d_w, d_rstd, d_c, d_s,
+			     d_pos, n, heads, hd);
+	got = dget(d_dx, nx * es);
+	check_t("qknorm_rope_bwd dx", dt, got, dx, nx, 0, TOL_ELEM);
+	free(got);
+	gotf = dget(d_dw, hd * sizeof(float));
+	check_close("qknorm_rope_bwd dw", gotf, dw, hd, TOL_ELEM);
+	free(gotf);
+	got = dget(d_dout, nx * es); /* dout is only read */
+	check_same("qknorm_rope_bwd dout", got, dout, nx * es);
+	free(got);
+
+	/* w NULL: out of place, then in place over x; rstd untouched */
+	gpu->upload(d_rstd, rstd, nr * sizeof(float));
+	cpu->qknorm_rope_fwd(dt, out, NULL, x, NULL, c, s, pos, n, heads, hd,
+			     1e-6f);
+	gpu->qknorm_rope_fwd(dt, d_out, d_rstd, d_x, NULL, d_c, d_s, d_pos, n,
+			     heads, hd, 1e-6f);
+	got = dget(d_out, nx * es);
+	check_t("qknorm_rope_fwd w NULL", dt, got, out, nx, 1, 0);
+	free(got);
+	gotf = dget(d_rstd, nr * sizeof(float));
+	check_same("qknorm_rope_fwd rstd untouched", gotf, rstd,
+		   nr * sizeof(float));
+	free(gotf);
+	gpu->qknorm_rope_fwd(dt, d_x, NULL, d_x, NULL, d_c, d_s, d_pos, n,
+			     heads, hd, 1e-6f);
+	got = dget(d_x, nx * es);
+	check_t("qknorm_rope_fwd in place", dt, got, out, nx, 1, 0);
+	free(got);
+	cpu->qknorm_rope_bwd(dt, dx, NULL, dout, NULL, NULL, NULL, c, s, pos, n,
+			     heads, hd);
+	gpu->qknorm_rope_bwd(dt, d_dx, NULL, d_dout, NULL, NULL, NULL, d_c, d_s,
+			     d_pos, n, heads, hd);
+	got = dget(d_dx, nx * es);
+	check_t("qknorm_rope_bwd w NULL", dt, got, dx, nx, 1, 0);
+	free(got);
+	gpu->qknorm_rope_bwd(dt, d_dout, NULL, d_dout, NULL, NULL, NULL, d_c,
+			     d_s, d_pos, n, heads, hd);
+	got = dget(d_dout, nx * es);
+	check_t("qknorm_rope_bwd in place", dt, got, dx, nx, 1, 0);
+	free(got);
+	gpu_ok("qknorm_rope");
+	free(x);
+	free(w);
+	free(dout);
+	free(c);
+	free(s);
+	free(dw);
+	free(rstd);
+	free(pos);
+	free(out);
+	free(dx);
+	gpu->free(d_x, nx * es);
+	gpu->free(d_w, hd * es);
+	gpu->free(d_dout, nx * es);
+	gpu->free(d_c, nt * sizeof(float));
+	gpu->free(d_s, nt * sizeof(float));
+	gpu->free(d_pos, (size_t)n * sizeof(int32_t));
+	gpu->free(d_dw, hd * sizeof(float));
+	gpu->free(d_rstd, nr * sizeof(float));
+	gpu->free(d_out, nx * es);
+	gpu->free(d_dx, nx * es);
+}
+
+START_TEST(test_qknorm_rope)
+{
+	uint64_t st = 39;
+
+	for (int t = 0; t < 2; t++) {
+		qk_case(dts[t], 1, 1, 2, &st);
+		qk_case(dts[t], 19, 3, 10, &st);
+		/* odd hd: the last value normalized, not rotated */
+		qk_case(dts[t], 7, 2, 7, &st);
+		qk_case(dts[t], 33, 5, 16, &st);
+		qk_case(dts[t], 300, 4, 64, &st);
+		qk_case(dts[t], 512, 8, 128, &st);
+		/* hd past a warp's pairs and a dw block */
+		qk_case(dts[t], 9, 2, 200, &st);
+	}
+}
+END_TEST
+
+/* One linear_bias on both backends, as mm_case_t: C NaN on the device
+ * (every element of M x N written, the padding columns never), the error
+ * relative to max |C|; A, B and bias start off elements into their
+ * buffers (alignment). */
+static void lb_case(int ab, int cd, int M, int N, int K, int pad, int off,
+		    int boff, uint64_t *st)
+{
+	int lda = K + pad, ldb = K + pad, ldc = N + pad;
+	size_t na = (size_t)M * lda + off, nb = (size_t)N * ldb + off;
+	size_t nbias = (size_t)N + boff, nc = (size_t)M * ldc;
+	size_t ea = tk_dtype_size(ab), ec = tk_dtype_size(cd);
+	float *Cn = hnew(nc * sizeof(float)), *gf, *rf;
+	void *A = trand(ab, na, -1, 1, st), *B = trand(ab, nb, -1, 1, st);
+	void *bias = trand(ab, nbias, -1, 1, st);
+	void *Ct, *ref, *got, *dA, *dB, *dbias, *dC;
+	double num = 0, den = 0;
+	double tol =
+	    ab == TK_BF16 && cd == TK_F32 ? TOL_GEMM_BF16_F32 : TOL_GEMM;
+	char what[160];
+
+	for (size_t i = 0; i < nc; i++)
+		Cn[i] = NAN;
+	Ct = tconv(cd, Cn, nc);
+	ref = tconv(cd, Cn, nc);
+	dA = dput(A, na * ea);
+	dB = dput(B, nb * ea);
+	dbias = dput(bias, nbias * ea);
+	dC = dput(Ct, nc * ec);
+	cpu->linear_bias(M, N, K, ab, (char *)A + off * ea, lda,
+			 (char *)B + off * ea, ldb, (char *)bias + boff * ea,
+			 cd, ref, ldc);
+	gpu->linear_bias(M, N, K, ab, (char *)dA + off * ea, lda,
+			 (char *)dB + off * ea, ldb, (char *)dbias + boff * ea,
+			 cd, dC, ldc);
+	got = dget(dC, nc * ec);
+	snprintf(what, sizeof(what),
+		 "linear_bias %s->%s M=%d N=%d K=%d pad=%d off=%d boff=%d",
+		 dt_name(ab), dt_name(cd), M, N, K, pad, off, boff);
+	gpu_ok(what);
+	gf = hnew(nc * sizeof(float));
+	rf = hnew(nc * sizeof(float));
+	cpu->to_f32(gf, got, cd, nc);
+	cpu->to_f32(rf, ref, cd, nc);
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++) {
+			double g = gf[(size_t)i * ldc + j];
+			double r = rf[(size_t)i * ldc + j];
+			ck_assert_msg(!isnan(g) && !isnan(r),
+				      "%s: NaN at %d,%d", what, i, j);
+			if (fabs(g - r) > num)
+				num = fabs(g - r);
+			if (fabs(r) > den)
+				den = fabs(r);
+		}
+	ck_assert_msg(num <= tol * den, "%s: error %g of max |C| %g", what, num,
+		      den);
+	for (int i = 0; i < M; i++)
+		for (int j = N; j < ldc; j++)
+			check_same(what,
+				   (char *)got + ((size_t)i * ldc + j) * ec,
+				   (char *)Ct + ((size_t)i * ldc + j) * ec, ec);
+	free(A);
+	free(B);
+	free(bias);
+	free(Cn);
+	free(Ct);
+	free(ref);
+	free(got);
+	free(gf);
+	free(rf);
+	gpu->free(dA, na * ea);
+	gpu->free(dB, nb * ea);
+	gpu->free(dbias, nbias * ea);
+	gpu->free(dC, nc * ec);
+}
+
+/* The engine's kinds (f32 and bf16 throughout) and bf16 operands with an
+ * f32 C; K = 0 (C = bias); odd sizes, padded leading dimensions, then
+ * every 2-byte alignment of the operands and of the bias (a distinct
+ * cache key each). */
+START_TEST(test_linear_bias)
+{
+	static const int shapes[][3] = {
+	    {1, 1, 1},	  {17, 33, 65},	   {64, 128, 256},   {130, 77, 300},
+	    {3, 1000, 5}, {257, 31, 1024}, {1024, 896, 896}, {5, 7, 0},
+	};
+	static const int kinds[][2] = {
+	    {TK_F32, TK_F32}, {TK_BF16, TK_BF16}, {TK_BF16, TK_F32}};
+	uint64_t st = 25;
+
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (int k = 0; k < 3; k++) {
+			int M = shapes[s][0], N = shapes[s][1];
+			int K = shapes[s][2];
+
+			lb_case(kinds[k][0], kinds[k][1], M, N, K, 0, 0, 0,
+				&st);
+			lb_case(kinds[k][0], kinds[k][1], M, N, K, 3, 1, 0,
+				&st);
+		}
+	for (int k = 0; k < 3; k++)
+		for (int off = 0; off < 8; off++)
+			lb_case(kinds[k][0], kinds[k][1], 33, 65, 129, 0, off,
+				off, &st);
+}
+END_TEST
+
 /* ---- cross-entropy ------------------------------------------------------ */
 
 /* The per-row state of the chunked loss, n rows, host or device. */
@@ -1317,6 +1634,9 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, test_swiglu);
 	tcase_add_test(tc, test_cross_entropy);
 	tcase_add_test(tc, test_profile);
+	tcase_add_test(tc, test_fused_norm);
+	tcase_add_test(tc, test_qknorm_rope);
+	tcase_add_test(tc, test_linear_bias);
 	tcase_add_test(tc, test_matmul_unsupported); /* last: sticky error */
 	suite_add_tcase(s, tc);
 	return s;
