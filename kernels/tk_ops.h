@@ -302,6 +302,75 @@ struct tk_ops {
 	void (*adamw_update)(void *p, int dtype, float *master, float *m,
 			     float *v, const float *g, size_t n,
 			     const tk_adamw_args *a);
+
+	/* Ops of the OPT and GPT-NeoX families.
+	 *
+	 * LayerNorm as torch.nn.LayerNorm computes it in fp32. Per row of
+	 * x [n, H]: mean = sum(x) / H, then, in a second pass, the biased
+	 * variance var = sum((x - mean)^2) / H, both sums in double in a
+	 * fixed order (the CPU sums in index order, CUDA with a fixed block
+	 * tree: they differ only in the last bits of the double); mean (f32)
+	 * [n] = mean rounded, rstd (f32) [n] = 1 / sqrt(var + eps) rounded
+	 * (eps inside the root, as torch). Then in fp32 from those two
+	 * floats: xhat = (x - mean) * rstd, out [n, H] = xhat * w + b, with
+	 * w, b [H]. */
+	void (*layernorm_fwd)(int dt, void *out, float *mean, float *rstd,
+			      const void *x, const void *w, const void *b,
+			      int n, int H, float eps);
+	/* From the saved mean and rstd (f32) [n], xhat as in the forward and
+	 * g = dout * w (fp32): c1 = sum(g) / H and c2 = sum(g * xhat) / H per
+	 * row (double sums, rounded to f32), dx [n, H] = rstd * ((g - c1) -
+	 * xhat * c2), overwritten; dx may be dout. dw [H] += sum over rows of
+	 * dout * xhat, db [H] += sum over rows of dout (f32, accumulate;
+	 * double sums in a fixed order, deterministic). */
+	void (*layernorm_bwd)(int dt, void *dx, float *dw, float *db,
+			      const void *dout, const void *x, const void *w,
+			      const float *mean, const float *rstd, int n,
+			      int H);
+	/* out[n] = act(x[n]) in fp32, act an enum tk_act: relu(x) = x > 0 ?
+	 * x : 0 (+0 for x <= 0; a NaN passes through, as torch); gelu(x) =
+	 * x * 0.5 * (1 + erf(x * 0.70710678)), the exact (erf) GELU of
+	 * torch's nn.functional.gelu. ReLU is the same bits on every
+	 * backend; GELU may differ in the last ulp (erff, expf of libm and
+	 * of CUDA). out may be x. An unknown act or dt writes nothing (CUDA
+	 * records an error). */
+	void (*act_fwd)(int dt, int act, void *out, const void *x, size_t n);
+	/* dx[n] = dout * act'(x), x the forward's input: relu'(x) = x > 0
+	 * (0 at x == 0, as torch; a NaN x passes dout through); gelu'(x) =
+	 * 0.5 * (1 + erf(x * 0.70710678)) + x * (exp(-0.5 * x * x) *
+	 * 0.39894228), the last constant 1 / sqrt(2 pi). dx may be dout or x
+	 * (each element is read before it is written). */
+	void (*act_bwd)(int dt, int act, void *dx, const void *dout,
+			const void *x, size_t n);
+	/* GPT-NeoX's fused query_key_value output qkv [n, heads * 3 * hd],
+	 * per head: q, k, v of head 0, then of head 1, ... (Hugging Face's
+	 * view(n, heads, 3 * hd) then chunk(3)): q[t, h * hd + d] = qkv[t,
+	 * h * 3 * hd + d], k takes + hd, v + 2 * hd; q, k, v [n, heads * hd]
+	 * overwritten. Copies: bit for bit on every backend. */
+	void (*qkv_split)(int dt, void *q, void *k, void *v, const void *qkv,
+			  int n, int heads, int hd);
+	/* The reverse: dqkv [n, heads * 3 * hd] overwritten from dq, dk, dv
+	 * [n, heads * hd]. */
+	void (*qkv_merge)(int dt, void *dqkv, const void *dq, const void *dk,
+			  const void *dv, int n, int heads, int hd);
+	/* Inverted dropout of x[n] in place: x[i] = keep(i) ? x[i] * s : +0,
+	 * s = 1.0f / (1.0f - p) computed once in fp32, the product rounded
+	 * once. keep(i) is integer math (tk_dropout.h): key =
+	 * splitmix64(seed ^ splitmix64(stream)), h(i) = splitmix64(key + i *
+	 * 0x9E3779B97F4A7C15) (output i of a splitmix64 stream seeded with
+	 * key), keep(i) = (h(i) >> 11) * 2^-53 >= p. The same call on the
+	 * gradient is the backward. The same bits on every backend. p == 0:
+	 * nothing is written; p outside [0, 1] (or NaN): nothing is written
+	 * (CUDA records an error). The engine gives each (step, layer, site)
+	 * its own stream. */
+	void (*dropout)(int dt, void *x, size_t n, float p, uint64_t seed,
+			uint64_t stream);
+};
+
+/* The activation of act_fwd / act_bwd (OPT: ReLU, GPT-NeoX: GELU). */
+enum tk_act {
+	TK_ACT_RELU = 1,
+	TK_ACT_GELU = 2,
 };
 
 /* The CPU backend: reference kernels in C, OpenBLAS GEMM. */

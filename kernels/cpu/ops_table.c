@@ -50,6 +50,14 @@ static const tk_ops cpu_ops = {
     .taco_feed = tk_cpu_taco_feed,
     .taco_finish = tk_cpu_taco_finish,
     .adamw_update = tk_cpu_adamw_update,
+    /* Ops of the OPT and GPT-NeoX families */
+    .layernorm_fwd = tk_cpu_layernorm_fwd,
+    .layernorm_bwd = tk_cpu_layernorm_bwd,
+    .act_fwd = tk_cpu_act_fwd,
+    .act_bwd = tk_cpu_act_bwd,
+    .qkv_split = tk_cpu_qkv_split,
+    .qkv_merge = tk_cpu_qkv_merge,
+    .dropout = tk_cpu_dropout,
 };
 
 const tk_ops *tk_cpu_ops(void)

@@ -194,6 +194,27 @@ void tkc_taco_finish(void *scan, void *W, int dtype, void *idx, uint8_t *q,
 void tkc_adamw_update(void *p, int dtype, float *master, float *m, float *v,
 		      const float *g, size_t n, const tk_adamw_args *a);
 
+/* Ops of the OPT and GPT-NeoX families. */
+/* layernorm.cu */
+void tkc_layernorm_fwd(int dt, void *out, float *mean, float *rstd,
+		       const void *x, const void *w, const void *b, int n,
+		       int H, float eps);
+void tkc_layernorm_bwd(int dt, void *dx, float *dw, float *db, const void *dout,
+		       const void *x, const void *w, const float *mean,
+		       const float *rstd, int n, int H);
+/* act.cu */
+void tkc_act_fwd(int dt, int act, void *out, const void *x, size_t n);
+void tkc_act_bwd(int dt, int act, void *dx, const void *dout, const void *x,
+		 size_t n);
+/* qkv.cu */
+void tkc_qkv_split(int dt, void *q, void *k, void *v, const void *qkv, int n,
+		   int heads, int hd);
+void tkc_qkv_merge(int dt, void *dqkv, const void *dq, const void *dk,
+		   const void *dv, int n, int heads, int hd);
+/* dropout.cu */
+void tkc_dropout(int dt, void *x, size_t n, float p, uint64_t seed,
+		 uint64_t stream);
+
 /* An op asked for a dtype it does not take: recorded as an invalid value
  * (what names the op). */
 void tkc_bad_dtype(const char *what, int dtype);

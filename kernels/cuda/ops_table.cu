@@ -173,6 +173,14 @@ static void fill_table(tk_ops *t)
 	t->taco_feed = tkc_taco_feed;
 	t->taco_finish = tkc_taco_finish;
 	t->adamw_update = tkc_adamw_update;
+	/* Ops of the OPT and GPT-NeoX families */
+	t->layernorm_fwd = tkc_layernorm_fwd;
+	t->layernorm_bwd = tkc_layernorm_bwd;
+	t->act_fwd = tkc_act_fwd;
+	t->act_bwd = tkc_act_bwd;
+	t->qkv_split = tkc_qkv_split;
+	t->qkv_merge = tkc_qkv_merge;
+	t->dropout = tkc_dropout;
 }
 
 /* Device 0, a stream, one probe launch, a cuBLASLt handle, the GEMM
