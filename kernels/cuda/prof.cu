@@ -50,7 +50,7 @@
 /* Every member of tk_ops, so that an op added there cannot be left out
  * of the profile unnoticed: wrap it below, or say why it is not device
  * work, and count it here. */
-#define TK_OPS_MEMBERS 48
+#define TK_OPS_MEMBERS 55
 static_assert(sizeof(tk_ops) == TK_OPS_MEMBERS * sizeof(void *),
 	      "tk_ops has a new member: wrap it in prof.cu and count it");
 
@@ -288,6 +288,31 @@ WRAP(adamw_update, TK_PHASE_OPTIMIZER,
      (void *p, int dtype, float *master, float *m, float *v, const float *g,
       size_t n, const tk_adamw_args *a),
      (p, dtype, master, m, v, g, n, a))
+WRAP(layernorm_fwd, TK_PHASE_ELEMENTWISE,
+     (int dt, void *out, float *mean, float *rstd, const void *x, const void *w,
+      const void *b, int n, int H, float eps),
+     (dt, out, mean, rstd, x, w, b, n, H, eps))
+WRAP(layernorm_bwd, TK_PHASE_ELEMENTWISE,
+     (int dt, void *dx, float *dw, float *db, const void *dout, const void *x,
+      const void *w, const float *mean, const float *rstd, int n, int H),
+     (dt, dx, dw, db, dout, x, w, mean, rstd, n, H))
+WRAP(act_fwd, TK_PHASE_ELEMENTWISE,
+     (int dt, int act, void *out, const void *x, size_t n),
+     (dt, act, out, x, n))
+WRAP(act_bwd, TK_PHASE_ELEMENTWISE,
+     (int dt, int act, void *dx, const void *dout, const void *x, size_t n),
+     (dt, act, dx, dout, x, n))
+WRAP(qkv_split, TK_PHASE_ELEMENTWISE,
+     (int dt, void *q, void *k, void *v, const void *qkv, int n, int heads,
+      int hd),
+     (dt, q, k, v, qkv, n, heads, hd))
+WRAP(qkv_merge, TK_PHASE_ELEMENTWISE,
+     (int dt, void *dqkv, const void *dq, const void *dk, const void *dv, int n,
+      int heads, int hd),
+     (dt, dqkv, dq, dk, dv, n, heads, hd))
+WRAP(dropout, TK_PHASE_ELEMENTWISE,
+     (int dt, void *x, size_t n, float p, uint64_t seed, uint64_t stream),
+     (dt, x, n, p, seed, stream))
 
 /* Each op of t that real has gets its wrapper; an op real lacks stays
  * NULL (the engine tests for it and takes the unfused path). */
@@ -328,6 +353,13 @@ static void install(tk_ops *t)
 	INSTALL(taco_feed)
 	INSTALL(taco_finish)
 	INSTALL(adamw_update)
+	INSTALL(layernorm_fwd)
+	INSTALL(layernorm_bwd)
+	INSTALL(act_fwd)
+	INSTALL(act_bwd)
+	INSTALL(qkv_split)
+	INSTALL(qkv_merge)
+	INSTALL(dropout)
 #undef INSTALL
 }
 
