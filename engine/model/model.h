@@ -33,8 +33,15 @@ enum taco_layer_slot {
 	TACO_L_K_NORM,
 	TACO_L_MLP_NORM,
 	TACO_L_GATE,
-	TACO_L_UP,
-	TACO_L_DOWN,
+	TACO_L_UP,   /* the MLP's first projection: up_proj, fc1, h_to_4h */
+	TACO_L_DOWN, /* its last: down_proj, fc2, 4h_to_h */
+	/* OPT and GPT-NeoX */
+	TACO_L_ATTN_NORM_BIAS, /* LayerNorm biases */
+	TACO_L_MLP_NORM_BIAS,
+	TACO_L_QKV, /* NeoX's fused query_key_value, per head q, k, v */
+	TACO_L_QKV_BIAS,
+	TACO_L_UP_BIAS,
+	TACO_L_DOWN_BIAS,
 	TACO_L_COUNT
 };
 
@@ -79,9 +86,12 @@ typedef struct taco_model {
 	const tk_ops *ops;
 	taco_tensor *tensors; /* sorted by name */
 	int n_tensors;
-	int embed;	/* model.embed_tokens.weight */
-	int lm_head;	/* lm_head.weight, or embed when tied */
-	int final_norm; /* model.norm.weight */
+	int embed;	       /* model.embed_tokens.weight */
+	int lm_head;	       /* lm_head.weight, or embed when tied */
+	int final_norm;	       /* model.norm.weight; -1: none (OPT post-LN) */
+	int final_norm_bias;   /* LayerNorm families; else -1 */
+	int pos_embed;	       /* OPT's learned positions; else -1 */
+	int proj_in, proj_out; /* OPT's word_embed_proj_dim projections */
 	int (*layer)[TACO_L_COUNT];
 	float *inv_freq; /* host, head_dim / 2 */
 	taco_work *work; /* step buffers for the last batch shape */

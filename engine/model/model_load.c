@@ -6,73 +6,9 @@
 
 #include "model.h"
 #include "model_work.h"
+#include "names.h"
 #include "safetensors/safetensors.h"
 #include "tk_convert.h"
-
-static const char *const layer_names[TACO_L_COUNT] = {
-    [TACO_L_ATTN_NORM] = "input_layernorm.weight",
-    [TACO_L_Q] = "self_attn.q_proj.weight",
-    [TACO_L_K] = "self_attn.k_proj.weight",
-    [TACO_L_V] = "self_attn.v_proj.weight",
-    [TACO_L_O] = "self_attn.o_proj.weight",
-    [TACO_L_Q_BIAS] = "self_attn.q_proj.bias",
-    [TACO_L_K_BIAS] = "self_attn.k_proj.bias",
-    [TACO_L_V_BIAS] = "self_attn.v_proj.bias",
-    [TACO_L_O_BIAS] = "self_attn.o_proj.bias",
-    [TACO_L_Q_NORM] = "self_attn.q_norm.weight",
-    [TACO_L_K_NORM] = "self_attn.k_norm.weight",
-    [TACO_L_MLP_NORM] = "post_attention_layernorm.weight",
-    [TACO_L_GATE] = "mlp.gate_proj.weight",
-    [TACO_L_UP] = "mlp.up_proj.weight",
-    [TACO_L_DOWN] = "mlp.down_proj.weight",
-};
-
-/* Shape of a layer slot, or ndim 0 when the config has no such tensor. */
-static int slot_shape(const taco_config *c, int slot, int64_t shape[2])
-{
-	int64_t H = c->hidden, I = c->intermediate;
-	int64_t D = (int64_t)c->heads * c->head_dim;
-	int64_t Dkv = (int64_t)c->kv_heads * c->head_dim;
-
-	switch (slot) {
-	case TACO_L_ATTN_NORM:
-	case TACO_L_MLP_NORM:
-		shape[0] = H;
-		return 1;
-	case TACO_L_Q:
-		shape[0] = D, shape[1] = H;
-		return 2;
-	case TACO_L_K:
-	case TACO_L_V:
-		shape[0] = Dkv, shape[1] = H;
-		return 2;
-	case TACO_L_O:
-		shape[0] = H, shape[1] = D;
-		return 2;
-	case TACO_L_Q_BIAS:
-		shape[0] = D;
-		return c->qkv_bias ? 1 : 0;
-	case TACO_L_K_BIAS:
-	case TACO_L_V_BIAS:
-		shape[0] = Dkv;
-		return c->qkv_bias ? 1 : 0;
-	case TACO_L_O_BIAS:
-		shape[0] = H;
-		return c->o_bias ? 1 : 0;
-	case TACO_L_Q_NORM:
-	case TACO_L_K_NORM:
-		shape[0] = c->head_dim;
-		return c->qk_norm ? 1 : 0;
-	case TACO_L_GATE:
-	case TACO_L_UP:
-		shape[0] = I, shape[1] = H;
-		return 2;
-	case TACO_L_DOWN:
-		shape[0] = H, shape[1] = I;
-		return 2;
-	}
-	return 0;
-}
 
 static void add_tensor(taco_tensor *t, int *n, const char *name, int ndim,
 		       int64_t d0, int64_t d1)
@@ -119,92 +55,15 @@ size_t taco_model_param_count(const taco_model *m)
 	return n;
 }
 
-/* OPT and GPT-NeoX tensors, as Hugging Face names them: shapes for the
- * planner. Returns the count. */
-static int other_tensors(const taco_config *c, taco_tensor *t)
-{
-	int64_t H = c->hidden, F = c->intermediate, V = c->vocab;
-	int n = 0, opt = c->arch == TACO_ARCH_OPT;
-	char name[TACO_NAME_MAX];
-	static const char *const opt_layer[][2] = {
-	    {"self_attn.q_proj", "HH"},
-	    {"self_attn.k_proj", "HH"},
-	    {"self_attn.v_proj", "HH"},
-	    {"self_attn.out_proj", "HH"},
-	    {"self_attn_layer_norm", "H"},
-	    {"fc1", "FH"},
-	    {"fc2", "HF"},
-	    {"final_layer_norm", "H"},
-	};
-	static const char *const neox_layer[][2] = {
-	    {"input_layernorm", "H"},
-	    {"post_attention_layernorm", "H"},
-	    {"attention.query_key_value", "QH"},
-	    {"attention.dense", "HH"},
-	    {"mlp.dense_h_to_4h", "FH"},
-	    {"mlp.dense_4h_to_h", "HF"},
-	};
-	const char *const(*layer)[2] = opt ? opt_layer : neox_layer;
-	int per = opt ? 8 : 6;
-
-	if (opt) {
-		int64_t P = c->proj_dim;
-		add_tensor(t, &n, "model.decoder.embed_tokens.weight", 2, V, P);
-		/* learned positions carry an offset of 2 */
-		add_tensor(t, &n, "model.decoder.embed_positions.weight", 2,
-			   c->max_pos + 2, H);
-		if (P != H) { /* Linear(P -> H) and back, no biases */
-			add_tensor(t, &n, "model.decoder.project_in.weight", 2,
-				   H, P);
-			add_tensor(t, &n, "model.decoder.project_out.weight", 2,
-				   P, H);
-		}
-		if (c->final_norm) {
-			add_tensor(t, &n,
-				   "model.decoder.final_layer_norm.weight", 1,
-				   H, 0);
-			add_tensor(t, &n, "model.decoder.final_layer_norm.bias",
-				   1, H, 0);
-		}
-	} else {
-		add_tensor(t, &n, "gpt_neox.embed_in.weight", 2, V, H);
-		add_tensor(t, &n, "gpt_neox.final_layer_norm.weight", 1, H, 0);
-		add_tensor(t, &n, "gpt_neox.final_layer_norm.bias", 1, H, 0);
-		if (!c->tie_embeddings)
-			add_tensor(t, &n, "embed_out.weight", 2, V, H);
-	}
-	for (int l = 0; l < c->layers; l++) {
-		for (int i = 0; i < per; i++) {
-			const char *d = layer[i][1];
-			int64_t rows = d[0] == 'H'   ? H
-				       : d[0] == 'F' ? F
-						     : 3 * H;
-			int64_t cols = d[1] == 'F' ? F : H;
-			const char *pre =
-			    opt ? "model.decoder.layers" : "gpt_neox.layers";
-			if (d[1]) { /* a Linear: weight [rows, cols], bias */
-				snprintf(name, sizeof(name), "%s.%d.%s.weight",
-					 pre, l, layer[i][0]);
-				add_tensor(t, &n, name, 2, rows, cols);
-			} else { /* a LayerNorm: weight and bias */
-				snprintf(name, sizeof(name), "%s.%d.%s.weight",
-					 pre, l, layer[i][0]);
-				add_tensor(t, &n, name, 1, rows, 0);
-			}
-			snprintf(name, sizeof(name), "%s.%d.%s.bias", pre, l,
-				 layer[i][0]);
-			add_tensor(t, &n, name, 1, rows, 0);
-		}
-	}
-	return n;
-}
-
 int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
 			taco_model **out, taco_err *err)
 {
 	taco_model *m = calloc(1, sizeof(*m));
-	int cap = 8 + cfg->layers * (TACO_L_COUNT + 4), n = 0;
+	int cap = TACO_MODEL_TENSORS_MAX + cfg->layers * TACO_L_COUNT, n = 0;
+	taco_model_tensor top[TACO_MODEL_TENSORS_MAX];
+	int ntop = taco_model_tensor_names(cfg, top);
 	char name[TACO_NAME_MAX];
+	int64_t shape[2];
 
 	if (!m)
 		return taco_err_set(err, -ENOMEM, "out of memory");
@@ -212,61 +71,62 @@ int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
 	m->ops = ops;
 	m->tensors = calloc((size_t)cap, sizeof(*m->tensors));
 	m->layer = calloc((size_t)cfg->layers, sizeof(*m->layer));
-	m->inv_freq = calloc((size_t)cfg->head_dim / 2, sizeof(float));
+	m->inv_freq = calloc((size_t)cfg->head_dim / 2 + 1, sizeof(float));
 	if (!m->tensors || !m->layer || !m->inv_freq) {
 		taco_model_free(m);
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	}
-	if (cfg->shapes_only) {
-		n = other_tensors(cfg, m->tensors);
-		goto sort;
-	}
-	add_tensor(m->tensors, &n, "model.embed_tokens.weight", 2, cfg->vocab,
-		   cfg->hidden);
-	add_tensor(m->tensors, &n, "model.norm.weight", 1, cfg->hidden, 0);
-	if (!cfg->tie_embeddings)
-		add_tensor(m->tensors, &n, "lm_head.weight", 2, cfg->vocab,
-			   cfg->hidden);
+	for (int i = 0; i < ntop; i++)
+		add_tensor(m->tensors, &n, top[i].name, top[i].ndim,
+			   top[i].shape[0], top[i].shape[1]);
 	for (int l = 0; l < cfg->layers; l++) {
 		for (int s = 0; s < TACO_L_COUNT; s++) {
-			int64_t shape[2] = {0, 0};
-			int nd = slot_shape(cfg, s, shape);
-			if (!nd)
-				continue;
-			snprintf(name, sizeof(name), "model.layers.%d.%s", l,
-				 layer_names[s]);
-			add_tensor(m->tensors, &n, name, nd, shape[0],
-				   shape[1]);
+			int nd = taco_layer_tensor_name(cfg, l, s, name,
+							sizeof(name), shape);
+			if (nd)
+				add_tensor(m->tensors, &n, name, nd, shape[0],
+					   shape[1]);
 		}
 	}
-sort:
 	m->n_tensors = n;
 	qsort(m->tensors, (size_t)n, sizeof(*m->tensors), cmp_tensor);
-	if (cfg->arch == TACO_ARCH_OPT) {
-		m->embed =
-		    taco_model_find(m, "model.decoder.embed_tokens.weight");
-		m->final_norm =
-		    taco_model_find(m, "model.decoder.final_layer_norm.weight");
-	} else if (cfg->arch == TACO_ARCH_GPT_NEOX) {
-		m->embed = taco_model_find(m, "gpt_neox.embed_in.weight");
-		m->final_norm =
-		    taco_model_find(m, "gpt_neox.final_layer_norm.weight");
-	} else {
-		m->embed = taco_model_find(m, "model.embed_tokens.weight");
-		m->final_norm = taco_model_find(m, "model.norm.weight");
-	}
-	m->lm_head = cfg->tie_embeddings ? m->embed
-		     : cfg->arch == TACO_ARCH_GPT_NEOX
-			 ? taco_model_find(m, "embed_out.weight")
-			 : taco_model_find(m, "lm_head.weight");
-	for (int l = 0; l < cfg->layers; l++) {
-		for (int s = 0; s < TACO_L_COUNT; s++) {
-			snprintf(name, sizeof(name), "model.layers.%d.%s", l,
-				 layer_names[s]);
-			m->layer[l][s] =
-			    cfg->shapes_only ? -1 : taco_model_find(m, name);
+	m->embed = m->lm_head = m->final_norm = m->final_norm_bias = -1;
+	m->pos_embed = m->proj_in = m->proj_out = -1;
+	for (int i = 0; i < ntop; i++) {
+		int id = taco_model_find(m, top[i].name);
+		switch (top[i].role) {
+		case TACO_T_EMBED:
+			m->embed = id;
+			break;
+		case TACO_T_HEAD:
+			m->lm_head = id;
+			break;
+		case TACO_T_FINAL_NORM:
+			m->final_norm = id;
+			break;
+		case TACO_T_FINAL_NORM_BIAS:
+			m->final_norm_bias = id;
+			break;
+		case TACO_T_POS:
+			m->pos_embed = id;
+			break;
+		case TACO_T_PROJ_IN:
+			m->proj_in = id;
+			break;
+		case TACO_T_PROJ_OUT:
+			m->proj_out = id;
+			break;
 		}
 	}
+	if (cfg->tie_embeddings)
+		m->lm_head = m->embed;
+	for (int l = 0; l < cfg->layers; l++)
+		for (int s = 0; s < TACO_L_COUNT; s++)
+			m->layer[l][s] =
+			    taco_layer_tensor_name(cfg, l, s, name,
+						   sizeof(name), shape)
+				? taco_model_find(m, name)
+				: -1;
 	taco_config_inv_freq(cfg, m->inv_freq);
 	*out = m;
 	return 0;
