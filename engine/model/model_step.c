@@ -174,7 +174,7 @@ static void forward_all(step_ctx *c)
 			c->o->copy_async(host_x(c, l), layer_x(c, l),
 					 NH * c->es, 1);
 		}
-		step_layer_fwd(c, l, layer_x(c, l), layer_x(c, l + 1));
+		c->layer->fwd(c, l, layer_x(c, l), layer_x(c, l + 1));
 	}
 	if (w->s.offload)
 		c->o->copy_wait();
@@ -200,6 +200,7 @@ static int begin(taco_model *m, const taco_batch *b, step_ctx *c,
 	c->b = b;
 	c->dt = m->work->s.dt;
 	c->es = tk_dtype_size(c->dt);
+	c->layer = step_layer_ops(m);
 	st->n_targets = n;
 	return 0;
 }
@@ -236,8 +237,8 @@ static void backward_all(step_ctx *c)
 						 0);
 		}
 		if (!w->s.keep)
-			step_layer_recompute(c, l, x);
-		step_layer_bwd(c, l, x);
+			c->layer->recompute(c, l, x);
+		c->layer->bwd(c, l, x);
 	}
 }
 

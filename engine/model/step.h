@@ -1,5 +1,5 @@
 /* step.h: the pieces of one training step (internal to engine/model):
- * model_step.c runs them, model_layer.c holds a decoder layer's forward and
+ * model_step.c runs them, <family>/layer.c holds a family's decoder layer (forward and
  * backward, model_loss.c the vocabulary-chunked head and the embedding's
  * gradient, model_grad.c hands gradient pieces to the sink. */
 #ifndef TACO_STEP_H
@@ -7,7 +7,21 @@
 
 #include "model_work.h"
 
-typedef struct step_ctx {
+typedef struct step_ctx step_ctx;
+
+/* A family's decoder layer (engine/model/<family>/layer.c). */
+typedef struct taco_layer_ops {
+	/* layer l from x into out, keeping what backward needs */
+	void (*fwd)(step_ctx *c, int l, const void *x, void *out);
+	/* what backward of layer l needs, before it runs (checkpointing) */
+	void (*recompute)(step_ctx *c, int l, const void *x);
+	/* backward of layer l after its forward (or with kept
+	 * activations): w->dx holds the gradient of the output on entry and
+	 * of the input on return */
+	void (*bwd)(step_ctx *c, int l, const void *x);
+} taco_layer_ops;
+
+struct step_ctx {
 	taco_model *m;
 	const tk_ops *o;
 	taco_work *w;
@@ -20,7 +34,8 @@ typedef struct step_ctx {
 	 * the side-stream ticket of the updates that read it last */
 	int gcur;
 	uint64_t gticket[2];
-} step_ctx;
+	const taco_layer_ops *layer; /* the family's */
+};
 
 /* p + i elements of size es. */
 static inline void *step_at(const void *p, size_t i, size_t es)
@@ -32,13 +47,8 @@ static inline void *step_at(const void *p, size_t i, size_t es)
  * tensor), or its fp32 conversion into scratch. NULL for id < 0. */
 const void *step_weight(step_ctx *c, int id, float *scratch);
 
-/* model_layer.c: layer l from x into out, keeping what backward needs. */
-void step_layer_fwd(step_ctx *c, int l, const void *x, void *out);
-/* What backward of layer l needs, up to the MLP's input (ln2). */
-void step_layer_recompute(step_ctx *c, int l, const void *x);
-/* Backward of layer l after its forward (or with kept activations): w->dx
- * holds the gradient of the output on entry and of the input on return. */
-void step_layer_bwd(step_ctx *c, int l, const void *x);
+/* The layer ops of m's family. */
+const taco_layer_ops *step_layer_ops(const taco_model *m);
 
 /* model_loss.c */
 /* Final norm, log-sum-exp and the loss statistics into w->ce_sums (read

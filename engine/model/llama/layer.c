@@ -1,4 +1,5 @@
-/* model_layer.c: one decoder layer, forward and backward.
+/* llama/layer.c: the decoder layer of the Llama family (Llama, Mistral,
+ * Qwen2, Qwen3): RMSNorm, GQA with RoPE (Qwen3: q/k norms), SwiGLU.
  *
  * The MLP runs in blocks of the intermediate dimension (w->s.chunks of
  * w->s.Ic columns): block b's gate and up rows, its SwiGLU and its columns
@@ -8,56 +9,16 @@
  * down projection's columns of the block, the gate's and up's rows. */
 #include <math.h>
 
-#include "step.h"
+#include "model/layer.h"
 
 static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
 		      int recompute);
-
-/* y[N, out] = x[N, in] W[out, in]^T (+ b[out], added before y is rounded) */
-static void linear_fwd(step_ctx *c, void *y, const void *x, const void *W,
-		       const void *b, int N, int in, int out)
-{
-	if (b)
-		c->o->linear_bias(N, out, in, c->dt, x, in, W, in, b, c->dt, y,
-				  out);
-	else
-		c->o->matmul(0, 1, N, out, in, 1.0f, c->dt, x, in, W, in, 0.0f,
-			     c->dt, y, out);
-}
-
-/* dx[N, in] = beta * dx + dy[N, out] W[out, in] */
-static void linear_bwd_x(step_ctx *c, void *dx, const void *dy, const void *W,
-			 int N, int in, int out, float beta)
-{
-	c->o->matmul(0, 0, N, in, out, 1.0f, c->dt, dy, out, W, in, beta, c->dt,
-		     dx, in);
-}
-
-static void layer_weights(step_ctx *c, int l, const void *W[TACO_L_COUNT])
-{
-	for (int s = 0; s < TACO_L_COUNT; s++)
-		W[s] = step_weight(c, c->m->layer[l][s], c->w->wl[s]);
-}
-
-static taco_layer_acts *acts_of(step_ctx *c, int l)
-{
-	return &c->w->acts[c->w->n_acts > 1 ? l : 0];
-}
-
-/* Columns [j0, j0 + n) of the intermediate dimension. */
-static int block_of(step_ctx *c, int b, int *n)
-{
-	int j0 = b * c->w->s.Ic, I = c->m->cfg.intermediate;
-
-	*n = I - j0 < c->w->s.Ic ? I - j0 : c->w->s.Ic;
-	return j0;
-}
 
 /* gate, up and act of MLP block b from ln2. */
 static void mlp_block_fwd(step_ctx *c, taco_layer_acts *a,
 			  const void *W[TACO_L_COUNT], int b)
 {
-	int n, j0 = block_of(c, b, &n), N = c->w->s.N, H = c->m->cfg.hidden;
+	int n, j0 = lp_block(c, b, &n), N = c->w->s.N, H = c->m->cfg.hidden;
 	size_t off = (size_t)j0 * H;
 
 	c->o->matmul(0, 1, N, n, H, 1.0f, c->dt, a->ln2, H,
@@ -69,12 +30,12 @@ static void mlp_block_fwd(step_ctx *c, taco_layer_acts *a,
 	c->o->swiglu_fwd(c->dt, a->act, a->gate, a->up, (size_t)N * n);
 }
 
-void step_layer_fwd(step_ctx *c, int l, const void *x, void *out)
+static void llama_fwd(step_ctx *c, int l, const void *x, void *out)
 {
 	layer_fwd(c, l, x, out, 0);
 }
 
-void step_layer_recompute(step_ctx *c, int l, const void *x)
+static void llama_recompute(step_ctx *c, int l, const void *x)
 {
 	layer_fwd(c, l, x, NULL, 1);
 }
@@ -87,7 +48,7 @@ static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
-	taco_layer_acts *a = acts_of(c, l);
+	taco_layer_acts *a = lp_acts(c, l);
 	const void *W[TACO_L_COUNT];
 	int B = w->s.B, T = w->s.T, N = w->s.N, H = cf->hidden;
 	int I = cf->intermediate, hd = cf->head_dim, dt = c->dt;
@@ -96,15 +57,16 @@ static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
 	void *kd = cf->qk_norm ? a->k_pre : a->k;
 	const void *qn, *kn;
 
-	layer_weights(c, l, W);
+	lp_weights(c, l, W);
 	/* with the q/k norms, q and k from their inputs; else RoPE in place */
 	qn = cf->qk_norm ? W[TACO_L_Q_NORM] : NULL;
 	kn = cf->qk_norm ? W[TACO_L_K_NORM] : NULL;
 	o->rmsnorm_fwd(dt, a->ln1, a->rstd1, x, W[TACO_L_ATTN_NORM], N, H,
 		       cf->rms_eps);
-	linear_fwd(c, qd, a->ln1, W[TACO_L_Q], W[TACO_L_Q_BIAS], N, H, D);
-	linear_fwd(c, kd, a->ln1, W[TACO_L_K], W[TACO_L_K_BIAS], N, H, Dkv);
-	linear_fwd(c, a->v, a->ln1, W[TACO_L_V], W[TACO_L_V_BIAS], N, H, Dkv);
+	lp_linear_fwd(c, qd, a->ln1, W[TACO_L_Q], W[TACO_L_Q_BIAS], N, H, D);
+	lp_linear_fwd(c, kd, a->ln1, W[TACO_L_K], W[TACO_L_K_BIAS], N, H, Dkv);
+	lp_linear_fwd(c, a->v, a->ln1, W[TACO_L_V], W[TACO_L_V_BIAS], N, H,
+		      Dkv);
 	o->qknorm_rope_fwd(dt, a->q, a->rstd_q, qd, qn, w->rope_cos,
 			   w->rope_sin, w->pos, N, cf->heads, hd, cf->rms_eps);
 	o->qknorm_rope_fwd(dt, a->k, a->rstd_k, kd, kn, w->rope_cos,
@@ -114,13 +76,14 @@ static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
 			 cf->heads, cf->kv_heads, hd, cf->sliding_window,
 			 1.0f / sqrtf((float)hd));
 	/* x_mid = o-proj + x, ln2 = norm(x_mid) */
-	linear_fwd(c, a->x_mid, a->att, W[TACO_L_O], W[TACO_L_O_BIAS], N, D, H);
+	lp_linear_fwd(c, a->x_mid, a->att, W[TACO_L_O], W[TACO_L_O_BIAS], N, D,
+		      H);
 	o->add_rmsnorm_fwd(dt, a->x_mid, x, a->ln2, a->rstd2,
 			   W[TACO_L_MLP_NORM], N, H, cf->rms_eps);
 	if (recompute)
 		return;
 	for (int b = 0; b < w->s.chunks; b++) {
-		int n, j0 = block_of(c, b, &n);
+		int n, j0 = lp_block(c, b, &n);
 		mlp_block_fwd(c, a, W, b);
 		/* out (+)= act W_down[:, j0 : j0 + n]^T */
 		o->matmul(0, 1, N, H, n, 1.0f, dt, a->act, n,
@@ -130,27 +93,13 @@ static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
 	o->add(dt, out, a->x_mid, (size_t)N * H);
 }
 
-/* Where a norm weight's gradient [H] accumulates: the sink's buffer, or
- * when it is not wanted a zeroed block, since the op still adds dw
- * somewhere. grad_whole_end(c, id) hands it over after the op. */
-static float *norm_grad(step_ctx *c, int id, int H)
-{
-	float *g = grad_whole_begin(c, id);
-
-	if (!g) {
-		g = grad_block(c);
-		c->o->memset0(g, (size_t)H * sizeof(float));
-	}
-	return g;
-}
-
 /* RMSNorm backward: dres[n, H] += the input gradient from dout (the
  * residual's), the weight's gradient to the sink. */
 static void norm_bwd_add(step_ctx *c, int id, void *dres, const void *dout,
 			 const void *x, const void *wt, const float *rstd,
 			 int n, int H)
 {
-	float *g = norm_grad(c, id, H);
+	float *g = lp_norm_grad(c, id, H);
 
 	c->o->rmsnorm_bwd_add(c->dt, dres, g, dout, x, wt, rstd, n, H);
 	grad_whole_end(c, id);
@@ -164,19 +113,10 @@ static void qknorm_bwd(step_ctx *c, int id, void *dx, const void *dout,
 {
 	const taco_work *w = c->w;
 	int hd = c->m->cfg.head_dim;
-	float *g = norm_grad(c, id, hd);
+	float *g = lp_norm_grad(c, id, hd);
 
 	c->o->qknorm_rope_bwd(c->dt, dx, g, dout, x, wt, rstd, w->rope_cos,
 			      w->rope_sin, w->pos, w->s.N, heads, hd);
-	grad_whole_end(c, id);
-}
-
-static void bias_grad(step_ctx *c, int id, const void *dy, int N, int C)
-{
-	float *g = grad_whole_begin(c, id);
-
-	if (g)
-		c->o->bias_bwd(c->dt, g, dy, N, C);
 	grad_whole_end(c, id);
 }
 
@@ -192,7 +132,7 @@ static void mlp_bwd(step_ctx *c, int l, taco_layer_acts *a,
 	int nb = w->s.chunks, dt = c->dt;
 
 	for (int b = 0; b < nb && !c->err; b++) {
-		int n, j0 = block_of(c, b, &n);
+		int n, j0 = lp_block(c, b, &n);
 		/* kept activations hold the (one) block from forward */
 		if (!w->s.keep)
 			mlp_block_fwd(c, a, W, b);
@@ -218,12 +158,12 @@ static void mlp_bwd(step_ctx *c, int l, taco_layer_acts *a,
 	}
 }
 
-void step_layer_bwd(step_ctx *c, int l, const void *x)
+static void llama_bwd(step_ctx *c, int l, const void *x)
 {
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
-	taco_layer_acts *a = acts_of(c, l);
+	taco_layer_acts *a = lp_acts(c, l);
 	const int *id = c->m->layer[l];
 	const void *W[TACO_L_COUNT];
 	int B = w->s.B, T = w->s.T, N = w->s.N, H = cf->hidden;
@@ -231,15 +171,15 @@ void step_layer_bwd(step_ctx *c, int l, const void *x)
 	int dt = c->dt;
 	void *dqf = w->dq, *dkf = w->dk;
 
-	layer_weights(c, l, W);
+	lp_weights(c, l, W);
 	mlp_bwd(c, l, a, W);
 	norm_bwd_add(c, id[TACO_L_MLP_NORM], w->dx, w->dtmp, a->x_mid,
 		     W[TACO_L_MLP_NORM], a->rstd2, N, H);
 
 	/* attention */
-	linear_bwd_x(c, w->datt, w->dx, W[TACO_L_O], N, D, H, 0.0f);
+	lp_linear_bwd_x(c, w->datt, w->dx, W[TACO_L_O], N, D, H, 0.0f);
 	grad_linear_cols(c, id[TACO_L_O], w->dx, H, a->att, D, N, H, D, 0);
-	bias_grad(c, id[TACO_L_O_BIAS], w->dx, N, H);
+	lp_bias_grad(c, id[TACO_L_O_BIAS], w->dx, N, H);
 	o->attention_bwd(dt, w->dq, w->dk, w->dv, w->datt, a->att, a->lse, a->q,
 			 a->k, a->v, w->pos, B, T, cf->heads, cf->kv_heads, hd,
 			 cf->sliding_window, 1.0f / sqrtf((float)hd));
@@ -260,15 +200,17 @@ void step_layer_bwd(step_ctx *c, int l, const void *x)
 				   w->rope_cos, w->rope_sin, w->pos, N,
 				   cf->kv_heads, hd);
 	}
-	linear_bwd_x(c, w->dtmp, dqf, W[TACO_L_Q], N, H, D, 0.0f);
-	linear_bwd_x(c, w->dtmp, dkf, W[TACO_L_K], N, H, Dkv, 1.0f);
-	linear_bwd_x(c, w->dtmp, w->dv, W[TACO_L_V], N, H, Dkv, 1.0f);
+	lp_linear_bwd_x(c, w->dtmp, dqf, W[TACO_L_Q], N, H, D, 0.0f);
+	lp_linear_bwd_x(c, w->dtmp, dkf, W[TACO_L_K], N, H, Dkv, 1.0f);
+	lp_linear_bwd_x(c, w->dtmp, w->dv, W[TACO_L_V], N, H, Dkv, 1.0f);
 	grad_linear_cols(c, id[TACO_L_Q], dqf, D, a->ln1, H, N, D, H, 0);
-	bias_grad(c, id[TACO_L_Q_BIAS], dqf, N, D);
+	lp_bias_grad(c, id[TACO_L_Q_BIAS], dqf, N, D);
 	grad_linear_cols(c, id[TACO_L_K], dkf, Dkv, a->ln1, H, N, Dkv, H, 0);
-	bias_grad(c, id[TACO_L_K_BIAS], dkf, N, Dkv);
+	lp_bias_grad(c, id[TACO_L_K_BIAS], dkf, N, Dkv);
 	grad_linear_cols(c, id[TACO_L_V], w->dv, Dkv, a->ln1, H, N, Dkv, H, 0);
-	bias_grad(c, id[TACO_L_V_BIAS], w->dv, N, Dkv);
+	lp_bias_grad(c, id[TACO_L_V_BIAS], w->dv, N, Dkv);
 	norm_bwd_add(c, id[TACO_L_ATTN_NORM], w->dx, w->dtmp, x,
 		     W[TACO_L_ATTN_NORM], a->rstd1, N, H);
 }
+
+const taco_layer_ops taco_llama_layer = {llama_fwd, llama_recompute, llama_bwd};
