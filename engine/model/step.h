@@ -1,7 +1,7 @@
 /* step.h: the pieces of one training step (internal to engine/model):
- * model_step.c runs them, <family>/layer.c holds a family's decoder layer (forward and
- * backward, model_loss.c the vocabulary-chunked head and the embedding's
- * gradient, model_grad.c hands gradient pieces to the sink. */
+ * model_step.c runs them, <family>/layer.c holds a family's decoder layer
+ * (forward and backward), model_loss.c the vocabulary-chunked head and the
+ * embedding's gradient, model_grad.c hands gradient pieces to the sink. */
 #ifndef TACO_STEP_H
 #define TACO_STEP_H
 
