@@ -3,13 +3,17 @@
  * ids on every corpus line for every fixture tokenizer, the same decoding,
  * tokenizer variants, invalid UTF-8, every code point's regex classes and
  * normalizations (unicode_classes.json, normalization.json), refusals and
- * limits. */
+ * limits; and GPT-2 style vocab.json + merges.txt directories against
+ * transformers' GPT2Tokenizer (gen_gpt2.py): the corpus, config variants
+ * (gpt2_cases.json), the BOS prefix, and the errors naming file and line. */
 #include <check.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 #include "tokenizer/tokenizer.h"
@@ -17,6 +21,8 @@
 
 static const char *const names[] = {"bytelevel", "metaspace", "mistral",
 				    "claude"};
+/* GPT-2 style directories (vocab.json + merges.txt, gen_gpt2.py) */
+static const char *const gpt2_names[] = {"opt", "gpt2"};
 
 /* ------------------------------------------------------------ fixtures */
 
@@ -174,9 +180,8 @@ static char *ids_str(const int32_t *ids, size_t n)
 
 /* ------------------------------------------------------------ corpus */
 
-START_TEST(test_corpus_parity)
+static void corpus_parity(const char *name)
 {
-	const char *name = names[_i];
 	char rel[256];
 	struct corpus c;
 	struct idsfile f = {0};
@@ -289,6 +294,17 @@ START_TEST(test_corpus_parity)
 	json_decref(exp);
 	corpus_free(&c);
 	taco_tok_free(tok);
+}
+
+START_TEST(test_corpus_parity)
+{
+	corpus_parity(names[_i]);
+}
+END_TEST
+
+START_TEST(test_corpus_parity_gpt2)
+{
+	corpus_parity(gpt2_names[_i]);
 }
 END_TEST
 
@@ -489,9 +505,9 @@ END_TEST
 
 /* ------------------------------------------------------------ specials */
 
-START_TEST(test_special_never_split)
+static void special_never_split(const char *name)
 {
-	taco_tok *tok = load_named(names[_i]);
+	taco_tok *tok = load_named(name);
 	taco_tok_ids ids = {0};
 	taco_err err = {{0}};
 	int32_t vs = taco_tok_vocab_size(tok), n_special = 0;
@@ -512,8 +528,8 @@ START_TEST(test_special_never_split)
 		ck_assert_int_eq(taco_tok_encode(tok, t, len, 0, &ids, &err),
 				 0);
 		ck_assert_msg(ids.n == 1 && ids.ids[0] == id,
-			      "%s: '%.*s' alone gives %s", names[_i], (int)len,
-			      t, ids_str(ids.ids, ids.n));
+			      "%s: '%.*s' alone gives %s", name, (int)len, t,
+			      ids_str(ids.ids, ids.n));
 		snprintf(text, sizeof(text), "ab%.*scd %.*s", (int)len, t,
 			 (int)len, t);
 		ck_assert_int_eq(
@@ -521,11 +537,22 @@ START_TEST(test_special_never_split)
 		for (size_t k = 0; k < ids.n; k++)
 			found += ids.ids[k] == id;
 		ck_assert_msg(found == 2, "%s: '%s' holds the token %d times",
-			      names[_i], text, found);
+			      name, text, found);
 	}
 	ck_assert_int_gt(n_special, 0);
 	taco_tok_ids_free(&ids);
 	taco_tok_free(tok);
+}
+
+START_TEST(test_special_never_split)
+{
+	special_never_split(names[_i]);
+}
+END_TEST
+
+START_TEST(test_special_never_split_gpt2)
+{
+	special_never_split(gpt2_names[_i]);
 }
 END_TEST
 
@@ -1272,6 +1299,398 @@ START_TEST(test_limits)
 }
 END_TEST
 
+/* ------------------------------------------------------------ GPT-2 files */
+
+static void scratch_dir(char *dir, size_t cap)
+{
+	snprintf(dir, cap, "/tmp/taco_tok_XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void put_file(const char *dir, const char *name, const char *s, size_t n)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	ck_assert_ptr_nonnull(f = fopen(path, "wb"));
+	ck_assert_uint_eq(fwrite(s, 1, n, f), n);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void put_json(const char *dir, const char *name, json_t *j)
+{
+	char *s = json_dumps(j, JSON_COMPACT);
+
+	put_file(dir, name, s, strlen(s));
+	free(s);
+}
+
+static void rm_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d))) {
+		char path[512];
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		ck_assert_int_eq(unlink(path), 0);
+	}
+	closedir(d);
+	ck_assert_int_eq(rmdir(dir), 0);
+}
+
+static int32_t id_or_none(json_t *v)
+{
+	return json_is_integer(v) ? (int32_t)json_integer_value(v) : -1;
+}
+
+/* Config variants over opt's vocab.json and merges.txt: what transformers
+ * gives for the texts of gpt2_cases.json. */
+START_TEST(test_gpt2_cases)
+{
+	json_t *all = json_fixture("tokenizers/gpt2_cases.json");
+	json_t *texts = json_object_get(all, "texts"), *c;
+	json_t *base = json_fixture("tokenizers/opt/vocab.json");
+	size_t mlen, ci;
+	char *merges =
+	    tu_read_file(tu_fixture("tokenizers/opt/merges.txt"), &mlen);
+
+	ck_assert_ptr_nonnull(merges);
+	ck_assert_uint_gt(json_array_size(json_object_get(all, "cases")), 10);
+	json_array_foreach(json_object_get(all, "cases"), ci, c)
+	{
+		const char *name =
+		    json_string_value(json_object_get(c, "name"));
+		json_t *vocab = json_deep_copy(base), *v, *cfg, *map;
+		taco_tok_ids ids = {0};
+		taco_tok_special sp;
+		taco_err err = {{0}};
+		taco_tok *tok;
+		char dir[64];
+		size_t i;
+
+		scratch_dir(dir, sizeof(dir));
+		json_object_update(vocab, json_object_get(c, "vocab_add"));
+		put_json(dir, "vocab.json", vocab);
+		put_file(dir, "merges.txt", merges, mlen);
+		if (!json_is_null(cfg = json_object_get(c, "config")))
+			put_json(dir, "tokenizer_config.json", cfg);
+		if (!json_is_null(map =
+				      json_object_get(c, "special_tokens_map")))
+			put_json(dir, "special_tokens_map.json", map);
+		ck_assert_int_eq(taco_tok_dir_has_tokenizer(dir), 1);
+		ck_assert_msg(taco_tok_load(dir, &tok, &err) == 0, "%s: %s",
+			      name, err.msg);
+		json_array_foreach(texts, i, v)
+		{
+			const char *t = json_string_value(v), *want;
+			size_t tl = json_string_length(v), ol;
+			char *out;
+
+			ck_assert_int_eq(
+			    taco_tok_encode(tok, t, tl, 1, &ids, &err), 0);
+			ck_assert_msg(
+			    ids_equal_json(
+				&ids,
+				json_array_get(json_object_get(c, "ids"), i)),
+			    "%s: '%s' gives %s", name, t,
+			    ids_str(ids.ids, ids.n));
+			ck_assert_int_eq(taco_tok_decode(tok, ids.ids, ids.n, 0,
+							 &out, &ol, &err),
+					 0);
+			want = json_string_value(
+			    json_array_get(json_object_get(c, "decode"), i));
+			ck_assert_msg(!strcmp(out, want), "%s: '%s' != '%s'",
+				      name, out, want);
+			free(out);
+			ck_assert_int_eq(taco_tok_decode(tok, ids.ids, ids.n, 1,
+							 &out, &ol, &err),
+					 0);
+			want = json_string_value(json_array_get(
+			    json_object_get(c, "decode_skip"), i));
+			ck_assert_msg(!strcmp(out, want), "%s: '%s' != '%s'",
+				      name, out, want);
+			free(out);
+			ck_assert_int_eq(
+			    taco_tok_encode(tok, t, tl, 0, &ids, &err), 0);
+			ck_assert_msg(
+			    ids_equal_json(
+				&ids,
+				json_array_get(json_object_get(c, "plain"), i)),
+			    "%s: '%s' without special tokens gives %s", name, t,
+			    ids_str(ids.ids, ids.n));
+		}
+		sp = taco_tok_special_ids(tok);
+		ck_assert_int_eq(sp.bos, id_or_none(json_object_get(c, "bos")));
+		ck_assert_int_eq(sp.eos, id_or_none(json_object_get(c, "eos")));
+		ck_assert_int_eq(sp.pad, id_or_none(json_object_get(c, "pad")));
+		ck_assert_int_eq(sp.unk, id_or_none(json_object_get(c, "unk")));
+		ck_assert_int_eq(
+		    taco_tok_vocab_size(tok),
+		    json_integer_value(json_object_get(c, "vocab_size")));
+		taco_tok_ids_free(&ids);
+		taco_tok_free(tok);
+		json_decref(vocab);
+		rm_dir(dir);
+	}
+	free(merges);
+	json_decref(base);
+	json_decref(all);
+}
+END_TEST
+
+/* OPT prepends its BOS </s>; GPT-2 adds nothing, its <|endoftext|> (not in
+ * this vocab) comes after the vocab. */
+START_TEST(test_gpt2_bos)
+{
+	static const char text[] = "Hello world";
+	taco_tok *opt = load_named("opt"), *gpt2 = load_named("gpt2");
+	taco_tok_ids plain = {0}, sp = {0};
+	taco_err err = {{0}};
+	taco_tok_special s;
+	char *out;
+	size_t len;
+
+	ck_assert_int_eq(
+	    taco_tok_dir_has_tokenizer(tu_fixture("tokenizers/opt")), 1);
+	ck_assert_int_eq(taco_tok_encode(opt, text, 11, 0, &plain, &err), 0);
+	ck_assert_int_eq(taco_tok_encode(opt, text, 11, 1, &sp, &err), 0);
+	ck_assert_uint_gt(plain.n, 0);
+	ck_assert_uint_eq(sp.n, plain.n + 1);
+	ck_assert_int_eq(sp.ids[0], 2);
+	ck_assert_int_eq(
+	    memcmp(sp.ids + 1, plain.ids, plain.n * sizeof(int32_t)), 0);
+	ck_assert_int_eq(
+	    taco_tok_decode(opt, sp.ids, sp.n, 0, &out, &len, &err), 0);
+	ck_assert_str_eq(out, "</s>Hello world");
+	free(out);
+	ck_assert_int_eq(
+	    taco_tok_decode(opt, sp.ids, sp.n, 1, &out, &len, &err), 0);
+	ck_assert_str_eq(out, text);
+	free(out);
+	s = taco_tok_special_ids(opt);
+	ck_assert_int_eq(s.bos, 2);
+	ck_assert_int_eq(s.eos, 2);
+	ck_assert_int_eq(s.unk, 2);
+	ck_assert_int_eq(s.pad, 1);
+	ck_assert_int_eq(taco_tok_vocab_size(opt), 2000);
+	ck_assert(taco_tok_is_special(opt, 1) && taco_tok_is_special(opt, 2));
+	ck_assert(!taco_tok_is_special(opt, 0));
+
+	ck_assert_int_eq(taco_tok_encode(gpt2, text, 11, 1, &sp, &err), 0);
+	ck_assert(ids_equal(&sp, plain.ids, plain.n));
+	s = taco_tok_special_ids(gpt2);
+	ck_assert_int_eq(s.bos, 2000);
+	ck_assert_int_eq(s.eos, 2000);
+	ck_assert_int_eq(s.unk, 2000);
+	ck_assert_int_eq(s.pad, -1);
+	ck_assert_int_eq(taco_tok_vocab_size(gpt2), 2001);
+	ck_assert_int_eq(
+	    taco_tok_encode(gpt2, "a<|endoftext|>", 14, 1, &sp, &err), 0);
+	ck_assert_uint_eq(sp.n, 2);
+	ck_assert_int_eq(sp.ids[1], 2000);
+	taco_tok_ids_free(&plain);
+	taco_tok_ids_free(&sp);
+	taco_tok_free(opt);
+	taco_tok_free(gpt2);
+}
+END_TEST
+
+struct gpt2_input {
+	const char *vocab, *merges, *config, *map;
+	int added_json;
+	int code;
+	const char *expect; /* the message starts "m/" and holds this */
+};
+
+#define V5 "{\"a\": 0, \"b\": 1, \"c\": 2, \"ab\": 3, \"abc\": 4}"
+
+static const struct gpt2_input gpt2_bad[] = {
+    /* merges.txt, with its line */
+    {V5, "#version: 0.2\na b\nab\n", NULL, NULL, 0, -EINVAL,
+     "m/merges.txt:3: 'ab' must be two tokens separated by one space"},
+    {V5, "a b c\n", NULL, NULL, 0, -EINVAL,
+     "m/merges.txt:1: 'a b c' must be two tokens"},
+    {V5, "a  b\n", NULL, NULL, 0, -EINVAL,
+     "m/merges.txt:1: 'a  b' must be two tokens"},
+    {V5, "a\tb\n", NULL, NULL, 0, -EINVAL,
+     "m/merges.txt:1: 'a\tb' must be two tokens"},
+    /* transformers refuses these too: "Token `x` out of vocabulary" */
+    {V5, "a b\na x\n", NULL, NULL, 0, -EINVAL,
+     "m/merges.txt:2: token 'x' is not in vocab.json"},
+    {V5, "b c\n", NULL, NULL, 0, -EINVAL,
+     "m/merges.txt:1: the merged token 'bc' is not in vocab.json"},
+    {V5, "a b\n\nab c\n", NULL, NULL, 0, -EINVAL, "m/merges.txt:2: empty line"},
+    {V5, "a b\n\xff b\n", NULL, NULL, 0, -EINVAL,
+     "m/merges.txt:2: not valid UTF-8"},
+    /* vocab.json */
+    {"[1, 2]", "", NULL, NULL, 0, -EINVAL,
+     "m/vocab.json: must be a JSON object"},
+    {"{\"a\": 0", "", NULL, NULL, 0, -EINVAL, "m/vocab.json: malformed JSON"},
+    {"{\"a\": 0, \"a\": 1}", "", NULL, NULL, 0, -EINVAL,
+     "m/vocab.json: malformed JSON"},
+    {"{\"a\": 0, \"b\": -1}", "", NULL, NULL, 0, -EINVAL,
+     "m/vocab.json: the id of 'b' must be an integer in [0, 4194304)"},
+    {"{\"a\": 0, \"b\": 1.0}", "", NULL, NULL, 0, -EINVAL,
+     "m/vocab.json: the id of 'b' must be an integer"},
+    {"{\"a\": 0, \"b\": \"1\"}", "", NULL, NULL, 0, -EINVAL,
+     "m/vocab.json: the id of 'b' must be an integer"},
+    {"{\"a\": 0, \"b\": 4194304}", "", NULL, NULL, 0, -EINVAL,
+     "m/vocab.json: the id of 'b' must be an integer"},
+    {"{\"a\": 0, \"b\": 1, \"c\": 1}", "", NULL, NULL, 0, -EINVAL,
+     "m/vocab.json: id 1 is used by 'b' and 'c'"},
+    /* tokenizer_config.json, special_tokens_map.json */
+    {V5, "", "{\"add_bos_token\": \"yes\"}", NULL, 0, -EINVAL,
+     "m/tokenizer_config.json: add_bos_token must be true or false"},
+    {V5, "", "[]", NULL, 0, -EINVAL,
+     "m/tokenizer_config.json: must be a JSON object"},
+    {V5, "", "{\"tokenizer_class\": \"RobertaTokenizer\"}", NULL, 0, -ENOTSUP,
+     "m/tokenizer_config.json: tokenizer_class 'RobertaTokenizer' is not "
+     "supported"},
+    {V5, "", "{\"split_special_tokens\": true}", NULL, 0, -ENOTSUP,
+     "m/tokenizer_config.json: split_special_tokens true"},
+    {V5, "", "{\"image_token\": \"<image>\"}", NULL, 0, -ENOTSUP,
+     "m/tokenizer_config.json: 'image_token' (a model-specific special "
+     "token)"},
+    {V5, "", NULL, NULL, 1, -ENOTSUP, "m/added_tokens.json is not supported"},
+    {V5, "",
+     "{\"bos_token\": {\"content\": \"</s>\", \"lstrip\": true}, "
+     "\"eos_token\": \"</s>\"}",
+     NULL, 0, -ENOTSUP,
+     "m/tokenizer_config.json: eos_token: '</s>' is defined twice"},
+    {V5, "", "{\"bos_token\": 5}", NULL, 0, -EINVAL,
+     "m/tokenizer_config.json: bos_token must be a string, an AddedToken "
+     "object or null"},
+    {V5, "", "{\"bos_token\": \"\"}", NULL, 0, -EINVAL,
+     "m/tokenizer_config.json: bos_token is an empty token"},
+    {V5, "", "{\"bos_token\": {\"content\": \"</s>\", \"weight\": 1}}", NULL, 0,
+     -ENOTSUP,
+     "m/tokenizer_config.json: bos_token field 'weight' is not supported"},
+    {V5, "", "{\"added_tokens_decoder\": {\"x\": {\"content\": \"</s>\"}}}",
+     NULL, 0, -EINVAL,
+     "m/tokenizer_config.json: added_tokens_decoder['x'] must be"},
+    {V5, "", "{\"additional_special_tokens\": [\"<a>\"]}",
+     "{\"extra_special_tokens\": [\"<b>\"]}", 0, -ENOTSUP,
+     "m/special_tokens_map.json: extra special tokens"},
+    {V5, "", NULL, "{\"bos_token\": [1]}", 0, -EINVAL,
+     "m/special_tokens_map.json: bos_token must be a string"},
+};
+
+static int load_gpt2(const struct gpt2_input *in, taco_tok **tok, taco_err *err)
+{
+	taco_tok_gpt2_files f = {0};
+
+	f.dir = "m";
+	f.vocab = in->vocab;
+	f.vocab_len = strlen(in->vocab);
+	f.merges = in->merges;
+	f.merges_len = strlen(in->merges);
+	f.config = in->config;
+	f.config_len = in->config ? strlen(in->config) : 0;
+	f.special_map = in->map;
+	f.special_map_len = in->map ? strlen(in->map) : 0;
+	f.has_added_tokens_json = in->added_json;
+	return taco_tok_load_gpt2(&f, tok, err);
+}
+
+START_TEST(test_gpt2_errors)
+{
+	/* accepted as transformers accepts them: CRLF, "#version" anywhere,
+	 * no line end at the end; blank lines at the end (transformers
+	 * refuses those: harmless here) */
+	static const struct gpt2_input ok[] = {
+	    {V5, "#version: 0.2\r\na b\r\nab c\r\n\r\n\n", NULL, NULL, 0, 0,
+	     NULL},
+	    {V5, "a b\n#version x\nab c", NULL, NULL, 0, 0, NULL},
+	};
+	taco_tok *tok = (taco_tok *)1;
+	taco_tok_ids ids = {0};
+	taco_err err = {{0}};
+	char dir[64], *big;
+	taco_tok_gpt2_files f = {0};
+
+	for (size_t i = 0; i < sizeof(gpt2_bad) / sizeof(gpt2_bad[0]); i++) {
+		int r = load_gpt2(&gpt2_bad[i], &tok, &err);
+		ck_assert_msg(r == gpt2_bad[i].code, "bad %zu: %d (%s)", i, r,
+			      err.msg);
+		ck_assert_ptr_null(tok);
+		ck_assert_msg(!strncmp(err.msg, "m/", 2) &&
+				  strstr(err.msg, gpt2_bad[i].expect),
+			      "bad %zu: '%s' lacks '%s'", i, err.msg,
+			      gpt2_bad[i].expect);
+	}
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		ck_assert_msg(load_gpt2(&ok[i], &tok, &err) == 0, "ok %zu: %s",
+			      i, err.msg);
+		ck_assert_int_eq(taco_tok_encode(tok, "abc", 3, 0, &ids, &err),
+				 0);
+		ck_assert_msg(ids.n == 1 && ids.ids[0] == 4, "ok %zu: %s", i,
+			      ids_str(ids.ids, ids.n));
+		/* <|endoftext|>, GPT2Tokenizer's default, after the vocab */
+		ck_assert_int_eq(taco_tok_vocab_size(tok), 6);
+		ck_assert_int_eq(taco_tok_special_ids(tok).bos, 5);
+		taco_tok_free(tok);
+	}
+	taco_tok_ids_free(&ids);
+
+	/* limits: file sizes, token length */
+	f.dir = "m";
+	f.vocab = V5;
+	f.vocab_len = TACO_TOK_MAX_FILE + 1u;
+	f.merges = "";
+	ck_assert_int_eq(taco_tok_load_gpt2(&f, &tok, &err), -EFBIG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "m/vocab.json: "));
+	f.vocab_len = strlen(V5);
+	f.merges_len = TACO_TOK_MAX_FILE + 1u;
+	ck_assert_int_eq(taco_tok_load_gpt2(&f, &tok, &err), -EFBIG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "m/merges.txt: "));
+	big = malloc(TACO_TOK_MAX_TOKEN_LEN + 32);
+	snprintf(big, TACO_TOK_MAX_TOKEN_LEN + 32, "{\"%0*d\": 0}",
+		 TACO_TOK_MAX_TOKEN_LEN + 1, 0);
+	f.vocab = big;
+	f.vocab_len = strlen(big);
+	f.merges_len = 0;
+	ck_assert_int_eq(taco_tok_load_gpt2(&f, &tok, &err), -EFBIG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "longer than 4096 bytes"));
+	free(big);
+
+	/* a directory: merges.txt missing, or no tokenizer at all */
+	scratch_dir(dir, sizeof(dir));
+	ck_assert_int_eq(taco_tok_dir_has_tokenizer(dir), 0);
+	ck_assert_int_eq(taco_tok_load(dir, &tok, &err), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(
+	    err.msg, "no tokenizer.json, nor vocab.json and merges.txt"));
+	put_file(dir, "vocab.json", V5, strlen(V5));
+	ck_assert_int_eq(taco_tok_dir_has_tokenizer(dir), 1);
+	ck_assert_int_eq(taco_tok_load(dir, &tok, &err), -ENOENT);
+	ck_assert_ptr_null(tok);
+	ck_assert_msg(strstr(err.msg, "/merges.txt: ") &&
+			  strstr(err.msg, "needs its merges.txt"),
+		      "%s", err.msg);
+	put_file(dir, "merges.txt", "a b\nab\n", 7);
+	ck_assert_int_eq(taco_tok_load(dir, &tok, &err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, "/merges.txt:2: 'ab' must be two"), "%s",
+		      err.msg);
+	put_file(dir, "merges.txt", "a b\nab c\n", 9);
+	put_file(dir, "added_tokens.json", "{}", 2);
+	ck_assert_int_eq(taco_tok_load(dir, &tok, &err), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(err.msg, "/added_tokens.json is not"));
+	put_file(dir, "tokenizer_config.json",
+		 "{\"added_tokens_decoder\": {}, \"add_bos_token\": true}", 51);
+	ck_assert_msg(taco_tok_load(dir, &tok, &err) == 0, "%s", err.msg);
+	ck_assert_int_eq(taco_tok_encode(tok, "abc", 3, 1, &ids, &err), 0);
+	ck_assert_msg(ids.n == 2 && ids.ids[0] == 5 && ids.ids[1] == 4, "%s",
+		      ids_str(ids.ids, ids.n));
+	taco_tok_free(tok);
+	taco_tok_ids_free(&ids);
+	rm_dir(dir);
+}
+END_TEST
+
 static TCase *tcase(Suite *s, const char *name)
 {
 	TCase *tc = tcase_create(name);
@@ -1303,6 +1722,13 @@ static Suite *suite(void)
 	tcase_add_test(tcase(s, "refusals"), test_refusals);
 	tcase_add_test(tcase(s, "malformed"), test_malformed);
 	tcase_add_test(tcase(s, "limits"), test_limits);
+	tcase_add_loop_test(tcase(s, "gpt2_corpus"), test_corpus_parity_gpt2, 0,
+			    2);
+	tcase_add_loop_test(tcase(s, "gpt2_special"),
+			    test_special_never_split_gpt2, 0, 2);
+	tcase_add_test(tcase(s, "gpt2_cases"), test_gpt2_cases);
+	tcase_add_test(tcase(s, "gpt2_bos"), test_gpt2_bos);
+	tcase_add_test(tcase(s, "gpt2_errors"), test_gpt2_errors);
 	return s;
 }
 

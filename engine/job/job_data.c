@@ -1,8 +1,6 @@
 #include "job_data.h"
 
-#include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 static void opts_of(const taco_job *job, taco_dataset_opts *o)
 {
@@ -18,18 +16,17 @@ static void opts_of(const taco_job *job, taco_dataset_opts *o)
 int taco_job_data_load(const taco_job *job, int vocab, taco_job_data *out,
 		       taco_err *err)
 {
-	char path[TACO_PATH_MAX + 32];
 	taco_dataset_opts o;
 	int r;
 
 	memset(out, 0, sizeof(*out));
-	snprintf(path, sizeof(path), "%s/tokenizer.json", job->model);
-	if (access(path, F_OK)) {
+	if (!taco_tok_dir_has_tokenizer(job->model)) {
 		if (job->eval_multiple_choice[0])
 			return taco_err_set(err, -EINVAL,
 					    "eval_multiple_choice: the model "
-					    "has no tokenizer.json to encode "
-					    "it with");
+					    "has no tokenizer (tokenizer.json, "
+					    "or vocab.json and merges.txt) to "
+					    "encode it with");
 		if ((r = taco_data_load_pretok(job->train, vocab,
 					       job->max_examples, &out->train,
 					       err)))
@@ -47,7 +44,8 @@ int taco_job_data_load(const taco_job *job, int vocab, taco_job_data *out,
 		return taco_err_set(err, -EINVAL,
 				    "%s: the tokenizer has %d tokens, the "
 				    "model's embedding only %d rows",
-				    path, taco_tok_vocab_size(out->tok), vocab);
+				    job->model, taco_tok_vocab_size(out->tok),
+				    vocab);
 	opts_of(job, &o);
 	out->have_reports = 1;
 	if ((r = taco_dataset_load(job->train, out->tok, &o, &out->train,

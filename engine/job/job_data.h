@@ -10,16 +10,17 @@
 #include "tokenizer/tokenizer.h"
 
 typedef struct taco_job_data {
-	taco_tok *tok; /* NULL when the model has no tokenizer.json */
+	taco_tok *tok; /* NULL when the model has no tokenizer */
 	taco_data *train, *val;
 	taco_mc_set *mc;
 	taco_dataset_report train_report, val_report;
 	int have_reports;
 } taco_job_data;
 
-/* Loads everything the job names. With a tokenizer.json in the model
- * directory every format of docs/datasets.md is read; without one only
- * pre-tokenized lines. Token ids must fit the model's vocab. On a data
+/* Loads everything the job names. With a tokenizer in the model directory
+ * (tokenizer.json, or GPT-2 style vocab.json and merges.txt: see
+ * taco_tok_load) every format of docs/datasets.md is read; without one
+ * only pre-tokenized lines. Token ids must fit the model's vocab. On a data
  * error the reports say what is wrong, line by line. */
 int taco_job_data_load(const taco_job *job, int vocab, taco_job_data *out,
 		       taco_err *err);

@@ -1391,10 +1391,33 @@ static int parse_root(struct loader *L, json_t *root)
 	return 0;
 }
 
+int tok_load_json(struct json_t *root, const char *name, taco_tok **out,
+		  taco_err *err)
+{
+	struct loader L = {0};
+	int r;
+
+	*out = NULL;
+	L.tok = calloc(1, sizeof(taco_tok));
+	L.name = name;
+	L.err = err;
+	L.metaspace_first_pos = -1;
+	if (!L.tok || !(L.tok->name = strdup(name))) {
+		taco_tok_free(L.tok);
+		return taco_err_set(err, -ENOMEM, "%s: out of memory", name);
+	}
+	L.tok->unk_id = -1;
+	if ((r = parse_root(&L, root))) {
+		taco_tok_free(L.tok);
+		return r;
+	}
+	*out = L.tok;
+	return 0;
+}
+
 int taco_tok_load_buffer(const char *json, size_t len, const char *name,
 			 taco_tok **out, taco_err *err)
 {
-	struct loader L = {0};
 	json_error_t je;
 	json_t *root;
 	int r;
@@ -1412,27 +1435,12 @@ int taco_tok_load_buffer(const char *json, size_t len, const char *name,
 				    "%s: malformed JSON at line %d column %d: "
 				    "%s",
 				    name, je.line, je.column, je.text);
-	L.tok = calloc(1, sizeof(taco_tok));
-	L.name = name;
-	L.err = err;
-	L.metaspace_first_pos = -1;
-	if (!L.tok || !(L.tok->name = strdup(name))) {
-		r = taco_err_set(err, -ENOMEM, "%s: out of memory", name);
-		goto out;
-	}
-	L.tok->unk_id = -1;
-	r = parse_root(&L, root);
-out:
+	r = tok_load_json(root, name, out, err);
 	json_decref(root);
-	if (r) {
-		taco_tok_free(L.tok);
-		return r;
-	}
-	*out = L.tok;
-	return 0;
+	return r;
 }
 
-static int read_all(const char *path, char **out, size_t *len, taco_err *err)
+int tok_read_all(const char *path, char **out, size_t *len, taco_err *err)
 {
 	struct stat st;
 	FILE *f;
@@ -1503,7 +1511,7 @@ static int load_config(taco_tok *t, const char *path, taco_err *err)
 	taco_tok_special s = {-1, -1, -1, t->unk_id};
 	int r;
 
-	if ((r = read_all(path, &buf, &len, err)))
+	if ((r = tok_read_all(path, &buf, &len, err)))
 		return r;
 	/* model_max_length is often 1e30, too big for a json integer */
 	root = json_loadb(buf, len, JSON_DECODE_INT_AS_REAL, &je);
@@ -1524,6 +1532,18 @@ static int load_config(taco_tok *t, const char *path, taco_err *err)
 	return r;
 }
 
+int taco_tok_dir_has_tokenizer(const char *dir)
+{
+	char file[4200];
+	struct stat st;
+
+	snprintf(file, sizeof(file), "%s/tokenizer.json", dir);
+	if (stat(file, &st) == 0)
+		return 1;
+	snprintf(file, sizeof(file), "%s/vocab.json", dir);
+	return stat(file, &st) == 0;
+}
+
 int taco_tok_load(const char *path, taco_tok **out, taco_err *err)
 {
 	struct stat st;
@@ -1539,6 +1559,16 @@ int taco_tok_load(const char *path, taco_tok **out, taco_err *err)
 	if (S_ISDIR(st.st_mode)) {
 		snprintf(file, sizeof(file), "%s/tokenizer.json", path);
 		snprintf(cfg, sizeof(cfg), "%s/tokenizer_config.json", path);
+		/* GPT-2 style files (OPT ships no tokenizer.json) */
+		if (stat(file, &st) && errno == ENOENT) {
+			snprintf(file, sizeof(file), "%s/vocab.json", path);
+			if (stat(file, &st) == 0)
+				return tok_load_gpt2_dir(path, out, err);
+			return taco_err_set(err, -ENOENT,
+					    "%s: no tokenizer.json, nor "
+					    "vocab.json and merges.txt",
+					    path);
+		}
 	} else {
 		const char *slash = strrchr(path, '/');
 		snprintf(file, sizeof(file), "%s", path);
@@ -1548,7 +1578,7 @@ int taco_tok_load(const char *path, taco_tok **out, taco_err *err)
 		else
 			snprintf(cfg, sizeof(cfg), "tokenizer_config.json");
 	}
-	if ((r = read_all(file, &buf, &len, err)))
+	if ((r = tok_read_all(file, &buf, &len, err)))
 		return r;
 	r = taco_tok_load_buffer(buf, len, file, out, err);
 	free(buf);

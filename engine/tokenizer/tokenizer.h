@@ -1,7 +1,9 @@
 /* tokenizer.h: Hugging Face tokenizer.json (BPE) in C.
  *
  * Reads the tokenizer.json of a model directory and encodes text to the ids
- * that Hugging Face `tokenizers` gives for it, and decodes ids back. What is
+ * that Hugging Face `tokenizers` gives for it, and decodes ids back; or,
+ * for a directory without one, GPT-2 style vocab.json + merges.txt with the
+ * ids of transformers' GPT2Tokenizer (see taco_tok_load_gpt2). What is
  * implemented (anything else in a tokenizer.json is refused by name at load
  * time, never approximated):
  *
@@ -90,16 +92,47 @@ typedef struct taco_tok_ids {
 
 void taco_tok_ids_free(taco_tok_ids *v);
 
-/* Loads path: a model directory (reads path/tokenizer.json, and
- * path/tokenizer_config.json when present for bos/eos/pad/unk token names)
- * or a tokenizer.json file (its directory's tokenizer_config.json likewise).
- * Returns 0 or a negative errno; *out is NULL on error. */
+/* Loads path: a model directory or a tokenizer.json file. A directory with
+ * a tokenizer.json is read from it (and its tokenizer_config.json, when
+ * present, for the bos/eos/pad/unk token names); one without, that has a
+ * vocab.json, as GPT-2 style files (taco_tok_load_gpt2): vocab.json,
+ * merges.txt, and tokenizer_config.json, special_tokens_map.json when
+ * present. A tokenizer.json file is read with its directory's
+ * tokenizer_config.json likewise. Returns 0 or a negative errno; *out is
+ * NULL on error. */
 int taco_tok_load(const char *path, taco_tok **out, taco_err *err);
+
+/* 1 when the model directory has a tokenizer taco_tok_load reads there
+ * (tokenizer.json, or vocab.json), else 0. */
+int taco_tok_dir_has_tokenizer(const char *dir);
 
 /* Parses a tokenizer.json held in memory (len bytes, need not be
  * NUL-terminated). name is used in error messages. No tokenizer_config. */
 int taco_tok_load_buffer(const char *json, size_t len, const char *name,
 			 taco_tok **out, taco_err *err);
+
+/* GPT-2 style tokenizer files held in memory (none need be NUL-terminated),
+ * as OPT checkpoints ship them instead of a tokenizer.json. They give the
+ * ids transformers' GPT2Tokenizer gives (tokenizer_gpt2.c says what is read
+ * and what is refused): byte-level BPE with the GPT-2 pattern, the
+ * BOS prepended when tokenizer_config.json has add_bos_token true. Each
+ * file is at most TACO_TOK_MAX_FILE bytes; errors name the file under dir
+ * (and the line of merges.txt). */
+typedef struct taco_tok_gpt2_files {
+	const char *dir;   /* names the files in messages; NULL or "": bare */
+	const char *vocab; /* vocab.json: {"token": id, ...} */
+	size_t vocab_len;
+	const char *merges; /* merges.txt: "a b" a line */
+	size_t merges_len;
+	const char *config; /* tokenizer_config.json, NULL when absent */
+	size_t config_len;
+	const char *special_map; /* special_tokens_map.json, NULL: absent */
+	size_t special_map_len;
+	int has_added_tokens_json; /* dir has an added_tokens.json */
+} taco_tok_gpt2_files;
+
+int taco_tok_load_gpt2(const taco_tok_gpt2_files *f, taco_tok **out,
+		       taco_err *err);
 
 void taco_tok_free(taco_tok *tok);
 

@@ -297,4 +297,13 @@ void tok_trie_free(struct tok_trie *t);
 
 int32_t tok_added_id_index(const struct taco_tok *tok, int32_t id);
 
+/* Loading (tokenizer.c): a parsed tokenizer.json tree (only read), and a
+ * whole file of at most TACO_TOK_MAX_FILE bytes (NUL-terminated). */
+struct json_t;
+int tok_load_json(struct json_t *root, const char *name, taco_tok **out,
+		  taco_err *err);
+int tok_read_all(const char *path, char **out, size_t *len, taco_err *err);
+/* tokenizer_gpt2.c: dir/vocab.json, merges.txt and the config files. */
+int tok_load_gpt2_dir(const char *dir, taco_tok **out, taco_err *err);
+
 #endif
