@@ -201,19 +201,29 @@ struct tk_ops {
 	/* x [n, heads * hd]. With w [hd] (Qwen3's q/k norm): out = rope_fwd of
 	 * rmsnorm_fwd(x) over each head's hd values, rstd (f32) [n * heads]
 	 * saved; w NULL: out = rope_fwd(x), rstd not touched. out may be x
-	 * only when w is NULL. */
+	 * only when w is NULL.
+	 * Partial rotary (GPT-NeoX's apply_rotary_pos_emb): the rotation
+	 * covers the first rd (even, 0 <= rd <= hd) values of each head in
+	 * the rotate_half layout over those rd values (pairs (i, i + rd/2),
+	 * cos/sin [max_pos, rd / 2]); values rd..hd-1 pass through
+	 * unrotated (normalized with w: the norm spans all hd). rd == hd is
+	 * rope_fwd's full rotation (an odd hd's last value unrotated); rd == 0
+	 * rotates nothing (cos, sin and pos unread): w NULL is then a copy,
+	 * or nothing when out is x. */
 	void (*qknorm_rope_fwd)(int dt, void *out, float *rstd, const void *x,
 				const void *w, const float *cos,
 				const float *sin, const int32_t *pos, int n,
-				int heads, int hd, float eps);
-	/* The backward of qknorm_rope_fwd: with w, dx = rmsnorm_bwd of
-	 * rope_bwd(dout) (dw (f32) [hd] accumulates, x is the norm's input);
-	 * w NULL: dx = rope_bwd(dout), dx may be dout, x and dw unused. dout is
-	 * not written unless it is dx. */
+				int heads, int hd, int rd, float eps);
+	/* The backward of qknorm_rope_fwd (rd as there: rope_bwd over each
+	 * head's first rd values, the rest passed through): with w, dx =
+	 * rmsnorm_bwd of rope_bwd(dout) (dw (f32) [hd] accumulates, x is the
+	 * norm's input); w NULL: dx = rope_bwd(dout), dx may be dout, x and dw
+	 * unused. dout is not written unless it is dx. */
 	void (*qknorm_rope_bwd)(int dt, void *dx, float *dw, const void *dout,
 				const void *x, const void *w, const float *rstd,
 				const float *cos, const float *sin,
-				const int32_t *pos, int n, int heads, int hd);
+				const int32_t *pos, int n, int heads, int hd,
+				int rd);
 	/* C[M, N] (c_dtype) = A[M, K] B[N, K]^T + bias[N] (bias in ab_dtype):
 	 * matmul(0, 1, ...) with beta 0 and the bias added before C is
 	 * rounded, once (cuBLASLt's bias epilogue). */

@@ -11,10 +11,12 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
+#include "tk_convert.h"
 #include "tk_ops.h"
 
 static const tk_ops *ops;
@@ -1898,7 +1900,7 @@ static void check_qknorm_rope(int dt, int n, int heads, int hd, uint64_t st)
 	ops->rope_fwd(dt, ref, ctab, stab, pos, n, heads, hd);
 	ops->mem_reset_peak();
 	ops->qknorm_rope_fwd(dt, out, rstd, x, w, ctab, stab, pos, n, heads, hd,
-			     eps);
+			     hd, eps);
 	ck_assert_uint_eq(ops->mem_peak(), base);
 	same_bits("qknorm_rope_fwd out", dt, out, ref, bx);
 	same_bits("qknorm_rope_fwd rstd", dt, rstd, rstd2, nr * sizeof(float));
@@ -1909,7 +1911,7 @@ static void check_qknorm_rope(int dt, int n, int heads, int hd, uint64_t st)
 	ops->rmsnorm_bwd(dt, dref, dw2, g, x, w, rstd, (int)nr, hd);
 	ops->mem_reset_peak();
 	ops->qknorm_rope_bwd(dt, dx, dw, dout, x, w, rstd, ctab, stab, pos, n,
-			     heads, hd);
+			     heads, hd, hd);
 	ck_assert_uint_eq(ops->mem_peak(), base);
 	same_bits("qknorm_rope_bwd dx", dt, dx, dref, bx);
 	same_bits("qknorm_rope_bwd dw", dt, dw, dw2,
@@ -1922,24 +1924,24 @@ static void check_qknorm_rope(int dt, int n, int heads, int hd, uint64_t st)
 	ops->rope_fwd(dt, ref, ctab, stab, pos, n, heads, hd);
 	memcpy(rstd2, rstd, nr * sizeof(float));
 	ops->qknorm_rope_fwd(dt, out, rstd, x, NULL, ctab, stab, pos, n, heads,
-			     hd, eps);
+			     hd, hd, eps);
 	same_bits("qknorm_rope_fwd w NULL", dt, out, ref, bx);
 	same_bits("qknorm_rope_fwd rstd untouched", dt, rstd, rstd2,
 		  nr * sizeof(float));
 	memcpy(out, x, bx);
 	ops->qknorm_rope_fwd(dt, out, NULL, out, NULL, ctab, stab, pos, n,
-			     heads, hd, eps);
+			     heads, hd, hd, eps);
 	same_bits("qknorm_rope_fwd in place", dt, out, ref, bx);
 
 	memcpy(dref, dout, bx);
 	ops->rope_bwd(dt, dref, ctab, stab, pos, n, heads, hd);
 	memcpy(dw2, dw, (size_t)hd * sizeof(float));
 	ops->qknorm_rope_bwd(dt, dx, NULL, dout, NULL, NULL, NULL, ctab, stab,
-			     pos, n, heads, hd);
+			     pos, n, heads, hd, hd);
 	same_bits("qknorm_rope_bwd w NULL", dt, dx, dref, bx);
 	same_bits("qknorm_rope_bwd w NULL dout kept", dt, dout, dout0, bx);
 	ops->qknorm_rope_bwd(dt, dout, NULL, dout, NULL, NULL, NULL, ctab, stab,
-			     pos, n, heads, hd);
+			     pos, n, heads, hd, hd);
 	same_bits("qknorm_rope_bwd in place", dt, dout, dref, bx);
 	same_bits("qknorm_rope_bwd dw untouched", dt, dw, dw2,
 		  (size_t)hd * sizeof(float));
@@ -1961,6 +1963,194 @@ static void check_qknorm_rope(int dt, int n, int heads, int hd, uint64_t st)
 	free(dw2);
 }
 
+/* Partial rotary (GPT-NeoX's apply_rotary_pos_emb with rotary_ndims = rd):
+ * dst = src with each head's first rd values rotated by dir in the
+ * rotate_half layout over those rd values (pairs (i, i + rd/2), tables
+ * [max_pos, rd / 2]), each value rounded to dt; values rd..hd-1 copied.
+ * Written out here, the fp32 expressions of rope.c. */
+static void rot_ref(int dt, void *dst, const void *src, const float *ctab,
+		    const float *stab, const int32_t *pos, int n, int heads,
+		    int hd, int rd, float dir)
+{
+	int half = rd / 2;
+
+	for (size_t row = 0; row < (size_t)n * heads; row++) {
+		size_t o = row * hd, t = row / heads;
+
+		for (int i = 0; i < half; i++) {
+			float c = ctab[(size_t)pos[t] * half + i];
+			float si = dir * stab[(size_t)pos[t] * half + i];
+			float a = tk_load_f32(src, dt, o + i);
+			float b = tk_load_f32(src, dt, o + half + i);
+
+			tk_store_f32_rne(dst, dt, o + i, a * c - b * si);
+			tk_store_f32_rne(dst, dt, o + half + i, b * c + a * si);
+		}
+		for (int j = rd; j < hd; j++)
+			tk_store_f32_rne(dst, dt, o + j,
+					 tk_load_f32(src, dt, o + j));
+	}
+}
+
+/* got against ref row by row: the rotated part [0, rd) (parts & 1) and
+ * the pass-through part [rd, hd) (parts & 2) of each head separately. */
+static void same_parts(const char *what, int dt, const void *got,
+		       const void *ref, size_t rows, int hd, int rd, int parts)
+{
+	size_t es = tk_dtype_size(dt);
+	char msg[128];
+
+	for (size_t r = 0; r < rows; r++) {
+		const char *g = (const char *)got + r * hd * es;
+		const char *f = (const char *)ref + r * hd * es;
+
+		snprintf(msg, sizeof(msg), "%s rotated, row %zu", what, r);
+		if (parts & 1)
+			same_bits(msg, dt, g, f, (size_t)rd * es);
+		snprintf(msg, sizeof(msg), "%s pass-through, row %zu", what, r);
+		if (parts & 2)
+			same_bits(msg, dt, g + rd * es, f + rd * es,
+				  (size_t)(hd - rd) * es);
+	}
+}
+
+/* The rotated values of y (rd of each head) against the rotation in double
+ * of the stored y: within the fp32 sequence's rounding (bf16: one rounding
+ * of the result). */
+static void near_rot(int dt, const void *got, const void *y, const float *ctab,
+		     const float *stab, const int32_t *pos, int n, int heads,
+		     int hd, int rd)
+{
+	int half = rd / 2;
+	double tol = dt == TK_F32 ? 1e-6 : 1.0 / 128;
+
+	for (size_t row = 0; row < (size_t)n * heads; row++) {
+		size_t o = row * hd, t = row / heads;
+
+		for (int j = 0; j < rd; j++) {
+			int i = j % half;
+			double c = ctab[(size_t)pos[t] * half + i];
+			double s = stab[(size_t)pos[t] * half + i];
+			double a = tk_load_f32(y, dt, o + i);
+			double b = tk_load_f32(y, dt, o + half + i);
+			double want = j < half ? a * c - b * s : b * c + a * s;
+			double e = fabs(tk_load_f32(got, dt, o + j) - want);
+
+			ck_assert_msg(e <= tol * (fabs(a) + fabs(b)) + 1e-30,
+				      "qknorm_rope rd %d: row %zu dim %d off "
+				      "by %g",
+				      rd, row, j, e);
+		}
+	}
+}
+
+/* qknorm_rope with rd < hd (and rd == hd, which checks rot_ref against
+ * rope.c): fwd and bwd, with and without w, out of place and in place,
+ * against the explicit partial rotation (rot_ref) after / before the
+ * unfused rmsnorm ops; rd == 0 reads no table nor pos (NULL here). */
+static void check_qknorm_rope_rd(int dt, int n, int heads, int hd, int rd,
+				 uint64_t st)
+{
+	size_t nx = (size_t)n * heads * hd, es = tk_dtype_size(dt);
+	size_t bx = nx * es, nr = (size_t)n * heads, bw = hd * sizeof(float);
+	float *ctab, *stab, *ct, *sn, eps = 1e-6f;
+	int32_t *pos, *ps;
+	void *x = t_rand(dt, nx, -2, 2, &st),
+	     *w = t_rand(dt, hd, 0.5f, 1.5f, &st);
+	void *dout = t_rand(dt, nx, -1, 1, &st), *dout0 = t_copy(dt, dout, nx);
+	void *out = calloc(nx, es), *ref = calloc(nx, es), *y = calloc(nx, es);
+	void *dx = calloc(nx, es), *dref = calloc(nx, es), *g = calloc(nx, es);
+	float *rstd = fnew(nr), *rstd2 = fnew(nr);
+	float *dw = frand((size_t)hd, -1, 1, &st), *dw2 = fcopy(dw, (size_t)hd);
+
+	rope_setup(&ctab, &stab, &pos, n, rd, 64);
+	ct = rd ? ctab : NULL;
+	sn = rd ? stab : NULL;
+	ps = rd ? pos : NULL;
+	if (rd == hd) { /* the reference is rope.c's rotation */
+		memcpy(ref, x, bx);
+		ops->rope_fwd(dt, ref, ctab, stab, pos, n, heads, hd);
+		rot_ref(dt, out, x, ctab, stab, pos, n, heads, hd, rd, 1.0f);
+		same_bits("rot_ref == rope_fwd", dt, out, ref, bx);
+		memcpy(ref, dout, bx);
+		ops->rope_bwd(dt, ref, ctab, stab, pos, n, heads, hd);
+		rot_ref(dt, out, dout, ctab, stab, pos, n, heads, hd, rd,
+			-1.0f);
+		same_bits("rot_ref == rope_bwd", dt, out, ref, bx);
+	}
+
+	/* with w: rmsnorm_fwd over all hd values, then the partial rotation */
+	ops->rmsnorm_fwd(dt, y, rstd2, x, w, (int)nr, hd, eps);
+	rot_ref(dt, ref, y, ctab, stab, pos, n, heads, hd, rd, 1.0f);
+	ops->qknorm_rope_fwd(dt, out, rstd, x, w, ct, sn, ps, n, heads, hd, rd,
+			     eps);
+	same_parts("qknorm_rope_fwd", dt, out, ref, nr, hd, rd, 3);
+	/* past rd: rmsnorm_fwd's bits */
+	same_parts("qknorm_rope_fwd vs norm", dt, out, y, nr, hd, rd, 2);
+	near_rot(dt, out, y, ctab, stab, pos, n, heads, hd, rd);
+	same_bits("qknorm_rope_fwd rstd", dt, rstd, rstd2, nr * sizeof(float));
+
+	/* its backward: the partial inverse rotation, then rmsnorm_bwd */
+	rot_ref(dt, g, dout, ctab, stab, pos, n, heads, hd, rd, -1.0f);
+	ops->rmsnorm_bwd(dt, dref, dw2, g, x, w, rstd, (int)nr, hd);
+	ops->qknorm_rope_bwd(dt, dx, dw, dout, x, w, rstd, ct, sn, ps, n, heads,
+			     hd, rd);
+	same_parts("qknorm_rope_bwd dx", dt, dx, dref, nr, hd, rd, 3);
+	same_bits("qknorm_rope_bwd dw", dt, dw, dw2, bw);
+	same_bits("qknorm_rope_bwd dout kept", dt, dout, dout0, bx);
+
+	/* w NULL: the rotation alone, out of place and in place; the
+	 * pass-through values are x's bits; rstd untouched */
+	rot_ref(dt, ref, x, ctab, stab, pos, n, heads, hd, rd, 1.0f);
+	memcpy(rstd2, rstd, nr * sizeof(float));
+	memset(out, 0xff, bx);
+	ops->qknorm_rope_fwd(dt, out, rstd, x, NULL, ct, sn, ps, n, heads, hd,
+			     rd, eps);
+	same_parts("qknorm_rope_fwd w NULL", dt, out, ref, nr, hd, rd, 3);
+	same_parts("qknorm_rope_fwd w NULL vs x", dt, out, x, nr, hd, rd, 2);
+	near_rot(dt, out, x, ctab, stab, pos, n, heads, hd, rd);
+	same_bits("qknorm_rope_fwd rstd untouched", dt, rstd, rstd2,
+		  nr * sizeof(float));
+	memcpy(out, x, bx);
+	ops->qknorm_rope_fwd(dt, out, NULL, out, NULL, ct, sn, ps, n, heads, hd,
+			     rd, eps);
+	same_parts("qknorm_rope_fwd in place", dt, out, ref, nr, hd, rd, 3);
+
+	rot_ref(dt, dref, dout, ctab, stab, pos, n, heads, hd, rd, -1.0f);
+	memcpy(dw2, dw, bw);
+	memset(dx, 0xff, bx);
+	ops->qknorm_rope_bwd(dt, dx, NULL, dout, NULL, NULL, NULL, ct, sn, ps,
+			     n, heads, hd, rd);
+	same_parts("qknorm_rope_bwd w NULL", dt, dx, dref, nr, hd, rd, 3);
+	same_bits("qknorm_rope_bwd w NULL dout kept", dt, dout, dout0, bx);
+	ops->qknorm_rope_bwd(dt, dout, NULL, dout, NULL, NULL, NULL, ct, sn, ps,
+			     n, heads, hd, rd);
+	same_parts("qknorm_rope_bwd in place", dt, dout, dref, nr, hd, rd, 3);
+	same_bits("qknorm_rope_bwd dw untouched", dt, dw, dw2, bw);
+	if (rd == 0) { /* no rotation: a copy, and in place nothing */
+		same_bits("qknorm_rope_fwd rd 0 copy", dt, ref, x, bx);
+		same_bits("qknorm_rope_bwd rd 0 copy", dt, dref, dout0, bx);
+	}
+
+	free(ctab);
+	free(stab);
+	free(pos);
+	free(x);
+	free(w);
+	free(dout);
+	free(dout0);
+	free(out);
+	free(ref);
+	free(y);
+	free(dx);
+	free(dref);
+	free(g);
+	free(rstd);
+	free(rstd2);
+	free(dw);
+	free(dw2);
+}
+
 START_TEST(test_fused_qknorm_rope)
 {
 	/* heads 1..8, hd 16/64/128 (and an odd one: its last value is not
@@ -1975,6 +2165,31 @@ START_TEST(test_fused_qknorm_rope)
 		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
 			check_qknorm_rope(fdts[t], shapes[s][0], shapes[s][1],
 					  shapes[s][2], st++);
+}
+END_TEST
+
+START_TEST(test_fused_qknorm_rope_partial)
+{
+	/* GPT-NeoX's partial rotary: rd = hd, hd/2, hd/4, 0 (Pythia's
+	 * rotary_pct 0.25 is hd/4), hd 80 (rd 20: pairs not a power of two),
+	 * several dw column blocks, the parallel paths */
+	static const int shapes[][3] = {
+	    {1, 1, 16},	  {13, 2, 16}, {29, 3, 64},
+	    {17, 5, 128}, {9, 4, 80},  {70, 8, 64},
+	};
+	uint64_t st = 190;
+
+	for (int t = 0; t < 2; t++)
+		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]);
+		     s++) {
+			int hd = shapes[s][2];
+			const int rds[] = {hd, hd / 2, hd / 4, 0};
+
+			for (int r = 0; r < 4; r++)
+				check_qknorm_rope_rd(fdts[t], shapes[s][0],
+						     shapes[s][1], hd, rds[r],
+						     st++);
+		}
 }
 END_TEST
 
@@ -2436,6 +2651,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, test_matmul_bf16_k0);
 	tcase_add_test(tc, test_fused_norm);
 	tcase_add_test(tc, test_fused_qknorm_rope);
+	tcase_add_test(tc, test_fused_qknorm_rope_partial);
 	tcase_add_test(tc, test_linear_bias);
 	tcase_add_test(tc, test_linear_bias_k0);
 	tcase_add_test(tc, test_ce_chunks);

@@ -93,11 +93,12 @@ void tk_cpu_rope_bwd(int dt, void *dx, const float *cos, const float *sin,
 void tk_cpu_qknorm_rope_fwd(int dt, void *out, float *rstd, const void *x,
 			    const void *w, const float *cos, const float *sin,
 			    const int32_t *pos, int n, int heads, int hd,
-			    float eps);
+			    int rd, float eps);
 void tk_cpu_qknorm_rope_bwd(int dt, void *dx, float *dw, const void *dout,
 			    const void *x, const void *w, const float *rstd,
 			    const float *cos, const float *sin,
-			    const int32_t *pos, int n, int heads, int hd);
+			    const int32_t *pos, int n, int heads, int hd,
+			    int rd);
 
 /* attention.c */
 void tk_cpu_attention_fwd(int dt, void *out, float *lse, const void *q,

@@ -9,6 +9,12 @@
  * unfused sequence without its intermediate tensor. Without w the ops are
  * RoPE alone, out of place or in place. The cos/sin tables, rstd and dw are
  * fp32.
+ *
+ * Partial rotary (GPT-NeoX): only the first rd values of each head are
+ * rotated, in the rotate_half layout over those rd values (pairs (i, i +
+ * rd/2), tables [max_pos, rd / 2]); values rd..hd-1 pass through (the norm,
+ * with w, still spans all hd). rd == hd is the full rotation; an odd rd
+ * leaves its last value unrotated as rope.c does an odd hd.
  */
 #include <math.h>
 
@@ -20,14 +26,14 @@
 #define QK_COLS 16
 
 /* Element j of rope_bwd of the row at o of d [., hd], rounded to dt; c and
- * s are the row's position's tables [hd / 2]. */
+ * s are the row's position's tables [half] (half = rd / 2). */
 TK_CPU_INLINE float rot_bwd_at(int dt, const void *d, size_t o, const float *c,
 			       const float *s, int j, int half)
 {
 	float a, b, si;
 	int i = j < half ? j : j - half;
 
-	if (j >= 2 * half) /* odd hd: the last value is not rotated */
+	if (j >= 2 * half) /* past the rotated dims: passed through */
 		return tk_load_f32(d, dt, o + j);
 	a = tk_load_f32(d, dt, o + i);
 	b = tk_load_f32(d, dt, o + half + i);
@@ -36,32 +42,32 @@ TK_CPU_INLINE float rot_bwd_at(int dt, const void *d, size_t o, const float *c,
 			    dt);
 }
 
-/* dst row at o = src row rotated by dir (+1 forward, -1 backward); dst may
- * be src: both values of a pair are read before either is written. */
+/* dst row at o = src row rotated by dir (+1 forward, -1 backward) over its
+ * first 2 * half values, the rest copied; dst may be src: both values of a
+ * pair are read before either is written. */
 TK_CPU_INLINE void rot_row(int dt, void *dst, const void *src, size_t o,
-			   const float *c, const float *s, int hd, float dir)
+			   const float *c, const float *s, int hd, int half,
+			   float dir)
 {
-	int half = hd / 2;
-
 	for (int i = 0; i < half; i++) {
 		float a = tk_load_f32(src, dt, o + i);
 		float b = tk_load_f32(src, dt, o + half + i), si = dir * s[i];
 		tk_store_f32_rne(dst, dt, o + i, a * c[i] - b * si);
 		tk_store_f32_rne(dst, dt, o + half + i, b * c[i] + a * si);
 	}
-	if (hd & 1)
-		tk_store_f32_rne(dst, dt, o + hd - 1,
-				 tk_load_f32(src, dt, o + hd - 1));
+	if (dst != src)
+		for (int j = 2 * half; j < hd; j++)
+			tk_store_f32_rne(dst, dt, o + j,
+					 tk_load_f32(src, dt, o + j));
 }
 
 /* Row `row` (token * heads + head): rmsnorm_fwd over its hd values, then
- * rope_fwd. */
+ * rope_fwd over the first 2 * half. */
 TK_CPU_INLINE void norm_rot_row(int dt, void *out, float *rstd, const void *x,
 				const void *w, const float *c, const float *s,
-				size_t row, int hd, float eps)
+				size_t row, int hd, int half, float eps)
 {
 	const size_t o = row * hd;
-	int half = hd / 2;
 	double ss = 0;
 	float r;
 
@@ -84,10 +90,10 @@ TK_CPU_INLINE void norm_rot_row(int dt, void *out, float *rstd, const void *x,
 		tk_store_f32_rne(out, dt, o + i, a * c[i] - b * si);
 		tk_store_f32_rne(out, dt, o + half + i, b * c[i] + a * si);
 	}
-	if (hd & 1)
-		tk_store_f32_rne(out, dt, o + hd - 1,
-				 tk_load_f32(w, dt, hd - 1) *
-				     (tk_load_f32(x, dt, o + hd - 1) * r));
+	for (int j = 2 * half; j < hd; j++)
+		tk_store_f32_rne(out, dt, o + j,
+				 tk_load_f32(w, dt, j) *
+				     (tk_load_f32(x, dt, o + j) * r));
 }
 
 /* Row `row`: dx = rmsnorm_bwd's dx with dout = rope_bwd(dout), the
@@ -95,10 +101,10 @@ TK_CPU_INLINE void norm_rot_row(int dt, void *out, float *rstd, const void *x,
 TK_CPU_INLINE void rot_norm_bwd_row(int dt, void *dx, const void *dout,
 				    const void *x, const void *w,
 				    const float *rstd, const float *c,
-				    const float *s, size_t row, int hd)
+				    const float *s, size_t row, int hd,
+				    int half)
 {
 	const size_t o = row * hd;
-	int half = hd / 2;
 	double r = rstd[row], dot = 0;
 	float k;
 
@@ -114,21 +120,28 @@ TK_CPU_INLINE void rot_norm_bwd_row(int dt, void *dx, const void *dout,
 				      tk_load_f32(x, dt, o + j) * k));
 }
 
+/* Token t's row of a table [max_pos, half]; no table (nor pos) is read
+ * when half is 0. */
+TK_CPU_INLINE const float *tab_at(const float *tab, const int32_t *pos,
+				  size_t t, int half)
+{
+	return half ? tab + (size_t)pos[t] * half : tab;
+}
+
 /* dw [c0, c0 + nc) += sum over rows, in order, of rope_bwd(dout) * x *
  * rstd (rmsnorm.c's rms_dw_cols on the rotated gradient). */
 TK_CPU_INLINE void rot_norm_dw_cols(int dt, float *dw, const void *dout,
 				    const void *x, const float *rstd,
 				    const float *cos, const float *sin,
 				    const int32_t *pos, int n, int heads,
-				    int hd, int c0, int nc)
+				    int hd, int half, int c0, int nc)
 {
 	double acc[QK_COLS] = {0};
-	int half = hd / 2;
 
 	for (size_t row = 0; row < (size_t)n * heads; row++) {
 		const size_t o = row * hd;
-		const float *c = cos + (size_t)pos[row / heads] * half;
-		const float *s = sin + (size_t)pos[row / heads] * half;
+		const float *c = tab_at(cos, pos, row / heads, half);
+		const float *s = tab_at(sin, pos, row / heads, half);
 		double r = rstd[row];
 
 		for (int j = 0; j < nc; j++)
@@ -144,80 +157,89 @@ TK_CPU_INLINE void rot_norm_dw_cols(int dt, float *dw, const void *dout,
 TK_CPU_INLINE void fwd_token(int dt, void *out, float *rstd, const void *x,
 			     const void *w, const float *cos, const float *sin,
 			     const int32_t *pos, int t, int heads, int hd,
-			     float eps)
+			     int half, float eps)
 {
-	const float *c = cos + (size_t)pos[t] * (hd / 2);
-	const float *s = sin + (size_t)pos[t] * (hd / 2);
+	const float *c = tab_at(cos, pos, (size_t)t, half);
+	const float *s = tab_at(sin, pos, (size_t)t, half);
 
 	for (int h = 0; h < heads; h++) {
 		size_t row = (size_t)t * heads + h;
 
 		if (w)
-			norm_rot_row(dt, out, rstd, x, w, c, s, row, hd, eps);
+			norm_rot_row(dt, out, rstd, x, w, c, s, row, hd, half,
+				     eps);
 		else
-			rot_row(dt, out, x, row * hd, c, s, hd, 1.0f);
+			rot_row(dt, out, x, row * hd, c, s, hd, half, 1.0f);
 	}
 }
 
 TK_CPU_INLINE void bwd_token(int dt, void *dx, const void *dout, const void *x,
 			     const void *w, const float *rstd, const float *cos,
 			     const float *sin, const int32_t *pos, int t,
-			     int heads, int hd)
+			     int heads, int hd, int half)
 {
-	const float *c = cos + (size_t)pos[t] * (hd / 2);
-	const float *s = sin + (size_t)pos[t] * (hd / 2);
+	const float *c = tab_at(cos, pos, (size_t)t, half);
+	const float *s = tab_at(sin, pos, (size_t)t, half);
 
 	for (int h = 0; h < heads; h++) {
 		size_t row = (size_t)t * heads + h;
 
 		if (w)
 			rot_norm_bwd_row(dt, dx, dout, x, w, rstd, c, s, row,
-					 hd);
+					 hd, half);
 		else
-			rot_row(dt, dx, dout, row * hd, c, s, hd, -1.0f);
+			rot_row(dt, dx, dout, row * hd, c, s, hd, half, -1.0f);
 	}
 }
 
 /* out, x [n, heads * hd]; rstd [n * heads] (with w); w [hd] or NULL;
- * cos/sin [max_pos, hd / 2]; pos [n]. */
+ * cos/sin [max_pos, rd / 2]; pos [n]; the first rd of each head's hd
+ * values rotated. */
 void tk_cpu_qknorm_rope_fwd(int dt, void *out, float *rstd, const void *x,
 			    const void *w, const float *cos, const float *sin,
 			    const int32_t *pos, int n, int heads, int hd,
-			    float eps)
+			    int rd, float eps)
 {
+	int half = rd / 2;
+
 	if (dt != TK_F32 && dt != TK_BF16)
+		return;
+	if (!w && !half && out == x) /* nothing to rotate, nothing to copy */
 		return;
 #pragma omp parallel for if ((long long)n * heads * hd >= TK_CPU_PAR_MIN)
 	for (int t = 0; t < n; t++) {
 		if (dt == TK_F32)
 			fwd_token(TK_F32, out, rstd, x, w, cos, sin, pos, t,
-				  heads, hd, eps);
+				  heads, hd, half, eps);
 		else
 			fwd_token(TK_BF16, out, rstd, x, w, cos, sin, pos, t,
-				  heads, hd, eps);
+				  heads, hd, half, eps);
 	}
 }
 
-/* dx, dout [n, heads * hd]; with w: x [n, heads * hd] the norm's input,
- * rstd [n * heads], dw [hd] accumulates. */
+/* dx, dout [n, heads * hd]; cos/sin [max_pos, rd / 2]; with w: x [n, heads *
+ * hd] the norm's input, rstd [n * heads], dw [hd] accumulates. */
 void tk_cpu_qknorm_rope_bwd(int dt, void *dx, float *dw, const void *dout,
 			    const void *x, const void *w, const float *rstd,
 			    const float *cos, const float *sin,
-			    const int32_t *pos, int n, int heads, int hd)
+			    const int32_t *pos, int n, int heads, int hd,
+			    int rd)
 {
 	int par = (long long)n * heads * hd >= TK_CPU_PAR_MIN;
-	int nblk = (hd + QK_COLS - 1) / QK_COLS;
+	int nblk = (hd + QK_COLS - 1) / QK_COLS, half = rd / 2;
 
 	if (dt != TK_F32 && dt != TK_BF16)
+		return;
+	if (!w && !half && dx == dout)
 		return;
 #pragma omp parallel for if (par)
 	for (int t = 0; t < n; t++) {
 		if (dt == TK_F32)
 			bwd_token(TK_F32, dx, dout, x, w, rstd, cos, sin, pos,
-				  t, heads, hd);
+				  t, heads, hd, half);
 		else
 			bwd_token(TK_BF16, dx, dout, x, w, rstd, cos, sin, pos,
-				  t, heads, hd);
+				  t, heads, hd, half);
 	}
 	if (!w)
 		return;
@@ -231,9 +253,9 @@ void tk_cpu_qknorm_rope_bwd(int dt, void *dx, float *dw, const void *dout,
 
 		if (dt == TK_F32)
 			rot_norm_dw_cols(TK_F32, dw, dout, x, rstd, cos, sin,
-					 pos, n, heads, hd, c0, nc);
+					 pos, n, heads, hd, half, c0, nc);
 		else
 			rot_norm_dw_cols(TK_BF16, dw, dout, x, rstd, cos, sin,
-					 pos, n, heads, hd, c0, nc);
+					 pos, n, heads, hd, half, c0, nc);
 	}
 }

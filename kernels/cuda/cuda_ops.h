@@ -148,12 +148,12 @@ void tkc_rope_bwd(int dt, void *dx, const float *cos, const float *sin,
 /* qknorm_rope.cu */
 void tkc_qknorm_rope_fwd(int dt, void *out, float *rstd, const void *x,
 			 const void *w, const float *cos, const float *sin,
-			 const int32_t *pos, int n, int heads, int hd,
+			 const int32_t *pos, int n, int heads, int hd, int rd,
 			 float eps);
 void tkc_qknorm_rope_bwd(int dt, void *dx, float *dw, const void *dout,
 			 const void *x, const void *w, const float *rstd,
 			 const float *cos, const float *sin, const int32_t *pos,
-			 int n, int heads, int hd);
+			 int n, int heads, int hd, int rd);
 
 /* attention.cu */
 void tkc_attention_fwd(int dt, void *out, float *lse, const void *q,

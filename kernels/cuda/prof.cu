@@ -225,13 +225,13 @@ WRAP(rmsnorm_bwd_add, TK_PHASE_ELEMENTWISE,
 WRAP(qknorm_rope_fwd, TK_PHASE_ELEMENTWISE,
      (int dt, void *out, float *rstd, const void *x, const void *w,
       const float *cos, const float *sin, const int32_t *pos, int n, int heads,
-      int hd, float eps),
-     (dt, out, rstd, x, w, cos, sin, pos, n, heads, hd, eps))
+      int hd, int rd, float eps),
+     (dt, out, rstd, x, w, cos, sin, pos, n, heads, hd, rd, eps))
 WRAP(qknorm_rope_bwd, TK_PHASE_ELEMENTWISE,
      (int dt, void *dx, float *dw, const void *dout, const void *x,
       const void *w, const float *rstd, const float *cos, const float *sin,
-      const int32_t *pos, int n, int heads, int hd),
-     (dt, dx, dw, dout, x, w, rstd, cos, sin, pos, n, heads, hd))
+      const int32_t *pos, int n, int heads, int hd, int rd),
+     (dt, dx, dw, dout, x, w, rstd, cos, sin, pos, n, heads, hd, rd))
 WRAP(linear_bias, TK_PHASE_GEMM,
      (int M, int N, int K, int ab_dtype, const void *A, int lda, const void *B,
       int ldb, const void *bias, int c_dtype, void *C, int ldc),

@@ -2,7 +2,7 @@
  *
  * x [n, heads * hd]: one warp per (token, head) row of hd values. Forward:
  * the warp sums the row's squares (double, a fixed butterfly), each lane
- * normalizes a pair (i, i + hd/2), rounds both values to dt as rmsnorm_fwd
+ * normalizes a pair (i, i + rd/2), rounds both values to dt as rmsnorm_fwd
  * stores them, and rotates the pair as rope.cu does. Before: rmsnorm_fwd
  * then rope_fwd, two kernels and the normalized tensor written and read
  * back; after: one kernel, x read once and out written once.
@@ -19,6 +19,11 @@
  * lane reads its pair before writing it). The element-wise arithmetic is
  * the CPU's (-fmad=false); only the row sums and dw's sum over rows differ
  * from the CPU's in summation order (in double).
+ *
+ * Partial rotary (GPT-NeoX): the pairs are (i, i + rd/2) over each head's
+ * first rd values (tables [max_pos, rd / 2]); values rd..hd-1 pass through
+ * (normalized with w). rd == hd is the full rotation; rd == 0 reads no
+ * table nor pos.
  */
 #include "cuda_ops.h"
 
@@ -26,6 +31,14 @@
 #define QK_COLS 32 /* dw: columns per block */
 #define QK_ROWS 32 /* dw: thread rows per block */
 #define QK_DW_THREADS (QK_COLS * QK_ROWS)
+
+/* Row `row`'s position's row of a table [max_pos, nhalf]; neither read
+ * when nhalf is 0. */
+__device__ static inline const float *
+qk_tab(const float *tab, const int32_t *pos, size_t row, int heads, int nhalf)
+{
+	return nhalf ? tab + (size_t)pos[row / heads] * nhalf : tab;
+}
 
 /* The sum over the warp, the same bits in every lane (each butterfly step
  * adds the same two values in either order). */
@@ -37,7 +50,7 @@ __device__ static inline double qk_warp_sum(double v)
 }
 
 /* Element j of rope_bwd of the row d [hd], rounded to T; c and s are the
- * row's position's tables [hd / 2]. */
+ * row's position's tables [nhalf] (nhalf = rd / 2). */
 template <typename T>
 __device__ static inline float rot_bwd_at(const T *d, const float *c,
 					  const float *s, int j, int nhalf)
@@ -45,7 +58,7 @@ __device__ static inline float rot_bwd_at(const T *d, const float *c,
 	int i = j < nhalf ? j : j - nhalf;
 	float a, b, si;
 
-	if (j >= 2 * nhalf) /* odd hd: the last value is not rotated */
+	if (j >= 2 * nhalf) /* past the rotated dims: passed through */
 		return tkc_ld(d[j]);
 	a = tkc_ld(d[i]);
 	b = tkc_ld(d[nhalf + i]);
@@ -53,17 +66,18 @@ __device__ static inline float rot_bwd_at(const T *d, const float *c,
 	return tkc_stored<T>(j < nhalf ? a * c[i] - b * si : b * c[i] + a * si);
 }
 
-/* out [rows, hd] = rope (dir +1 forward, -1 backward) of x, normalized
- * first when w [hd] is set (rstd [rows] saved); out may be x without w.
+/* out [rows, hd] = rope (dir +1 forward, -1 backward) of x over each
+ * row's first 2 * nhalf values, the rest passed through, normalized first
+ * when w [hd] is set (rstd [rows] saved); out may be x without w.
  * rows = n * heads; grid ceil(rows / QK_WARPS), block QK_WARPS warps. */
 template <typename T>
 __global__ static void __launch_bounds__(QK_WARPS * 32)
     qk_fwd_kernel(T *out, float *rstd, const T *x, const T *w, const float *cos,
 		  const float *sin, const int32_t *pos, size_t rows, int heads,
-		  int hd, float eps, float dir)
+		  int hd, int nhalf, float eps, float dir)
 {
 	size_t row = (size_t)blockIdx.x * QK_WARPS + (threadIdx.x >> 5);
-	int lane = threadIdx.x & 31, nhalf = hd / 2;
+	int lane = threadIdx.x & 31;
 	const T *xi;
 	T *oi;
 	const float *c, *s;
@@ -73,8 +87,8 @@ __global__ static void __launch_bounds__(QK_WARPS * 32)
 		return;
 	xi = x + row * hd;
 	oi = out + row * hd;
-	c = cos + (size_t)pos[row / heads] * nhalf;
-	s = sin + (size_t)pos[row / heads] * nhalf;
+	c = qk_tab(cos, pos, row, heads, nhalf);
+	s = qk_tab(sin, pos, row, heads, nhalf);
 	if (w) {
 		double ss = 0;
 
@@ -98,12 +112,12 @@ __global__ static void __launch_bounds__(QK_WARPS * 32)
 		tkc_put(&oi[i], a * c[i] - b * si);
 		tkc_put(&oi[nhalf + i], b * c[i] + a * si);
 	}
-	if ((hd & 1) && lane == 0) {
-		float v = tkc_ld(xi[hd - 1]);
+	for (int j = 2 * nhalf + lane; j < hd; j += 32) {
+		float v = tkc_ld(xi[j]);
 
 		if (w)
-			v = tkc_ld(w[hd - 1]) * (v * r);
-		tkc_put(&oi[hd - 1], v);
+			v = tkc_ld(w[j]) * (v * r);
+		tkc_put(&oi[j], v);
 	}
 }
 
@@ -113,10 +127,10 @@ template <typename T>
 __global__ static void __launch_bounds__(QK_WARPS * 32)
     qk_bwd_kernel(T *dx, const T *dout, const T *x, const T *w,
 		  const float *rstd, const float *cos, const float *sin,
-		  const int32_t *pos, size_t rows, int heads, int hd)
+		  const int32_t *pos, size_t rows, int heads, int hd, int nhalf)
 {
 	size_t row = (size_t)blockIdx.x * QK_WARPS + (threadIdx.x >> 5);
-	int lane = threadIdx.x & 31, nhalf = hd / 2;
+	int lane = threadIdx.x & 31;
 	const T *di, *xi;
 	T *dxi;
 	const float *c, *s;
@@ -128,8 +142,8 @@ __global__ static void __launch_bounds__(QK_WARPS * 32)
 	di = dout + row * hd;
 	xi = x + row * hd;
 	dxi = dx + row * hd;
-	c = cos + (size_t)pos[row / heads] * nhalf;
-	s = sin + (size_t)pos[row / heads] * nhalf;
+	c = qk_tab(cos, pos, row, heads, nhalf);
+	s = qk_tab(sin, pos, row, heads, nhalf);
 	rs = rstd[row];
 	for (int j = lane; j < hd; j += 32)
 		dot += (double)rot_bwd_at(di, c, s, j, nhalf) * tkc_ld(w[j]) *
@@ -150,17 +164,18 @@ template <typename T>
 __global__ static void __launch_bounds__(QK_DW_THREADS)
     qk_dw_kernel(float *dw, const T *dout, const T *x, const float *rstd,
 		 const float *cos, const float *sin, const int32_t *pos,
-		 size_t rows, int heads, int hd)
+		 size_t rows, int heads, int hd, int nhalf)
 {
 	__shared__ double part[QK_ROWS][QK_COLS];
-	int j = blockIdx.x * QK_COLS + threadIdx.x, nhalf = hd / 2;
+	int j = blockIdx.x * QK_COLS + threadIdx.x;
 	double acc = 0;
 
 	if (j < hd)
 		for (size_t row = threadIdx.y; row < rows; row += QK_ROWS) {
-			size_t o = row * hd, p = (size_t)pos[row / heads];
-			float g = rot_bwd_at(dout + o, cos + p * nhalf,
-					     sin + p * nhalf, j, nhalf);
+			size_t o = row * hd;
+			float g = rot_bwd_at(
+			    dout + o, qk_tab(cos, pos, row, heads, nhalf),
+			    qk_tab(sin, pos, row, heads, nhalf), j, nhalf);
 
 			acc += (double)g * tkc_ld(x[o + j]) * (double)rstd[row];
 		}
@@ -182,14 +197,16 @@ static unsigned qk_grid(size_t rows)
 template <typename T>
 static void qk_fwd(void *out, float *rstd, const void *x, const void *w,
 		   const float *cos, const float *sin, const int32_t *pos,
-		   int n, int heads, int hd, float eps, float dir,
+		   int n, int heads, int hd, int rd, float eps, float dir,
 		   const char *what)
 {
 	size_t rows = (size_t)n * heads;
 
+	if (!w && rd / 2 == 0 && out == x) /* nothing to rotate or copy */
+		return;
 	qk_fwd_kernel<T><<<qk_grid(rows), QK_WARPS * 32, 0, tkc_stream()>>>(
 	    (T *)out, rstd, (const T *)x, (const T *)w, cos, sin, pos, rows,
-	    heads, hd, eps, dir);
+	    heads, hd, rd / 2, eps, dir);
 	tkc_check_launch(what);
 }
 
@@ -197,34 +214,34 @@ template <typename T>
 static void qk_bwd(void *dx, float *dw, const void *dout, const void *x,
 		   const void *w, const float *rstd, const float *cos,
 		   const float *sin, const int32_t *pos, int n, int heads,
-		   int hd)
+		   int hd, int rd)
 {
 	size_t rows = (size_t)n * heads;
 
 	qk_dw_kernel<T><<<(hd + QK_COLS - 1) / QK_COLS, dim3(QK_COLS, QK_ROWS),
 			  0, tkc_stream()>>>(dw, (const T *)dout, (const T *)x,
 					     rstd, cos, sin, pos, rows, heads,
-					     hd);
+					     hd, rd / 2);
 	tkc_check_launch("qknorm_rope_bwd dw");
 	qk_bwd_kernel<T><<<qk_grid(rows), QK_WARPS * 32, 0, tkc_stream()>>>(
 	    (T *)dx, (const T *)dout, (const T *)x, (const T *)w, rstd, cos,
-	    sin, pos, rows, heads, hd);
+	    sin, pos, rows, heads, hd, rd / 2);
 	tkc_check_launch("qknorm_rope_bwd dx");
 }
 
 void tkc_qknorm_rope_fwd(int dt, void *out, float *rstd, const void *x,
 			 const void *w, const float *cos, const float *sin,
-			 const int32_t *pos, int n, int heads, int hd,
+			 const int32_t *pos, int n, int heads, int hd, int rd,
 			 float eps)
 {
 	if (n <= 0 || heads <= 0 || hd <= 0)
 		return;
 	if (dt == TK_F32)
-		qk_fwd<float>(out, rstd, x, w, cos, sin, pos, n, heads, hd, eps,
-			      1.0f, "qknorm_rope_fwd");
+		qk_fwd<float>(out, rstd, x, w, cos, sin, pos, n, heads, hd, rd,
+			      eps, 1.0f, "qknorm_rope_fwd");
 	else if (dt == TK_BF16)
 		qk_fwd<tkc_bf16>(out, rstd, x, w, cos, sin, pos, n, heads, hd,
-				 eps, 1.0f, "qknorm_rope_fwd");
+				 rd, eps, 1.0f, "qknorm_rope_fwd");
 	else
 		tkc_bad_dtype("qknorm_rope_fwd", dt);
 }
@@ -232,7 +249,7 @@ void tkc_qknorm_rope_fwd(int dt, void *out, float *rstd, const void *x,
 void tkc_qknorm_rope_bwd(int dt, void *dx, float *dw, const void *dout,
 			 const void *x, const void *w, const float *rstd,
 			 const float *cos, const float *sin, const int32_t *pos,
-			 int n, int heads, int hd)
+			 int n, int heads, int hd, int rd)
 {
 	if (n <= 0 || heads <= 0 || hd <= 0)
 		return;
@@ -243,18 +260,18 @@ void tkc_qknorm_rope_bwd(int dt, void *dx, float *dw, const void *dout,
 	if (!w) { /* RoPE's inverse rotation alone */
 		if (dt == TK_F32)
 			qk_fwd<float>(dx, NULL, dout, NULL, cos, sin, pos, n,
-				      heads, hd, 0.0f, -1.0f,
+				      heads, hd, rd, 0.0f, -1.0f,
 				      "qknorm_rope_bwd");
 		else
 			qk_fwd<tkc_bf16>(dx, NULL, dout, NULL, cos, sin, pos, n,
-					 heads, hd, 0.0f, -1.0f,
+					 heads, hd, rd, 0.0f, -1.0f,
 					 "qknorm_rope_bwd");
 		return;
 	}
 	if (dt == TK_F32)
 		qk_bwd<float>(dx, dw, dout, x, w, rstd, cos, sin, pos, n, heads,
-			      hd);
+			      hd, rd);
 	else
 		qk_bwd<tkc_bf16>(dx, dw, dout, x, w, rstd, cos, sin, pos, n,
-				 heads, hd);
+				 heads, hd, rd);
 }

@@ -1002,10 +1002,12 @@ END_TEST
 
 /* qknorm_rope_fwd / bwd as rms_case and rope_case: with w within the
  * rmsnorm tolerances (the row sums' order), without w (RoPE alone, out of
- * place and in place) bit for bit; the backward from the CPU's rstd. */
-static void qk_case(int dt, int n, int heads, int hd, uint64_t *st)
+ * place and in place) bit for bit; the backward from the CPU's rstd. rd:
+ * the rotated dims of each head (GPT-NeoX's partial rotary when < hd,
+ * tables [max_pos, rd / 2]); rd 0 passes NULL tables and pos to both. */
+static void qk_case(int dt, int n, int heads, int hd, int rd, uint64_t *st)
 {
-	int half = hd / 2, max_pos = 50;
+	int half = rd / 2, max_pos = 50;
 	size_t nx = (size_t)n * heads * hd, nr = (size_t)n * heads;
 	size_t nt = (size_t)max_pos * (half ? half : 1), es = tk_dtype_size(dt);
 	void *x = trand(dt, nx, -2, 2, st), *w = trand(dt, hd, 0.5f, 1.5f, st);
@@ -1015,8 +1017,8 @@ static void qk_case(int dt, int n, int heads, int hd, uint64_t *st)
 	int32_t *pos = hnew((size_t)n * sizeof(int32_t));
 	void *out = hnew(nx * es), *dx = hnew(nx * es), *got;
 	void *d_x, *d_w, *d_dout, *d_out, *d_dx;
-	float *d_c, *d_s, *d_dw, *d_rstd, *gotf;
-	int32_t *d_pos;
+	float *d_c, *d_s, *d_dw, *d_rstd, *gotf, *hc = c, *hs = s, *dc, *ds;
+	int32_t *d_pos, *hpos = pos, *dpos;
 
 	/* packed documents: positions restart at random points */
 	for (int i = 0, p = 0; i < n; i++, p++) {
@@ -1034,12 +1036,19 @@ static void qk_case(int dt, int n, int heads, int hd, uint64_t *st)
 	d_rstd = dnan(nr);
 	d_out = tnan(dt, nx);
 	d_dx = tnan(dt, nx);
+	dc = d_c;
+	ds = d_s;
+	dpos = d_pos;
+	if (!rd) { /* neither backend reads them */
+		hc = hs = dc = ds = NULL;
+		hpos = dpos = NULL;
+	}
 
 	/* with w */
-	cpu->qknorm_rope_fwd(dt, out, rstd, x, w, c, s, pos, n, heads, hd,
-			     1e-6f);
-	gpu->qknorm_rope_fwd(dt, d_out, d_rstd, d_x, d_w, d_c, d_s, d_pos, n,
-			     heads, hd, 1e-6f);
+	cpu->qknorm_rope_fwd(dt, out, rstd, x, w, hc, hs, hpos, n, heads, hd,
+			     rd, 1e-6f);
+	gpu->qknorm_rope_fwd(dt, d_out, d_rstd, d_x, d_w, dc, ds, dpos, n,
+			     heads, hd, rd, 1e-6f);
 	got = dget(d_out, nx * es);
 	check_t("qknorm_rope_fwd out", dt, got, out, nx, 0, TOL_ELEM);
 	free(got);
@@ -1047,10 +1056,10 @@ static void qk_case(int dt, int n, int heads, int hd, uint64_t *st)
 	check_close("qknorm_rope_fwd rstd", gotf, rstd, nr, TOL_ELEM);
 	free(gotf);
 	gpu->upload(d_rstd, rstd, nr * sizeof(float));
-	cpu->qknorm_rope_bwd(dt, dx, dw, dout, x, w, rstd, c, s, pos, n, heads,
-			     hd);
-	gpu->qknorm_rope_bwd(dt, d_dx, d_dw, d_dout, d_x, d_w, d_rstd, d_c, d_s,
-			     d_pos, n, heads, hd);
+	cpu->qknorm_rope_bwd(dt, dx, dw, dout, x, w, rstd, hc, hs, hpos, n,
+			     heads, hd, rd);
+	gpu->qknorm_rope_bwd(dt, d_dx, d_dw, d_dout, d_x, d_w, d_rstd, dc, ds,
+			     dpos, n, heads, hd, rd);
 	got = dget(d_dx, nx * es);
 	check_t("qknorm_rope_bwd dx", dt, got, dx, nx, 0, TOL_ELEM);
 	free(got);
@@ -1063,10 +1072,10 @@ static void qk_case(int dt, int n, int heads, int hd, uint64_t *st)
 
 	/* w NULL: out of place, then in place over x; rstd untouched */
 	gpu->upload(d_rstd, rstd, nr * sizeof(float));
-	cpu->qknorm_rope_fwd(dt, out, NULL, x, NULL, c, s, pos, n, heads, hd,
-			     1e-6f);
-	gpu->qknorm_rope_fwd(dt, d_out, d_rstd, d_x, NULL, d_c, d_s, d_pos, n,
-			     heads, hd, 1e-6f);
+	cpu->qknorm_rope_fwd(dt, out, NULL, x, NULL, hc, hs, hpos, n, heads, hd,
+			     rd, 1e-6f);
+	gpu->qknorm_rope_fwd(dt, d_out, d_rstd, d_x, NULL, dc, ds, dpos, n,
+			     heads, hd, rd, 1e-6f);
 	got = dget(d_out, nx * es);
 	check_t("qknorm_rope_fwd w NULL", dt, got, out, nx, 1, 0);
 	free(got);
@@ -1074,20 +1083,20 @@ static void qk_case(int dt, int n, int heads, int hd, uint64_t *st)
 	check_same("qknorm_rope_fwd rstd untouched", gotf, rstd,
 		   nr * sizeof(float));
 	free(gotf);
-	gpu->qknorm_rope_fwd(dt, d_x, NULL, d_x, NULL, d_c, d_s, d_pos, n,
-			     heads, hd, 1e-6f);
+	gpu->qknorm_rope_fwd(dt, d_x, NULL, d_x, NULL, dc, ds, dpos, n, heads,
+			     hd, rd, 1e-6f);
 	got = dget(d_x, nx * es);
 	check_t("qknorm_rope_fwd in place", dt, got, out, nx, 1, 0);
 	free(got);
-	cpu->qknorm_rope_bwd(dt, dx, NULL, dout, NULL, NULL, NULL, c, s, pos, n,
-			     heads, hd);
-	gpu->qknorm_rope_bwd(dt, d_dx, NULL, d_dout, NULL, NULL, NULL, d_c, d_s,
-			     d_pos, n, heads, hd);
+	cpu->qknorm_rope_bwd(dt, dx, NULL, dout, NULL, NULL, NULL, hc, hs, hpos,
+			     n, heads, hd, rd);
+	gpu->qknorm_rope_bwd(dt, d_dx, NULL, d_dout, NULL, NULL, NULL, dc, ds,
+			     dpos, n, heads, hd, rd);
 	got = dget(d_dx, nx * es);
 	check_t("qknorm_rope_bwd w NULL", dt, got, dx, nx, 1, 0);
 	free(got);
-	gpu->qknorm_rope_bwd(dt, d_dout, NULL, d_dout, NULL, NULL, NULL, d_c,
-			     d_s, d_pos, n, heads, hd);
+	gpu->qknorm_rope_bwd(dt, d_dout, NULL, d_dout, NULL, NULL, NULL, dc, ds,
+			     dpos, n, heads, hd, rd);
 	got = dget(d_dout, nx * es);
 	check_t("qknorm_rope_bwd in place", dt, got, dx, nx, 1, 0);
 	free(got);
@@ -1119,15 +1128,30 @@ START_TEST(test_qknorm_rope)
 	uint64_t st = 39;
 
 	for (int t = 0; t < 2; t++) {
-		qk_case(dts[t], 1, 1, 2, &st);
-		qk_case(dts[t], 19, 3, 10, &st);
+		qk_case(dts[t], 1, 1, 2, 2, &st);
+		qk_case(dts[t], 19, 3, 10, 10, &st);
 		/* odd hd: the last value normalized, not rotated */
-		qk_case(dts[t], 7, 2, 7, &st);
-		qk_case(dts[t], 33, 5, 16, &st);
-		qk_case(dts[t], 300, 4, 64, &st);
-		qk_case(dts[t], 512, 8, 128, &st);
+		qk_case(dts[t], 7, 2, 7, 7, &st);
+		qk_case(dts[t], 33, 5, 16, 16, &st);
+		qk_case(dts[t], 300, 4, 64, 64, &st);
+		qk_case(dts[t], 512, 8, 128, 128, &st);
 		/* hd past a warp's pairs and a dw block */
-		qk_case(dts[t], 9, 2, 200, &st);
+		qk_case(dts[t], 9, 2, 200, 200, &st);
+		/* GPT-NeoX's partial rotary: rd = hd/2, hd/4 (Pythia), 0,
+		 * with and without w */
+		qk_case(dts[t], 33, 5, 16, 8, &st);
+		qk_case(dts[t], 33, 5, 16, 4, &st);
+		qk_case(dts[t], 33, 5, 16, 0, &st);
+		qk_case(dts[t], 300, 4, 64, 32, &st);
+		qk_case(dts[t], 300, 4, 64, 16, &st);
+		qk_case(dts[t], 300, 4, 64, 0, &st);
+		qk_case(dts[t], 512, 8, 128, 64, &st);
+		qk_case(dts[t], 512, 8, 128, 32, &st);
+		qk_case(dts[t], 19, 3, 80, 20, &st);
+		/* pass-through past a warp's lanes and a dw block */
+		qk_case(dts[t], 9, 2, 200, 100, &st);
+		qk_case(dts[t], 9, 2, 200, 50, &st);
+		qk_case(dts[t], 9, 2, 200, 0, &st);
 	}
 }
 END_TEST

@@ -68,10 +68,11 @@ static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
 	lp_linear_fwd(c, a->v, a->ln1, W[TACO_L_V], W[TACO_L_V_BIAS], N, H,
 		      Dkv);
 	o->qknorm_rope_fwd(dt, a->q, a->rstd_q, qd, qn, w->rope_cos,
-			   w->rope_sin, w->pos, N, cf->heads, hd, cf->rms_eps);
+			   w->rope_sin, w->pos, N, cf->heads, hd,
+			   cf->rotary_dim, cf->rms_eps);
 	o->qknorm_rope_fwd(dt, a->k, a->rstd_k, kd, kn, w->rope_cos,
 			   w->rope_sin, w->pos, N, cf->kv_heads, hd,
-			   cf->rms_eps);
+			   cf->rotary_dim, cf->rms_eps);
 	o->attention_fwd(dt, a->att, a->lse, a->q, a->k, a->v, w->pos, B, T,
 			 cf->heads, cf->kv_heads, hd, cf->sliding_window,
 			 1.0f / sqrtf((float)hd));
@@ -116,7 +117,8 @@ static void qknorm_bwd(step_ctx *c, int id, void *dx, const void *dout,
 	float *g = lp_norm_grad(c, id, hd);
 
 	c->o->qknorm_rope_bwd(c->dt, dx, g, dout, x, wt, rstd, w->rope_cos,
-			      w->rope_sin, w->pos, w->s.N, heads, hd);
+			      w->rope_sin, w->pos, w->s.N, heads, hd,
+			      c->m->cfg.rotary_dim);
 	grad_whole_end(c, id);
 }
 
@@ -195,10 +197,10 @@ static void llama_bwd(step_ctx *c, int l, const void *x)
 	} else {
 		o->qknorm_rope_bwd(dt, w->dq, NULL, w->dq, NULL, NULL, NULL,
 				   w->rope_cos, w->rope_sin, w->pos, N,
-				   cf->heads, hd);
+				   cf->heads, hd, cf->rotary_dim);
 		o->qknorm_rope_bwd(dt, w->dk, NULL, w->dk, NULL, NULL, NULL,
 				   w->rope_cos, w->rope_sin, w->pos, N,
-				   cf->kv_heads, hd);
+				   cf->kv_heads, hd, cf->rotary_dim);
 	}
 	lp_linear_bwd_x(c, w->dtmp, dqf, W[TACO_L_Q], N, H, D, 0.0f);
 	lp_linear_bwd_x(c, w->dtmp, dkf, W[TACO_L_K], N, H, Dkv, 1.0f);
