@@ -385,7 +385,7 @@ static int run(const args *a, json_t *res, taco_err *err)
 		t0 = now();
 		/* lr 1e-5: a fine-tuning rate, the weights stay random */
 		if ((r = taco_train_step(
-			 m, o, NULL, &(taco_batch){a->B, a->T, tok, tgt, NULL},
+			 m, o, NULL, &(taco_batch){a->B, a->T, tok, tgt, NULL, 0},
 			 1e-5f, &st, err)))
 			goto out;
 		/* A download waits for the backend's queue: the step's end. */

@@ -82,7 +82,7 @@ int main(int argc, char **argv)
 	tgt = rows(json_object_get(root, "targets"), B, T);
 	for (int i = 0; i < warmup + iters; i++) {
 		double t0 = now();
-		if (taco_model_step(m, &(taco_batch){B, T, tok, tgt, NULL}, 0,
+		if (taco_model_step(m, &(taco_batch){B, T, tok, tgt, NULL, 0}, 0,
 				    NULL, &st, &err)) {
 			fprintf(stderr, "bench_step: %s\n", err.msg);
 			return 1;

@@ -15,6 +15,7 @@
 
 static const char *const fixtures[] = {
     "llama_gqa", "qwen3_tied", "mistral_sw", "qwen2_bias", "llama_bf16",
+    "opt_pre",	 "opt_post",   "neox_par",   "neox_seq",
 };
 
 typedef struct fixture {
@@ -24,6 +25,10 @@ typedef struct fixture {
 	double loss, loss_bf16; /* transformers in fp32, in bf16 */
 	int64_t n_targets;
 	taco_st_file *expected;
+	/* gradients that are 0 in exact arithmetic (OPT's key biases: the
+	 * softmax cancels them); transformers gives rounding noise */
+	char zero[16][96];
+	int n_zero;
 } fixture;
 
 static int32_t *int_matrix(json_t *rows, int *B, int *T)
@@ -69,6 +74,12 @@ static void fixture_load(fixture *f, const char *name, int bf16)
 	f->loss = json_number_value(json_object_get(exp, "loss"));
 	f->loss_bf16 = json_number_value(json_object_get(exp, "loss_bf16"));
 	f->n_targets = json_integer_value(json_object_get(exp, "n_targets"));
+	{
+		json_t *z = json_object_get(exp, "zero_in_exact_arithmetic");
+		for (size_t i = 0; z && i < json_array_size(z) && i < 16; i++)
+			snprintf(f->zero[f->n_zero++], sizeof(f->zero[0]), "%s",
+				 json_string_value(json_array_get(z, i)));
+	}
 	json_decref(exp);
 	snprintf(path, sizeof(path), "%s/expected.safetensors", dir);
 	r = taco_st_open(path, &f->expected, &err);
@@ -294,7 +305,7 @@ static void check_fixture(const char *name, run_opts ro)
 		so.mlp_chunks = 3;
 	}
 	ck_assert_int_eq(taco_model_set_step_opts(f.m, &so, &err), 0);
-	b = (taco_batch){f.B, f.T, f.tokens, f.targets, NULL};
+	b = (taco_batch){f.B, f.T, f.tokens, f.targets, NULL, 0};
 
 	if (!ro.scribble) {
 		size_t n = (size_t)f.B * f.T * f.m->cfg.vocab;
@@ -342,6 +353,15 @@ static void check_fixture(const char *name, run_opts ro)
 				      "%s: %s element %zu never given", name,
 				      t->name, k);
 		e = tu_rel_err(gs.g[i], ref, t->numel);
+		for (int z = 0; z < f.n_zero; z++)
+			if (strstr(gname, f.zero[z])) {
+				/* absolute: both sides are rounding noise */
+				e = 0;
+				for (size_t k = 0; k < t->numel; k++)
+					if (fabs(gs.g[i][k]) > e)
+						e = fabs(gs.g[i][k]);
+				e = e < 1e-6 ? 0 : e;
+			}
 		if (e > worst) {
 			worst = e;
 			worst_name = t->name;
@@ -468,10 +488,10 @@ static void check_packing(const char *name)
 	grads_init(&gu, f.m, 0, 1);
 	sp_sink = grads_sink(&gp);
 	su_sink = grads_sink(&gu);
-	r = taco_model_step(f.m, &(taco_batch){1, P, ptok, ptgt, ppos}, 0,
+	r = taco_model_step(f.m, &(taco_batch){1, P, ptok, ptgt, ppos, 0}, 0,
 			    &sp_sink, &sp, &err);
 	ck_assert_msg(r == 0, "%s", err.msg);
-	r = taco_model_step(f.m, &(taco_batch){3, U, utok, utgt, NULL}, 0,
+	r = taco_model_step(f.m, &(taco_batch){3, U, utok, utgt, NULL, 0}, 0,
 			    &su_sink, &su, &err);
 	ck_assert_msg(r == 0, "%s", err.msg);
 	grads_finish(&gp);
@@ -507,28 +527,29 @@ START_TEST(test_bad_batch)
 
 	fixture_load(&f, "llama_gqa", 0);
 	tok[2] = 256;
-	r = taco_model_step(f.m, &(taco_batch){1, 4, tok, tgt, NULL}, 0, NULL,
-			    &st, &err);
+	r = taco_model_step(f.m, &(taco_batch){1, 4, tok, tgt, NULL, 0}, 0,
+			    NULL, &st, &err);
 	ck_assert_int_eq(r, -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "token id 256"));
 	tok[2] = 3;
 	tgt[1] = -5;
-	r = taco_model_eval(f.m, &(taco_batch){1, 4, tok, tgt, NULL}, &st,
+	r = taco_model_eval(f.m, &(taco_batch){1, 4, tok, tgt, NULL, 0}, &st,
 			    &err);
 	ck_assert_int_eq(r, -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "target id -5"));
 	tgt[1] = 3;
-	r = taco_model_eval(f.m, &(taco_batch){1, 4, tok, tgt, pos}, &st, &err);
+	r = taco_model_eval(f.m, &(taco_batch){1, 4, tok, tgt, pos, 0}, &st,
+			    &err);
 	ck_assert_int_eq(r, -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "position 2"));
-	r = taco_model_eval(f.m, &(taco_batch){0, 4, tok, tgt, NULL}, &st,
+	r = taco_model_eval(f.m, &(taco_batch){0, 4, tok, tgt, NULL, 0}, &st,
 			    &err);
 	ck_assert_int_eq(r, -EINVAL);
 	/* All targets masked: loss 0, a zero gradient, no failure. */
 	for (int i = 0; i < 4; i++)
 		tgt[i] = -100;
-	r = taco_model_step(f.m, &(taco_batch){1, 4, tok, tgt, NULL}, 0, NULL,
-			    &st, &err);
+	r = taco_model_step(f.m, &(taco_batch){1, 4, tok, tgt, NULL, 0}, 0,
+			    NULL, &st, &err);
 	ck_assert_int_eq(r, 0);
 	ck_assert_int_eq(st.n_targets, 0);
 	fixture_free(&f);
@@ -564,7 +585,8 @@ START_TEST(test_export_matches_transformers)
 	for (int b = 0; b < B; b++)
 		for (int t = 0; t < T; t++)
 			tgt[b * T + t] = t + 1 < T ? lab[b * T + t + 1] : -100;
-	r = taco_model_eval(m, &(taco_batch){B, T, tok, tgt, NULL}, &st, &err);
+	r = taco_model_eval(m, &(taco_batch){B, T, tok, tgt, NULL, 0}, &st,
+			    &err);
 	ck_assert_msg(r == 0, "%s", err.msg);
 	want = json_real_value(json_object_get(exp, "loss"));
 	ck_assert_msg(fabs(st.loss - want) < 1e-5 * want,

@@ -125,10 +125,10 @@ START_TEST(test_sharded_same_loss)
 	for (int i = 0; i < 16; i++)
 		tok[i] = (i * 37) % 256, tgt[i] = (i * 41 + 3) % 256;
 	ck_assert_int_eq(
-	    taco_model_eval(a, &(taco_batch){1, 16, tok, tgt, NULL}, &sa, &err),
+	    taco_model_eval(a, &(taco_batch){1, 16, tok, tgt, NULL, 0}, &sa, &err),
 	    0);
 	ck_assert_int_eq(
-	    taco_model_eval(b, &(taco_batch){1, 16, tok, tgt, NULL}, &sb, &err),
+	    taco_model_eval(b, &(taco_batch){1, 16, tok, tgt, NULL, 0}, &sb, &err),
 	    0);
 	ck_assert(sa.loss == sb.loss);
 	taco_model_free(a);

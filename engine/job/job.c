@@ -26,6 +26,7 @@ static void defaults(taco_job *job)
 	job->log_every = 1;
 	job->max_examples = 10000000;
 	job->activation_checkpointing = 1;
+	job->dropout = -1;
 }
 
 int taco_job_parse(const char *json, size_t len, const char *dir, taco_job *job,

@@ -58,6 +58,7 @@ typedef struct taco_job {
 	int precision;		      /* enum taco_precision */
 	int activation_offload;	      /* enum taco_choice */
 	int mlp_chunks;		      /* 0: auto */
+	double dropout;		      /* residual dropout; -1: the config's */
 	int packing;		      /* several examples per sequence */
 	int chat_template;	      /* enum taco_template */
 	int train_on_all;	      /* 0: answers only */

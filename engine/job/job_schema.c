@@ -120,6 +120,7 @@ const taco_job_key taco_job_keys[] = {
     {"activation_offload", REQUEST, TACO_JOB_ENUM, AT(activation_offload),
      .names = choices},
     {"mlp_chunks", REQUEST, TACO_JOB_INT, AT(mlp_chunks), INTS(0, 1024)},
+    {"dropout", REQUEST, TACO_JOB_NUM, AT(dropout), NUMS(0, 0.9)},
     {"packing", REQUEST, TACO_JOB_BOOL, AT(packing)},
     {"chat_template", REQUEST, TACO_JOB_ENUM, AT(chat_template),
      .names = templates},

@@ -129,9 +129,8 @@ static int parse_arch(json_t *root, const char *name, taco_config *c,
 	    err, -ENOTSUP,
 	    "%s: architecture '%s' is not supported (supported: "
 	    "LlamaForCausalLM, MistralForCausalLM, "
-	    "Qwen2ForCausalLM, Qwen3ForCausalLM; "
-	    "OPTForCausalLM and GPTNeoXForCausalLM for "
-	    "planning only)",
+	    "Qwen2ForCausalLM, Qwen3ForCausalLM, OPTForCausalLM, "
+	    "GPTNeoXForCausalLM)",
 	    name, want);
 }
 
@@ -338,6 +337,7 @@ static int parse_opt(json_t *root, const char *name, taco_config *c,
 	c->act = TACO_ACT_RELU;
 	c->tie_embeddings = 1;
 	c->dropout = 0.1f; /* OPTConfig's default */
+	c->pad_embed = 1;  /* OPTConfig's pad_token_id */
 	if ((r = parse_sizes(root, name, "ffn_dim", c, err)))
 		return r;
 	c->max_pos = 2048;
@@ -355,6 +355,8 @@ static int parse_opt(json_t *root, const char *name, taco_config *c,
 	    (r = get_bool(root, name, "tie_word_embeddings", &c->tie_embeddings,
 			  err)) ||
 	    (r = get_dropout(root, name, "dropout", &c->dropout, err)) ||
+	    (r = get_int(root, name, "pad_token_id", &c->pad_embed, 0, -1,
+			 TACO_MAX_VOCAB, err)) ||
 	    (r = zero_dropout(root, name, "attention_dropout", err)) ||
 	    (r = zero_dropout(root, name, "activation_dropout", err)) ||
 	    (r = zero_dropout(root, name, "layerdrop", err)))
@@ -404,6 +406,7 @@ static int parse_neox(json_t *root, const char *name, taco_config *c,
 	int r;
 
 	c->family = TACO_FAMILY_NEOX;
+	c->pad_embed = -1;
 	c->layer_norm = 1;
 	c->act = TACO_ACT_GELU;
 	c->parallel_residual = 1;
@@ -487,14 +490,13 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 	if (c.arch == TACO_ARCH_OPT || c.arch == TACO_ARCH_GPT_NEOX) {
 		r = c.arch == TACO_ARCH_OPT ? parse_opt(root, name, &c, err)
 					    : parse_neox(root, name, &c, err);
-		/* the engine does not train these families yet */
-		c.shapes_only = 1;
 		if (!r)
 			*out = c;
 		return r;
 	}
 	c.gated_mlp = 1;
 	c.norm_before = c.final_norm = 1;
+	c.pad_embed = -1;
 	if ((r = get_int(root, name, "hidden_size", &c.hidden, 1, 1,
 			 TACO_MAX_HIDDEN, err)) ||
 	    (r = get_int(root, name, "intermediate_size", &c.intermediate, 1, 1,

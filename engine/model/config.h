@@ -94,6 +94,9 @@ typedef struct taco_config {
 	int final_norm;	       /* a norm after the last layer */
 	float dropout;	       /* residual dropout the config trains with
 				  (OPT dropout, NeoX hidden_dropout) */
+	int pad_embed;	       /* OPT: the embedding's padding_idx
+				  (pad_token_id), whose row the lookup
+				  gives no gradient; -1: none */
 } taco_config;
 
 /* Parses config.json text. name is used in error messages (a path). */

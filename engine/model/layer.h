@@ -9,6 +9,8 @@
 
 /* The layer ops of each family. */
 extern const taco_layer_ops taco_llama_layer;
+extern const taco_layer_ops taco_opt_layer;
+extern const taco_layer_ops taco_neox_layer;
 
 /* y[N, out] = x[N, in] W[out, in]^T (+ b[out], added before y is
  * rounded). */
@@ -29,5 +31,35 @@ int lp_block(step_ctx *c, int b, int *n);
 float *lp_norm_grad(step_ctx *c, int id, int H);
 /* A bias's gradient: the column sums of dy [N, C], to the sink. */
 void lp_bias_grad(step_ctx *c, int id, const void *dy, int N, int C);
+
+/* The family's norm of x [n, H] into out: RMSNorm (b and mean unused)
+ * or LayerNorm with bias; mean and rstd (f32 [n]) kept for backward. */
+void lp_norm_fwd(step_ctx *c, void *out, float *mean, float *rstd,
+		 const void *x, const void *w, const void *b, int n, int H);
+/* Its backward from dout: the input gradient into tmp [n, H], then added
+ * to dres unless dres is NULL; the weight's (tensor wid) and the bias's
+ * (bid) gradients to the sink. tmp may be dout (LayerNorm; RMSNorm without
+ * dres). */
+void lp_norm_bwd(step_ctx *c, int wid, int bid, void *dres, void *tmp,
+		 const void *dout, const void *x, const void *w,
+		 const float *mean, const float *rstd, int n, int H);
+
+/* Residual dropout of x [n] (site 0: the attention branch, 1: the MLP's)
+ * of layer l while training: the mask of (seed, batch rng, l, site). */
+void lp_dropout(step_ctx *c, void *x, size_t n, int l, int site);
+/* The gradient of a dropped branch: dy [N, H] masked into w->ddrop, or dy
+ * itself without dropout. */
+const void *lp_dropped(step_ctx *c, const void *dy, int l, int site);
+
+/* The fc1 / activation / fc2 MLP (OPT, GPT-NeoX) of in [N, H] into out
+ * [N, H], biases included, block by block. */
+void lp_mlp_fwd(step_ctx *c, taco_layer_acts *a, const void *W[TACO_L_COUNT],
+		const void *in, void *out);
+/* Its backward: dout [N, H] the gradient of its output, din [N, H] that
+ * of its input (overwritten); the weights' gradients to the sink. Each
+ * block is recomputed from in unless activations are kept. */
+void lp_mlp_bwd(step_ctx *c, int l, taco_layer_acts *a,
+		const void *W[TACO_L_COUNT], const void *in, const void *dout,
+		void *din);
 
 #endif

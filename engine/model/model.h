@@ -103,6 +103,10 @@ typedef struct taco_model {
 	/* The step's schedule (taco_model_set_step_opts; read by the work
 	 * buffers, so change it only between steps). */
 	taco_step_opts sched;
+	/* Residual dropout while training (taco_model_set_dropout): rate 0
+	 * (off) to 0.9, and the seed of its masks. */
+	float dropout;
+	uint64_t dropout_seed;
 } taco_model;
 
 /* One micro-batch. targets[i] is the token that position i must predict
@@ -114,6 +118,10 @@ typedef struct taco_batch {
 	const int32_t *tokens;
 	const int32_t *targets;
 	const int32_t *pos;
+	/* Which draw of the dropout masks this micro-batch takes (the
+	 * trainer: the optimizer step times the accumulation count plus the
+	 * micro-batch), so that a resumed run repeats them. */
+	uint64_t rng;
 } taco_batch;
 
 /* A piece of one tensor's fp32 gradient, backend memory, valid during the
@@ -175,6 +183,14 @@ int taco_model_load_as(const char *dir, const tk_ops *ops, int act_dtype,
  * columns). Releases the step buffers when it changes. */
 int taco_model_set_step_opts(taco_model *m, const taco_step_opts *s,
 			     taco_err *err);
+
+/* Residual dropout while training: rate p in [0, 0.9] after each layer's
+ * attention and MLP branches (OPT, GPT-NeoX: where transformers applies
+ * the config's dropout / hidden_dropout), masks drawn from seed and the
+ * batch's rng; evaluation never drops. -EINVAL for a rate out of range or
+ * a family without those sites (Llama's). */
+int taco_model_set_dropout(taco_model *m, float p, uint64_t seed,
+			   taco_err *err);
 
 /* The tensor list and shapes of cfg without weights (every data NULL, ops
  * NULL): what the planner and parameter counts need, at any model size. */

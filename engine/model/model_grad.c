@@ -182,3 +182,46 @@ void grad_whole_end(step_ctx *c, int id)
 		    .col0 = 0,
 		    .cols = t->ndim == 2 ? (int)t->shape[1] : (int)t->numel});
 }
+
+/* A whole gradient at g (in the current block) to the sink. */
+static void whole_at(step_ctx *c, int id, float *g)
+{
+	const taco_tensor *t = &c->m->tensors[id];
+
+	emit(c, &(taco_grad_part){
+		    .tensor = id,
+		    .kind = TACO_PART_WHOLE,
+		    .g = g,
+		    .ld = t->ndim == 2 ? (int)t->shape[1] : (int)t->numel,
+		    .row0 = 0,
+		    .rows = t->ndim == 2 ? (int)t->shape[0] : 1,
+		    .col0 = 0,
+		    .cols = t->ndim == 2 ? (int)t->shape[1] : (int)t->numel});
+}
+
+void grad_pair_begin(step_ctx *c, int wid, int bid, size_t n, float **gw,
+		     float **gb)
+{
+	float *dw = grad_wanted(c, wid) ? grad_dense(c, wid) : NULL;
+	float *db = bid >= 0 && grad_wanted(c, bid) ? grad_dense(c, bid) : NULL;
+	float *blk = NULL;
+
+	/* a block for whatever is not a dense buffer: the weight's first,
+	 * the bias's after it (a block holds 2 n, model_work.c) */
+	if (!dw || (bid >= 0 && !db)) {
+		blk = grad_block(c);
+		c->o->memset0(blk, 2 * n * sizeof(float));
+	}
+	*gw = dw ? dw : blk;
+	*gb = bid < 0 ? NULL : db ? db : blk + n;
+}
+
+void grad_pair_end(step_ctx *c, int wid, int bid, float *gw, float *gb)
+{
+	if (c->sink && c->sink->dense)
+		return;
+	if (grad_wanted(c, wid))
+		whole_at(c, wid, gw);
+	if (bid >= 0 && grad_wanted(c, bid))
+		whole_at(c, bid, gb);
+}

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "step.h"
+#include "layer.h"
 
 static tk_ce_rows rows_at(taco_work *w, int r0)
 {
@@ -34,7 +34,7 @@ static const void *head_weight(step_ctx *c)
 static void chunk_logits(step_ctx *c, const void *head, int v0, int vc, int r0,
 			 int n)
 {
-	int H = c->m->cfg.hidden;
+	int H = c->m->cfg.proj_dim;
 
 	c->o->matmul(0, 1, n, vc, H, 1.0f, c->dt,
 		     step_at(c->w->hf, (size_t)r0 * H, c->es), H,
@@ -66,21 +66,69 @@ static void download_logits(step_ctx *c, float *host, int v0, int vc, int r0,
 			       (size_t)vc * sizeof(float));
 }
 
+/* x_last [N, hidden] -> hf [N, proj_dim]: the final norm (RMSNorm,
+ * LayerNorm, or none: OPT's post-LN) and OPT's project_out. */
+static void final_fwd(step_ctx *c, const void *x_last)
+{
+	const taco_model *m = c->m;
+	taco_work *w = c->w;
+	int N = w->s.N, H = m->cfg.hidden, P = m->cfg.proj_dim;
+	void *normed = m->proj_out >= 0 ? w->hn : w->hf;
+
+	if (m->final_norm >= 0)
+		lp_norm_fwd(c, normed, w->mean_f, w->rstd_f, x_last,
+			    step_weight(c, m->final_norm, w->w_final),
+			    step_weight(c, m->final_norm_bias, w->w_top), N, H);
+	else if (m->proj_out >= 0)
+		normed = (void *)x_last;
+	else
+		c->o->convert(w->hf, c->dt, x_last, c->dt, (size_t)N * H);
+	if (m->proj_out >= 0)
+		lp_linear_fwd(c, w->hf, normed,
+			      step_weight(c, m->proj_out, w->w_top), NULL, N, H,
+			      P);
+}
+
+void step_final_bwd(step_ctx *c, const void *x_last)
+{
+	const taco_model *m = c->m;
+	taco_work *w = c->w;
+	int N = w->s.N, H = m->cfg.hidden, P = m->cfg.proj_dim;
+	const void *dy = m->cfg.tie_embeddings ? w->dtie : w->hf;
+
+	if (m->proj_out >= 0) {
+		/* d(normed) = dy W_out, the weight's last use, into dx (free
+		 * till the norm's backward writes it); then W_out's gradient
+		 * from dy and normed */
+		const void *normed = m->final_norm >= 0 ? w->hn : x_last;
+		lp_linear_bwd_x(c, w->dx, dy,
+				step_weight(c, m->proj_out, w->w_top), N, H, P,
+				0.0f);
+		grad_linear_cols(c, m->proj_out, dy, P, normed, H, N, P, H, 0);
+		dy = w->dx;
+	}
+	if (m->final_norm >= 0)
+		lp_norm_bwd(c, m->final_norm, m->final_norm_bias, NULL, w->dx,
+			    dy, x_last,
+			    step_weight(c, m->final_norm, w->w_final),
+			    w->mean_f, w->rstd_f, N, H);
+	else if (m->proj_out < 0)
+		c->o->convert(w->dx, c->dt, dy, c->dt, (size_t)N * H);
+}
+
 void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
 	       float *host_logits, double *row_loss)
 {
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
-	int N = w->s.N, H = cf->hidden, V = cf->vocab;
+	int N = w->s.N, H = cf->proj_dim, V = cf->vocab;
 	int Vc = w->s.Vc, Nc = w->s.Nc, head_id = c->m->lm_head;
 	int untied = !cf->tie_embeddings && grad_wanted(c, head_id);
 	const void *head;
 	tk_ce_rows s = rows_at(w, 0);
 
-	o->rmsnorm_fwd(c->dt, w->hf, w->rstd_f, x_last,
-		       step_weight(c, c->m->final_norm, w->w_final), N, H,
-		       cf->rms_eps);
+	final_fwd(c, x_last);
 	head = head_weight(c);
 	/* pass 1: log-sum-exp */
 	for (int v0 = 0; v0 < V; v0 += Vc) {
@@ -139,14 +187,14 @@ void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
 static int embedding_rows(step_ctx *c, int id)
 {
 	taco_work *w = c->w;
-	int N = w->s.N, H = c->m->cfg.hidden, U = w->n_uniq;
+	int N = w->s.N, H = c->m->cfg.proj_dim, U = w->n_uniq;
 	int rb = taco_gemm_down((int)(w->s.gblock / (size_t)H));
 
 	for (int u0 = 0; u0 < U && !c->err; u0 += rb) {
 		int n = U - u0 < rb ? U - u0 : rb;
 		float *g = grad_block(c);
 		c->o->memset0(g, (size_t)n * H * sizeof(float));
-		c->o->embedding_bwd(c->dt, g, w->dx, w->rows, N, H, u0, n);
+		c->o->embedding_bwd(c->dt, g, c->de, w->rows, N, H, u0, n);
 		grad_emit_rows(c, id, g, H, 0, n, w->uniq + u0, u0 == 0,
 			       u0 + n >= U);
 	}
@@ -159,7 +207,7 @@ static void head_rows(step_ctx *c, const void *head, int v0, int vc, float *g,
 		      int add, float grad_scale)
 {
 	taco_work *w = c->w;
-	int N = w->s.N, Nc = w->s.Nc, H = c->m->cfg.hidden;
+	int N = w->s.N, Nc = w->s.Nc, H = c->m->cfg.proj_dim;
 
 	for (int r0 = 0; r0 < N; r0 += Nc) {
 		int n = N - r0 < Nc ? N - r0 : Nc;
@@ -177,7 +225,7 @@ static int tied_rows(step_ctx *c, int id, float grad_scale)
 {
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
-	int N = w->s.N, H = cf->hidden, V = cf->vocab, Vc = w->s.Vc;
+	int N = w->s.N, H = cf->proj_dim, V = cf->vocab, Vc = w->s.Vc;
 	const void *head = head_weight(c);
 
 	for (int v0 = 0; v0 < V && !c->err; v0 += Vc) {
@@ -185,7 +233,8 @@ static int tied_rows(step_ctx *c, int id, float grad_scale)
 		float *g = grad_block(c);
 		head_rows(c, head, v0, vc, g, 0, grad_scale);
 		/* the embedding's share: the tokens in [v0, v0 + vc) */
-		c->o->embedding_bwd(c->dt, g, w->dx, w->tokens, N, H, v0, vc);
+		c->o->embedding_bwd(c->dt, g, c->de, step_emb_ids(c), N, H, v0,
+				    vc);
 		grad_emit_rows(c, id, g, H, v0, vc, NULL, v0 == 0,
 			       v0 + vc >= V);
 	}
@@ -195,7 +244,7 @@ static int tied_rows(step_ctx *c, int id, float grad_scale)
 /* Tied, dense mode: the head's rows into the dense buffer. */
 static void tied_dense(step_ctx *c, float *dense, float grad_scale)
 {
-	int V = c->m->cfg.vocab, Vc = c->w->s.Vc, H = c->m->cfg.hidden;
+	int V = c->m->cfg.vocab, Vc = c->w->s.Vc, H = c->m->cfg.proj_dim;
 	const void *head = head_weight(c);
 
 	for (int v0 = 0; v0 < V; v0 += Vc)
@@ -207,7 +256,7 @@ void step_embedding_grad(step_ctx *c, float grad_scale)
 {
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
-	int id = c->m->embed, N = w->s.N, H = cf->hidden, r = 0;
+	int id = c->m->embed, N = w->s.N, H = cf->proj_dim, r = 0;
 	float *dense;
 
 	if (!grad_wanted(c, id))
@@ -215,8 +264,8 @@ void step_embedding_grad(step_ctx *c, float grad_scale)
 	if ((dense = grad_dense(c, id))) {
 		if (cf->tie_embeddings)
 			tied_dense(c, dense, grad_scale);
-		c->o->embedding_bwd(c->dt, dense, w->dx, w->tokens, N, H, 0,
-				    cf->vocab);
+		c->o->embedding_bwd(c->dt, dense, c->de, step_emb_ids(c), N, H,
+				    0, cf->vocab);
 		return;
 	}
 	r = cf->tie_embeddings ? tied_rows(c, id, grad_scale)

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "step.h"
+#include "layer.h"
 
 int taco_batch_check(const taco_model *m, const taco_batch *b,
 		     int64_t *n_targets, taco_err *err)
@@ -33,6 +33,15 @@ int taco_batch_check(const taco_model *m, const taco_batch *b,
 					    "id %d outside the vocabulary (%d)",
 					    i / b->T, i % b->T, y, V);
 		n += y != -100;
+		if (m->cfg.learned_pos &&
+		    (b->pos ? b->pos[i] : i % b->T) >= m->cfg.max_pos)
+			return taco_err_set(err, -EINVAL,
+					    "batch row %d position %d: "
+					    "document position %d is past the "
+					    "model's %d learned positions",
+					    i / b->T, i % b->T,
+					    b->pos ? b->pos[i] : i % b->T,
+					    m->cfg.max_pos);
 		if (b->pos) {
 			int p = b->pos[i];
 			int ok =
@@ -104,7 +113,7 @@ out:
 static int prepare_batch(taco_model *m, const taco_batch *b, taco_err *err)
 {
 	taco_work *w = m->work;
-	int N = b->B * b->T, half = m->cfg.head_dim / 2, r;
+	int N = b->B * b->T, half = m->cfg.rotary_dim / 2, r;
 	int32_t *pos = NULL;
 	float *cs = NULL;
 
@@ -112,17 +121,27 @@ static int prepare_batch(taco_model *m, const taco_batch *b, taco_err *err)
 		return r;
 	m->ops->upload(w->tokens, b->tokens, (size_t)N * 4);
 	m->ops->upload(w->targets, b->targets, (size_t)N * 4);
-	if (b->pos) {
-		m->ops->upload(w->pos, b->pos, (size_t)N * 4);
-	} else {
-		pos = malloc((size_t)N * 4);
-		if (!pos)
-			return taco_err_set(err, -ENOMEM, "out of memory");
+	pos = malloc((size_t)N * 4);
+	if (!pos)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	for (int i = 0; i < N; i++)
+		pos[i] = b->pos ? b->pos[i] : i % b->T;
+	m->ops->upload(w->pos, pos, (size_t)N * 4);
+	if (w->pos_ids) { /* OPT: the table's rows carry an offset of 2 */
 		for (int i = 0; i < N; i++)
-			pos[i] = i % b->T;
-		m->ops->upload(w->pos, pos, (size_t)N * 4);
-		free(pos);
+			pos[i] += 2;
+		m->ops->upload(w->pos_ids, pos, (size_t)N * 4);
 	}
+	if (w->emb_rows) { /* OPT: padding_idx gets no gradient */
+		for (int i = 0; i < N; i++)
+			pos[i] = b->tokens[i] == m->cfg.pad_embed
+				     ? -1
+				     : b->tokens[i];
+		m->ops->upload(w->emb_rows, pos, (size_t)N * 4);
+	}
+	free(pos);
+	if (!half)
+		return 0;
 	cs = malloc((size_t)b->T * half * 2 * sizeof(float));
 	if (!cs)
 		return taco_err_set(err, -ENOMEM, "out of memory");
@@ -155,6 +174,78 @@ static void *host_x(step_ctx *c, int l)
 	return step_at(c->w->xs_host, (size_t)l * NH, c->es);
 }
 
+/* The token embedding into x0 [N, hidden]; OPT: through project_in, plus
+ * the learned positions. */
+static void embed_fwd(step_ctx *c, void *x0)
+{
+	const taco_model *m = c->m;
+	taco_work *w = c->w;
+	int N = w->s.N, H = m->cfg.hidden, P = m->cfg.proj_dim;
+	const void *emb = step_weight(c, m->embed, w->w_head);
+
+	if (m->proj_in >= 0) {
+		c->o->embedding_fwd(c->dt, w->emb_tmp, emb, w->tokens, N, P);
+		lp_linear_fwd(c, x0, w->emb_tmp,
+			      step_weight(c, m->proj_in, w->w_top), NULL, N, P,
+			      H);
+	} else {
+		c->o->embedding_fwd(c->dt, x0, emb, w->tokens, N, H);
+	}
+	if (m->pos_embed >= 0) {
+		c->o->embedding_fwd(c->dt, w->emb_tmp,
+				    step_weight(c, m->pos_embed, w->w_top),
+				    w->pos_ids, N, H);
+		c->o->add(c->dt, x0, w->emb_tmp, (size_t)N * H);
+	}
+}
+
+const int32_t *step_emb_ids(const step_ctx *c)
+{
+	return c->w->emb_rows ? c->w->emb_rows : c->w->tokens;
+}
+
+/* After backward (w->dx: the gradient of x0): the learned positions' and
+ * project_in's gradients, and c->de, the token embedding output's. */
+static void embed_bwd(step_ctx *c)
+{
+	const taco_model *m = c->m;
+	taco_work *w = c->w;
+	int N = w->s.N, H = m->cfg.hidden, P = m->cfg.proj_dim;
+	int id = m->pos_embed;
+
+	c->de = w->dx;
+	if (id >= 0 && grad_wanted(c, id)) {
+		float *dense = grad_dense(c, id);
+		/* rows 2 .. T + 1 at most are used: the others get 0 */
+		int R = (int)m->tensors[id].shape[0];
+		int used = w->s.T + 2 < R ? w->s.T + 2 : R;
+		int rb = taco_gemm_down((int)(w->s.gblock / (size_t)H));
+		if (dense)
+			c->o->embedding_bwd(c->dt, dense, w->dx, w->pos_ids, N,
+					    H, 0, R);
+		for (int r0 = 0; !dense && r0 < used && !c->err; r0 += rb) {
+			int n = used - r0 < rb ? used - r0 : rb;
+			float *g = grad_block(c);
+			c->o->memset0(g, (size_t)n * H * sizeof(float));
+			c->o->embedding_bwd(c->dt, g, w->dx, w->pos_ids, N, H,
+					    r0, n);
+			grad_emit_rows(c, id, g, H, r0, n, NULL, r0 == 0,
+				       r0 + n >= used);
+		}
+	}
+	if (m->proj_in < 0)
+		return;
+	/* de = dx W_in (W_in's last use), then dW_in [H, P] = dx^T e with e
+	 * the lookup again */
+	lp_linear_bwd_x(c, w->dembed, w->dx,
+			step_weight(c, m->proj_in, w->w_top), N, P, H, 0.0f);
+	c->o->embedding_fwd(c->dt, w->emb_tmp,
+			    step_weight(c, m->embed, w->w_head), w->tokens, N,
+			    P);
+	grad_linear_cols(c, m->proj_in, w->dx, H, w->emb_tmp, P, N, H, P, 0);
+	c->de = w->dembed;
+}
+
 /* Embedding and every layer; the last layer's output is layer_x(L). With
  * offload, input l goes to host memory while layer l runs: the wait before
  * it covers the copies up to l - 1, so the slot layer l writes (that of
@@ -164,10 +255,8 @@ static void forward_all(step_ctx *c)
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
 	size_t NH = (size_t)w->s.N * cf->hidden;
-	const void *emb = step_weight(c, c->m->embed, w->w_head);
 
-	c->o->embedding_fwd(c->dt, layer_x(c, 0), emb, w->tokens, w->s.N,
-			    cf->hidden);
+	embed_fwd(c, layer_x(c, 0));
 	for (int l = 0; l < cf->layers; l++) {
 		if (w->s.offload) {
 			c->o->copy_wait();
@@ -249,31 +338,21 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 	const taco_config *cf = &m->cfg;
 	taco_step_stats st;
 	step_ctx c;
-	taco_work *w;
 	int64_t norm;
 	float scale;
-	int r, fid = m->final_norm;
-	float *g;
+	int r;
 
 	if ((r = begin(m, b, &c, &st, err)))
 		return r;
 	c.sink = sink;
-	w = c.w;
 	norm = norm_targets > 0 ? norm_targets : st.n_targets;
 	scale = norm ? 1.0f / (float)norm : 0.0f;
 	forward_all(&c);
 	step_loss(&c, layer_x(&c, cf->layers), scale, 1, NULL, NULL);
-	g = grad_whole_begin(&c, fid);
-	if (!g) {
-		g = grad_block(&c);
-		m->ops->memset0(g, (size_t)cf->hidden * sizeof(float));
-	}
-	m->ops->rmsnorm_bwd(
-	    c.dt, w->dx, g, cf->tie_embeddings ? w->dtie : w->hf,
-	    layer_x(&c, cf->layers), step_weight(&c, fid, w->w_final),
-	    w->rstd_f, w->s.N, cf->hidden);
-	grad_whole_end(&c, fid);
+	step_final_bwd(&c, layer_x(&c, cf->layers));
 	backward_all(&c);
+	if (!c.err)
+		embed_bwd(&c);
 	if (!c.err)
 		step_embedding_grad(&c, scale);
 	grad_drain(&c);

@@ -22,8 +22,8 @@ typedef struct work_buf {
 } work_buf;
 
 /* fixed buffers + per-layer activation sets */
-#define WB_FIXED (40 + TACO_L_COUNT)
-#define WB_PER_SET 17
+#define WB_FIXED (56 + TACO_L_COUNT)
+#define WB_PER_SET 21
 
 static size_t work_list_cap(int n_acts)
 {
@@ -76,6 +76,8 @@ void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
 		largest = max_sz(largest, t->numel);
 	}
 	s->overlap = sc->overlap != 0;
+	/* a LayerNorm's weight and bias share one block */
+	need = max_sz(need, 2 * (size_t)c->hidden);
 	g = sc->grad_block_elems ? sc->grad_block_elems
 	    : s->overlap	 ? TACO_GRAD_BLOCK_ELEMS / 2
 				 : TACO_GRAD_BLOCK_ELEMS;
@@ -97,6 +99,21 @@ void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
 		s->Nc = 1;
 }
 
+/* Elements of the fp32 scratch of the tensors outside the layers used one
+ * at a time (positions, projections, the final norm's bias): the largest
+ * stored in another dtype, in fp32 precision. */
+static size_t top_scratch(const taco_model *m, int f32)
+{
+	const int ids[] = {m->final_norm_bias, m->pos_embed, m->proj_in,
+			   m->proj_out};
+	size_t e = 0;
+
+	for (size_t i = 0; f32 && i < sizeof(ids) / sizeof(ids[0]); i++)
+		if (ids[i] >= 0 && m->tensors[ids[i]].dtype != TK_F32)
+			e = max_sz(e, m->tensors[ids[i]].numel);
+	return e;
+}
+
 static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 {
 	const taco_config *c = &m->cfg;
@@ -104,7 +121,11 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	size_t N = (size_t)s->N, H = c->hidden, Ic = (size_t)s->Ic;
 	size_t D = (size_t)c->heads * c->head_dim;
 	size_t Dkv = (size_t)c->kv_heads * c->head_dim;
-	size_t V = c->vocab, L = c->layers, half = c->head_dim / 2;
+	size_t V = c->vocab, L = c->layers, half = c->rotary_dim / 2;
+	size_t P = c->proj_dim, Hf = c->proj_dim != c->hidden ? P : H;
+	size_t Dqkv = c->family == TACO_FAMILY_NEOX ? D + 2 * Dkv : 0;
+	size_t ln = c->layer_norm ? N : 0, I = c->intermediate;
+	size_t opt = c->family == TACO_FAMILY_OPT;
 	size_t es = tk_dtype_size(s->dt), f32 = s->dt == TK_F32;
 	size_t logits = (size_t)s->Nc * (size_t)s->Vc;
 	int n = 0, q = c->qk_norm;
@@ -117,6 +138,8 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(pos, N, 4, BATCH, R_PERSIST);
 	ADD(rows, N, 4, BATCH, R_PERSIST);
 	ADD(uniq, N, 4, BATCH, R_PERSIST);
+	ADD(pos_ids, c->learned_pos ? N : 0, 4, BATCH, R_PERSIST);
+	ADD(emb_rows, opt ? N : 0, 4, BATCH, R_PERSIST);
 	ADD(rope_cos, (size_t)s->T * half, 4, BATCH, R_PERSIST);
 	ADD(rope_sin, (size_t)s->T * half, 4, BATCH, R_PERSIST);
 	if (s->offload) {
@@ -147,21 +170,36 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 		ADDA(x_mid, N * H, es, LAYER_WORK);
 		ADDA(ln2, N * H, es, LAYER_WORK);
 		ADDA(rstd2, N, 4, LAYER_WORK);
-		ADDA(gate, N * Ic, es, LAYER_WORK);
+		ADDA(gate, c->gated_mlp ? N * Ic : 0, es, LAYER_WORK);
 		ADDA(up, N * Ic, es, LAYER_WORK);
 		ADDA(act, N * Ic, es, LAYER_WORK);
+		ADDA(mean1, ln, 4, LAYER_WORK);
+		ADDA(mean2, ln, 4, LAYER_WORK);
+		ADDA(qkv, N * Dqkv, es, LAYER_WORK);
+		ADDA(x_pre, c->norm_before ? 0 : N * H, es, LAYER_WORK);
 #undef ADDA
 	}
 	ADD(dx, N * H, es, LAYER_WORK, R_PERSIST);
 	ADD(dtmp, N * H, es, LAYER_WORK, R_LAYER);
+	/* OPT with project_in: the gradient of the token embeddings, read
+	 * by the tied head's pass over the vocabulary (the loss region) */
+	ADD(dembed, Hf != H ? N * P : 0, es, LAYER_WORK, R_PERSIST);
 	ADD(dq, N * D, es, LAYER_WORK, R_LAYER_A);
 	ADD(dk, N * Dkv, es, LAYER_WORK, R_LAYER_A);
 	ADD(dv, N * Dkv, es, LAYER_WORK, R_LAYER_A);
 	ADD(datt, N * D, es, LAYER_WORK, R_LAYER_A);
 	ADD(dact, N * Ic, es, LAYER_WORK, R_LAYER_M);
+	ADD(dqkv, N * Dqkv, es, LAYER_WORK, R_LAYER_A);
+	/* families with dropout sites: always (the rate is the job's) */
+	ADD(ddrop, c->family != TACO_FAMILY_LLAMA ? N * H : 0, es, LAYER_WORK,
+	    R_LAYER);
+	ADD(gbias, c->mlp_bias ? I : 0, 4, GRAD_BUFFER, R_PERSIST);
+	ADD(emb_tmp, opt ? N * (P > H ? P : H) : 0, es, LAYER_WORK, R_LAYER);
 	/* a tied head needs hf again after backward */
-	ADD(hf, N * H, es, LOSS_CHUNK, c->tie_embeddings ? R_PERSIST : R_LOSS);
+	ADD(hf, N * Hf, es, LOSS_CHUNK, c->tie_embeddings ? R_PERSIST : R_LOSS);
+	ADD(hn, Hf != H ? N * H : 0, es, LOSS_CHUNK, R_LOSS);
 	ADD(rstd_f, N, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(mean_f, ln, 4, LOSS_CHUNK, R_PERSIST);
 	ADD(ce_mx, N, 4, LOSS_CHUNK, R_PERSIST);
 	ADD(ce_tl, N, 4, LOSS_CHUNK, R_PERSIST);
 	ADD(ce_lse, N, 4, LOSS_CHUNK, R_PERSIST);
@@ -170,8 +208,8 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(ce_sums, 2, 8, LOSS_CHUNK, R_PERSIST);
 	ADD(logits, logits, 4, LOSS_CHUNK, R_LOSS);
 	ADD(dlogits, f32 ? 0 : logits, es, LOSS_CHUNK, R_LOSS);
-	ADD(dh, N * H, 4, LOSS_CHUNK, R_LOSS);
-	ADD(dtie, c->tie_embeddings ? N * H : 0, es, LOSS_CHUNK, R_PERSIST);
+	ADD(dh, N * Hf, 4, LOSS_CHUNK, R_LOSS);
+	ADD(dtie, c->tie_embeddings ? N * Hf : 0, es, LOSS_CHUNK, R_PERSIST);
 	for (int sl = 0; sl < TACO_L_COUNT; sl++) {
 		int id = m->layer[0][sl], conv = 0;
 		size_t e = id >= 0 ? m->tensors[id].numel : 0;
@@ -186,8 +224,13 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 		? V * H
 		: 0,
 	    4, WEIGHT_SCRATCH, R_PERSIST);
-	ADD(w_final, f32 && m->tensors[m->final_norm].dtype != TK_F32 ? H : 0,
+	ADD(w_final,
+	    f32 && m->final_norm >= 0 &&
+		    m->tensors[m->final_norm].dtype != TK_F32
+		? H
+		: 0,
 	    4, WEIGHT_SCRATCH, R_PERSIST);
+	ADD(w_top, top_scratch(m, f32), 4, WEIGHT_SCRATCH, R_PERSIST);
 	ADD(gblock, s->gblock, 4, GRAD_BUFFER, R_PERSIST);
 	ADD(gblock2, s->overlap ? s->gblock : 0, 4, GRAD_BUFFER, R_PERSIST);
 #undef ADD
@@ -389,5 +432,19 @@ int taco_model_set_step_opts(taco_model *m, const taco_step_opts *s,
 		taco_model_release_work(m);
 		m->sched = *s;
 	}
+	return 0;
+}
+
+int taco_model_set_dropout(taco_model *m, float p, uint64_t seed, taco_err *err)
+{
+	if (!(p >= 0.0f && p <= 0.9f))
+		return taco_err_set(err, -EINVAL,
+				    "dropout %g: must be 0 to 0.9", (double)p);
+	if (p > 0 && m->cfg.family == TACO_FAMILY_LLAMA)
+		return taco_err_set(err, -EINVAL,
+				    "dropout %g: %s has no residual dropout",
+				    (double)p, taco_arch_name(m->cfg.arch));
+	m->dropout = p;
+	m->dropout_seed = seed;
 	return 0;
 }

@@ -56,7 +56,12 @@ typedef struct taco_layer_acts {
 	void *ln2;		/* [N, H] */
 	float *rstd2;		/* f32 [N] */
 	void *gate, *up, *act;	/* [N, Ic]; backward writes d(gate), d(up)
-				   over gate and up */
+				   over gate and up (no gate: fc1's output
+				   in up, before the activation) */
+	/* OPT and GPT-NeoX */
+	float *mean1, *mean2; /* f32 [N]: LayerNorm means */
+	void *qkv;	      /* [N, D + 2 Dkv]: NeoX's fused projection */
+	void *x_pre;	      /* [N, H]: post-LN's sum before its last norm */
 } taco_layer_acts;
 
 /* The sizes a step's buffers are made for. */
@@ -97,21 +102,32 @@ struct taco_work {
 	void *dq, *dk, *dv; /* [N, D], [N, Dkv], [N, Dkv] */
 	void *datt;	    /* [N, D]; then d(q) before q-norm */
 	void *dact;	    /* [N, Ic] */
+	void *dqkv;	    /* [N, D + 2 Dkv]: NeoX */
+	void *ddrop;	    /* [N, H]: a residual branch's masked gradient */
+	float *gbias;	    /* f32 [I]: fc1's bias gradient over the blocks */
+	int32_t *pos_ids;   /* [N] OPT: rows of the position table */
+	int32_t *emb_rows;  /* [N] OPT: tokens, its padding id as -1 */
+	void *emb_tmp;	    /* [N, max(H, P)]: OPT's embedding sums */
+	void *dembed;	    /* [N, P]: OPT, with project_in */
 	/* loss */
-	void *hf;		       /* [N, H] final norm output */
-	float *rstd_f;		       /* f32 [N] */
+	void *hf;      /* [N, Hf] the head's input (Hf: OPT's
+			  word_embed_proj_dim, else H) */
+	void *hn;      /* [N, H] the final norm's output before project_out */
+	float *rstd_f; /* f32 [N] */
+	float *mean_f; /* f32 [N]: LayerNorm */
 	float *ce_mx, *ce_tl, *ce_lse; /* f32 [N] */
 	double *ce_se;		       /* [N] */
 	int32_t *ce_am;		       /* [N] */
 	double *ce_sums; /* [2] loss sum, correct rows: read at step end */
 	float *logits;	 /* f32 [Nc, Vc] */
 	void *dlogits;	 /* [Nc, Vc] (the logits when dt is f32) */
-	float *dh;	 /* f32 [N, H]: gradient of hf */
-	void *dtie;	 /* [N, H]: that gradient, tied models (hf is kept) */
+	float *dh;	 /* f32 [N, Hf]: gradient of hf */
+	void *dtie;	 /* [N, Hf]: that gradient, tied models (hf is kept) */
 	/* fp32 mode only: weights stored in another dtype, as fp32 */
 	float *wl[TACO_L_COUNT]; /* one layer */
 	float *w_head;		 /* [V, H]: the head, or the embedding */
 	float *w_final;		 /* [H] */
+	float *w_top; /* positions, projections, final bias: one at a time */
 	/* gradients: one block of any tensor, f32; with overlap a second
 	 * one, the two used in turn */
 	float *gblock, *gblock2;

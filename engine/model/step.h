@@ -35,6 +35,9 @@ struct step_ctx {
 	int gcur;
 	uint64_t gticket[2];
 	const taco_layer_ops *layer; /* the family's */
+	/* after backward: the gradient of the token embedding's output, [N,
+	 * proj_dim] (w->dx, or OPT's through project_in) */
+	const void *de;
 };
 
 /* p + i elements of size es. */
@@ -57,6 +60,11 @@ const taco_layer_ops *step_layer_ops(const taco_model *m);
  * / row_loss as for taco_model_logits / score. */
 void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
 	       float *host_logits, double *row_loss);
+/* The gradient of x_last from the head's input's (in hf, or dtie when
+ * tied) into w->dx: through project_out and the final norm. */
+void step_final_bwd(step_ctx *c, const void *x_last);
+/* The token ids the embedding's gradient takes (OPT's padding id -1). */
+const int32_t *step_emb_ids(const step_ctx *c);
 /* After backward: the embedding's gradient (and a tied head's). */
 void step_embedding_grad(step_ctx *c, float grad_scale);
 
@@ -78,6 +86,13 @@ void grad_linear_rows(step_ctx *c, int id, const void *dy, int ldy,
  * (dense, or the zeroed block; NULL when not wanted), end hands it over. */
 float *grad_whole_begin(step_ctx *c, int id);
 void grad_whole_end(step_ctx *c, int id);
+/* A weight and a bias (bid -1: none) of n elements each that one op
+ * fills by accumulating (a LayerNorm's): their dense buffers, or one
+ * zeroed block holding both (or a dump when not wanted); end hands them
+ * over. */
+void grad_pair_begin(step_ctx *c, int wid, int bid, size_t n, float **gw,
+		     float **gb);
+void grad_pair_end(step_ctx *c, int wid, int bid, float *gw, float *gb);
 /* Hands rows of a ROWS stream to the sink (part mode only). */
 void grad_emit_rows(step_ctx *c, int id, const float *g, int ld, int row0,
 		    int rows, const int32_t *row_ids, int first, int last);

@@ -50,7 +50,7 @@ int taco_mc_eval(taco_model *m, const taco_mc_set *s, int B, int T,
 			}
 		}
 		if ((r = taco_model_score(
-			 m, &(taco_batch){B, T, tok, tgt, NULL}, sums, err)))
+			 m, &(taco_batch){B, T, tok, tgt, NULL, 0}, sums, err)))
 			goto out;
 		for (int b = 0; b < B && r0 + (size_t)b < s->n_rows; b++)
 			scores[r0 + (size_t)b] = sums[b];

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tk_hash.h"
+
 #include "checkpoint.h"
 #include "data/data.h"
 #include "eval.h"
@@ -180,8 +182,12 @@ static int train_step(trainer *tr, taco_err *err)
 	tr->g.lr = (float)taco_job_lr(j, tr->step + 1, tr->total);
 	if (!tr->g.dense) {
 		taco_step_stats st;
-		taco_batch b = {j->batch_size, j->seq_len, tr->tokens,
-				tr->targets, tr->pos};
+		taco_batch b = {j->batch_size,
+				j->seq_len,
+				tr->tokens,
+				tr->targets,
+				tr->pos,
+				(uint64_t)tr->step * (uint64_t)j->grad_accum};
 		if ((r = taco_train_step(tr->m, tr->o, tr->frozen, &b, tr->g.lr,
 					 &st, err)))
 			return r;
@@ -195,8 +201,13 @@ static int train_step(trainer *tr, taco_err *err)
 					    tr->m->tensors[i].numel * 4);
 	for (tr->g.micro = 0; tr->g.micro < j->grad_accum; tr->g.micro++) {
 		size_t at = (size_t)tr->g.micro * rows;
-		taco_batch b = {j->batch_size, j->seq_len, tr->tokens + at,
-				tr->targets + at, tr->pos + at};
+		taco_batch b = {j->batch_size,
+				j->seq_len,
+				tr->tokens + at,
+				tr->targets + at,
+				tr->pos + at,
+				(uint64_t)tr->step * (uint64_t)j->grad_accum +
+				    (uint64_t)tr->g.micro};
 		taco_grad_sink sink = {NULL, on_dense, tr->frozen, &tr->g};
 		taco_step_stats st;
 		if ((r = taco_model_step(tr->m, &b, norm, &sink, &st, err)))
@@ -234,7 +245,7 @@ static int evaluate(trainer *tr, taco_err *err)
 		if ((r = taco_model_eval(tr->m,
 					 &(taco_batch){j->batch_size,
 						       j->seq_len, tr->tokens,
-						       tr->targets, tr->pos},
+						       tr->targets, tr->pos, 0},
 					 &st, err)))
 			return r;
 		loss += st.loss_sum;
@@ -517,7 +528,11 @@ static int setup(trainer *tr, taco_err *err)
 	if ((r = taco_model_load_as(j->model, tr->ops, tr->plan_in.act_dtype,
 				    &tr->m, err)) ||
 	    (r = backend_check(tr, err)) ||
-	    (r = taco_model_set_step_opts(tr->m, &tr->plan_in.step, err)))
+	    (r = taco_model_set_step_opts(tr->m, &tr->plan_in.step, err)) ||
+	    (r = taco_model_set_dropout(
+		 tr->m,
+		 j->dropout >= 0 ? (float)j->dropout : tr->m->cfg.dropout,
+		 tk_splitmix64(j->optim.seed ^ 0x64726f706f7574ull), err)))
 		return r;
 	r = taco_job_data_load(j, tr->m->cfg.vocab, &tr->data, err);
 	validated(tr);
