@@ -13,6 +13,10 @@
  * memory (a bf16 input widened exactly when the tile is loaded); each
  * output is rounded once, when it is stored.
  *
+ * bf16 with hd 64 or 128 on sm_80+ goes to the tensor-core kernels of
+ * attention_mma.cu instead (TACO_CUDA_ATTENTION=simt keeps it here); these
+ * SIMT kernels take f32, every other head dim and older devices.
+ *
  * Three kernels, 256 threads each, fp32 math (fmaf), shared-memory tiles:
  * - fwd: a block owns BQ query rows of one (b, h) and walks the key tiles
  *   [min lo, last row] with an online softmax; saves lse = m + log(l).
@@ -739,6 +743,10 @@ extern "C" void tkc_attention_fwd(int dt, void *out, float *lse, const void *q,
 	if (!att_valid(nh, nkv, hd,
 		       "attention_fwd: shape (nh % nkv, hd 1..256)"))
 		return;
+	/* bf16, hd 64 / 128, sm_80+: tensor cores (attention_mma.cu) */
+	if (tkc_attention_mma_fwd(dt, out, lse, q, k, v, pos, B, T, nh, nkv, hd,
+				  window, scale) == 0)
+		return;
 	if (dt == TK_F32)
 		attention_fwd<float>(out, lse, q, k, v, pos, B, T, nh, nkv, hd,
 				     window, scale);
@@ -760,6 +768,9 @@ extern "C" void tkc_attention_bwd(int dt, void *dq, void *dk, void *dv,
 		return;
 	if (!att_valid(nh, nkv, hd,
 		       "attention_bwd: shape (nh % nkv, hd 1..256)"))
+		return;
+	if (tkc_attention_mma_bwd(dt, dq, dk, dv, dout, out, lse, q, k, v, pos,
+				  B, T, nh, nkv, hd, window, scale) == 0)
 		return;
 	if (dt == TK_F32)
 		attention_bwd<float>(dq, dk, dv, dout, out, lse, q, k, v, pos,

@@ -164,6 +164,20 @@ void tkc_attention_bwd(int dt, void *dq, void *dk, void *dv, const void *dout,
 		       const void *k, const void *v, const int32_t *pos, int B,
 		       int T, int nh, int nkv, int hd, int window, float scale);
 
+/* attention_mma.cu: the tensor-core path of the two above (bf16, hd 64 or
+ * 128, sm_80+; TACO_CUDA_ATTENTION=simt turns it off). Same arguments,
+ * shapes already checked: 0 when it ran (errors recorded as usual),
+ * -ENOTSUP when the call is not one it takes. */
+int tkc_attention_mma_fwd(int dt, void *out, float *lse, const void *q,
+			  const void *k, const void *v, const int32_t *pos,
+			  int B, int T, int nh, int nkv, int hd, int window,
+			  float scale);
+int tkc_attention_mma_bwd(int dt, void *dq, void *dk, void *dv,
+			  const void *dout, const void *out, const float *lse,
+			  const void *q, const void *k, const void *v,
+			  const int32_t *pos, int B, int T, int nh, int nkv,
+			  int hd, int window, float scale);
+
 /* swiglu.cu */
 void tkc_swiglu_fwd(int dt, void *out, const void *gate, const void *up,
 		    size_t n);

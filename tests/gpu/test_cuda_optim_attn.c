@@ -2,12 +2,16 @@
  * kernels against the CPU reference.
  *
  * - Attention forward and backward on random inputs, several shapes (GQA,
- *   MQA and MHA; hd 16..256; T 1..300; packed documents through pos; a
+ *   MQA and MHA; hd 16..256; T 1..1024; packed documents through pos; a
  *   sliding window), f32 and bf16 (the CUDA bf16 kernels against the CPU's
  *   bf16 ones): every output is poisoned with NaN before the run, the
  *   relative error against the CPU must be < 1e-4 (f32; 1e-2 for bf16
  *   outputs, lse 1e-4) with no NaN, and the backward must give the same
- *   bits when run twice (no atomics).
+ *   bits when run twice (no atomics). bf16 at hd 64 and 128 runs twice,
+ *   TACO_CUDA_ATTENTION=simt (the SIMT kernels) and =mma (the tensor-core
+ *   kernels, attention_mma.cu; SIMT where the device is older than sm_80),
+ *   each against the same CPU reference; the line printed for each check
+ *   names the path, and says when mma gave the very bits of simt.
  * - TACO, bit for bit against the CPU over 50 steps: weights, idx, FP8
  *   codes and scales compared byte for byte after every step, for f32, f16,
  *   nearest and stochastic bf16, k = 1/4/16, beta 0 and 0.9, R < k, the
@@ -189,8 +193,10 @@ static float *host_f32(const void *dev, int dt, size_t n)
 	return f;
 }
 
-/* pos of B rows of T tokens: one document per row, or packed documents of
- * random lengths 1..80 (positions restart at 0 at each start). */
+/* pos of B rows of T tokens: one document per row (docs 0), or packed
+ * documents of random lengths 1..80 (docs 1) or 1..400 (docs 2: starts
+ * anywhere relative to the 64-row tiles); positions restart at 0 at each
+ * start. */
 static void fill_pos(int32_t *pos, int B, int T, int docs, uint64_t *s)
 {
 	for (int b = 0; b < B; b++) {
@@ -198,7 +204,8 @@ static void fill_pos(int32_t *pos, int B, int T, int docs, uint64_t *s)
 
 		for (int t = 0; t < T; t++) {
 			if (docs && left == 0) {
-				left = 1 + (int)(rng_next(s) % 80);
+				left = 1 + (int)(rng_next(s) %
+						 (docs == 2 ? 400 : 80));
 				p = 0;
 			}
 			pos[(size_t)b * T + t] = p++;
@@ -207,61 +214,51 @@ static void fill_pos(int32_t *pos, int B, int T, int docs, uint64_t *s)
 	}
 }
 
-static void check_attention_dt(int dt, int B, int T, int nh, int nkv, int hd,
-			       int window, int docs, uint64_t seed)
+/* One attention shape's inputs and the CPU's results (f32 copies of the dt
+ * tensors), shared by the GPU paths checked against them. */
+typedef struct {
+	int dt, B, T, nh, nkv, hd, window, docs;
+	size_t n, nq, nk, nl, es;
+	float scale;
+	void *tq, *tk, *tv, *tdout; /* inputs, dt */
+	int32_t *pos;
+	float *out, *lse, *dq, *dk, *dv; /* the CPU's */
+} att_case;
+
+/* The GPU's forward and backward on c, path the TACO_CUDA_ATTENTION value
+ * (NULL: unset), against the CPU. simt_out: NULL, or the bits of out of the
+ * simt path (then the line says whether this path gave the same). Returns
+ * the GPU's out (dt bits, malloc'd). */
+static void *check_attention_gpu(const att_case *c, const char *path,
+				 const void *simt_out)
 {
-	const size_t n = (size_t)B * T, nq = n * nh * hd, nk = n * nkv * hd;
-	const size_t nl = (size_t)B * nh * T, es = dt == TK_F32 ? 4 : 2;
-	const float scale = 1.0f / sqrtf((float)hd);
+	const int dt = c->dt, B = c->B, T = c->T, nh = c->nh, nkv = c->nkv;
+	const int hd = c->hd, window = c->window;
+	const size_t nq = c->nq, nk = c->nk, nl = c->nl, es = c->es;
+	const float scale = c->scale;
 	const double tol = dt == TK_F32 ? 1e-4 : 1e-2;
-	float *q = xmalloc(nq * 4), *k = xmalloc(nk * 4), *v = xmalloc(nk * 4);
-	float *dout = xmalloc(nq * 4), *out = xmalloc(nq * 4);
-	float *lse = xmalloc(nl * 4), *dq = xmalloc(nq * 4);
-	float *dk = xmalloc(nk * 4), *dv = xmalloc(nk * 4);
-	int32_t *pos = xmalloc(n * 4);
-	void *tq, *tk, *tv, *tdout, *tout, *tdq, *tdk, *tdv;
-	void *gq, *gk, *gv, *gdout, *gout, *gdq, *gdk, *gdv;
+	void *gq, *gk, *gv, *gdout, *gout, *gdq, *gdk, *gdv, *hout;
 	float *glse, *h, *h2;
-	void *b1, *b2;
+	void *b0, *b1, *b2;
 	int32_t *gpos;
-	char shape[160];
+	char shape[200];
 	double err[5];
-	uint64_t s = seed;
 	size_t m0 = gpu->mem_current();
 
 	snprintf(shape, sizeof(shape),
-		 "%s B %d T %d nh %d nkv %d hd %d window %d docs %d",
-		 dt == TK_F32 ? "f32" : "bf16", B, T, nh, nkv, hd, window,
-		 docs);
-	/* q, k of [-2, 2): scores up to a few units, peaked softmaxes */
-	tu_fill_uniform(q, nq, -2, 2, &s);
-	tu_fill_uniform(k, nk, -2, 2, &s);
-	tu_fill_uniform(v, nk, -1, 1, &s);
-	tu_fill_uniform(dout, nq, -1, 1, &s);
-	fill_pos(pos, B, T, docs, &s);
-	tq = to_dt(dt, q, nq);
-	tk = to_dt(dt, k, nk);
-	tv = to_dt(dt, v, nk);
-	tdout = to_dt(dt, dout, nq);
-	tout = xmalloc(nq * es);
-	tdq = xmalloc(nq * es);
-	tdk = xmalloc(nk * es);
-	tdv = xmalloc(nk * es);
+		 "%s %s B %d T %d nh %d nkv %d hd %d window %d docs %d",
+		 dt == TK_F32 ? "f32" : "bf16", path ? path : "default", B, T,
+		 nh, nkv, hd, window, c->docs);
+	if (path)
+		ck_assert_int_eq(setenv("TACO_CUDA_ATTENTION", path, 1), 0);
+	else
+		unsetenv("TACO_CUDA_ATTENTION");
 
-	cpu->attention_fwd(dt, tout, lse, tq, tk, tv, pos, B, T, nh, nkv, hd,
-			   window, scale);
-	cpu->attention_bwd(dt, tdq, tdk, tdv, tdout, tout, lse, tq, tk, tv, pos,
-			   B, T, nh, nkv, hd, window, scale);
-	widen(out, tout, dt, nq);
-	widen(dq, tdq, dt, nq);
-	widen(dk, tdk, dt, nk);
-	widen(dv, tdv, dt, nk);
-
-	gq = dev_from(tq, nq * es);
-	gk = dev_from(tk, nk * es);
-	gv = dev_from(tv, nk * es);
-	gdout = dev_from(tdout, nq * es);
-	gpos = dev_from(pos, n * 4);
+	gq = dev_from(c->tq, nq * es);
+	gk = dev_from(c->tk, nk * es);
+	gv = dev_from(c->tv, nk * es);
+	gdout = dev_from(c->tdout, nq * es);
+	gpos = dev_from(c->pos, c->n * 4);
 	gout = dev_nan_dt(dt, nq);
 	glse = dev_nan(nl);
 	gdq = dev_nan_dt(dt, nq);
@@ -271,11 +268,12 @@ static void check_attention_dt(int dt, int B, int T, int nh, int nkv, int hd,
 	gpu->attention_fwd(dt, gout, glse, gq, gk, gv, gpos, B, T, nh, nkv, hd,
 			   window, scale);
 	no_cuda_error(shape);
+	hout = host_from(gout, nq * es);
 	h = host_f32(gout, dt, nq);
-	err[0] = check_close("out", h, out, nq, shape, tol);
+	err[0] = check_close("out", h, c->out, nq, shape, tol);
 	free(h);
 	h = host_from(glse, nl * 4);
-	err[1] = check_close("lse", h, lse, nl, shape, 1e-4);
+	err[1] = check_close("lse", h, c->lse, nl, shape, 1e-4);
 	free(h);
 
 	/* the backward from the GPU's own out and lse */
@@ -283,56 +281,138 @@ static void check_attention_dt(int dt, int B, int T, int nh, int nkv, int hd,
 			   gpos, B, T, nh, nkv, hd, window, scale);
 	no_cuda_error(shape);
 	h = host_f32(gdq, dt, nq);
-	err[2] = check_close("dq", h, dq, nq, shape, tol);
+	err[2] = check_close("dq", h, c->dq, nq, shape, tol);
 	free(h);
 	h = host_f32(gdk, dt, nk);
-	err[3] = check_close("dk", h, dk, nk, shape, tol);
+	err[3] = check_close("dk", h, c->dk, nk, shape, tol);
 	free(h);
 	h2 = host_f32(gdv, dt, nk);
-	err[4] = check_close("dv", h2, dv, nk, shape, tol);
+	err[4] = check_close("dv", h2, c->dv, nk, shape, tol);
 	free(h2);
 
-	printf("%s: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n", shape, err[0],
-	       err[1], err[2], err[3], err[4]);
+	printf("%s: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e%s\n", shape,
+	       err[0], err[1], err[2], err[3], err[4],
+	       simt_out && !memcmp(hout, simt_out, nq * es)
+		   ? " (out: the same bits as simt)"
+		   : "");
 
 	/* again, over poisoned outputs: overwritten, and the same bits */
+	b0 = host_from(gdq, nq * es);
 	b1 = host_from(gdk, nk * es);
 	b2 = host_from(gdv, nk * es);
+	gpu->free(gdq, nq * es);
 	gpu->free(gdk, nk * es);
 	gpu->free(gdv, nk * es);
+	gdq = dev_nan_dt(dt, nq);
 	gdk = dev_nan_dt(dt, nk);
 	gdv = dev_nan_dt(dt, nk);
 	gpu->attention_bwd(dt, gdq, gdk, gdv, gdout, gout, glse, gq, gk, gv,
 			   gpos, B, T, nh, nkv, hd, window, scale);
 	no_cuda_error(shape);
 	{
-		void *c1 = host_from(gdk, nk * es),
+		void *c0 = host_from(gdq, nq * es),
+		     *c1 = host_from(gdk, nk * es),
 		     *c2 = host_from(gdv, nk * es);
 
-		ck_assert_msg(!memcmp(c1, b1, nk * es) &&
+		ck_assert_msg(!memcmp(c0, b0, nq * es) &&
+				  !memcmp(c1, b1, nk * es) &&
 				  !memcmp(c2, b2, nk * es),
-			      "%s: dk/dv differ between two runs", shape);
+			      "%s: dq/dk/dv differ between two runs", shape);
+		free(c0);
 		free(c1);
 		free(c2);
 	}
+	free(b0);
 	free(b1);
 	free(b2);
+	unsetenv("TACO_CUDA_ATTENTION");
 
 	gpu->free(gq, nq * es);
 	gpu->free(gk, nk * es);
 	gpu->free(gv, nk * es);
 	gpu->free(gdout, nq * es);
-	gpu->free(gpos, n * 4);
+	gpu->free(gpos, c->n * 4);
 	gpu->free(gout, nq * es);
 	gpu->free(glse, nl * 4);
 	gpu->free(gdq, nq * es);
 	gpu->free(gdk, nk * es);
 	gpu->free(gdv, nk * es);
 	ck_assert_uint_eq(gpu->mem_current(), m0);
-	free(tq);
-	free(tk);
-	free(tv);
-	free(tdout);
+	return hout;
+}
+
+/* One shape in dt: the CPU reference, then each GPU path against it (bf16
+ * at hd 64 and 128: simt and mma; otherwise the default). */
+static void check_attention_dt(int dt, int B, int T, int nh, int nkv, int hd,
+			       int window, int docs, uint64_t seed)
+{
+	att_case c = {0};
+	float *q, *k, *v, *dout;
+	void *tout, *tdq, *tdk, *tdv;
+	uint64_t s = seed;
+
+	c.dt = dt;
+	c.B = B;
+	c.T = T;
+	c.nh = nh;
+	c.nkv = nkv;
+	c.hd = hd;
+	c.window = window;
+	c.docs = docs;
+	c.n = (size_t)B * T;
+	c.nq = c.n * nh * hd;
+	c.nk = c.n * nkv * hd;
+	c.nl = (size_t)B * nh * T;
+	c.es = dt == TK_F32 ? 4 : 2;
+	c.scale = 1.0f / sqrtf((float)hd);
+	q = xmalloc(c.nq * 4);
+	k = xmalloc(c.nk * 4);
+	v = xmalloc(c.nk * 4);
+	dout = xmalloc(c.nq * 4);
+	c.out = xmalloc(c.nq * 4);
+	c.lse = xmalloc(c.nl * 4);
+	c.dq = xmalloc(c.nq * 4);
+	c.dk = xmalloc(c.nk * 4);
+	c.dv = xmalloc(c.nk * 4);
+	c.pos = xmalloc(c.n * 4);
+
+	/* q, k of [-2, 2): scores up to a few units, peaked softmaxes */
+	tu_fill_uniform(q, c.nq, -2, 2, &s);
+	tu_fill_uniform(k, c.nk, -2, 2, &s);
+	tu_fill_uniform(v, c.nk, -1, 1, &s);
+	tu_fill_uniform(dout, c.nq, -1, 1, &s);
+	fill_pos(c.pos, B, T, docs, &s);
+	c.tq = to_dt(dt, q, c.nq);
+	c.tk = to_dt(dt, k, c.nk);
+	c.tv = to_dt(dt, v, c.nk);
+	c.tdout = to_dt(dt, dout, c.nq);
+	tout = xmalloc(c.nq * c.es);
+	tdq = xmalloc(c.nq * c.es);
+	tdk = xmalloc(c.nk * c.es);
+	tdv = xmalloc(c.nk * c.es);
+
+	cpu->attention_fwd(dt, tout, c.lse, c.tq, c.tk, c.tv, c.pos, B, T, nh,
+			   nkv, hd, window, c.scale);
+	cpu->attention_bwd(dt, tdq, tdk, tdv, c.tdout, tout, c.lse, c.tq, c.tk,
+			   c.tv, c.pos, B, T, nh, nkv, hd, window, c.scale);
+	widen(c.out, tout, dt, c.nq);
+	widen(c.dq, tdq, dt, c.nq);
+	widen(c.dk, tdk, dt, c.nk);
+	widen(c.dv, tdv, dt, c.nk);
+
+	if (dt == TK_BF16 && (hd == 64 || hd == 128)) {
+		void *simt = check_attention_gpu(&c, "simt", NULL);
+
+		free(check_attention_gpu(&c, "mma", simt));
+		free(simt);
+	} else {
+		free(check_attention_gpu(&c, NULL, NULL));
+	}
+
+	free(c.tq);
+	free(c.tk);
+	free(c.tv);
+	free(c.tdout);
 	free(tout);
 	free(tdq);
 	free(tdk);
@@ -341,12 +421,12 @@ static void check_attention_dt(int dt, int B, int T, int nh, int nkv, int hd,
 	free(k);
 	free(v);
 	free(dout);
-	free(out);
-	free(lse);
-	free(dq);
-	free(dk);
-	free(dv);
-	free(pos);
+	free(c.out);
+	free(c.lse);
+	free(c.dq);
+	free(c.dk);
+	free(c.dv);
+	free(c.pos);
 }
 
 /* One shape in f32 and in bf16. */
@@ -372,6 +452,28 @@ START_TEST(test_attention_docs_window)
 	check_attention(1, 300, 8, 2, 128, 37, 0, 6); /* sliding window */
 	check_attention(2, 257, 8, 2, 128, 50, 1, 7); /* both */
 	check_attention(1, 65, 8, 2, 64, 1, 0, 8);    /* only itself */
+}
+END_TEST
+
+/* bf16 only (both paths): shapes that stress the tensor-core kernels'
+ * 64-row tiles: T around and between tile sizes, batches, MHA / GQA /
+ * MQA, packed documents (docs 2: long documents starting anywhere), the
+ * window of 1 (only itself), 2 and 127 (query tiles starting right at the
+ * last query that sees a key tile; key tiles ending one short of the
+ * diagonal), and a larger case. */
+START_TEST(test_attention_mma_tiles)
+{
+	check_attention_dt(TK_BF16, 1, 1, 8, 2, 64, 0, 0, 30);
+	check_attention_dt(TK_BF16, 2, 63, 4, 4, 128, 0, 0, 31);
+	check_attention_dt(TK_BF16, 3, 65, 8, 1, 64, 0, 1, 32);
+	check_attention_dt(TK_BF16, 2, 129, 8, 2, 128, 37, 0, 33);
+	check_attention_dt(TK_BF16, 1, 300, 4, 4, 64, 1, 1, 34);
+	check_attention_dt(TK_BF16, 2, 300, 8, 2, 128, 2, 0, 35);
+	check_attention_dt(TK_BF16, 1, 640, 4, 2, 64, 127, 0, 36);
+	check_attention_dt(TK_BF16, 2, 1000, 8, 1, 128, 0, 1, 37);
+	check_attention_dt(TK_BF16, 1, 1000, 8, 2, 64, 37, 2, 38);
+	check_attention_dt(TK_BF16, 2, 1000, 4, 4, 128, 0, 2, 39);
+	check_attention_dt(TK_BF16, 2, 1024, 8, 2, 128, 0, 0, 40);
 }
 END_TEST
 
@@ -892,6 +994,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, test_attention_gqa);
 	tcase_add_test(tc, test_attention_docs_window);
 	tcase_add_test(tc, test_attention_head_dims);
+	tcase_add_test(tc, test_attention_mma_tiles);
 	tcase_add_test(tc, test_taco_dtypes);
 	tcase_add_test(tc, test_taco_shapes);
 	tcase_add_test(tc, test_taco_wide_index);
