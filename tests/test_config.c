@@ -97,7 +97,7 @@ START_TEST(test_reference_fields)
 }
 END_TEST
 
-/* OPT and GPT-NeoX are shapes for the planner: parsed, never trained. */
+/* OPT and GPT-NeoX: trained like the Llama family. */
 START_TEST(test_shapes_only_architectures)
 {
 	taco_config c;
@@ -107,18 +107,24 @@ START_TEST(test_shapes_only_architectures)
 	ck_assert_int_eq(
 	    taco_config_load(tu_fixture("configs/opt-13b.json"), &c, &err), 0);
 	ck_assert_int_eq(c.arch, TACO_ARCH_OPT);
-	ck_assert_int_eq(c.shapes_only, 1);
+	ck_assert_int_eq(c.shapes_only, 0);
 	ck_assert_int_eq(c.tie_embeddings, 1);
 	ck_assert_int_eq(c.gated_mlp, 0);
-	ck_assert_int_eq(
-	    taco_model_init_random(&c, tk_cpu_ops(), TK_BF16, 1, &m, &err),
-	    -ENOTSUP);
-	ck_assert_ptr_nonnull(strstr(err.msg, "planned but not trained"));
 	ck_assert_int_eq(
 	    taco_config_load(tu_fixture("configs/pythia-1b.json"), &c, &err),
 	    0);
 	ck_assert_int_eq(c.arch, TACO_ARCH_GPT_NEOX);
 	ck_assert_int_eq(c.tie_embeddings, 0);
+	c.layers = 1; /* small enough for random weights here */
+	c.vocab = 512;
+	ck_assert_int_eq(
+	    taco_model_init_random(&c, tk_cpu_ops(), TK_BF16, 1, &m, &err), 0);
+	ck_assert_int_ge(m->pos_embed, -1);
+	ck_assert_int_ge(taco_model_find(
+			     m, "gpt_neox.layers.0.attention.query_key_value."
+				"weight"),
+			 0);
+	taco_model_free(m);
 }
 END_TEST
 
