@@ -425,6 +425,96 @@ START_TEST(test_fixture_overlap)
 }
 END_TEST
 
+/* One training step's loss, and (g not NULL) tensor id's gradient. */
+static double step_loss_grad(fixture *f, const taco_batch *b, int id, float *g)
+{
+	taco_err err = {{0}};
+	taco_step_stats st;
+	taco_grad_sink sink;
+	grads gs;
+
+	grads_init(&gs, f->m, 0, 0);
+	sink = grads_sink(&gs);
+	ck_assert_msg(taco_model_step(f->m, b, 0, &sink, &st, &err) == 0, "%s",
+		      err.msg);
+	grads_finish(&gs);
+	if (g)
+		memcpy(g, gs.g[id], f->m->tensors[id].numel * sizeof(float));
+	grads_free(&gs);
+	return st.loss;
+}
+
+/* Residual dropout (OPT, GPT-NeoX): the same mask for the same draw, a
+ * different one for another, never while evaluating, and the gradient is
+ * the one of the loss under that mask (central differences). The Llama
+ * family has none. */
+START_TEST(test_dropout)
+{
+	static const char *const names[] = {"opt_pre", "neox_par"};
+	static const char *const tensor[] = {
+	    "model.decoder.layers.0.fc1.weight",
+	    "gpt_neox.layers.1.mlp.dense_h_to_"
+	    "4h.weight"};
+	fixture f;
+	taco_err err = {{0}};
+	taco_step_stats st;
+	taco_batch b;
+	double l0, l1, l2;
+	float *g, *g2, *w;
+	int id;
+	size_t n;
+
+	fixture_load(&f, names[_i], 0);
+	b = (taco_batch){f.B, f.T, f.tokens, f.targets, NULL, 7};
+	id = taco_model_find(f.m, tensor[_i]);
+	ck_assert_int_ge(id, 0);
+	n = f.m->tensors[id].numel;
+	g = malloc(n * 4);
+	g2 = malloc(n * 4);
+	w = f.m->tensors[id].data; /* the CPU backend's memory is the host's */
+	ck_assert_int_eq(taco_model_set_dropout(f.m, 0.2f, 42, &err), 0);
+	l0 = step_loss_grad(&f, &b, id, g);
+	ck_assert_msg(fabs(l0 - f.loss) > 1e-4, "dropout changed nothing");
+	l1 = step_loss_grad(&f, &b, id, g2);
+	ck_assert_msg(l1 == l0 && !memcmp(g, g2, n * 4),
+		      "the same draw gave other bits");
+	b.rng = 8;
+	l2 = step_loss_grad(&f, &b, id, NULL);
+	ck_assert_msg(l2 != l0, "another draw gave the same loss");
+	b.rng = 7;
+	ck_assert_int_eq(taco_model_eval(f.m, &b, &st, &err), 0);
+	ck_assert_msg(fabs(st.loss - f.loss) < 1e-5 * f.loss,
+		      "evaluation dropped: %g vs %g", st.loss, f.loss);
+	/* central differences at the 3 largest gradient entries */
+	for (int k = 0; k < 3; k++) {
+		size_t at = 0;
+		float keep, h = 1e-2f;
+		double lp, lm, fd;
+		for (size_t i = 0; i < n; i++)
+			if (fabsf(g[i]) > fabsf(g[at]))
+				at = i;
+		keep = w[at];
+		w[at] = keep + h;
+		lp = step_loss_grad(&f, &b, id, NULL);
+		w[at] = keep - h;
+		lm = step_loss_grad(&f, &b, id, NULL);
+		w[at] = keep;
+		fd = (lp - lm) / (2.0 * h);
+		ck_assert_msg(fabs(fd - g[at]) < 0.03 * fabs(g[at]) + 1e-4,
+			      "%s[%zu]: gradient %g, differences %g",
+			      tensor[_i], at, g[at], fd);
+		g[at] = 0; /* the next largest */
+	}
+	free(g);
+	free(g2);
+	fixture_free(&f);
+	fixture_load(&f, "llama_gqa", 0);
+	ck_assert_int_eq(taco_model_set_dropout(f.m, 0.1f, 1, &err), -EINVAL);
+	ck_assert_int_eq(taco_model_set_dropout(f.m, 0.0f, 1, &err), 0);
+	fixture_free(&f);
+}
+END_TEST
+
 /* Every layer's intermediates kept: no recompute, same results. */
 START_TEST(test_fixture_keep_activations)
 {
@@ -615,6 +705,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_fixture_weights_change_in_callback, 0, n);
 	tcase_add_loop_test(tc, test_fixture_keep_activations, 0, n);
 	tcase_add_loop_test(tc, test_fixture_overlap, 0, n);
+	tcase_add_loop_test(tc, test_dropout, 0, 2);
 	tcase_add_loop_test(tc, test_packing, 0, 2);
 	tcase_add_test(tc, test_bad_batch);
 	tcase_add_test(tc, test_export_matches_transformers);
