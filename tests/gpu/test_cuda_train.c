@@ -1,6 +1,8 @@
 /* test_cuda_train.c: the training loop (taco_train_run, what taco-train
  * --backend runs) on the CUDA backend against the CPU one: 20 TACO steps of
- * the count task on the bf16 fixture model, losses compared step by step.
+ * the count task on a fixture model of each family (Llama, OPT post-LN
+ * with projections, GPT-NeoX parallel), fp32 and bf16, losses compared
+ * step by step.
  *
  * Exits 77 (skipped) when tk_cuda_open fails. TACO_CUDA_TRAIN_SELFTEST=1
  * runs the comparison with the CPU backend on both sides (losses then
@@ -50,6 +52,10 @@ typedef struct result {
 
 static const char *const precisions[] = {"fp32", "bf16"};
 static int precision; /* index into precisions: the running test's */
+/* a model of each family */
+static const char *const models[] = {"models/llama_bf16", "models/opt_post",
+				     "models/neox_par"};
+static int model_i; /* index into models: the running test's */
 
 static const char *write_job(const char *name)
 {
@@ -58,7 +64,7 @@ static const char *write_job(const char *name)
 	FILE *f;
 
 	/* tu_fixture returns one static buffer */
-	snprintf(model, sizeof(model), "%s", tu_fixture("models/llama_bf16"));
+	snprintf(model, sizeof(model), "%s", tu_fixture(models[model_i]));
 	snprintf(data, sizeof(data), "%s",
 		 tu_fixture("data/count_train.jsonl"));
 	snprintf(path, sizeof(path), "%s/%s.json", tmpdir, name);
@@ -144,7 +150,8 @@ START_TEST(test_losses_match_cpu)
 	double worst = 0;
 	int worst_step = 1;
 
-	precision = _i;
+	precision = _i % 2;
+	model_i = _i / 2;
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/taco-cuda-train-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
 	train("cpu", tk_cpu_ops(), &cpu);
@@ -156,9 +163,10 @@ START_TEST(test_losses_match_cpu)
 		double rel = fabs(gpu.loss[s] - cpu.loss[s]) / cpu.loss[s];
 		double diff = fabs(gpu.loss[s] - cpu.loss[s]);
 		fprintf(stderr,
-			"%s step %2d: cpu %.6f %s %.6f diff %.2e rel %.2e\n",
-			precisions[precision], s, cpu.loss[s], gpu.backend,
-			gpu.loss[s], diff, rel);
+			"%s %s step %2d: cpu %.6f %s %.6f diff %.2e rel "
+			"%.2e\n",
+			models[model_i], precisions[precision], s, cpu.loss[s],
+			gpu.backend, gpu.loss[s], diff, rel);
 		ck_assert(isfinite(gpu.loss[s]));
 		if (precision == 1)
 			ck_assert_msg(diff <= TOL_BF16,
@@ -222,7 +230,8 @@ int main(void)
 	s = suite_create("cuda_train");
 	tc = tcase_create("cuda_train");
 	tcase_set_timeout(tc, 600);
-	tcase_add_loop_test(tc, test_losses_match_cpu, 0, 2);
+	tcase_add_loop_test(tc, test_losses_match_cpu, 0,
+			    2 * (int)(sizeof(models) / sizeof(models[0])));
 	suite_add_tcase(s, tc);
 	/* no fork: the CUDA context opened here does not survive one */
 	return tu_run(s, 1);
