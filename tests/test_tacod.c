@@ -97,6 +97,48 @@ static void *follow(void *p)
 	return NULL;
 }
 
+/* OPT and GPT-NeoX models are listed and trained like the Llama family. */
+START_TEST(test_other_families)
+{
+	static const char *const names[] = {"opt_post", "neox_par"};
+	json_t *j, *data;
+	char *file, body[1024];
+
+	th_start(8ull << 30, NULL);
+	ck_assert_int_eq(th_call("GET", "/v1/models", NULL, NULL, &j), 200);
+	data = json_object_get(j, "data");
+	for (size_t k = 0; k < 2; k++) {
+		int found = 0;
+		for (size_t i = 0; i < json_array_size(data); i++)
+			found |= !strcmp(th_str(json_array_get(data, i), "id"),
+					 names[k]);
+		ck_assert_msg(found, "%s not listed", names[k]);
+	}
+	json_decref(j);
+	file = th_upload_count();
+	for (size_t k = 0; k < 2; k++) {
+		char *id;
+		snprintf(body, sizeof(body),
+			 "{\"model\": \"%s\", \"training_file\": \"%s\", "
+			 "\"suffix\": \"f\", \"taco\": {\"seq_len\": 24, "
+			 "\"steps\": 3, \"lr\": 0.01}}",
+			 names[k], file);
+		ck_assert_int_eq(
+		    th_call("POST", "/v1/fine_tuning/jobs", body, NULL, &j),
+		    200);
+		id = strdup(th_str(j, "id"));
+		json_decref(j);
+		j = th_wait_status(id, "succeeded");
+		ck_assert_ptr_nonnull(
+		    strstr(th_str(j, "fine_tuned_model"), names[k]));
+		json_decref(j);
+		free(id);
+	}
+	free(file);
+	th_stop();
+}
+END_TEST
+
 START_TEST(test_rejections_and_cancel)
 {
 	json_t *j;
@@ -564,6 +606,7 @@ int main(void)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_lifecycle);
+	tcase_add_test(tc, test_other_families);
 	tcase_add_test(tc, test_rejections_and_cancel);
 	tcase_add_test(tc, test_kill9_recovery);
 	tcase_add_test(tc, test_create_validates_in_background);
