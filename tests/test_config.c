@@ -98,7 +98,7 @@ START_TEST(test_reference_fields)
 END_TEST
 
 /* OPT and GPT-NeoX: trained like the Llama family. */
-START_TEST(test_shapes_only_architectures)
+START_TEST(test_other_architectures)
 {
 	taco_config c;
 	taco_model *m = NULL;
@@ -107,7 +107,6 @@ START_TEST(test_shapes_only_architectures)
 	ck_assert_int_eq(
 	    taco_config_load(tu_fixture("configs/opt-13b.json"), &c, &err), 0);
 	ck_assert_int_eq(c.arch, TACO_ARCH_OPT);
-	ck_assert_int_eq(c.shapes_only, 0);
 	ck_assert_int_eq(c.tie_embeddings, 1);
 	ck_assert_int_eq(c.gated_mlp, 0);
 	ck_assert_int_eq(
@@ -120,10 +119,10 @@ START_TEST(test_shapes_only_architectures)
 	ck_assert_int_eq(
 	    taco_model_init_random(&c, tk_cpu_ops(), TK_BF16, 1, &m, &err), 0);
 	ck_assert_int_ge(m->pos_embed, -1);
-	ck_assert_int_ge(taco_model_find(
-			     m, "gpt_neox.layers.0.attention.query_key_value."
-				"weight"),
-			 0);
+	ck_assert_int_ge(
+	    taco_model_find(m, "gpt_neox.layers.0.attention.query_key_value."
+			       "weight"),
+	    0);
 	taco_model_free(m);
 }
 END_TEST
@@ -318,7 +317,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_reference_param_counts, 0,
 			    sizeof(ref_counts) / sizeof(ref_counts[0]));
 	tcase_add_test(tc, test_reference_fields);
-	tcase_add_test(tc, test_shapes_only_architectures);
+	tcase_add_test(tc, test_other_architectures);
 	tcase_add_test(tc, test_family_fields);
 	tcase_add_loop_test(tc, test_bad_configs, 0,
 			    sizeof(bad) / sizeof(bad[0]));

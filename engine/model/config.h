@@ -1,7 +1,8 @@
 /* config.h: a Hugging Face config.json, reduced to what the math needs.
  *
  * Supported architectures: LlamaForCausalLM, MistralForCausalLM,
- * Qwen2ForCausalLM, Qwen3ForCausalLM. A field that would change the math in a
+ * Qwen2ForCausalLM, Qwen3ForCausalLM (the Llama family), OPTForCausalLM,
+ * GPTNeoXForCausalLM. A field that would change the math in a
  * way we do not implement is refused by name; fields that do not change the
  * math (token ids, torch_dtype, max_position_embeddings, ...) are ignored. */
 #ifndef TACO_CONFIG_H
@@ -26,8 +27,6 @@ enum taco_arch {
 	TACO_ARCH_MISTRAL,
 	TACO_ARCH_QWEN2,
 	TACO_ARCH_QWEN3,
-	/* Shapes only: the planner sizes them for comparison (the TACO
-	 * preprint's OPT-13B, Pythia), the engine does not train them. */
 	TACO_ARCH_OPT,
 	TACO_ARCH_GPT_NEOX,
 };
@@ -74,7 +73,6 @@ typedef struct taco_config {
 	int o_bias;	    /* o projection has a bias */
 	int qk_norm;	    /* Qwen3 per-head RMSNorm of q and k */
 	int sliding_window; /* 0 = none */
-	int shapes_only;    /* planned, not trained */
 	int gated_mlp;	    /* SwiGLU (3 projections) rather than fc1/fc2 */
 	/* OPT and GPT-NeoX (the Llama family: RMSNorm, SwiGLU, pre-norm,
 	 * sequential residual, full rotary, a final norm) */

@@ -239,8 +239,5 @@ int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
 /* Allocates t's data on m->ops in dtype (sets t->dtype). */
 int taco_model_alloc_tensor(taco_model *m, taco_tensor *t, int dtype,
 			    taco_err *err);
-/* -ENOTSUP for a config that can be planned but not trained. */
-int taco_model_refuse_shapes_only(const taco_config *c, const char *where,
-				  taco_err *err);
 
 #endif

@@ -264,16 +264,6 @@ out:
 	return r;
 }
 
-int taco_model_refuse_shapes_only(const taco_config *c, const char *where,
-				  taco_err *err)
-{
-	return taco_err_set(err, -ENOTSUP,
-			    "%s: %s can be planned but not trained (supported: "
-			    "LlamaForCausalLM, MistralForCausalLM, "
-			    "Qwen2ForCausalLM, Qwen3ForCausalLM)",
-			    where, taco_arch_name(c->arch));
-}
-
 int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
 		    taco_err *err)
 {
@@ -295,8 +285,6 @@ int taco_model_load_as(const char *dir, const tk_ops *ops, int act_dtype,
 	r = taco_config_load(path, &cfg, err);
 	if (r)
 		return r;
-	if (cfg.shapes_only)
-		return taco_model_refuse_shapes_only(&cfg, path, err);
 	if (act_dtype != TK_F32 && act_dtype != TK_BF16)
 		return taco_err_set(err, -EINVAL,
 				    "precision must be fp32 or "

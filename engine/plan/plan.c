@@ -131,11 +131,6 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 		return taco_err_set(err, -EINVAL, "plan: bad batch shape");
 	if (in->act_dtype != TK_F32 && in->act_dtype != TK_BF16)
 		return taco_err_set(err, -EINVAL, "plan: bad precision");
-	if (shapes->cfg.shapes_only)
-		return taco_err_set(err, -ENOTSUP,
-				    "%s: the engine does not train this "
-				    "family yet, so it has no plan",
-				    taco_arch_name(shapes->cfg.arch));
 	if (in->step.keep_activations && in->step.offload)
 		return taco_err_set(err, -EINVAL,
 				    "kept activations exclude offload");

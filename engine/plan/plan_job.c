@@ -111,10 +111,6 @@ int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
 		return r;
 	if ((r = taco_model_shapes(&cfg, &shapes, err)))
 		return r;
-	if (cfg.shapes_only) {
-		r = taco_model_refuse_shapes_only(&cfg, path, err);
-		goto out;
-	}
 	if ((r = stored_dtype(job->model, shapes, &dtype, err)))
 		goto out;
 	if ((r = taco_job_frozen(job, shapes, &frozen, err)))

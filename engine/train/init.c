@@ -112,8 +112,6 @@ int taco_model_init_random(const taco_config *cfg, const tk_ops *ops, int dtype,
 	void *table = NULL, *host = NULL;
 	int r;
 
-	if (cfg->shapes_only)
-		return taco_model_refuse_shapes_only(cfg, "config", err);
 	if (!es)
 		return taco_err_set(err, -EINVAL, "unknown weight dtype %d",
 				    dtype);
