@@ -1,4 +1,4 @@
-/* model.h: a decoder-only transformer (the Llama family, OPT, GPT-NeoX) and
+/* model.h: a decoder-only transformer (the Llama family, OPT, GPT-NeoX) and its
  * training step on a backend (tk_ops).
  *
  * Tensors live in backend memory: in their storage dtype (F32, BF16 or F16)
