@@ -349,6 +349,49 @@ START_TEST(test_sigterm_checkpoints)
 }
 END_TEST
 
+/* An OPT model with the GPT-2 style tokenizer OPT ships (vocab.json +
+ * merges.txt) and no chat template: chat data trains with the
+ * chat_template option and is refused without it, naming the option;
+ * prompt/completion data needs no template. */
+START_TEST(test_opt_chat_and_completion)
+{
+	static const char *const data[] = {"chat/chat.jsonl", "chat/chat.jsonl",
+					   "chat/completion.jsonl"};
+	static const char *const opt[] = {", \"chat_template\": \"chatml\"", "",
+					  ""};
+	static const int want[] = {0, 1, 0};
+	char job[512], model[4096], train[4096], cmd[16384];
+	FILE *f;
+
+	make_tmpdir();
+	for (int k = 0; k < 3; k++) {
+		snprintf(model, sizeof(model), "%s",
+			 tu_fixture("models/chat_opt"));
+		snprintf(train, sizeof(train), "%s", tu_fixture(data[k]));
+		snprintf(job, sizeof(job), "%s/c%d.json", tmpdir, k);
+		f = fopen(job, "w");
+		ck_assert_ptr_nonnull(f);
+		fprintf(f,
+			"{\"model\": \"%s\", \"train\": \"%s\", "
+			"\"output_dir\": \"%s/o%d\", \"steps\": 3, "
+			"\"seq_len\": 256, \"batch_size\": 2, \"lr\": 0.01, "
+			"\"log_every\": 1%s}",
+			model, train, tmpdir, k, opt[k]);
+		fclose(f);
+		snprintf(
+		    cmd, sizeof(cmd),
+		    "%s --no-progress %s > %s/c%d.txt 2>&1; test $? -eq %d",
+		    bin(), job, tmpdir, k, want[k]);
+		if (want[k])
+			snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd),
+				 " && grep -q chat_template %s/c%d.txt", tmpdir,
+				 k);
+		ck_assert_msg(system(cmd) == 0, "%s", cmd);
+	}
+	rm_tmpdir();
+}
+END_TEST
+
 /* --validate prints the report and fails on data errors; --plan prints
  * the terms and fails when the budget is too small. */
 START_TEST(test_validate_and_plan_cli)
@@ -657,6 +700,7 @@ int main(void)
 	tcase_add_test(tc, test_learns_taco_bf16);
 	tcase_add_test(tc, test_learns_adamw);
 	tcase_add_loop_test(tc, test_learns_families, 0, 4);
+	tcase_add_test(tc, test_opt_chat_and_completion);
 	tcase_add_test(tc, test_learns_packed);
 	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 2);
 	tcase_add_test(tc, test_sigterm_checkpoints);
