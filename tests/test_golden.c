@@ -591,7 +591,14 @@ static void check_packing(const char *name)
 		      "%s: packed loss %.9g, separate %.9g", name, sp.loss,
 		      su.loss);
 	for (int i = 0; i < f.m->n_tensors; i++) {
-		double e = tu_rel_err(gp.g[i], gu.g[i], f.m->tensors[i].numel);
+		size_t n = f.m->tensors[i].numel;
+		double e = tu_rel_err(gp.g[i], gu.g[i], n), big = 0;
+		/* a gradient that is 0 in exact arithmetic (OPT's key biases,
+		 * which the softmax cancels) is rounding noise on both sides */
+		for (size_t k = 0; k < n; k++)
+			big = fmax(big, fabs(gu.g[i][k]));
+		if (big < 1e-6)
+			e = 0;
 		ck_assert_msg(e < 1e-5, "%s: %s packed vs separate %.3g", name,
 			      f.m->tensors[i].name, e);
 	}
@@ -602,7 +609,10 @@ static void check_packing(const char *name)
 
 START_TEST(test_packing)
 {
-	check_packing(_i == 0 ? "llama_gqa" : "qwen3_tied");
+	static const char *const names[] = {"llama_gqa", "qwen3_tied",
+					    "opt_post", "neox_par"};
+
+	check_packing(names[_i]);
 }
 END_TEST
 
@@ -712,7 +722,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_fixture_keep_activations, 0, n);
 	tcase_add_loop_test(tc, test_fixture_overlap, 0, n);
 	tcase_add_loop_test(tc, test_dropout, 0, 2);
-	tcase_add_loop_test(tc, test_packing, 0, 2);
+	tcase_add_loop_test(tc, test_packing, 0, 4);
 	tcase_add_test(tc, test_bad_batch);
 	tcase_add_loop_test(tc, test_export_matches_transformers, 0, 3);
 	suite_add_tcase(s, tc);
