@@ -160,36 +160,6 @@ static float *fpoison(size_t n)
 	return p;
 }
 
-/* A double loss of a reference, as a function of the arrays in ctx. */
-typedef double (*loss_fn)(void *ctx);
-
-/* The analytic gradient g[n] of loss with respect to x[n] (read by loss
- * through ctx) against central differences in double, over every entry
- * when n <= samples, else over `samples` entries picked at random:
- * ||g - fd|| / ||fd||. */
-static double grad_check(loss_fn loss, void *ctx, double *x, const float *g,
-			 size_t n, size_t samples, uint64_t seed, double h)
-{
-	double num = 0, den = 0;
-	size_t cnt = n <= samples ? n : samples;
-
-	for (size_t s = 0; s < cnt; s++) {
-		size_t i = n <= samples ? s : tk_splitmix64_next(&seed) % n;
-		double x0 = x[i], lp, lm, fd, e;
-
-		x[i] = x0 + h;
-		lp = loss(ctx);
-		x[i] = x0 - h;
-		lm = loss(ctx);
-		x[i] = x0;
-		fd = (lp - lm) / (2 * h);
-		e = (double)g[i] - fd;
-		num += e * e;
-		den += fd * fd;
-	}
-	return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* ---- layernorm ---------------------------------------------------------- */
 
 /* torch.nn.LayerNorm in double: out [n, H], mean and rstd [n] (NULL: not
@@ -273,12 +243,12 @@ static void check_ln_f32(int n, int H, size_t samples, uint64_t st)
 
 	ops->layernorm_bwd(TK_F32, dx, dw, db, dout, x, w, mean, rstd, n, H);
 	ck_assert_double_lt(
-	    grad_check(ln_loss, &c, xd, dx, nx, samples, 11, 1e-4), 1e-6);
+	    tu_grad_check(ln_loss, &c, xd, dx, nx, samples, 11, 1e-4), 1e-6);
 	ck_assert_double_lt(
-	    grad_check(ln_loss, &c, wd, dw, (size_t)H, samples, 12, 1e-4),
+	    tu_grad_check(ln_loss, &c, wd, dw, (size_t)H, samples, 12, 1e-4),
 	    1e-6);
 	ck_assert_double_lt(
-	    grad_check(ln_loss, &c, bd, db, (size_t)H, samples, 13, 1e-4),
+	    tu_grad_check(ln_loss, &c, bd, db, (size_t)H, samples, 13, 1e-4),
 	    1e-6);
 
 	/* dw and db accumulate: a second call from the first's sums doubles
@@ -552,8 +522,8 @@ static void check_act_f32(int act, size_t n, uint64_t st)
 	ck_assert_double_lt(rel_err(dx, gref, n), 1e-6);
 	/* every entry of the small cases, 100 of the large one (each loss
 	 * is a pass over all n) */
-	ck_assert_double_lt(grad_check(act_loss, &c, xd, dx, n, 1000, 7, 1e-4),
-			    1e-6);
+	ck_assert_double_lt(
+	    tu_grad_check(act_loss, &c, xd, dx, n, 1000, 7, 1e-4), 1e-6);
 
 	/* in place: out over x, dx over dout, dx over x (the same bits) */
 	t = dup_bytes(x, n * 4);
@@ -934,8 +904,8 @@ START_TEST(test_dropout_backward)
 	/* The loss is linear in x: a large h (1/64) keeps the fp32 rounding
 	 * of x +- h and of the scaled products (~1e-7 each) small against
 	 * 2h, a few 1e-6 relative. */
-	ck_assert_double_lt(grad_check(drop_loss, &c, xd, dg, n, n, 1, 0x1p-6),
-			    1e-5);
+	ck_assert_double_lt(
+	    tu_grad_check(drop_loss, &c, xd, dg, n, n, 1, 0x1p-6), 1e-5);
 	free(x);
 	free(g);
 	free(dg);

@@ -79,41 +79,11 @@ static double rel_err_d(const float *a, const double *ref, size_t n)
 	return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
-	return *s >> 33;
-}
-
-/* A double loss of the reference, as a function of the arrays in ctx. */
-typedef double (*loss_fn)(void *ctx);
-
-/* Compares the analytic gradient g[n] of loss with respect to x[n] (which
- * loss reads through ctx) with central differences, over all entries when
- * n <= samples, else over `samples` random entries. Returns the relative
- * error ||g - fd|| / ||fd|| over the checked entries. */
-static double grad_check(loss_fn loss, void *ctx, double *x, const float *g,
+/* tu_grad_check with the step of these tests. */
+static double grad_check(tu_loss_fn loss, void *ctx, double *x, const float *g,
 			 size_t n, size_t samples, uint64_t seed)
 {
-	const double h = 1e-4;
-	double num = 0, den = 0;
-	size_t cnt = n <= samples ? n : samples;
-
-	for (size_t s = 0; s < cnt; s++) {
-		size_t i = n <= samples ? s : rng_next(&seed) % n;
-		double x0 = x[i], lp, lm, fd, e;
-
-		x[i] = x0 + h;
-		lp = loss(ctx);
-		x[i] = x0 - h;
-		lm = loss(ctx);
-		x[i] = x0;
-		fd = (lp - lm) / (2 * h);
-		e = (double)g[i] - fd;
-		num += e * e;
-		den += fd * fd;
-	}
-	return den > 0 ? sqrt(num / den) : sqrt(num);
+	return tu_grad_check(loss, ctx, x, g, n, samples, seed, 1e-4);
 }
 
 /* ---- memory ------------------------------------------------------------- */

@@ -96,3 +96,26 @@ int tu_run(Suite *s, int no_fork)
 	srunner_free(sr);
 	return failed ? 1 : 0;
 }
+
+double tu_grad_check(tu_loss_fn loss, void *ctx, double *x, const float *g,
+		     size_t n, size_t samples, uint64_t seed, double h)
+{
+	double num = 0, den = 0;
+	size_t cnt = n <= samples ? n : samples;
+
+	for (size_t s = 0; s < cnt; s++) {
+		size_t i = n <= samples ? s : tk_splitmix64_next(&seed) % n;
+		double x0 = x[i], lp, lm, fd, e;
+
+		x[i] = x0 + h;
+		lp = loss(ctx);
+		x[i] = x0 - h;
+		lm = loss(ctx);
+		x[i] = x0;
+		fd = (lp - lm) / (2 * h);
+		e = (double)g[i] - fd;
+		num += e * e;
+		den += fd * fd;
+	}
+	return den > 0 ? sqrt(num / den) : sqrt(num);
+}

@@ -16,6 +16,16 @@ double tu_rel_err(const float *a, const float *ref, size_t n);
 /* Deterministic uniform values in [lo, hi) from a 64-bit state. */
 void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state);
 
+/* A double loss of a reference, as a function of the arrays in ctx. */
+typedef double (*tu_loss_fn)(void *ctx);
+
+/* The analytic gradient g[n] of loss with respect to x[n] (which loss
+ * reads through ctx) against central differences of step h, over every
+ * entry when n <= samples, else over `samples` entries picked from seed:
+ * ||g - fd|| / ||fd|| over the checked entries. */
+double tu_grad_check(tu_loss_fn loss, void *ctx, double *x, const float *g,
+		     size_t n, size_t samples, uint64_t seed, double h);
+
 /* Runs a suite (forking per test unless no_fork) and returns the process
  * exit status: 0 when every test passed. */
 struct Suite;
