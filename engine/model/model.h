@@ -1,5 +1,5 @@
-/* model.h: a decoder-only transformer (the Llama family, OPT, GPT-NeoX) and its
- * training step on a backend (tk_ops).
+/* model.h: a decoder-only transformer (the Llama family, OPT, GPT-NeoX)
+ * and its training step on a backend (tk_ops).
  *
  * Tensors live in backend memory: in their storage dtype (F32, BF16 or F16)
  * in fp32 mode, all bf16 in bf16 mode; arithmetic is fp32 in both. Tensor
