@@ -90,22 +90,6 @@ static float *bf_wide(const uint16_t *h, size_t n)
 	return p;
 }
 
-/* ||a - ref|| / ||ref|| (the plain norm when ref is 0); NaN: +inf */
-static double rel_err(const float *a, const double *ref, size_t n)
-{
-	double num = 0, den = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		double e = (double)a[i] - ref[i];
-
-		if (isnan(a[i]))
-			return INFINITY;
-		num += e * e;
-		den += ref[i] * ref[i];
-	}
-	return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* bf16 patterns ordered like their values (+0 and -0 together) */
 static long bf_ord(uint16_t h)
 {
@@ -237,9 +221,9 @@ static void check_ln_f32(int n, int H, size_t samples, uint64_t st)
 
 	ops->layernorm_fwd(TK_F32, out, mean, rstd, x, w, b, n, H, eps);
 	ln_ref(oref, mref, rref, xd, wd, bd, n, H, eps);
-	ck_assert_double_lt(rel_err(out, oref, nx), 1e-6);
-	ck_assert_double_lt(rel_err(mean, mref, n), 1e-6);
-	ck_assert_double_lt(rel_err(rstd, rref, n), 1e-6);
+	ck_assert_double_lt(tu_rel_err_d(out, oref, nx), 1e-6);
+	ck_assert_double_lt(tu_rel_err_d(mean, mref, n), 1e-6);
+	ck_assert_double_lt(tu_rel_err_d(rstd, rref, n), 1e-6);
 
 	ops->layernorm_bwd(TK_F32, dx, dw, db, dout, x, w, mean, rstd, n, H);
 	ck_assert_double_lt(
@@ -329,7 +313,7 @@ START_TEST(test_layernorm_constant_row)
 		gm += (double)dout[j] * w[j] / H;
 	for (int j = 0; j < H; j++)
 		ref[j] = rstd[0] * ((double)dout[j] * w[j] - gm);
-	ck_assert_double_lt(rel_err(dx, ref, H), 1e-6);
+	ck_assert_double_lt(tu_rel_err_d(dx, ref, H), 1e-6);
 	free(x);
 	free(w);
 	free(b);
@@ -519,7 +503,7 @@ static void check_act_f32(int act, size_t n, uint64_t st)
 	for (size_t i = 0; i < n; i++)
 		gref[i] = d[i] *
 			  (act == TK_ACT_RELU ? (x[i] > 0) : gelu_grad_d(x[i]));
-	ck_assert_double_lt(rel_err(dx, gref, n), 1e-6);
+	ck_assert_double_lt(tu_rel_err_d(dx, gref, n), 1e-6);
 	/* every entry of the small cases, 100 of the large one (each loss
 	 * is a pass over all n) */
 	ck_assert_double_lt(

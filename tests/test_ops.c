@@ -64,21 +64,6 @@ static float *fcopy(const float *x, size_t n)
 	return p;
 }
 
-/* ||a - ref|| / ||ref|| with a double reference (plain norm if ref == 0). */
-static double rel_err_d(const float *a, const double *ref, size_t n)
-{
-	double num = 0, den = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		double e = (double)a[i] - ref[i];
-		if (isnan(a[i]))
-			return INFINITY;
-		num += e * e;
-		den += ref[i] * ref[i];
-	}
-	return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* tu_grad_check with the step of these tests. */
 static double grad_check(tu_loss_fn loss, void *ctx, double *x, const float *g,
 			 size_t n, size_t samples, uint64_t seed)
@@ -364,7 +349,7 @@ START_TEST(test_bias)
 			for (int r = 0; r < rows; r++)
 				ref[c] += y0[(size_t)r * C + c];
 		}
-		ck_assert_double_lt(rel_err_d(db, ref, (size_t)C), 1e-6);
+		ck_assert_double_lt(tu_rel_err_d(db, ref, (size_t)C), 1e-6);
 		free(y);
 		free(y0);
 		free(bias);
@@ -404,7 +389,7 @@ START_TEST(test_embedding)
 	for (int i = 0; i < n; i++)
 		for (int c = 0; c < H; c++)
 			ref[(size_t)tok[i] * H + c] += dout[(size_t)i * H + c];
-	ck_assert_double_lt(rel_err_d(dt, ref, (size_t)V * H), 1e-6);
+	ck_assert_double_lt(tu_rel_err_d(dt, ref, (size_t)V * H), 1e-6);
 	/* Rows of unused tokens are untouched. */
 	ck_assert_mem_eq(dt + (size_t)(V - 1) * H, dt0 + (size_t)(V - 1) * H,
 			 (size_t)H * sizeof(float));
@@ -492,8 +477,8 @@ static void check_rmsnorm(int n, int H, size_t samples, uint64_t st)
 
 	ops->rmsnorm_fwd(TK_F32, out, rstd, x, w, n, H, eps);
 	rms_ref(oref, rref, xd, wd, n, H, eps);
-	ck_assert_double_lt(rel_err_d(out, oref, nx), 1e-6);
-	ck_assert_double_lt(rel_err_d(rstd, rref, (size_t)n), 1e-6);
+	ck_assert_double_lt(tu_rel_err_d(out, oref, nx), 1e-6);
+	ck_assert_double_lt(tu_rel_err_d(rstd, rref, (size_t)n), 1e-6);
 
 	ops->rmsnorm_bwd(TK_F32, dx, dw, dout, x, w, rstd, n, H);
 	for (int j = 0; j < H; j++)
@@ -594,7 +579,7 @@ static void check_rope(int n, int heads, int hd, size_t samples, uint64_t st)
 
 	ops->rope_fwd(TK_F32, y, ctab, stab, pos, n, heads, hd);
 	rope_ref(ref, xd, ctab, stab, pos, n, heads, hd);
-	ck_assert_double_lt(rel_err_d(y, ref, nx), 1e-6);
+	ck_assert_double_lt(tu_rel_err_d(y, ref, nx), 1e-6);
 	/* position 0 is the identity */
 	ck_assert_mem_eq(y, x, (size_t)heads * hd * sizeof(float));
 
@@ -666,7 +651,7 @@ static void check_swiglu(size_t n, size_t samples, uint64_t st)
 	ops->swiglu_fwd(TK_F32, out, g, u, n);
 	for (size_t i = 0; i < n; i++)
 		ref[i] = silu_d(gd[i]) * ud[i];
-	ck_assert_double_lt(rel_err_d(out, ref, n), 1e-6);
+	ck_assert_double_lt(tu_rel_err_d(out, ref, n), 1e-6);
 
 	ops->swiglu_bwd(TK_F32, dg, du, dout, g, u, n);
 	for (size_t i = 0; i < n; i++)
@@ -1082,10 +1067,10 @@ static void att_check(int B, int T, int nh, int nkv, int hd, int window,
 	oref = dnew(a.nq);
 	lref = dnew(a.nl);
 	att_ref(oref, lref, &a.c);
-	ck_assert_msg(rel_err_d(a.out, oref, a.nq) < 2e-6,
+	ck_assert_msg(tu_rel_err_d(a.out, oref, a.nq) < 2e-6,
 		      "T=%d window=%d out err %g", T, window,
-		      rel_err_d(a.out, oref, a.nq));
-	ck_assert_double_lt(rel_err_d(a.lse, lref, a.nl), 1e-6);
+		      tu_rel_err_d(a.out, oref, a.nq));
+	ck_assert_double_lt(tu_rel_err_d(a.lse, lref, a.nl), 1e-6);
 	ck_assert_double_lt(
 	    grad_check(att_loss, &a.c, a.c.q, a.dq, a.nq, samples, 21), 1e-4);
 	ck_assert_double_lt(
@@ -1392,7 +1377,7 @@ START_TEST(test_bf16_bias_embedding)
 			for (int c = 0; c < H; c++)
 				ref[(size_t)tok[i] * H + c] +=
 				    do32[(size_t)i * H + c];
-	ck_assert_double_lt(rel_err_d(dt2, ref, (size_t)V * H), 1e-6);
+	ck_assert_double_lt(tu_rel_err_d(dt2, ref, (size_t)V * H), 1e-6);
 
 	free(y);
 	free(b);

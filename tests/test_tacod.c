@@ -97,7 +97,8 @@ static void *follow(void *p)
 	return NULL;
 }
 
-/* OPT and GPT-NeoX models are listed and trained like the Llama family. */
+/* OPT and GPT-NeoX models are listed, planned and trained like the Llama
+ * family. */
 START_TEST(test_other_families)
 {
 	static const char *const names[] = {"opt_post", "neox_par"};
@@ -123,6 +124,15 @@ START_TEST(test_other_families)
 			 "\"suffix\": \"f\", \"taco\": {\"seq_len\": 24, "
 			 "\"steps\": 3, \"lr\": 0.01}}",
 			 names[k], file);
+		/* planned like any other: it fits, with its own terms */
+		ck_assert_int_eq(
+		    th_call("POST", "/v1/fine_tuning/plan", body, NULL, &j),
+		    200);
+		ck_assert_ptr_null(json_object_get(j, "error"));
+		ck_assert(json_is_true(json_object_get(j, "fits")));
+		ck_assert_int_gt(
+		    json_integer_value(json_object_get(j, "total_bytes")), 0);
+		json_decref(j);
 		ck_assert_int_eq(
 		    th_call("POST", "/v1/fine_tuning/jobs", body, NULL, &j),
 		    200);

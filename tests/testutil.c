@@ -119,3 +119,17 @@ double tu_grad_check(tu_loss_fn loss, void *ctx, double *x, const float *g,
 	}
 	return den > 0 ? sqrt(num / den) : sqrt(num);
 }
+
+double tu_rel_err_d(const float *a, const double *ref, size_t n)
+{
+	double num = 0, den = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double e = (double)a[i] - ref[i];
+		if (isnan(a[i]))
+			return INFINITY;
+		num += e * e;
+		den += ref[i] * ref[i];
+	}
+	return den > 0 ? sqrt(num / den) : sqrt(num);
+}

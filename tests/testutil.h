@@ -13,6 +13,9 @@ const char *tu_fixture(const char *rel);
  * ref is all zero. NaN anywhere gives +inf. */
 double tu_rel_err(const float *a, const float *ref, size_t n);
 
+/* The same against a double reference. */
+double tu_rel_err_d(const float *a, const double *ref, size_t n);
+
 /* Deterministic uniform values in [lo, hi) from a 64-bit state. */
 void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state);
 

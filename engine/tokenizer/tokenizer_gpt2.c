@@ -413,7 +413,8 @@ static int parse_token(struct gload *G, json_t *v, const char *file,
 	return 0;
 }
 
-/* Refuses what would change the ids in ways not implemented. */
+/* Refuses config options whose effect on the ids this reader does not
+ * reproduce (listed in the error), rather than guessing. */
 static int check_config(struct gload *G, json_t *o, const char *file)
 {
 	const char *k;
