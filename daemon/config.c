@@ -157,7 +157,7 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 	    "listen",	   "unix_socket", "state_dir",	      "models_dir",
 	    "tokens_file", "taco_train",  "dataset_roots",    "device_memory",
 	    "backend",	   "max_retries", "cancel_timeout_s", "limits",
-	    NULL};
+	    "webhooks",	   NULL};
 	tacod_config *c = arg;
 	json_t *v;
 	int64_t x;
@@ -217,6 +217,9 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 	if ((r = num(root, "cancel_timeout_s", 1, 86400, &x, name, err)))
 		return r;
 	c->cancel_timeout_s = (int)x;
+	if ((v = json_object_get(root, "webhooks")) &&
+	    (r = tacod_webhooks_parse(v, name, &c->webhooks, err)))
+		return r;
 	if ((v = json_object_get(root, "limits")))
 		return limits(v, &c->limits, name, err);
 	return 0;

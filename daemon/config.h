@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "util/taco_err.h"
+#include "webhook.h"
 
 #define TACOD_MAX_ROOTS 64
 #define TACOD_CONFIG_MAX_BYTES (1u << 20)
@@ -36,6 +37,7 @@ typedef struct tacod_config {
 	int max_retries;	/* a crashed worker is retried this often */
 	int cancel_timeout_s;	/* SIGKILL this long after SIGTERM */
 	tacod_limits limits;
+	tacod_webhooks webhooks; /* webhook.h; none by default */
 } tacod_config;
 
 void tacod_config_defaults(tacod_config *c);

@@ -11,6 +11,7 @@
 #include "api/objects.h"
 #include "plan/plan.h"
 #include "scheduler.h"
+#include "service_webhooks.h"
 #include "util/fsutil.h"
 
 int64_t tacod_now(void)
@@ -82,6 +83,7 @@ static void on_event(tacod_worker *w, json_t *e, void *ctx)
 			tacod_store_job_update(s->store, &j, NULL);
 			tacod_job_clear(&j);
 		}
+		tacod_webhooks_job_progress(s, rj->id, e);
 		tacod_store_relaxed(s->store, 0, NULL);
 	} else if (!strcmp(name, "eval")) {
 		event(s, rj->id, "info", "metrics", "Evaluation",
@@ -198,7 +200,13 @@ static void finish_job(tacod_service *s, tacod_running *rj, int64_t status,
 				(json_int_t)j.measured_peak_bytes,
 				"error_percent", d));
 	}
-	tacod_store_job_update(s->store, &j, NULL);
+	/* the status and its webhook deliveries: both or neither */
+	if (!tacod_store_tx_begin(s->store, NULL)) {
+		int rc = tacod_store_job_update(s->store, &j, NULL);
+		if (!rc)
+			rc = tacod_webhooks_job_status(s, &j, NULL);
+		tacod_store_tx_end(s->store, rc, NULL);
+	}
 	event(s, rj->id, to == TACOD_FAILED ? "error" : "info", "status", msg,
 	      json_pack("{ss}", "status", tacod_status_name(to)));
 	tacod_job_clear(&j);
@@ -256,7 +264,14 @@ static void start_job(tacod_service *s, const tacod_job *j)
 			f.finished_at = tacod_now();
 			f.error = json_dumps(e, JSON_COMPACT);
 			json_decref(e);
-			tacod_store_job_update(s->store, &f, NULL);
+			if (!tacod_store_tx_begin(s->store, NULL)) {
+				int rc =
+				    tacod_store_job_update(s->store, &f, NULL);
+				if (!rc)
+					rc = tacod_webhooks_job_status(s, &f,
+								       NULL);
+				tacod_store_tx_end(s->store, rc, NULL);
+			}
 			tacod_job_clear(&f);
 		}
 		free(rj);
@@ -602,7 +617,8 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 	    (r = taco_mkdir_p(s->upload_dir, err)) ||
 	    (r = tacod_store_open(db, &s->store, err)) ||
 	    (r = requeue_running(s, err)) || (r = revalidate(s, err)) ||
-	    (r = tacod_validate_start(s, err)))
+	    (r = tacod_validate_start(s, err)) ||
+	    (r = tacod_webhooks_start(s, err)))
 		goto fail;
 	tacod_service_routes(s);
 	if ((r = tacod_http_start(&s->cfg, s->routes, s, &s->http, err)))
@@ -618,6 +634,7 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 	*out = s;
 	return 0;
 fail:
+	tacod_webhooks_join(s);
 	tacod_validate_join(s);
 	tacod_store_close(s->store);
 	pthread_mutex_destroy(&s->lock);
@@ -637,6 +654,7 @@ void tacod_service_shutdown(tacod_service *s)
 	/* the validation in progress is recorded; the jobs still waiting
 	 * stay in validating_files for the next start */
 	tacod_validate_stop(s);
+	tacod_webhooks_stop(s);
 	for (int i = 0; i < s->n_run; i++)
 		if (!s->run[i]->stop)
 			s->run[i]->stop = TACOD_STOP_SHUTDOWN;
@@ -684,6 +702,7 @@ void tacod_service_free(tacod_service *s)
 	if (s->http)
 		tacod_http_stop(s->http);
 	tacod_validate_join(s);
+	tacod_webhooks_join(s);
 	tacod_store_close(s->store);
 	pthread_mutex_destroy(&s->lock);
 	free(s);

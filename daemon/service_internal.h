@@ -75,6 +75,8 @@ struct tacod_service {
 	pthread_cond_t val_cond; /* signalled when there may be work */
 	int val_started, val_stop;
 	char val_job[TACOD_ID_MAX]; /* being validated now; "" when idle */
+	/* the webhook delivery thread's state (service_webhooks.c) */
+	struct tacod_hooks *hooks;
 };
 
 int64_t tacod_now(void);

@@ -13,6 +13,7 @@
 #include "api/job_request.h"
 #include "api/objects.h"
 #include "service_internal.h"
+#include "service_webhooks.h"
 #include "util/fsutil.h"
 
 /* The user whose rows a request sees: NULL (everything) for admins. */
@@ -699,10 +700,21 @@ static int job_cancel(tacod_http_req *r, void *ctx)
 	if (!rc) {
 		if (j.status == TACOD_QUEUED || j.status == TACOD_PAUSED ||
 		    j.status == TACOD_VALIDATING) {
-			if (!tacod_store_job_transition(s->store, id, j.status,
-							TACOD_CANCELLED,
-							NULL)) {
-				j.status = TACOD_CANCELLED;
+			int from = j.status, t;
+			j.status = TACOD_CANCELLED;
+			/* the status and its webhook deliveries together */
+			t = tacod_store_tx_begin(s->store, NULL);
+			if (!t) {
+				t = tacod_store_job_transition(
+				    s->store, id, from, TACOD_CANCELLED, NULL);
+				if (!t)
+					t = tacod_webhooks_job_status(s, &j,
+								      NULL);
+				t = tacod_store_tx_end(s->store, t, NULL);
+			}
+			if (t) {
+				j.status = from;
+			} else {
 				tacod_store_event_add(
 				    s->store, id, "info", "status",
 				    "The job was cancelled", NULL, NULL, NULL);

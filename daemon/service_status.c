@@ -10,6 +10,7 @@
 
 #include "plan/plan.h"
 #include "service_internal.h"
+#include "service_webhooks.h"
 
 static char device_name[160];
 static pthread_once_t device_once = PTHREAD_ONCE_INIT;
@@ -236,6 +237,14 @@ int tacod_route_metrics(tacod_http_req *r, void *ctx)
 	    "tacod_http_streams_dropped_total %llu\n",
 	    (unsigned long long)hs->streams_open,
 	    (unsigned long long)hs->streams_dropped);
+	{
+		char *hooks = tacod_webhooks_metrics(s);
+		if (hooks)
+			put(&t, "%s", hooks);
+		else
+			t.failed = 1;
+		free(hooks);
+	}
 	free(sn);
 	free(hs);
 	if (t.failed) {

@@ -23,6 +23,7 @@
 
 #include "api/objects.h"
 #include "service_internal.h"
+#include "service_webhooks.h"
 
 /* The event data of the outcome: the status and the report (null without
  * one: pre-tokenized data is checked without a report). */
@@ -68,6 +69,8 @@ static int record(tacod_service *s, const char *id, const tacod_assessment *a)
 			rc = tacod_store_job_update_from(
 			    s->store, &f, TACOD_VALIDATING, &err);
 		}
+		if (rc == 0)
+			rc = tacod_webhooks_job_status(s, &f, &err);
 		if (rc == 0)
 			rc = tacod_store_event_add(s->store, id, "error",
 						   "status", a->msg, data, NULL,

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
 
 /* Version 1. The list indexes: (user, created_at) and (created_at) serve the
  * newest-first lists (every index ends in the rowid, the tie-break), the
@@ -78,6 +78,28 @@ static const char schema_v1[] =
     "CREATE INDEX IF NOT EXISTS idempotency_created"
     " ON idempotency(created_at);";
 
+/* Version 2: the webhook deliveries to make (store_webhooks.c), a durable
+ * queue: (state, next_attempt_at) serves the next due delivery, (job_id,
+ * type, url) the progress events' rate. */
+static const char schema_v2[] =
+    "CREATE TABLE IF NOT EXISTS webhook_deliveries ("
+    " id INTEGER PRIMARY KEY,"
+    " url TEXT NOT NULL,"
+    " event_id TEXT NOT NULL,"
+    " type TEXT NOT NULL,"
+    " job_id TEXT NOT NULL,"
+    " payload TEXT NOT NULL,"
+    " attempts INTEGER NOT NULL,"
+    " next_attempt_at INTEGER NOT NULL,"
+    " state INTEGER NOT NULL CHECK (state BETWEEN 0 AND 2),"
+    " last_error TEXT NOT NULL,"
+    " created_at INTEGER NOT NULL,"
+    " finished_at INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS webhook_deliveries_due"
+    " ON webhook_deliveries(state, next_attempt_at);"
+    "CREATE INDEX IF NOT EXISTS webhook_deliveries_job"
+    " ON webhook_deliveries(job_id, type, url);";
+
 static int pragma(tacod_store *s, const char *sql, const char *expect,
 		  taco_err *err)
 {
@@ -133,6 +155,9 @@ static int schema_update(tacod_store *s, taco_err *err)
 	 * a missing index. Later versions add their steps here. */
 	if (rc == 0)
 		rc = st_exec_sql(s, "create schema", schema_v1, err);
+	/* a version 1 store gains the table on its first open */
+	if (rc == 0)
+		rc = st_exec_sql(s, "create schema v2", schema_v2, err);
 	if (rc == 0 && version != SCHEMA_VERSION) {
 		rc = st_exec_sql(s, "set schema_version",
 				 "DELETE FROM schema_version", err);

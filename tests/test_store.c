@@ -989,7 +989,7 @@ START_TEST(test_reopen)
 				 SQLITE_OK);
 		ck_assert_int_eq(sqlite3_step(q), SQLITE_ROW);
 		ck_assert_int_eq(sqlite3_column_int(q, 0), 1);
-		ck_assert_int_eq(sqlite3_column_int(q, 1), 1);
+		ck_assert_int_eq(sqlite3_column_int(q, 1), 2);
 		sqlite3_finalize(q);
 		ck_assert_int_eq(sqlite3_prepare_v2(raw, "PRAGMA journal_mode",
 						    -1, &q, NULL),

@@ -1,0 +1,45 @@
+/* service_webhooks.h: tacod's webhook deliveries (service_webhooks.c):
+ * events of finished jobs (and, when subscribed, progress) are queued in
+ * the store in the transaction that writes the job's status, and a
+ * thread of their own posts them, signed, to the endpoints of tacod.json,
+ * retrying with exponential backoff; pending deliveries survive a
+ * restart. docs/webhooks.md. */
+#ifndef TACOD_SERVICE_WEBHOOKS_H
+#define TACOD_SERVICE_WEBHOOKS_H
+
+#include <jansson.h>
+
+#include "api/types.h"
+#include "service.h"
+
+/* Deliveries queued at once, past which new events are dropped (and
+ * counted): a receiver down for long cannot grow the store without end. */
+#define TACOD_WEBHOOK_MAX_PENDING 10000
+/* Delivered and given-up deliveries are kept this long, then purged. */
+#define TACOD_WEBHOOK_KEEP_S (7 * 24 * 3600)
+
+/* Starts the delivery thread (store open, lock not held); it picks up the
+ * deliveries a previous tacod left pending. */
+int tacod_webhooks_start(tacod_service *s, taco_err *err);
+/* (lock held) No attempt starts after this; one in flight is cut short
+ * and stays pending. */
+void tacod_webhooks_stop(tacod_service *s);
+/* (lock not held) Waits for the thread's end and frees its state. */
+void tacod_webhooks_join(tacod_service *s);
+
+/* (lock held) Queues the event of j's status, when terminal, for every
+ * endpoint subscribed to it. Call it inside the transaction that writes
+ * the status, so that both are committed or neither. */
+int tacod_webhooks_job_status(tacod_service *s, const tacod_job *j,
+			      taco_err *err);
+/* (lock held) A progress event of a running job (the worker's progress
+ * object: step, total_steps, loss), queued for each endpoint subscribed to
+ * progress whose progress_interval_s has passed for this job. */
+void tacod_webhooks_job_progress(tacod_service *s, const char *job,
+				 json_t *progress);
+
+/* (lock not held) The /metrics lines of the deliveries: malloc'd text,
+ * or NULL on failure. */
+char *tacod_webhooks_metrics(tacod_service *s);
+
+#endif
