@@ -12,7 +12,10 @@ packages=(
 	libsqlite3-dev      # tacod's durable store (files, jobs, events)
 	libuv1-dev          # tacod's event loop: workers, signals, timers
 	libmicrohttpd-dev   # tacod's HTTP server
-	libcurl4-openssl-dev # tests only: HTTP client of the server tests
+	libcurl4-openssl-dev # tacod's webhook deliveries, tacoctl, and the
+	                    # HTTP client of the server tests
+	libssl-dev          # OpenSSL's libcrypto: HMAC-SHA256 of tacod's
+	                    # signed webhooks
 	libopenblas-openmp-dev # CPU GEMM, sharing the OpenMP thread pool
 	check libsubunit-dev # unit tests
 	clang libclang-rt-14-dev libomp-14-dev # libFuzzer harnesses
