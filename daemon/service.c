@@ -617,8 +617,8 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 	    (r = taco_mkdir_p(s->upload_dir, err)) ||
 	    (r = tacod_store_open(db, &s->store, err)) ||
 	    (r = requeue_running(s, err)) || (r = revalidate(s, err)) ||
-	    (r = tacod_validate_start(s, err)) ||
-	    (r = tacod_webhooks_start(s, err)))
+	    (r = tacod_webhooks_start(s, err)) ||
+	    (r = tacod_validate_start(s, err)))
 		goto fail;
 	tacod_service_routes(s);
 	if ((r = tacod_http_start(&s->cfg, s->routes, s, &s->http, err)))
@@ -634,8 +634,8 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 	*out = s;
 	return 0;
 fail:
-	tacod_webhooks_join(s);
 	tacod_validate_join(s);
+	tacod_webhooks_join(s);
 	tacod_store_close(s->store);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
@@ -654,7 +654,6 @@ void tacod_service_shutdown(tacod_service *s)
 	/* the validation in progress is recorded; the jobs still waiting
 	 * stay in validating_files for the next start */
 	tacod_validate_stop(s);
-	tacod_webhooks_stop(s);
 	for (int i = 0; i < s->n_run; i++)
 		if (!s->run[i]->stop)
 			s->run[i]->stop = TACOD_STOP_SHUTDOWN;

@@ -296,14 +296,6 @@ int tacod_webhooks_start(tacod_service *s, taco_err *err)
 	return 0;
 }
 
-void tacod_webhooks_stop(tacod_service *s)
-{
-	if (!s->hooks)
-		return;
-	atomic_store(&s->hooks->stop, 1);
-	pthread_cond_broadcast(&s->hooks->cond);
-}
-
 void tacod_webhooks_join(tacod_service *s)
 {
 	tacod_hooks *h = s->hooks;
@@ -311,7 +303,8 @@ void tacod_webhooks_join(tacod_service *s)
 	if (!h)
 		return;
 	pthread_mutex_lock(&s->lock);
-	tacod_webhooks_stop(s);
+	atomic_store(&h->stop, 1);
+	pthread_cond_broadcast(&h->cond);
 	pthread_mutex_unlock(&s->lock);
 	if (h->started)
 		pthread_join(h->thread, NULL);

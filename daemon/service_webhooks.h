@@ -21,10 +21,10 @@
 /* Starts the delivery thread (store open, lock not held); it picks up the
  * deliveries a previous tacod left pending. */
 int tacod_webhooks_start(tacod_service *s, taco_err *err);
-/* (lock held) No attempt starts after this; one in flight is cut short
- * and stays pending. */
-void tacod_webhooks_stop(tacod_service *s);
-/* (lock not held) Waits for the thread's end and frees its state. */
+/* (lock not held) Stops the thread (an attempt in flight is cut short
+ * and stays pending), waits for its end and frees its state. tacod_service_free
+ * calls it once the loop has ended, so that deliveries go on while running jobs
+ * drain. */
 void tacod_webhooks_join(tacod_service *s);
 
 /* (lock held) Queues the event of j's status, when terminal, for every

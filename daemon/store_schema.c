@@ -80,7 +80,7 @@ static const char schema_v1[] =
 
 /* Version 2: the webhook deliveries to make (store_webhooks.c), a durable
  * queue: (state, next_attempt_at) serves the next due delivery, (job_id,
- * type, url) the progress events' rate. */
+ * type, url, created_at) the progress events' rate. */
 static const char schema_v2[] =
     "CREATE TABLE IF NOT EXISTS webhook_deliveries ("
     " id INTEGER PRIMARY KEY,"
@@ -98,7 +98,7 @@ static const char schema_v2[] =
     "CREATE INDEX IF NOT EXISTS webhook_deliveries_due"
     " ON webhook_deliveries(state, next_attempt_at);"
     "CREATE INDEX IF NOT EXISTS webhook_deliveries_job"
-    " ON webhook_deliveries(job_id, type, url);";
+    " ON webhook_deliveries(job_id, type, url, created_at);";
 
 static int pragma(tacod_store *s, const char *sql, const char *expect,
 		  taco_err *err)
