@@ -413,7 +413,7 @@ END_TEST
 
 /* ---- a receiver on loopback ------------------------------------------ */
 
-#define HITS_MAX 64
+#define HITS_MAX 256
 
 typedef struct hit {
 	char id[80], type[48], job[64];
@@ -699,11 +699,38 @@ static hit one_hit(receiver *rc, const char *type, const char *job)
 
 /* A succeeded job and two cancelled ones (one while it ran, one while it
  * waited) each reach the endpoint subscribed to their event, signed with
- * its key; the other endpoint, subscribed to failures, gets nothing. */
+ * its key, and a job whose data fails validation reaches the other one,
+ * subscribed to failures only: neither gets the other's events. */
+static char *failing_job(void)
+{
+	char local[] = "/tmp/tacod-whbad-XXXXXX", req[512], *job;
+	const char *lines = "not json\n{\"messages\": 3}\n";
+	json_t *j;
+	int fd;
+
+	ck_assert_int_ge(fd = mkstemp(local), 0);
+	ck_assert_int_eq(write(fd, lines, strlen(lines)),
+			 (ssize_t)strlen(lines));
+	close(fd);
+	ck_assert_int_eq(th_call("POST", "/v1/files", NULL, local, &j), 200);
+	unlink(local);
+	snprintf(req, sizeof(req),
+		 "{\"model\": \"chat_llama\", \"training_file\": \"%s\", "
+		 "\"taco\": {\"seq_len\": 64, \"steps\": 2}}",
+		 th_str(j, "id"));
+	json_decref(j);
+	ck_assert_int_eq(th_call("POST", "/v1/fine_tuning/jobs", req, NULL, &j),
+			 200);
+	job = strdup(th_str(j, "id"));
+	json_decref(j);
+	json_decref(th_wait_status(job, "failed"));
+	return job;
+}
+
 START_TEST(test_deliver_subscribed)
 {
 	receiver a, b;
-	char *file, *run, *wait, *ok;
+	char *file, *run, *wait, *ok, *bad;
 	hit h1, h2, h3;
 
 	receiver_start(&a, SECRET_A);
@@ -754,20 +781,25 @@ START_TEST(test_deliver_subscribed)
 		ck_assert_int_ge(k, 2);
 	}
 	ck_assert_int_eq(count(&b, NULL, 0), 0);
+	bad = failing_job();
+	wait_hits(&b, "fine_tuning.job.failed", 200, 1);
+	one_hit(&b, "fine_tuning.job.failed", bad);
+	ck_assert_int_eq(count(&a, "fine_tuning.job.failed", 0), 0);
 	wait_metric("tacod_webhook_deliveries_total{result=\"delivered\"}",
-		    count(&a, NULL, 200));
+		    count(&a, NULL, 200) + count(&b, NULL, 200));
 	wait_metric("tacod_webhook_deliveries_pending", 0);
 	ck_assert_int_eq(
 	    metric("tacod_webhook_deliveries_total{result=\"failed_attempt\"}"),
 	    0);
 	th_stop();
-	ck_assert_int_eq(count(&b, NULL, 0), 0);
+	ck_assert_int_eq(count(&b, NULL, 0), 1);
 	receiver_stop(&a);
 	receiver_stop(&b);
 	free(file);
 	free(run);
 	free(wait);
 	free(ok);
+	free(bad);
 }
 END_TEST
 
