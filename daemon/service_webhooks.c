@@ -92,6 +92,7 @@ static int post(tacod_hooks *h, const tacod_webhook *w, const tacod_delivery *d,
 		char *why, size_t cap)
 {
 	char sig[TACOD_WEBHOOK_SIG_MAX], line[TACOD_WEBHOOK_SIG_MAX + 64];
+	char detail[CURL_ERROR_SIZE] = "";
 	struct curl_slist *hd = NULL, *t;
 	int64_t ts = (int64_t)time(NULL);
 	size_t got = 0;
@@ -156,6 +157,7 @@ static int post(tacod_hooks *h, const tacod_webhook *w, const tacod_delivery *d,
 	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, stopping);
 	curl_easy_setopt(c, CURLOPT_XFERINFODATA, h);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, detail);
 	rc = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
 	if (rc == CURLE_ABORTED_BY_CALLBACK && atomic_load(&h->stop))
@@ -164,8 +166,9 @@ static int post(tacod_hooks *h, const tacod_webhook *w, const tacod_delivery *d,
 		ok = 1; /* a reply cut off past REPLY_MAX is still a 2xx */
 	else if (code)
 		snprintf(why, cap, "HTTP %ld", code);
-	else
-		snprintf(why, cap, "%s", curl_easy_strerror(rc));
+	else /* the store keeps it, for the admin */
+		snprintf(why, cap, "%.200s",
+			 detail[0] ? detail : curl_easy_strerror(rc));
 out:
 	curl_slist_free_all(hd);
 	curl_easy_cleanup(c);
