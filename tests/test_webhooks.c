@@ -2,8 +2,9 @@
  * Standard Webhooks specification's example, the config's checks, the
  * store's queue (and a version 1 store upgraded), and real deliveries to
  * receivers on loopback that check every signature: subscribed events
- * only, retries with backoff, and a tacod killed during the retries that
- * delivers after its restart, once. */
+ * only, retries with backoff, a tacod killed during the retries that
+ * delivers after its restart, once, and nothing sent to a URL the config
+ * no longer lists. */
 #include <check.h>
 #include <curl/curl.h>
 #include <fcntl.h>
@@ -632,9 +633,14 @@ static void wait_hits(receiver *rc, const char *type, int status, int n)
 /* One line's value of /metrics (the in-process tacod), or -1. */
 static long long metric(const char *line)
 {
-	char *text = th_get_text("/metrics", NULL), *p;
+	char *text = NULL, *p;
+	size_t len = 0;
 	long long v = -1;
 
+	/* over TCP, or the real tacod's unix socket */
+	ck_assert_int_eq(
+	    th_call_x("GET", "/metrics", NULL, NULL, NULL, NULL, &text, &len),
+	    200);
 	ck_assert_ptr_nonnull(text);
 	p = strstr(text, line);
 	if (p && p[strlen(line)] == ' ')
@@ -946,6 +952,53 @@ START_TEST(test_kill9_during_retries)
 }
 END_TEST
 
+/* A delivery queued for a URL that the config no longer lists (tacod
+ * restarted with another) is given up, and goes neither to the old URL
+ * nor to the new one. */
+START_TEST(test_removed_endpoint)
+{
+	char dir[64] = "/tmp/tacod-whrm-XXXXXX", cfg[128], cmd[128];
+	receiver a, b;
+	pid_t pid;
+	char *file, *job;
+	int st, before;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	receiver_start(&a, SECRET_A);
+	receiver_start(&b, SECRET_A);
+	a.fail_all = 1;
+	pid = spawn(dir, cfg, a.port);
+	file = th_upload_count();
+	job = th_create(file, "\"steps\": 3", 200);
+	json_decref(th_wait_status(job, "succeeded"));
+	wait_hits(&a, NULL, 500, 1);
+	kill(pid, SIGTERM);
+	waitpid(pid, &st, 0);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	unlink(th_sock);
+	pthread_mutex_lock(&a.mu);
+	before = a.n;
+	a.fail_all = 0;
+	pthread_mutex_unlock(&a.mu);
+	pid = spawn(dir, cfg, b.port); /* the same state, b's URL only */
+	wait_metric("tacod_webhook_deliveries_total{result=\"gave_up\"}", 1);
+	ck_assert_int_eq(metric("tacod_webhook_deliveries_pending"), 0);
+	usleep(1000000);
+	ck_assert_int_eq(count(&a, NULL, 0), before);
+	ck_assert_int_eq(count(&b, NULL, 0), 0);
+	kill(pid, SIGTERM);
+	waitpid(pid, &st, 0);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	th_sock[0] = 0;
+	receiver_stop(&a);
+	receiver_stop(&b);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+	free(file);
+	free(job);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("webhooks");
@@ -960,6 +1013,7 @@ int main(void)
 	tcase_add_test(tc, test_deliver_subscribed);
 	tcase_add_test(tc, test_retry_backoff);
 	tcase_add_test(tc, test_kill9_during_retries);
+	tcase_add_test(tc, test_removed_endpoint);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }
