@@ -66,6 +66,10 @@ typedef struct tacod_http_route {
 	 * temporary file, hashed as it arrives). NULL: multipart bodies are
 	 * read like any other, within max_body_bytes. */
 	const char *upload_dir;
+	/* 1: served to anyone, without authentication (the dashboard's
+	 * static files, which hold no data; every call of the page's API is
+	 * authenticated as any other). */
+	int open;
 } tacod_http_route;
 /* A route table ends with an entry whose method is NULL. */
 

@@ -188,18 +188,18 @@ static int h_download(tacod_http_req *r, void *ctx)
 }
 
 static tacod_http_route routes[] = {
-    {"GET", "/v1/echo", h_echo, NULL},
-    {"POST", "/v1/echo", h_post_json, NULL},
-    {"GET", "/v1/files/{id}/content", h_params, NULL},
-    {"DELETE", "/v1/files/{id}", h_params, NULL},
-    {"GET", "/v1/files/{id}", h_params, NULL},
-    {"GET", "/v1/a/{x}/b/{y}", h_params, NULL},
-    {"POST", "/v1/files", h_upload, upload_dir},
-    {"GET", "/v1/stream", h_stream, NULL},
-    {"GET", "/v1/slow", h_slow, NULL},
-    {"GET", "/v1/noreply", h_noreply, NULL},
-    {"GET", "/v1/download/{name}", h_download, NULL},
-    {NULL, NULL, NULL, NULL},
+    {"GET", "/v1/echo", h_echo, NULL, 0},
+    {"POST", "/v1/echo", h_post_json, NULL, 0},
+    {"GET", "/v1/files/{id}/content", h_params, NULL, 0},
+    {"DELETE", "/v1/files/{id}", h_params, NULL, 0},
+    {"GET", "/v1/files/{id}", h_params, NULL, 0},
+    {"GET", "/v1/a/{x}/b/{y}", h_params, NULL, 0},
+    {"POST", "/v1/files", h_upload, upload_dir, 0},
+    {"GET", "/v1/stream", h_stream, NULL, 0},
+    {"GET", "/v1/slow", h_slow, NULL, 0},
+    {"GET", "/v1/noreply", h_noreply, NULL, 0},
+    {"GET", "/v1/download/{name}", h_download, NULL, 0},
+    {NULL, NULL, NULL, NULL, 0},
 };
 
 static void config(tacod_config *c)
@@ -1563,8 +1563,8 @@ START_TEST(test_bad_listen)
 				    "127.0.0.1:70000", "example.com:80"};
 	tacod_config c;
 	taco_err err = {{0}};
-	tacod_http_route bad_routes[] = {{"GET", "v1/x", h_echo, NULL},
-					 {NULL, NULL, NULL, NULL}};
+	tacod_http_route bad_routes[] = {{"GET", "v1/x", h_echo, NULL, 0},
+					 {NULL, NULL, NULL, NULL, 0}};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		config(&c);
