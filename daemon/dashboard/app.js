@@ -273,8 +273,14 @@
 				act('Pause', 'pause', ['queued', 'running'].includes(s)), act('Resume', 'resume', s === 'paused'),
 				act('Cancel', 'cancel', !FINAL.includes(s))]);
 		}
+		let headFor = '';
 		function renderJob() {
-			renderHead();
+			/* the buttons are made anew only when the status changes, not
+			 * under a user's pointer every poll */
+			if (headFor !== job.status) {
+				headFor = job.status;
+				renderHead();
+			}
 			const rows = [['Model', job.model], ['Fine-tuned model', job.fine_tuned_model], ['Suffix', job.user_provided_suffix],
 				['Created', when(job.created_at)], ['Finished', job.finished_at ? when(job.finished_at) : null],
 				['Training file', job.training_file], ['Validation file', job.validation_file],
@@ -527,7 +533,8 @@
 			const d = await A.call('GET', '/v1/device');
 			const total = d.memory_total || 1;
 			const seg = (cls, v) => {
-				const s = el('div', { class: 'seg ' + cls });
+				/* a job's few MB of a GPU's many GB still shows */
+				const s = el('div', { class: 'seg ' + cls + (v > 0 ? ' some' : '') });
 				s.style.width = Math.min(100, (100 * v) / total).toFixed(2) + '%';
 				return s;
 			};

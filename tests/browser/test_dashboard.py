@@ -196,9 +196,27 @@ def points(d, canvas_id, dataset=0):
     )
 
 
+def attr(d, css, name):
+    """An attribute of the first element css selects, read in one script
+    (the pages redraw parts of themselves every 2 s: an element found in
+    one call may be gone by the next)."""
+    return d.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.getAttribute(arguments[1]) : null;", css, name
+    )
+
+
+def text(d, css):
+    return d.execute_script("const e = document.querySelector(arguments[0]); return e ? e.innerText : null;", css)
+
+
+def click(d, css):
+    """A click in one script, for elements of a part redrawn every 2 s."""
+    check(d.execute_script("const e = document.querySelector(arguments[0]); if (e) e.click(); return !!e;", css),
+          f"nothing to click at {css}")
+
+
 def shown_status(d):
-    els = d.find_elements(By.CSS_SELECTOR, "main .toolbar .badge")
-    return els[0].get_attribute("data-status") if els else None
+    return attr(d, "main .toolbar .badge", "data-status")
 
 
 def screenshot(d, shots, name):
@@ -252,9 +270,8 @@ def run(t, locked, d, shots):
     d.get(t.url + "/")
     row = f'#jobs tr[data-job-id="{jid}"]'
     wait(d, "the job in the list", lambda: d.find_elements(By.CSS_SELECTOR, row))
-    wait(d, "the job running in the list", lambda: d.find_element(By.CSS_SELECTOR, row + " .badge")
-         .get_attribute("data-status") == "running")
-    check(d.find_element(By.CSS_SELECTOR, row + " td:nth-child(3)").text == "tacod-demo", "model column")
+    wait(d, "the job running in the list", lambda: attr(d, row + " .badge", "data-status") == "running")
+    check(text(d, row + " td:nth-child(3)") == "tacod-demo", "model column")
     wait(d, "its progress", lambda: d.find_elements(By.CSS_SELECTOR, row + " progress"))
     Select(d.find_element(By.ID, "status-filter")).select_by_value("succeeded")
     wait(d, "the filter to hide it", lambda: not d.find_elements(By.CSS_SELECTOR, row))
@@ -262,7 +279,7 @@ def run(t, locked, d, shots):
     wait(d, "the filter to show it", lambda: d.find_elements(By.CSS_SELECTOR, row))
     steps.append("list")
 
-    d.find_element(By.CSS_SELECTOR, row + " a").click()
+    click(d, row + " a")
     wait(d, "the job page", lambda: shown_status(d) == "running")
     wait(d, "loss points", lambda: points(d, "chart-loss") > 0)
     n1 = points(d, "chart-loss")
@@ -273,8 +290,10 @@ def run(t, locked, d, shots):
     steps.append(f"curve {n1} -> {n2} points")
 
     # markup in the metadata is text
-    vals = {e.find_element(By.CSS_SELECTOR, ".meta-key").text: e.find_element(By.CSS_SELECTOR, ".meta-value").text
-            for e in d.find_elements(By.CSS_SELECTOR, "#job-info .meta-pair")}
+    vals = d.execute_script(
+        "const o = {}; for (const e of document.querySelectorAll('#job-info .meta-pair'))"
+        " o[e.querySelector('.meta-key').textContent] = e.querySelector('.meta-value').textContent; return o;"
+    )
     check(vals == {"xss": XSS, "bold": BOLD}, f"metadata shown as {vals}")
     check(not d.find_elements(By.CSS_SELECTOR, "main img, main b"), "markup of the metadata became elements")
     check(d.execute_script("return window.__xss === undefined"), "the metadata's script ran")
@@ -303,10 +322,10 @@ def run(t, locked, d, shots):
     # ---- cancel from its page
     d.get(t.url + f"/#/job/{jid}")
     wait(d, "the job page again", lambda: shown_status(d) == "running")
-    d.find_element(By.ID, "job-cancel").click()
+    click(d, "#job-cancel")
     wait(d, "cancelled", lambda: shown_status(d) == "cancelled", timeout=45)
     check(t.json("GET", f"/v1/fine_tuning/jobs/{jid}")["status"] == "cancelled", "the API disagrees")
-    check(not d.find_element(By.ID, "job-cancel").is_enabled(), "cancel still offered")
+    check(attr(d, "#job-cancel", "disabled") is not None, "cancel still offered")
     steps.append("cancel")
 
     # ---- a job through the form
@@ -342,7 +361,7 @@ def run(t, locked, d, shots):
     wait(d, "its final model", lambda: d.find_elements(By.CSS_SELECTOR, "#checkpoints li"))
     check(points(d, "chart-loss") >= 100, f"{points(d, 'chart-loss')} loss points of 120")
     check(points(d, "chart-acc") >= 12, f"{points(d, 'chart-acc')} accuracy points of 12")
-    wait(d, "every event", lambda: "successfully completed" in d.find_element(By.ID, "events").text)
+    wait(d, "every event", lambda: "successfully completed" in text(d, "#events"))
     screenshot(d, shots, "job")
     steps.append("form job succeeded")
 
@@ -376,6 +395,7 @@ def main():
     bin_dir = os.environ.get("TACO_BIN_DIR", str(ROOT / "build"))
     shots = Path(os.environ.get("TACO_SCREENSHOT_DIR", str(Path(bin_dir) / "dashboard")))
     shots.mkdir(parents=True, exist_ok=True)
+    (shots / "failure.png").unlink(missing_ok=True)
     t0 = time.monotonic()
     t = locked = d = None
     try:
