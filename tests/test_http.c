@@ -199,6 +199,9 @@ static tacod_http_route routes[] = {
     {"GET", "/v1/slow", h_slow, NULL, 0},
     {"GET", "/v1/noreply", h_noreply, NULL, 0},
     {"GET", "/v1/download/{name}", h_download, NULL, 0},
+    /* open for GET only: a POST is authenticated as any other */
+    {"GET", "/v1/open", h_echo, NULL, 1},
+    {"POST", "/v1/open", h_echo, NULL, 0},
     {NULL, NULL, NULL, NULL, 0},
 };
 
@@ -691,6 +694,54 @@ START_TEST(test_bearer_tokens)
 	fclose(f);
 	ck_assert_int_eq(tacod_http_reload_tokens(srv, &err), -EINVAL);
 	ck_assert_int_eq(do_call(&good, &r), 200);
+	resp_free(&r);
+}
+END_TEST
+
+/* An open route (the dashboard's static files) is served without a
+ * token, a wrong one included, and without an identity; the same path
+ * with another method, and every other route, still need one. Every reply
+ * says nosniff. */
+START_TEST(test_open_routes)
+{
+	tacod_config c;
+	resp r;
+	json_t *j;
+	char path[400];
+	call open_get = {.path = "/v1/open?a=1"};
+	call open_bad_token = {.path = "/v1/open", .token = "nope"};
+	call open_post = {.method = "POST", .path = "/v1/open"};
+	call closed = {.path = "/v1/echo"};
+	call good_post = {
+	    .method = "POST", .path = "/v1/open", .token = "alice-secret"};
+
+	snprintf(path, sizeof(path), "%s/tokens", tmp);
+	write_tokens(path, "alice-secret", "bob-secret");
+	config(&c);
+	snprintf(c.tokens_file, sizeof(c.tokens_file), "%s", path);
+	start(&c);
+
+	ck_assert_int_eq(do_call(&open_get, &r), 200);
+	j = body_json(&r);
+	ck_assert_str_eq(jstr(j, "user"), "");
+	ck_assert_str_eq(jstr(j, "query.a"), "1");
+	json_decref(j);
+	ck_assert_msg(strstr(r.headers, "X-Content-Type-Options: nosniff"),
+		      "%s", r.headers);
+	resp_free(&r);
+	ck_assert_int_eq(do_call(&open_bad_token, &r), 200);
+	resp_free(&r);
+	ck_assert_int_eq(do_call(&open_post, &r), 401);
+	check_error(&r, 401, "invalid_api_key");
+	ck_assert_msg(strstr(r.headers, "X-Content-Type-Options: nosniff"),
+		      "%s", r.headers);
+	resp_free(&r);
+	ck_assert_int_eq(do_call(&closed, &r), 401);
+	resp_free(&r);
+	ck_assert_int_eq(do_call(&good_post, &r), 200);
+	j = body_json(&r);
+	ck_assert_str_eq(jstr(j, "user"), "alice");
+	json_decref(j);
 	resp_free(&r);
 }
 END_TEST
@@ -1628,6 +1679,7 @@ int main(void)
 	tcase_add_test(tc, test_not_found_and_method);
 	tcase_add_test(tc, test_json_bodies_and_limit);
 	tcase_add_test(tc, test_bearer_tokens);
+	tcase_add_test(tc, test_open_routes);
 	tcase_add_test(tc, test_bad_tokens_file_refuses_start);
 	tcase_add_test(tc, test_unix_socket_peer);
 	tcase_add_test(tc, test_upload);
