@@ -138,24 +138,28 @@
 
 	/* ---- #/jobs ---- */
 
-	const progressCache = new Map(); /* job id -> {step, total} */
+	/* A failed or cancelled job's progress, {step, total} or null, by id
+	 * and status: asked once; a running or paused job's at every poll. */
+	const progressCache = new Map();
 
 	async function jobProgress(job) {
 		if (job.status === 'succeeded')
 			return { step: 1, total: 1 };
-		const cached = progressCache.get(job.id);
-		if (cached && !['running', 'paused'].includes(job.status))
-			return cached;
 		if (!['running', 'paused', 'failed', 'cancelled'].includes(job.status))
 			return null;
+		const key = ['failed', 'cancelled'].includes(job.status) ? job.id + ' ' + job.status : null;
+		if (key && progressCache.has(key))
+			return progressCache.get(key);
 		const ev = await A.call('GET', '/v1/fine_tuning/jobs/' + encodeURIComponent(job.id) + '/events?limit=20');
+		let p = null;
 		for (const e of ev.data)
 			if (e.type === 'metrics' && e.data && typeof e.data.total_steps === 'number') {
-				const p = { step: e.data.step, total: e.data.total_steps };
-				progressCache.set(job.id, p);
-				return p;
+				p = { step: e.data.step, total: e.data.total_steps };
+				break;
 			}
-		return cached || null;
+		if (key)
+			progressCache.set(key, p);
+		return p;
 	}
 
 	function progressCell(p) {
