@@ -319,15 +319,17 @@ int http_begin(tacod_http_req *r, struct MHD_Connection *c, const char *method,
 		return rc;
 
 	/* Which route: an open one (http.h) is served without
-	 * authentication, any other only after it. */
+	 * authentication, any other only after it. The route is the first
+	 * that matches, as below. */
 	uri_rc = parse_uri(r, r->raw_uri ? r->raw_uri : url);
 	if (uri_rc == -ENOMEM)
 		return -1;
 	for (int i = 0; !uri_rc && i < srv->n_routes; i++)
-		if (srv->routes[i].r->open &&
-		    method_is(srv->routes[i].r->method, method) &&
-		    route_matches_path(&srv->routes[i], r, 0))
-			open = 1;
+		if (method_is(srv->routes[i].r->method, method) &&
+		    route_matches_path(&srv->routes[i], r, 0)) {
+			open = srv->routes[i].r->open;
+			break;
+		}
 
 	/* Who is calling. */
 	if (open) {

@@ -22,7 +22,9 @@ venv, tests/openai_sdk/requirements.txt) and checks what a user sees:
   works once it is given, and asks again for a wrong one.
 
 Screenshots of every page go to build/dashboard/ (TACO_SCREENSHOT_DIR);
-docs/dashboard-*.png are copies of two of them. Every wait is bounded.
+docs/dashboard-*.png are copies of two of them. Every wait is bounded
+(TACO_BROWSER_TIME_SCALE scales them). About 20 s on 2 cores, 80 s under
+the sanitizers.
 Run by CTest as `browser_dashboard`.
 """
 
@@ -51,7 +53,10 @@ DEMO = ROOT / "examples" / "demo"
 TOKEN = "tacod-browser-test-token"
 XSS = '<img src=x onerror="window.__xss=1">'
 BOLD = "<b>markup</b>"
-WAIT_S = 30  # for any one thing to show
+# every wait is scaled by TACO_BROWSER_TIME_SCALE (CTest sets 3 under the
+# sanitizers, where the demo trains 5 to 10 times slower)
+SCALE = float(os.environ.get("TACO_BROWSER_TIME_SCALE", "1"))
+WAIT_S = 30 * SCALE  # for any one thing to show
 
 
 def free_port():
@@ -225,8 +230,19 @@ def screenshot(d, shots, name):
     d.save_screenshot(str(shots / f"{name}.png"))
 
 
+class Steps(list):
+    """What passed, each with the seconds since the start."""
+
+    def __init__(self):
+        super().__init__()
+        self.t0 = time.monotonic()
+
+    def append(self, what):
+        super().append(f"{what} ({time.monotonic() - self.t0:.1f} s)")
+
+
 def run(t, locked, d, shots):
-    steps = []
+    steps = Steps()
     train, val = DEMO / "train.jsonl", DEMO / "val.jsonl"
 
     # ---- headers of the static files and of the API
@@ -323,7 +339,7 @@ def run(t, locked, d, shots):
     d.get(t.url + f"/#/job/{jid}")
     wait(d, "the job page again", lambda: shown_status(d) == "running")
     click(d, "#job-cancel")
-    wait(d, "cancelled", lambda: shown_status(d) == "cancelled", timeout=45)
+    wait(d, "cancelled", lambda: shown_status(d) == "cancelled", timeout=45 * SCALE)
     check(t.json("GET", f"/v1/fine_tuning/jobs/{jid}")["status"] == "cancelled", "the API disagrees")
     check(attr(d, "#job-cancel", "disabled") is not None, "cancel still offered")
     steps.append("cancel")
@@ -357,7 +373,8 @@ def run(t, locked, d, shots):
     check(fjob["hyperparameters"]["batch_size"] == 16 and fjob["taco"]["steps"] == 600
           and fjob["user_provided_suffix"] == "form" and fjob["metadata"] == {"from": "the form"}
           and fjob["validation_file"], f"the form's job: {fjob}")
-    wait(d, "it to succeed", lambda: shown_status(d) == "succeeded", timeout=90)
+    # 600 steps: about 8 s on 2 cores, a minute under the sanitizers
+    wait(d, "it to succeed", lambda: shown_status(d) == "succeeded", timeout=90 * SCALE)
     wait(d, "its final model", lambda: d.find_elements(By.CSS_SELECTOR, "#checkpoints li"))
     check(points(d, "chart-loss") >= 100, f"{points(d, 'chart-loss')} loss points of 120")
     check(points(d, "chart-acc") >= 12, f"{points(d, 'chart-acc')} accuracy points of 12")
