@@ -75,32 +75,35 @@
 		return call('POST', '/v1/files', fd);
 	}
 
+	/* The file name a reply's Content-Disposition gives, else fallback. */
+	function dispositionName(resp, fallback) {
+		const m = /filename="([^"]*)"/.exec(resp.headers.get('Content-Disposition') || '');
+		return m && m[1] ? m[1] : fallback;
+	}
+
 	/* A download through fetch, so that it carries the token; the reply is
 	 * held in memory (a Blob) until saved: the dashboard's downloads are
-	 * for models a browser can hold. Without a token a plain link does. */
-	async function download(path, name) {
-		if (!token()) {
-			const a = document.createElement('a');
-			a.href = path;
-			a.download = name;
-			document.body.appendChild(a);
-			a.click();
-			a.remove();
-			return;
-		}
-		const resp = await fetch(path, { headers: headers(), credentials: 'omit' });
-		if (resp.status === 401)
-			unauthorized('');
-		if (!resp.ok)
-			throw new ApiError(resp.status, null);
-		const url = URL.createObjectURL(await resp.blob());
+	 * for models a browser can hold. Without a token a plain link does,
+	 * named by the server's Content-Disposition as the blob is. */
+	async function download(path, fallback) {
 		const a = document.createElement('a');
+		let url = path;
+		if (token()) {
+			const resp = await fetch(path, { headers: headers(), credentials: 'omit' });
+			if (resp.status === 401)
+				unauthorized('');
+			if (!resp.ok)
+				throw new ApiError(resp.status, await resp.json().catch(() => null));
+			url = URL.createObjectURL(await resp.blob());
+			a.download = dispositionName(resp, fallback);
+			setTimeout(() => URL.revokeObjectURL(url), 60000);
+		} else {
+			a.download = '';
+		}
 		a.href = url;
-		a.download = name;
 		document.body.appendChild(a);
 		a.click();
 		a.remove();
-		setTimeout(() => URL.revokeObjectURL(url), 60000);
 	}
 
 	/* Parses one block of the stream ("id:", "event:", "data:" lines). */

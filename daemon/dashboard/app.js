@@ -308,7 +308,7 @@
 			if (key === ckptShown)
 				return;
 			ckptShown = key;
-			const dl = (label, path, name) => el('button', { type: 'button', class: 'secondary small', on: { click: () =>
+			const dl = (label, path, name) => el('button', { type: 'button', class: 'secondary small download', dataset: { file: name }, on: { click: () =>
 				A.download(path, name).catch((e) => append(clear(actErrs), errorBox(e))) } }, label);
 			const items = list.data.map((c) => el('li', {}, 'step ' + c.step_number + ' ', el('span', { class: 'mono small' }, c.id), ' ',
 				dl('Download', q + '/checkpoints/' + encodeURIComponent(c.id) + '/content', c.id + '.tar')));

@@ -37,6 +37,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import tarfile
 import time
 import urllib.error
 import urllib.request
@@ -224,6 +225,19 @@ def shown_status(d):
     return attr(d, "main .toolbar .badge", "data-status")
 
 
+def saved_models(downloads):
+    """How many complete model tars the browser saved (each named by the
+    server's Content-Disposition)."""
+    n = 0
+    for p in downloads.iterdir():
+        try:
+            if p.suffix == ".tar" and any(n.endswith("/model.safetensors") for n in tarfile.open(p).getnames()):
+                n += 1
+        except (tarfile.TarError, OSError):
+            pass  # still being written
+    return n
+
+
 def screenshot(d, shots, name):
     d.execute_script("window.scrollTo(0, 0)")
     time.sleep(0.3)  # the last redraw of the charts (every 250 ms)
@@ -243,6 +257,9 @@ class Steps(list):
 
 def run(t, locked, d, shots):
     steps = Steps()
+    downloads = t.dir / "downloads"
+    downloads.mkdir()
+    d.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
     train, val = DEMO / "train.jsonl", DEMO / "val.jsonl"
 
     # ---- headers of the static files and of the API
@@ -282,6 +299,12 @@ def run(t, locked, d, shots):
         "taco": {"steps": 20000, "lr": 0.008, "seq_len": 32, "eval_every": 100, "log_every": 5},
     })
     jid = job["id"]
+    # a short one on the tacod with tokens, done by the time it is looked at
+    ltf = locked.upload(train)
+    lid = locked.json("POST", "/v1/fine_tuning/jobs", {
+        "model": "tacod-demo", "training_file": ltf, "hyperparameters": {"batch_size": 16},
+        "taco": {"steps": 20, "seq_len": 32, "log_every": 5},
+    })["id"]
 
     d.get(t.url + "/")
     row = f'#jobs tr[data-job-id="{jid}"]'
@@ -375,12 +398,18 @@ def run(t, locked, d, shots):
           and fjob["validation_file"], f"the form's job: {fjob}")
     # 600 steps: about 8 s on 2 cores, a minute under the sanitizers
     wait(d, "it to succeed", lambda: shown_status(d) == "succeeded", timeout=90 * SCALE)
-    wait(d, "its final model", lambda: d.find_elements(By.CSS_SELECTOR, "#checkpoints li"))
+    # the final model's download button saves the model's tar
+    model_tar = f"{fid}-model.tar"
+    wait(d, "its final model", lambda: d.find_elements(By.CSS_SELECTOR, f'#checkpoints button[data-file="{model_tar}"]'))
+    check(len(d.find_elements(By.CSS_SELECTOR, "#checkpoints button.download")) == 3, "final model and 2 checkpoints")
+    click(d, f'#checkpoints button[data-file="{model_tar}"]')
+
+    wait(d, "the download of the model", lambda: saved_models(downloads) == 1)
     check(points(d, "chart-loss") >= 100, f"{points(d, 'chart-loss')} loss points of 120")
     check(points(d, "chart-acc") >= 12, f"{points(d, 'chart-acc')} accuracy points of 12")
     wait(d, "every event", lambda: "successfully completed" in text(d, "#events"))
     screenshot(d, shots, "job")
-    steps.append("form job succeeded")
+    steps.append("form job succeeded, model downloaded")
 
     d.get(t.url + "/#/jobs")
     wait(d, "both jobs", lambda: len(d.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job-id]")) == 2)
@@ -397,10 +426,18 @@ def run(t, locked, d, shots):
     check(not dialog.is_displayed(), "the prompt stayed")
     check(d.execute_script("return sessionStorage.getItem('tacod.token')") == TOKEN, "token not kept")
     check(d.execute_script("return document.cookie") == "", "a cookie was set")
+    # with the token, a download goes through fetch (it carries the header)
+    d.get(locked.url + f"/#/job/{lid}")
+    wait(d, "the job with tokens done", lambda: shown_status(d) == "succeeded")
+    wait(d, "its model", lambda: d.find_elements(By.CSS_SELECTOR, f'#checkpoints button[data-file="{lid}-model.tar"]'))
+    click(d, f'#checkpoints button[data-file="{lid}-model.tar"]')
+    wait(d, "the download with the token", lambda: saved_models(downloads) == 2)
+    dialog = d.find_element(By.ID, "token-dialog")
+    check(not dialog.is_displayed(), "the prompt came back with a good token")
     d.execute_script("sessionStorage.setItem('tacod.token', 'wrong'); location.hash = '#/device'")
     wait(d, "the prompt for a wrong token", lambda: dialog.is_displayed())
     check("Incorrect API key" in d.find_element(By.ID, "token-why").text, d.find_element(By.ID, "token-why").text)
-    steps.append("token prompt")
+    steps.append("token prompt, download with the token")
 
     # no error from the page itself (CSP violations are logged as errors)
     logs = [e for e in d.get_log("browser") if e["level"] == "SEVERE" and "401" not in e["message"]]
