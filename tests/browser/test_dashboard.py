@@ -17,9 +17,10 @@ venv, tests/openai_sdk/requirements.txt) and checks what a user sees:
 - cancel on the job page cancels it;
 - a job created through the new-job form (files uploaded through the file
   inputs, the model picked, options set, the plan's bar and data report
-  shown) runs to success, with curves and a downloadable model;
+  shown) runs to success, with curves, and the browser saves its model;
 - against the tacod with a tokens file, the page asks for the token (401),
-  works once it is given, and asks again for a wrong one.
+  works once it is given (a model downloads with it), and asks again for a
+  wrong one.
 
 Screenshots of every page go to build/dashboard/ (TACO_SCREENSHOT_DIR);
 docs/dashboard-*.png are copies of two of them. Every wait is bounded
