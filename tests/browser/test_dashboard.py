@@ -14,7 +14,7 @@ venv, tests/openai_sdk/requirements.txt) and checks what a user sees:
   count read twice), and its metadata holding markup shows as text, with
   no element made of it;
 - the device page lists it running;
-- cancel on the job page cancels it;
+- pause, resume and cancel on the job page do that;
 - a job created through the new-job form (files uploaded through the file
   inputs, the model picked, options set, the plan's bar and data report
   shown) runs to success, with curves, and the browser saves its model;
@@ -359,9 +359,16 @@ def run(t, locked, d, shots):
     screenshot(d, shots, "device")
     steps.append("device")
 
-    # ---- cancel from its page
+    # ---- pause, resume and cancel from its page
     d.get(t.url + f"/#/job/{jid}")
     wait(d, "the job page again", lambda: shown_status(d) == "running")
+    click(d, "#job-pause")
+    wait(d, "paused", lambda: shown_status(d) == "paused", timeout=45 * SCALE)
+    check(attr(d, "#job-resume", "disabled") is None and attr(d, "#job-pause", "disabled") is not None,
+          "a paused job offers resume, not pause")
+    click(d, "#job-resume")
+    wait(d, "running again", lambda: shown_status(d) == "running", timeout=45 * SCALE)
+    steps.append("pause, resume")
     click(d, "#job-cancel")
     wait(d, "cancelled", lambda: shown_status(d) == "cancelled", timeout=45 * SCALE)
     check(t.json("GET", f"/v1/fine_tuning/jobs/{jid}")["status"] == "cancelled", "the API disagrees")
