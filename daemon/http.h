@@ -1,8 +1,10 @@
 /* http.h: tacod's HTTP server over libmicrohttpd.
  *
  * The caller registers a route table; the server authenticates every
- * request (auth.h) before routing, reads its body within the configured
- * limits, calls the route's handler and counts the replies by status.
+ * request (auth.h) before routing, but those of an open route (below),
+ * reads its body within the configured limits, calls the route's handler
+ * and counts the replies by status. Every reply says
+ * X-Content-Type-Options: nosniff.
  *
  * Listeners: config.listen ("127.0.0.1:8226", "[::1]:8226",
  * "localhost:8226"; port 0 picks a free port, see tacod_http_port) and/or
@@ -66,6 +68,10 @@ typedef struct tacod_http_route {
 	 * temporary file, hashed as it arrives). NULL: multipart bodies are
 	 * read like any other, within max_body_bytes. */
 	const char *upload_dir;
+	/* 1: served to anyone, without authentication (the dashboard's
+	 * static files, which hold no data; every call of the page's API is
+	 * authenticated as any other). */
+	int open;
 } tacod_http_route;
 /* A route table ends with an entry whose method is NULL. */
 

@@ -333,6 +333,9 @@ int http_queue(tacod_http_req *r, unsigned status, struct MHD_Response *resp)
 		status = 500;
 	for (int i = 0; i < r->nhdr; i++)
 		MHD_add_response_header(resp, r->hdr[i].k, r->hdr[i].v);
+	/* a browser takes every reply for what its Content-Type says, never
+	 * for the script or page it might guess from the bytes */
+	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
 	if (__atomic_load_n(&r->srv->stopping, __ATOMIC_RELAXED))
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION,
 					"close");

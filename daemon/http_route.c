@@ -293,7 +293,7 @@ int http_begin(tacod_http_req *r, struct MHD_Connection *c, const char *method,
 {
 	tacod_http_server *srv = r->srv;
 	const union MHD_ConnectionInfo *ci;
-	int rc, have_len, path_known = 0;
+	int rc, uri_rc, have_len, path_known = 0, open = 0;
 	uint64_t clen;
 	char allow[256] = "";
 	int refused;
@@ -318,8 +318,23 @@ int http_begin(tacod_http_req *r, struct MHD_Connection *c, const char *method,
 	if (refused)
 		return rc;
 
+	/* Which route: an open one (http.h) is served without
+	 * authentication, any other only after it. The route is the first
+	 * that matches, as below. */
+	uri_rc = parse_uri(r, r->raw_uri ? r->raw_uri : url);
+	if (uri_rc == -ENOMEM)
+		return -1;
+	for (int i = 0; !uri_rc && i < srv->n_routes; i++)
+		if (method_is(srv->routes[i].r->method, method) &&
+		    route_matches_path(&srv->routes[i], r, 0)) {
+			open = srv->routes[i].r->open;
+			break;
+		}
+
 	/* Who is calling. */
-	if (r->l->is_unix) {
+	if (open) {
+		/* nobody in particular: an open route reads no identity */
+	} else if (r->l->is_unix) {
 		taco_err err = {{0}};
 		ci = MHD_get_connection_info(c,
 					     MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -363,10 +378,7 @@ int http_begin(tacod_http_req *r, struct MHD_Connection *c, const char *method,
 		}
 	}
 
-	/* Which route. */
-	rc = parse_uri(r, r->raw_uri ? r->raw_uri : url);
-	if (rc == -ENOMEM)
-		return -1;
+	rc = uri_rc;
 	if (rc == -EINVAL)
 		return http_reject(r, 400, "invalid_url", NULL,
 				   "The request URL is malformed.");

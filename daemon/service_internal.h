@@ -68,7 +68,7 @@ struct tacod_service {
 	int n_follow;
 	int shutting_down, closed;
 	int64_t idem_purged_at; /* unix seconds */
-	int armed; /* wake, tick and pump are initialised */
+	int armed;		/* wake, tick and pump are initialised */
 	/* the validation thread (service_validate.c): it takes the oldest
 	 * job in validating_files from the store, so the store is its queue */
 	pthread_t val_thread;
@@ -116,6 +116,8 @@ int tacod_route_device(tacod_http_req *r, void *ctx);
 int tacod_route_metrics(tacod_http_req *r, void *ctx);
 int tacod_route_checkpoint_content(tacod_http_req *r, void *ctx);
 int tacod_route_model_content(tacod_http_req *r, void *ctx);
+int tacod_route_dashboard(tacod_http_req *r, void *ctx);
+int tacod_route_dashboard_file(tacod_http_req *r, void *ctx);
 void tacod_service_routes(tacod_service *s);
 /* Asks a running job to stop (why: TACOD_STOP_*) and wakes the loop. */
 void tacod_service_request_stop(tacod_service *s, const char *id, int why);

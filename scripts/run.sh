@@ -123,5 +123,7 @@ Next, in another terminal in $root, the tour of README.md:
     export TACOD_URL=http://$listen
     curl -s \$TACOD_URL/v1/models
 
+or the dashboard in a browser: http://$listen/
+
 EOF
 exec "$bin/tacod" --config "$demo/tacod.json"

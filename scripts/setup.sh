@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of tacod from Debian 12 packages,
-# and the test venv (the openai SDK and schemathesis, for tests/openai_sdk
-# and tests/schemathesis) from PyPI.
+# and the test venv (the openai SDK, schemathesis and selenium, for
+# tests/openai_sdk, tests/schemathesis and tests/browser) from PyPI.
 # Safe to re-run: it installs only what is missing. Needs root (or sudo).
 set -euo pipefail
 
@@ -25,6 +25,10 @@ packages=(
 	systemd             # tests only: systemd-analyze verify of the unit,
 	                    # systemd-sysusers (systemd_unit, tacod_install)
 	util-linux          # tests only: unshare (cpu_without_cuda)
+	libjs-chart.js      # Chart.js 3.9, built into tacod for its dashboard
+	                    # (daemon/CMakeLists.txt; cmake fails without it)
+	chromium chromium-driver # tests only: the headless browser and its
+	                    # WebDriver of the dashboard test (tests/browser)
 )
 
 missing=()
@@ -45,8 +49,8 @@ if [ ${#missing[@]} -ne 0 ]; then
 	$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The test venv (tests/openai_sdk/requirements.txt: the openai SDK and
-# schemathesis): made once, refreshed when its requirements change; a venv
+# The test venv (tests/openai_sdk/requirements.txt: the openai SDK,
+# schemathesis and selenium): made once, refreshed when its requirements change; a venv
 # that no longer runs is made anew.
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$root/build-venv/sdk"

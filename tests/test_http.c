@@ -188,18 +188,21 @@ static int h_download(tacod_http_req *r, void *ctx)
 }
 
 static tacod_http_route routes[] = {
-    {"GET", "/v1/echo", h_echo, NULL},
-    {"POST", "/v1/echo", h_post_json, NULL},
-    {"GET", "/v1/files/{id}/content", h_params, NULL},
-    {"DELETE", "/v1/files/{id}", h_params, NULL},
-    {"GET", "/v1/files/{id}", h_params, NULL},
-    {"GET", "/v1/a/{x}/b/{y}", h_params, NULL},
-    {"POST", "/v1/files", h_upload, upload_dir},
-    {"GET", "/v1/stream", h_stream, NULL},
-    {"GET", "/v1/slow", h_slow, NULL},
-    {"GET", "/v1/noreply", h_noreply, NULL},
-    {"GET", "/v1/download/{name}", h_download, NULL},
-    {NULL, NULL, NULL, NULL},
+    {"GET", "/v1/echo", h_echo, NULL, 0},
+    {"POST", "/v1/echo", h_post_json, NULL, 0},
+    {"GET", "/v1/files/{id}/content", h_params, NULL, 0},
+    {"DELETE", "/v1/files/{id}", h_params, NULL, 0},
+    {"GET", "/v1/files/{id}", h_params, NULL, 0},
+    {"GET", "/v1/a/{x}/b/{y}", h_params, NULL, 0},
+    {"POST", "/v1/files", h_upload, upload_dir, 0},
+    {"GET", "/v1/stream", h_stream, NULL, 0},
+    {"GET", "/v1/slow", h_slow, NULL, 0},
+    {"GET", "/v1/noreply", h_noreply, NULL, 0},
+    {"GET", "/v1/download/{name}", h_download, NULL, 0},
+    /* open for GET only: a POST is authenticated as any other */
+    {"GET", "/v1/open", h_echo, NULL, 1},
+    {"POST", "/v1/open", h_echo, NULL, 0},
+    {NULL, NULL, NULL, NULL, 0},
 };
 
 static void config(tacod_config *c)
@@ -691,6 +694,54 @@ START_TEST(test_bearer_tokens)
 	fclose(f);
 	ck_assert_int_eq(tacod_http_reload_tokens(srv, &err), -EINVAL);
 	ck_assert_int_eq(do_call(&good, &r), 200);
+	resp_free(&r);
+}
+END_TEST
+
+/* An open route (the dashboard's static files) is served without a
+ * token, a wrong one included, and without an identity; the same path
+ * with another method, and every other route, still need one. Every reply
+ * says nosniff. */
+START_TEST(test_open_routes)
+{
+	tacod_config c;
+	resp r;
+	json_t *j;
+	char path[400];
+	call open_get = {.path = "/v1/open?a=1"};
+	call open_bad_token = {.path = "/v1/open", .token = "nope"};
+	call open_post = {.method = "POST", .path = "/v1/open"};
+	call closed = {.path = "/v1/echo"};
+	call good_post = {
+	    .method = "POST", .path = "/v1/open", .token = "alice-secret"};
+
+	snprintf(path, sizeof(path), "%s/tokens", tmp);
+	write_tokens(path, "alice-secret", "bob-secret");
+	config(&c);
+	snprintf(c.tokens_file, sizeof(c.tokens_file), "%s", path);
+	start(&c);
+
+	ck_assert_int_eq(do_call(&open_get, &r), 200);
+	j = body_json(&r);
+	ck_assert_str_eq(jstr(j, "user"), "");
+	ck_assert_str_eq(jstr(j, "query.a"), "1");
+	json_decref(j);
+	ck_assert_msg(strstr(r.headers, "X-Content-Type-Options: nosniff"),
+		      "%s", r.headers);
+	resp_free(&r);
+	ck_assert_int_eq(do_call(&open_bad_token, &r), 200);
+	resp_free(&r);
+	ck_assert_int_eq(do_call(&open_post, &r), 401);
+	check_error(&r, 401, "invalid_api_key");
+	ck_assert_msg(strstr(r.headers, "X-Content-Type-Options: nosniff"),
+		      "%s", r.headers);
+	resp_free(&r);
+	ck_assert_int_eq(do_call(&closed, &r), 401);
+	resp_free(&r);
+	ck_assert_int_eq(do_call(&good_post, &r), 200);
+	j = body_json(&r);
+	ck_assert_str_eq(jstr(j, "user"), "alice");
+	json_decref(j);
 	resp_free(&r);
 }
 END_TEST
@@ -1563,8 +1614,8 @@ START_TEST(test_bad_listen)
 				    "127.0.0.1:70000", "example.com:80"};
 	tacod_config c;
 	taco_err err = {{0}};
-	tacod_http_route bad_routes[] = {{"GET", "v1/x", h_echo, NULL},
-					 {NULL, NULL, NULL, NULL}};
+	tacod_http_route bad_routes[] = {{"GET", "v1/x", h_echo, NULL, 0},
+					 {NULL, NULL, NULL, NULL, 0}};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		config(&c);
@@ -1628,6 +1679,7 @@ int main(void)
 	tcase_add_test(tc, test_not_found_and_method);
 	tcase_add_test(tc, test_json_bodies_and_limit);
 	tcase_add_test(tc, test_bearer_tokens);
+	tcase_add_test(tc, test_open_routes);
 	tcase_add_test(tc, test_bad_tokens_file_refuses_start);
 	tcase_add_test(tc, test_unix_socket_peer);
 	tcase_add_test(tc, test_upload);

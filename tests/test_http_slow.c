@@ -82,10 +82,10 @@ static tacod_http_stream *wait_stream(void)
 }
 
 static tacod_http_route routes[] = {
-    {"GET", "/v1/echo", h_echo, NULL},
-    {"POST", "/v1/echo", h_echo, NULL},
-    {"GET", "/v1/stream", h_stream, NULL},
-    {NULL, NULL, NULL, NULL},
+    {"GET", "/v1/echo", h_echo, NULL, 0},
+    {"POST", "/v1/echo", h_echo, NULL, 0},
+    {"GET", "/v1/stream", h_stream, NULL, 0},
+    {NULL, NULL, NULL, NULL, 0},
 };
 
 static void config(tacod_config *c)

@@ -57,10 +57,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	static char upload[128];
 	static tacod_http_route routes[] = {
-	    {"POST", "/v1/fine_tuning/jobs", h_json, NULL},
-	    {"GET", "/v1/fine_tuning/jobs/{id}/events", h_query, NULL},
-	    {"POST", "/v1/files", h_upload, upload},
-	    {NULL, NULL, NULL, NULL},
+	    {"POST", "/v1/fine_tuning/jobs", h_json, NULL, 0},
+	    {"GET", "/v1/fine_tuning/jobs/{id}/events", h_query, NULL, 0},
+	    {"POST", "/v1/files", h_upload, upload, 0},
+	    {NULL, NULL, NULL, NULL, 0},
 	};
 	tacod_config c;
 	taco_err err = {{0}};

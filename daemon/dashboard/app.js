@@ -1,0 +1,585 @@
+/* app.js: the dashboard's pages (docs/dashboard.md), routed by the URL's
+ * fragment: #/jobs (the list, filtered by status), #/job/<id> (one job,
+ * live), #/new (upload, plan, create), #/device. Every string that comes
+ * from the API goes into the page as text (el() below makes text nodes;
+ * nothing here parses HTML), so a suffix or metadata value holding markup
+ * shows as that markup. */
+'use strict';
+(function () {
+	const A = window.TacoApi, C = window.TacoCharts;
+	const main = document.getElementById('main');
+	const STATUSES = ['validating_files', 'queued', 'running', 'paused', 'succeeded', 'failed', 'cancelled'];
+	const FINAL = ['succeeded', 'failed', 'cancelled'];
+	let page = null; /* the current page's cleanup: { stop() } */
+
+	/* ---- building the page: text only ---- */
+
+	/* el('tr', {class: 'x', dataset: {id}}, 'text', child, [more]) */
+	function el(tag, props, ...kids) {
+		const e = document.createElement(tag);
+		for (const [k, v] of Object.entries(props || {})) {
+			if (v === undefined || v === null || v === false)
+				continue;
+			if (k === 'class')
+				e.className = v;
+			else if (k === 'dataset')
+				Object.assign(e.dataset, v);
+			else if (k === 'on')
+				for (const [ev, f] of Object.entries(v))
+					e.addEventListener(ev, f);
+			else if (k in e && k !== 'list')
+				e[k] = v;
+			else
+				e.setAttribute(k, v);
+		}
+		append(e, kids);
+		return e;
+	}
+	function append(e, ...kids) {
+		for (const k of kids.flat(Infinity)) {
+			if (k === null || k === undefined || k === false)
+				continue;
+			e.appendChild(k instanceof Node ? k : document.createTextNode(String(k)));
+		}
+		return e;
+	}
+	function clear(e) {
+		while (e.firstChild)
+			e.removeChild(e.firstChild);
+		return e;
+	}
+	function badge(status) {
+		const known = STATUSES.includes(status) ? status : 'unknown';
+		return el('span', { class: 'badge s-' + known, dataset: { status: String(status) } }, String(status));
+	}
+	function pad2(n) {
+		return String(n).padStart(2, '0');
+	}
+	function when(sec) {
+		if (!sec)
+			return '–';
+		const d = new Date(sec * 1000);
+		return d.getFullYear() + '-' + pad2(d.getMonth() + 1) + '-' + pad2(d.getDate()) + ' ' +
+			pad2(d.getHours()) + ':' + pad2(d.getMinutes()) + ':' + pad2(d.getSeconds());
+	}
+	function duration(s) {
+		if (s === null || s === undefined || !isFinite(s))
+			return '–';
+		s = Math.max(0, Math.round(s));
+		if (s < 60)
+			return s + ' s';
+		if (s < 3600)
+			return Math.floor(s / 60) + ' min ' + (s % 60) + ' s';
+		return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
+	}
+	function num(v, digits) {
+		return v === null || v === undefined ? '–' : Number(v).toFixed(digits);
+	}
+	function errorText(e) {
+		if (e instanceof A.ApiError)
+			return e.message + (e.code ? ' (' + e.code + ')' : '');
+		return String(e && e.message ? e.message : e);
+	}
+	function errorBox(e) {
+		return el('p', { class: 'error' }, errorText(e));
+	}
+	function jobLink(id) {
+		return el('a', { href: '#/job/' + encodeURIComponent(id), class: 'mono' }, id);
+	}
+	/* Polls f every ms until stopped; f's errors show in box (or vanish
+	 * when it next succeeds). */
+	function poller(f, ms, box) {
+		let stopped = false, timer = null;
+		async function tick() {
+			try {
+				await f();
+				if (box)
+					clear(box);
+			} catch (e) {
+				if (box && !stopped)
+					append(clear(box), [errorBox(e)]);
+			}
+			if (!stopped)
+				timer = setTimeout(tick, ms);
+		}
+		tick();
+		return { stop() { stopped = true; clearTimeout(timer); } };
+	}
+
+	/* ---- the token prompt ---- */
+
+	const dlg = document.getElementById('token-dialog');
+	const tokenInput = document.getElementById('token-input');
+	function showToken(why) {
+		document.getElementById('token-why').textContent = why || '';
+		tokenInput.value = A.token();
+		dlg.classList.remove('hidden');
+		tokenInput.focus();
+	}
+	function hideToken() {
+		dlg.classList.add('hidden');
+	}
+	document.getElementById('token-form').addEventListener('submit', (ev) => {
+		ev.preventDefault();
+		A.setToken(tokenInput.value.trim());
+		hideToken();
+		route();
+	});
+	document.getElementById('token-clear').addEventListener('click', () => {
+		A.setToken('');
+		tokenInput.value = '';
+	});
+	document.getElementById('token-close').addEventListener('click', hideToken);
+	document.getElementById('token-button').addEventListener('click', () => showToken(''));
+	A.onUnauthorized((msg) => {
+		if (dlg.classList.contains('hidden'))
+			showToken((msg || 'This tacod needs a token.') + ' Enter a token of its tokens file.');
+	});
+
+	/* ---- #/jobs ---- */
+
+	/* A failed or cancelled job's progress, {step, total} or null, by id
+	 * and status: asked once; a running or paused job's at every poll. */
+	const progressCache = new Map();
+
+	async function jobProgress(job) {
+		if (job.status === 'succeeded')
+			return { step: 1, total: 1 };
+		if (!['running', 'paused', 'failed', 'cancelled'].includes(job.status))
+			return null;
+		const key = ['failed', 'cancelled'].includes(job.status) ? job.id + ' ' + job.status : null;
+		if (key && progressCache.has(key))
+			return progressCache.get(key);
+		const ev = await A.call('GET', '/v1/fine_tuning/jobs/' + encodeURIComponent(job.id) + '/events?limit=20');
+		let p = null;
+		for (const e of ev.data)
+			if (e.type === 'metrics' && e.data && typeof e.data.total_steps === 'number') {
+				p = { step: e.data.step, total: e.data.total_steps };
+				break;
+			}
+		if (key)
+			progressCache.set(key, p);
+		return p;
+	}
+
+	function progressCell(p) {
+		if (!p)
+			return '–';
+		const pct = p.total ? Math.round((100 * p.step) / p.total) : 0;
+		return [el('progress', { max: p.total, value: p.step }), ' ', el('span', { class: 'small muted' }, pct + '%')];
+	}
+
+	function pageJobs(params) {
+		const filter = params.get('status') || '';
+		const select = el('select', { id: 'status-filter', on: {
+			change: () => { location.hash = '#/jobs' + (select.value ? '?status=' + select.value : ''); },
+		} }, el('option', { value: '' }, 'every status'), STATUSES.map((s) => el('option', { value: s, selected: s === filter }, s)));
+		const tbody = el('tbody');
+		const count = el('span', { class: 'muted' });
+		const errs = el('div');
+		append(clear(main), [
+			el('div', { class: 'toolbar' }, el('h1', {}, 'Fine-tuning jobs'), el('span', { class: 'spacer' }),
+				el('label', { for: 'status-filter' }, 'Status '), select,
+				el('a', { class: 'button', href: '#/new' }, 'New job')),
+			errs,
+			el('table', { id: 'jobs', class: 'list' },
+				el('thead', {}, el('tr', {}, ['Job', 'Status', 'Model', 'Suffix', 'Progress', 'Created'].map((h) => el('th', {}, h)))),
+				tbody),
+			count,
+		]);
+		return poller(async () => {
+			const list = await A.call('GET', '/v1/fine_tuning/jobs?limit=100');
+			const jobs = list.data.filter((j) => !filter || j.status === filter);
+			const prog = await Promise.all(jobs.map((j) => jobProgress(j).catch(() => null)));
+			const rows = jobs.map((j, i) => el('tr', { dataset: { jobId: j.id } },
+				el('td', {}, jobLink(j.id)), el('td', {}, badge(j.status)),
+				el('td', {}, j.fine_tuned_model || j.model), el('td', { class: 'suffix' }, j.user_provided_suffix || ''),
+				el('td', {}, progressCell(prog[i])), el('td', {}, when(j.created_at))));
+			append(clear(tbody), rows.length ? rows : [el('tr', {}, el('td', { colSpan: 6, class: 'muted' },
+				filter ? 'No job is ' + filter + '.' : 'No jobs yet: create one.'))]);
+			count.textContent = jobs.length + ' of ' + list.data.length + ' jobs shown' + (list.has_more ? ' (the newest 100)' : '');
+		}, 2000, errs);
+	}
+
+	/* ---- #/job/<id> ---- */
+
+	function stat(label, id) {
+		return el('div', { class: 'stat' }, el('div', { class: 'label' }, label), el('div', { class: 'value', id: id }, '–'));
+	}
+	function chartBox(id, title) {
+		const canvas = el('canvas', { id: id });
+		const reset = el('button', { type: 'button', class: 'secondary small hidden' }, 'Reset zoom');
+		const box = el('div', { class: 'chart-box' }, el('div', { class: 'chart-head' }, el('h3', {}, title),
+			el('span', { class: 'spacer' }), reset), el('div', { class: 'chart-wrap' }, canvas));
+		return { box, canvas, reset };
+	}
+	function memBars(planned, measured) {
+		const top = Math.max(planned || 0, measured || 0) || 1;
+		function bar(cls, v) {
+			const b = el('div', { class: 'bar ' + cls });
+			b.style.width = ((100 * (v || 0)) / top).toFixed(1) + '%';
+			return el('div', { class: 'track' }, b);
+		}
+		const diff = planned && measured ? ((100 * (measured - planned)) / planned).toFixed(2) + '%' : '–';
+		return el('div', { class: 'mem' },
+			el('div', { class: 'mem-row' }, el('span', { class: 'label' }, 'planned'), bar('planned', planned), el('span', {}, C.bytes(planned))),
+			el('div', { class: 'mem-row' }, el('span', { class: 'label' }, 'measured'), bar('measured', measured), el('span', {}, C.bytes(measured))),
+			el('div', { class: 'small muted' }, 'measured against planned: ' + (measured ? (diff.startsWith('-') ? '' : '+') + diff : 'not yet')));
+	}
+
+	function pageJob(id) {
+		const q = '/v1/fine_tuning/jobs/' + encodeURIComponent(id);
+		const head = el('div', { class: 'toolbar' });
+		const info = el('dl', { class: 'info', id: 'job-info' });
+		const errs = el('div'); /* the poll's: cleared when it works again */
+		const actErrs = el('div'); /* of a button, a download, the stream */
+		const stats = el('div', { class: 'stats' }, stat('Step', 'st-step'), stat('Training loss', 'st-loss'),
+			stat('Learning rate', 'st-lr'), stat('Tokens/s', 'st-tps'), stat('ETA', 'st-eta'));
+		const mem = el('div', { id: 'job-memory' });
+		const loss = chartBox('chart-loss', 'Loss');
+		const acc = chartBox('chart-acc', 'Validation token accuracy');
+		const lr = chartBox('chart-lr', 'Learning rate');
+		const ckpts = el('div', { id: 'checkpoints' });
+		const log = el('tbody');
+		append(clear(main), [head, errs, actErrs, el('div', { class: 'cols' }, el('section', { class: 'card' }, el('h2', {}, 'Job'), info),
+			el('section', { class: 'card' }, el('h2', {}, 'Progress'), stats, el('h3', {}, 'Memory'), mem)),
+		el('p', { class: 'small muted' }, 'Hover a chart for its values; drag across one to zoom into those steps, double-click or Reset zoom to see them all.'),
+		el('div', { class: 'charts' }, loss.box, acc.box, lr.box),
+		el('div', { class: 'cols' }, el('section', { class: 'card' }, el('h2', {}, 'Checkpoints'), ckpts),
+			el('section', { class: 'card wide' }, el('h2', {}, 'Events'), el('div', { class: 'log' },
+				el('table', { id: 'events', class: 'list small' }, el('thead', {}, el('tr', {}, el('th', {}, 'Time'), el('th', {}, 'Level'), el('th', {}, 'Message'))), log))))]);
+
+		const lossChart = C.lineChart(loss.canvas, [{ label: 'training loss' }, { label: 'validation loss', points: true }], { yTitle: 'cross-entropy' });
+		const accChart = C.lineChart(acc.canvas, [{ label: 'token accuracy', points: true, color: '#16a34a' },
+			{ label: 'multiple-choice accuracy', points: true, color: '#9333ea' }],
+		{ yMin: 0, yMax: 1, format: (v) => (100 * v).toFixed(2) + '%' });
+		const lrChart = C.lineChart(lr.canvas, [{ label: 'learning rate', color: '#ea580c' }], { format: (v) => v.toExponential(3) });
+		for (const [box, chart] of [[loss, lossChart], [acc, accChart], [lr, lrChart]]) {
+			chart.$onZoom = (z) => box.reset.classList.toggle('hidden', !z);
+			box.reset.addEventListener('click', () => C.setRange(chart, null, null));
+		}
+
+		let job = null, last = null, dirty = false, ckptShown = '';
+		const logRows = [];
+		function renderHead() {
+			const s = job.status;
+			const act = (label, what, ok) => el('button', { type: 'button', id: 'job-' + what, disabled: !ok, class: what === 'cancel' ? 'danger' : '',
+				on: { click: async () => {
+					clear(actErrs);
+					try {
+						job = await A.call('POST', q + '/' + what);
+						renderJob();
+					} catch (e) {
+						append(actErrs, errorBox(e));
+					}
+				} } }, label);
+			append(clear(head), [el('h1', {}, el('span', { class: 'mono' }, job.id)), badge(s), el('span', { class: 'spacer' }),
+				act('Pause', 'pause', ['queued', 'running'].includes(s)), act('Resume', 'resume', s === 'paused'),
+				act('Cancel', 'cancel', !FINAL.includes(s))]);
+		}
+		let headFor = '';
+		function renderJob() {
+			/* the buttons are made anew only when the status changes, not
+			 * under a user's pointer every poll */
+			if (headFor !== job.status) {
+				headFor = job.status;
+				renderHead();
+			}
+			const rows = [['Model', job.model], ['Fine-tuned model', job.fine_tuned_model], ['Suffix', job.user_provided_suffix],
+				['Created', when(job.created_at)], ['Finished', job.finished_at ? when(job.finished_at) : null],
+				['Training file', job.training_file], ['Validation file', job.validation_file],
+				['Trained tokens', job.trained_tokens]];
+			const meta = Object.entries(job.metadata || {});
+			append(clear(info), rows.filter((r) => r[1] !== null && r[1] !== undefined && r[1] !== '')
+				.map((r) => [el('dt', {}, r[0]), el('dd', { class: r[0] === 'Suffix' ? 'suffix' : '' }, String(r[1]))]),
+			meta.length ? [el('dt', {}, 'Metadata'), el('dd', { class: 'metadata' }, meta.map(([k, v]) =>
+				el('div', { class: 'meta-pair' }, el('span', { class: 'meta-key' }, k), ': ', el('span', { class: 'meta-value' }, v))))] : null,
+			job.error && job.error.message ? [el('dt', {}, 'Error'), el('dd', { class: 'error' }, job.error.message)] : null);
+			append(clear(mem), [memBars(job.planned_memory_bytes, last && last.mem_peak_bytes ? last.mem_peak_bytes : job.measured_peak_memory_bytes)]);
+			const eta = document.getElementById('st-eta');
+			if (FINAL.includes(job.status))
+				eta.textContent = job.status === 'succeeded' ? 'done' : '–';
+			else
+				eta.textContent = job.estimated_finish ? duration(job.estimated_finish - Date.now() / 1000) : '–';
+		}
+		async function renderCheckpoints() {
+			const list = await A.call('GET', q + '/checkpoints');
+			const key = job.status + list.data.map((c) => c.id).join(',');
+			if (key === ckptShown)
+				return;
+			ckptShown = key;
+			const dl = (label, path, name) => el('button', { type: 'button', class: 'secondary small download', dataset: { file: name }, on: { click: () =>
+				A.download(path, name).catch((e) => append(clear(actErrs), errorBox(e))) } }, label);
+			const items = list.data.map((c) => el('li', {}, 'step ' + c.step_number + ' ', el('span', { class: 'mono small' }, c.id), ' ',
+				dl('Download', q + '/checkpoints/' + encodeURIComponent(c.id) + '/content', c.id + '.tar')));
+			if (job.status === 'succeeded')
+				items.unshift(el('li', {}, 'final model ', el('span', { class: 'mono small' }, job.fine_tuned_model || ''), ' ',
+					dl('Download', q + '/model/content', job.id + '-model.tar')));
+			append(clear(ckpts), items.length ? el('ul', { class: 'plain' }, items) : el('p', { class: 'muted' }, 'None yet.'));
+		}
+		function onEvent(ev) {
+			const d = ev.data || {};
+			if (ev.type === 'metrics' && d.event === 'eval') {
+				C.add(lossChart, 1, d.step, d.val_loss);
+				C.add(accChart, 0, d.step, d.val_token_accuracy);
+				C.add(accChart, 1, d.step, d.mc_accuracy);
+			} else if (ev.type === 'metrics' && typeof d.step === 'number') {
+				C.add(lossChart, 0, d.step, d.train_loss);
+				C.add(lrChart, 0, d.step, d.learning_rate);
+				last = d;
+				document.getElementById('st-step').textContent = d.step + ' / ' + d.total_steps;
+				document.getElementById('st-loss').textContent = num(d.train_loss, 4);
+				document.getElementById('st-lr').textContent = typeof d.learning_rate === 'number' ? d.learning_rate.toExponential(3) : '–';
+				document.getElementById('st-tps').textContent = typeof d.tokens_per_s === 'number' ? Math.round(d.tokens_per_s).toLocaleString('en') : '–';
+			}
+			logRows.push(el('tr', { class: 'lv-' + (['info', 'warn', 'error'].includes(ev.level) ? ev.level : 'info') },
+				el('td', { class: 'nowrap' }, when(ev.created_at)), el('td', {}, ev.level), el('td', {}, ev.message)));
+			dirty = true;
+		}
+		/* charts and log redrawn at most every 250 ms, not per event */
+		const flush = setInterval(() => {
+			if (!dirty)
+				return;
+			dirty = false;
+			C.refresh(lossChart);
+			C.refresh(accChart);
+			C.refresh(lrChart);
+			while (logRows.length) {
+				log.insertBefore(logRows.shift(), log.firstChild);
+				if (log.childNodes.length > 1000)
+					log.removeChild(log.lastChild);
+			}
+		}, 250);
+		const stream = A.streamEvents(id, (ev) => {
+			if (actErrs.firstChild && actErrs.firstChild.dataset.stream)
+				clear(actErrs);
+			onEvent(ev);
+		}, null, (e) => {
+			const b = errorBox('events: ' + errorText(e));
+			b.dataset.stream = '1';
+			append(clear(actErrs), b);
+		});
+		const poll = poller(async () => {
+			job = await A.call('GET', q);
+			renderJob();
+			await renderCheckpoints();
+		}, 2000, errs);
+		return { stop() {
+			stream.stop();
+			poll.stop();
+			clearInterval(flush);
+			lossChart.destroy();
+			accChart.destroy();
+			lrChart.destroy();
+		} };
+	}
+
+	/* ---- #/new ---- */
+
+	const uploaded = new Map(); /* name/size/mtime -> file id */
+
+	async function fileId(input, status) {
+		const f = input.files && input.files[0];
+		if (!f)
+			return null;
+		const key = f.name + '\0' + f.size + '\0' + f.lastModified;
+		if (!uploaded.has(key)) {
+			status.textContent = 'Uploading ' + f.name + '…';
+			const r = await A.upload(f);
+			uploaded.set(key, r.id);
+		}
+		return uploaded.get(key);
+	}
+
+	function field(label, input, hint) {
+		return el('div', { class: 'field' }, el('label', { for: input.id }, label), input, hint ? el('span', { class: 'small muted' }, hint) : null);
+	}
+	function numInput(id, placeholder, step) {
+		return el('input', { type: 'number', id: id, placeholder: placeholder || '', step: step || 'any', min: '0' });
+	}
+
+	function pageNew() {
+		const train = el('input', { type: 'file', id: 'train-file', accept: '.jsonl,application/jsonl,application/x-ndjson' });
+		const val = el('input', { type: 'file', id: 'val-file', accept: '.jsonl,application/jsonl,application/x-ndjson' });
+		const model = el('select', { id: 'model' });
+		const o = {
+			epochs: numInput('opt-epochs', 'auto', '1'), batch: numInput('opt-batch', 'auto', '1'), lrm: numInput('opt-lrm', 'auto'),
+			steps: numInput('opt-steps', 'from epochs', '1'), lr: numInput('opt-lr', 'from multiplier'), seq: numInput('opt-seq', 'model default', '1'),
+			evalEvery: numInput('opt-eval-every', 'default', '1'), logEvery: numInput('opt-log-every', 'default', '1'),
+			ckptEvery: numInput('opt-ckpt-every', 'default', '1'), seed: numInput('opt-seed', 'random', '1'),
+		};
+		const suffix = el('input', { type: 'text', id: 'opt-suffix', maxLength: 64, autocomplete: 'off' });
+		const metadata = el('textarea', { id: 'opt-metadata', rows: 3, placeholder: 'key=value, one a line' });
+		const status = el('p', { id: 'new-status', class: 'muted' });
+		const plan = el('div', { id: 'plan' });
+		const planBtn = el('button', { type: 'button', id: 'plan-button', class: 'secondary' }, 'Check the plan');
+		const createBtn = el('button', { type: 'button', id: 'create-button' }, 'Create job');
+		let planChart = null;
+
+		append(clear(main), [el('h1', {}, 'New fine-tuning job'), el('div', { class: 'cols' },
+			el('section', { class: 'card' }, el('h2', {}, 'Data and model'),
+				field('Training file (JSONL)', train), field('Validation file (optional)', val), field('Base model', model),
+				el('h2', {}, 'Options'),
+				el('div', { class: 'grid' }, field('Epochs', o.epochs), field('Batch size', o.batch), field('LR multiplier', o.lrm, 'lr = 1e-5 × this'),
+					field('Steps', o.steps), field('Learning rate', o.lr), field('Sequence length', o.seq),
+					field('Eval every', o.evalEvery), field('Log every', o.logEvery), field('Checkpoint every', o.ckptEvery), field('Seed', o.seed)),
+				field('Suffix', suffix), field('Metadata', metadata),
+				el('div', { class: 'buttons' }, planBtn, createBtn), status),
+			el('section', { class: 'card wide' }, el('h2', {}, 'Memory plan and data report'), plan,
+				el('p', { class: 'muted small', id: 'plan-hint' }, 'Check the plan to see the memory it needs, term by term, and the validation report of the data; nothing is created.')))]);
+
+		A.call('GET', '/v1/models').then((r) => {
+			append(clear(model), r.data.map((m) => el('option', { value: m.id }, m.id)));
+		}).catch((e) => append(status, [errorBox(e)]));
+
+		async function body() {
+			const b = { model: model.value, training_file: await fileId(train, status) };
+			if (!b.training_file)
+				throw new Error('Choose a training file.');
+			const v = await fileId(val, status);
+			if (v)
+				b.validation_file = v;
+			const hp = {}, taco = {};
+			const n = (i) => (i.value === '' ? null : Number(i.value));
+			if (n(o.epochs) !== null) hp.n_epochs = n(o.epochs);
+			if (n(o.batch) !== null) hp.batch_size = n(o.batch);
+			if (n(o.lrm) !== null) hp.learning_rate_multiplier = n(o.lrm);
+			if (n(o.steps) !== null) taco.steps = n(o.steps);
+			if (n(o.lr) !== null) taco.lr = n(o.lr);
+			if (n(o.seq) !== null) taco.seq_len = n(o.seq);
+			if (n(o.evalEvery) !== null) taco.eval_every = n(o.evalEvery);
+			if (n(o.logEvery) !== null) taco.log_every = n(o.logEvery);
+			if (n(o.ckptEvery) !== null) taco.checkpoint_every = n(o.ckptEvery);
+			if (n(o.seed) !== null) b.seed = n(o.seed);
+			if (Object.keys(hp).length) b.hyperparameters = hp;
+			if (Object.keys(taco).length) b.taco = taco;
+			if (suffix.value) b.suffix = suffix.value;
+			const md = {};
+			for (const line of metadata.value.split('\n')) {
+				const i = line.indexOf('=');
+				if (line.trim() === '')
+					continue;
+				if (i <= 0)
+					throw new Error('Metadata: "' + line + '" is not key=value.');
+				md[line.slice(0, i).trim()] = line.slice(i + 1);
+			}
+			if (Object.keys(md).length) b.metadata = md;
+			return b;
+		}
+
+		function renderPlan(p) {
+			if (planChart) {
+				planChart.destroy();
+				planChart = null;
+			}
+			const canvas = el('canvas', { id: 'plan-bar' });
+			const terms = Object.entries(p.terms || {}).filter(([, v]) => v > 0);
+			const report = p.validation;
+			append(clear(plan), [
+				el('p', { class: p.fits ? 'ok' : 'error', id: 'plan-fits' }, p.fits ? 'Fits: ' : 'Does not fit: ',
+					C.bytes(p.total_bytes) + ' planned of ' + C.bytes(p.device_memory_bytes) + ' device memory' +
+					(p.host_bytes ? ', ' + C.bytes(p.host_bytes) + ' host memory' : '') + (p.peak_phase ? ' (peak: ' + p.peak_phase + ')' : '')),
+				el('div', { class: 'plan-bar-wrap' }, canvas),
+				el('table', { class: 'list small', id: 'plan-terms' }, el('tbody', {}, terms.map(([k, v]) =>
+					el('tr', {}, el('td', {}, k), el('td', { class: 'num' }, C.bytes(v)), el('td', { class: 'num muted' }, (100 * v / p.total_bytes).toFixed(1) + '%'))))),
+				p.advice ? el('div', { class: 'advice' }, el('h3', {}, 'What would fit'), el('ul', {}, Object.entries(p.advice).map(([k, v]) =>
+					el('li', {}, k + ': ' + (typeof v === 'object' ? JSON.stringify(v) : String(v)))))) : null,
+				p.error ? el('p', { class: 'error' }, p.error.message || JSON.stringify(p.error)) : null,
+				p.note ? el('p', { class: 'muted' }, p.note) : null,
+				report ? el('div', { id: 'plan-report' }, el('h3', {}, 'Training data'), el('p', {}, report.summary),
+					el('table', { class: 'list small' }, el('tbody', {}, ['lines', 'examples', 'kept', 'tokens', 'trainable_tokens', 'truncated', 'dropped', 'errors', 'warnings']
+						.map((k) => el('tr', {}, el('td', {}, k.replace('_', ' ')), el('td', { class: 'num' }, String(report[k] ?? '–')))))),
+					report.problems && report.problems.length ? el('table', { class: 'list small' },
+						el('thead', {}, el('tr', {}, ['Line', 'Severity', 'Code', 'Detail'].map((h) => el('th', {}, h)))),
+						el('tbody', {}, report.problems.map((x) => el('tr', {}, el('td', {}, x.line), el('td', {}, x.severity), el('td', {}, x.code), el('td', {}, x.detail))))) : null)
+					: el('p', { class: 'muted' }, 'No validation report' + (p.validated === false ? ' (the data was not read: see the note).' : '.')),
+			]);
+			planChart = C.planBar(canvas, Object.fromEntries(terms), p.device_memory_bytes);
+		}
+
+		planBtn.addEventListener('click', async () => {
+			status.textContent = '';
+			try {
+				const b = await body();
+				status.textContent = 'Planning…';
+				renderPlan(await A.call('POST', '/v1/fine_tuning/plan', b));
+				status.textContent = '';
+			} catch (e) {
+				append(clear(status), [errorBox(e)]);
+			}
+		});
+		createBtn.addEventListener('click', async () => {
+			status.textContent = '';
+			createBtn.disabled = true;
+			try {
+				const b = await body();
+				status.textContent = 'Creating…';
+				const j = await A.call('POST', '/v1/fine_tuning/jobs', b);
+				location.hash = '#/job/' + encodeURIComponent(j.id);
+			} catch (e) {
+				append(clear(status), [errorBox(e)]);
+				if (e instanceof A.ApiError && e.body && e.body.error && e.body.error.code === 'insufficient_memory')
+					planBtn.click();
+			} finally {
+				createBtn.disabled = false;
+			}
+		});
+		return { stop() { if (planChart) planChart.destroy(); } };
+	}
+
+	/* ---- #/device ---- */
+
+	function pageDevice() {
+		const box = el('div', { id: 'device' });
+		const errs = el('div');
+		append(clear(main), [el('h1', {}, 'Device'), errs, box]);
+		return poller(async () => {
+			const d = await A.call('GET', '/v1/device');
+			const total = d.memory_total || 1;
+			const seg = (cls, v) => {
+				/* a job's few MB of a GPU's many GB still shows */
+				const s = el('div', { class: 'seg ' + cls + (v > 0 ? ' some' : '') });
+				s.style.width = Math.min(100, (100 * v) / total).toFixed(2) + '%';
+				return s;
+			};
+			append(clear(box), [
+				el('section', { class: 'card' }, el('h2', {}, d.name), el('p', {}, el('span', { class: 'badge backend' }, d.backend),
+					d.backend === 'cuda' ? ' GPU' : ' CPU (host memory)'),
+				el('h3', {}, 'Memory'),
+				el('div', { class: 'gauge', id: 'gauge' }, seg('planned', d.memory_planned), seg('used', d.memory_used)),
+				el('div', { class: 'legend' }, el('span', { class: 'key planned' }), 'planned ' + C.bytes(d.memory_planned), '  ',
+					el('span', { class: 'key used' }), 'used ' + C.bytes(d.memory_used), '  ', 'of ' + C.bytes(d.memory_total) +
+					' (' + (100 * d.memory_planned / total).toFixed(2) + '% planned)')),
+				el('section', { class: 'card' }, el('h2', {}, 'Jobs'),
+					el('p', {}, d.running_jobs.length + ' running, ' + d.queued_jobs + ' queued, ' + d.paused_jobs + ' paused'),
+					el('table', { class: 'list', id: 'running' }, el('thead', {}, el('tr', {}, ['Running job', 'Planned', 'Peak', 'Tokens/s'].map((h) => el('th', {}, h)))),
+						el('tbody', {}, d.running_jobs.map((j) => el('tr', {}, el('td', {}, jobLink(j.id)), el('td', { class: 'num' }, C.bytes(j.planned_bytes)),
+							el('td', { class: 'num' }, C.bytes(j.peak_bytes)), el('td', { class: 'num' }, j.tokens_per_s ? Math.round(j.tokens_per_s).toLocaleString('en') : '–')))))),
+			]);
+		}, 2000, errs);
+	}
+
+	/* ---- the router ---- */
+
+	function route() {
+		if (page)
+			page.stop();
+		page = null;
+		const h = location.hash.replace(/^#/, '') || '/jobs';
+		const [path, query] = h.split('?');
+		const params = new URLSearchParams(query || '');
+		const parts = path.split('/').filter(Boolean);
+		for (const n of ['jobs', 'new', 'device'])
+			document.getElementById('nav-' + n).classList.toggle('active', parts[0] === n || (n === 'jobs' && parts[0] === 'job'));
+		if (parts[0] === 'job' && parts[1])
+			page = pageJob(decodeURIComponent(parts[1]));
+		else if (parts[0] === 'new')
+			page = pageNew();
+		else if (parts[0] === 'device')
+			page = pageDevice();
+		else
+			page = pageJobs(params);
+	}
+	window.addEventListener('hashchange', route);
+	route();
+})();
