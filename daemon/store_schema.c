@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SCHEMA_VERSION 1
+/* Version 2 is another branch's (webhook deliveries); 3 adds slurm_jobs.
+ * The steps only create what is missing, so their order does not matter
+ * to a database that skipped one. */
+#define SCHEMA_VERSION 3
 
 /* Version 1. The list indexes: (user, created_at) and (created_at) serve the
  * newest-first lists (every index ends in the rowid, the tie-break), the
@@ -78,6 +81,15 @@ static const char schema_v1[] =
     "CREATE INDEX IF NOT EXISTS idempotency_created"
     " ON idempotency(created_at);";
 
+/* Version 3: the Slurm batch job of each tacod job submitted to a Slurm
+ * cluster (store_slurm.c). */
+static const char schema_v3_slurm[] =
+    "CREATE TABLE IF NOT EXISTS slurm_jobs ("
+    " job_id TEXT PRIMARY KEY NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " slurm_id INTEGER NOT NULL,"
+    " events_offset INTEGER NOT NULL,"
+    " submitted_at INTEGER NOT NULL);";
+
 static int pragma(tacod_store *s, const char *sql, const char *expect,
 		  taco_err *err)
 {
@@ -133,6 +145,8 @@ static int schema_update(tacod_store *s, taco_err *err)
 	 * a missing index. Later versions add their steps here. */
 	if (rc == 0)
 		rc = st_exec_sql(s, "create schema", schema_v1, err);
+	if (rc == 0)
+		rc = st_exec_sql(s, "create schema v3", schema_v3_slurm, err);
 	if (rc == 0 && version != SCHEMA_VERSION) {
 		rc = st_exec_sql(s, "set schema_version",
 				 "DELETE FROM schema_version", err);
