@@ -22,6 +22,10 @@ packages=(
 	systemd             # tests only: systemd-analyze verify of the unit,
 	                    # systemd-sysusers (systemd_unit, tacod_install)
 	util-linux          # tests only: unshare (cpu_without_cuda)
+	slurm-wlm           # tests only: slurmctld, slurmd, sbatch, squeue,
+	                    # scancel, scontrol: the single-host cluster of
+	                    # test_slurm (tests/slurm/cluster.sh, docs/slurm.md)
+	munge               # tests only: munged, Slurm's authentication
 )
 
 missing=()
