@@ -344,6 +344,65 @@ START_TEST(test_slurm_tacod_restart)
 }
 END_TEST
 
+/* One GPU in the cluster: a second job waits in Slurm's queue (PENDING),
+ * queued in tacod, and a cancel removes it there; a pause checkpoints
+ * and gives the GPU back, a resume submits the job again with --resume. */
+START_TEST(test_slurm_pending_and_pause)
+{
+	pid_t pid = slurm_tacod();
+	char *file = th_upload_count(), *a, *b, path[256];
+	long long sa, sb = 0;
+	json_t *j, *ev;
+
+	a = th_create(file,
+		      "\"steps\": 40, \"lr\": 0.01, \"checkpoint_every\": 5, "
+		      "\"seq_len\": 768",
+		      200);
+	json_decref(th_wait_status(a, "running"));
+	b = th_create(file, "\"steps\": 3", 200);
+	for (int i = 0; i < 300 && !sb; i++) {
+		ev = events_of(b);
+		sb = slurm_id_of(ev);
+		json_decref(ev);
+		if (!sb)
+			usleep(100000);
+	}
+	ck_assert_int_gt(sb, 0);
+	sleep(2);
+	/* Slurm holds it for the GPU: still queued in tacod */
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", b);
+	ck_assert_int_eq(th_call("GET", path, NULL, NULL, &j), 200);
+	ck_assert_str_eq(th_str(j, "status"), "queued");
+	json_decref(j);
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/cancel", b);
+	ck_assert_int_eq(th_call("POST", path, "{}", NULL, &j), 200);
+	json_decref(j);
+	json_decref(th_wait_status(b, "cancelled"));
+	wait_slurm_gone(sb);
+	/* pause: a checkpoint, and the Slurm job ends */
+	wait_checkpoint(a);
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/pause", a);
+	ck_assert_int_eq(th_call("POST", path, "{}", NULL, &j), 200);
+	json_decref(j);
+	json_decref(th_wait_status(a, "paused"));
+	ev = events_of(a);
+	sa = slurm_id_of(ev);
+	json_decref(ev);
+	wait_slurm_gone(sa);
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/resume", a);
+	ck_assert_int_eq(th_call("POST", path, "{}", NULL, &j), 200);
+	json_decref(j);
+	json_decref(th_wait_status(a, "succeeded"));
+	ev = events_of(a);
+	ck_assert(has_message(ev, "The job was paused"));
+	json_decref(ev);
+	free(file);
+	free(a);
+	free(b);
+	tacod_end(pid);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("slurm");
@@ -355,6 +414,7 @@ int main(void)
 	tcase_add_test(tc, test_slurm_cancel);
 	tcase_add_test(tc, test_slurm_killed_step_requeued);
 	tcase_add_test(tc, test_slurm_tacod_restart);
+	tcase_add_test(tc, test_slurm_pending_and_pause);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }
