@@ -458,14 +458,23 @@ void tacod_slurm_apply_stop(tacod_service *s, tacod_running *rj)
 
 /* ---- squeue ------------------------------------------------------------- */
 
+/* By the stored Slurm id; else by the name, the newest of that name (an
+ * earlier attempt's may still be listed as ended). */
 static const tacod_slurm_entry *lookup(const tacod_slurm_entry *e, int n,
 				       const tacod_running *rj)
 {
-	for (int i = 0; i < n; i++)
-		if (rj->sj->slurm_id ? e[i].id == rj->sj->slurm_id
-				     : !strcmp(e[i].job_id, rj->id))
-			return &e[i];
-	return NULL;
+	const tacod_slurm_entry *best = NULL;
+
+	for (int i = 0; i < n; i++) {
+		if (rj->sj->slurm_id) {
+			if (e[i].id == rj->sj->slurm_id)
+				return &e[i];
+		} else if (!strcmp(e[i].job_id, rj->id) &&
+			   (!best || e[i].id > best->id)) {
+			best = &e[i];
+		}
+	}
+	return best;
 }
 
 static void squeue_done(const tacod_slurm_result *r, void *p)
