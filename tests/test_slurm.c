@@ -180,6 +180,29 @@ static void wait_slurm_gone(long long id)
 	ck_abort_msg("Slurm job %lld is still %s", id, line);
 }
 
+/* start_step of the started event in the job's events file: the last
+ * run's (each run's file is new). */
+static int started_step(const char *job)
+{
+	char p[256], l[4096];
+	int at = -1;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/shared/%s/events.jsonl", dir, job);
+	f = fopen(p, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(l, sizeof(l), f)) {
+		json_error_t e;
+		json_t *o = json_loads(l, 0, &e);
+		if (o && !strcmp(th_str(o, "event"), "started"))
+			at = (int)json_integer_value(
+			    json_object_get(o, "start_step"));
+		json_decref(o);
+	}
+	fclose(f);
+	return at;
+}
+
 START_TEST(test_slurm_trains)
 {
 	pid_t pid = slurm_tacod();
@@ -284,22 +307,7 @@ START_TEST(test_slurm_killed_step_requeued)
 	ck_assert_int_eq(steps[n - 1], 40);
 	/* the second run's own events file: it started from a checkpoint,
 	 * not at step 0 */
-	{
-		char p[256], l[4096];
-		FILE *f;
-		snprintf(p, sizeof(p), "%s/shared/%s/events.jsonl", dir, job);
-		f = fopen(p, "r");
-		ck_assert_ptr_nonnull(f);
-		while (fgets(l, sizeof(l), f)) {
-			json_error_t e;
-			json_t *o = json_loads(l, 0, &e);
-			if (o && !strcmp(th_str(o, "event"), "started"))
-				resumed_at = (int)json_integer_value(
-				    json_object_get(o, "start_step"));
-			json_decref(o);
-		}
-		fclose(f);
-	}
+	resumed_at = started_step(job);
 	ck_assert_int_ge(resumed_at, 5);
 	json_decref(ev);
 	free(file);
@@ -403,6 +411,47 @@ START_TEST(test_slurm_pending_and_pause)
 }
 END_TEST
 
+/* The node fails under a running job (scontrol sets it DOWN: Slurm ends
+ * the job NODE_FAIL): tacod submits it again, Slurm holds it until the
+ * node is back, and it resumes from its checkpoint. */
+START_TEST(test_slurm_node_fail)
+{
+	pid_t pid = slurm_tacod();
+	char *file = th_upload_count(), *job;
+	int seen = 0;
+	json_t *ev;
+
+	job = th_create(file,
+			"\"steps\": 40, \"lr\": 0.01, \"checkpoint_every\": 5, "
+			"\"seq_len\": 768",
+			200);
+	json_decref(th_wait_status(job, "running"));
+	wait_checkpoint(job);
+	ck_assert_int_eq(system("scontrol update nodename=localhost "
+				"state=down reason=tacod-test"),
+			 0);
+	/* requeued: queued again in tacod, pending in Slurm */
+	for (int i = 0; i < 300; i++) {
+		ev = events_of(job);
+		seen = has_message(ev, "ended NODE_FAIL");
+		json_decref(ev);
+		if (seen)
+			break;
+		usleep(100000);
+	}
+	ck_assert(seen);
+	/* back: resumed by hand, unless slurmd's registration has brought it
+	 * back already (ReturnToService=2), when resume is refused */
+	(void)!system("scontrol update nodename=localhost state=resume "
+		      "2>/dev/null");
+	json_decref(th_wait_status(job, "succeeded"));
+	ck_assert_int_ge(started_step(job), 5);
+	free(file);
+	free(job);
+	tacod_end(pid);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("slurm");
@@ -415,6 +464,7 @@ int main(void)
 	tcase_add_test(tc, test_slurm_killed_step_requeued);
 	tcase_add_test(tc, test_slurm_tacod_restart);
 	tcase_add_test(tc, test_slurm_pending_and_pause);
+	tcase_add_test(tc, test_slurm_node_fail);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }
