@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "slurm.h"
 #include "store_slurm.h"
@@ -542,9 +543,12 @@ out:
 
 static void poll_squeue(tacod_service *s)
 {
-	char *argv[] = {s->cfg.slurm.squeue, "--me",
-			"--noheader",	     "--states=all",
+	char user[48];
+	/* --user=<uid> rather than --me, which Slurm before 20.11 lacks */
+	char *argv[] = {s->cfg.slurm.squeue, user, "--noheader", "--states=all",
 			"--format=%i|%T|%j", NULL};
+
+	snprintf(user, sizeof(user), "--user=%u", (unsigned)getuid());
 
 	s->slurm->squeue_busy = 1;
 	s->slurm->squeue_started_ms = uv_now(s->loop);
