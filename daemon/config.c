@@ -27,6 +27,7 @@ void tacod_config_defaults(tacod_config *c)
 	c->limits.max_queued_jobs_per_user = 100;
 	c->limits.max_running_jobs = 8;
 	c->limits.max_sync_validate_bytes = 64ull << 20;
+	tacod_config_slurm_defaults(&c->slurm);
 }
 
 static int str(json_t *o, const char *key, char *out, size_t cap,
@@ -153,11 +154,22 @@ static int limits(json_t *o, tacod_limits *l, const char *name, taco_err *err)
 /* The fields of the object root, over what the tacod_config arg holds. */
 static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 {
-	static const char *const keys[] = {
-	    "listen",	   "unix_socket", "state_dir",	      "models_dir",
-	    "tokens_file", "taco_train",  "dataset_roots",    "device_memory",
-	    "backend",	   "max_retries", "cancel_timeout_s", "limits",
-	    "webhooks",	   NULL};
+	static const char *const keys[] = {"listen",
+					   "unix_socket",
+					   "state_dir",
+					   "models_dir",
+					   "tokens_file",
+					   "taco_train",
+					   "dataset_roots",
+					   "device_memory",
+					   "backend",
+					   "max_retries",
+					   "cancel_timeout_s",
+					   "limits",
+					   "webhooks",
+					   "scheduler",
+					   "slurm",
+					   NULL};
 	tacod_config *c = arg;
 	json_t *v;
 	int64_t x;
@@ -220,6 +232,19 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 	if ((v = json_object_get(root, "webhooks")) &&
 	    (r = tacod_webhooks_parse(v, name, &c->webhooks, err)))
 		return r;
+	if ((v = json_object_get(root, "scheduler"))) {
+		const char *b = json_is_string(v) ? json_string_value(v) : "";
+		if (strcmp(b, "local") && strcmp(b, "slurm"))
+			return taco_err_set(err, -EINVAL,
+					    "%s: 'scheduler' must be \"local\" "
+					    "or \"slurm\"",
+					    name);
+		c->scheduler =
+		    strcmp(b, "slurm") ? TACOD_SCHED_LOCAL : TACOD_SCHED_SLURM;
+	}
+	if ((v = json_object_get(root, "slurm")) &&
+	    (r = tacod_config_slurm(v, &c->slurm, name, err)))
+		return r;
 	if ((v = json_object_get(root, "limits")))
 		return limits(v, &c->limits, name, err);
 	return 0;
@@ -273,6 +298,19 @@ int tacod_config_check(const tacod_config *c, taco_err *err)
 					    "config: dataset_roots[%d] must be "
 					    "an absolute path",
 					    i);
+	if (c->scheduler == TACOD_SCHED_SLURM) {
+		if (c->slurm.jobs_dir[0] != '/')
+			return taco_err_set(
+			    err, -EINVAL,
+			    "config: scheduler \"slurm\" needs "
+			    "'slurm.jobs_dir', an absolute path "
+			    "on the filesystem the nodes share");
+		if (!c->slurm.gpu_memory)
+			return taco_err_set(err, -EINVAL,
+					    "config: scheduler \"slurm\" needs "
+					    "'slurm.gpu_memory', the memory of "
+					    "one GPU of the partition");
+	}
 	if (c->listen[0] && !c->tokens_file[0] && !tacod_config_loopback(c))
 		return taco_err_set(err, -EINVAL,
 				    "config: listening on '%s' needs "

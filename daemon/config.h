@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "util/taco_err.h"
 #include "webhook.h"
 
@@ -23,6 +25,27 @@ typedef struct tacod_limits {
 	uint64_t max_sync_validate_bytes; /* data a plan reads at once */
 } tacod_limits;
 
+enum { TACOD_SCHED_LOCAL = 0, TACOD_SCHED_SLURM = 1 };
+
+#define TACOD_SLURM_MAX_OPTIONS 32 /* slurm.sbatch_options */
+#define TACOD_SLURM_OPTION_MAX 256 /* bytes of one, with its NUL */
+
+/* scheduler "slurm" (docs/slurm.md): every accepted job is a Slurm batch
+ * job on one GPU. */
+typedef struct tacod_slurm_config {
+	char partition[128]; /* "" = the cluster's default partition */
+	char account[128];   /* "" = the user's default account */
+	char time_limit[64]; /* sbatch --time; "" = the partition's */
+	char gres[128];	     /* sbatch --gres, "gpu:1" */
+	int n_options;
+	char options[TACOD_SLURM_MAX_OPTIONS][TACOD_SLURM_OPTION_MAX];
+	uint64_t gpu_memory;   /* one GPU of the partition: plans must fit */
+	char jobs_dir[4096];   /* job directories, shared with the nodes */
+	int poll_interval_s;   /* one squeue for all jobs this often */
+	int command_timeout_s; /* an sbatch, squeue or scancel is killed */
+	char sbatch[4096], squeue[4096], scancel[4096]; /* the commands */
+} tacod_slurm_config;
+
 typedef struct tacod_config {
 	char listen[256];	/* "host:port", "" = no TCP listener */
 	char unix_socket[4096]; /* "" = none */
@@ -38,6 +61,8 @@ typedef struct tacod_config {
 	int cancel_timeout_s;	/* SIGKILL this long after SIGTERM */
 	tacod_limits limits;
 	tacod_webhooks webhooks; /* webhook.h; none by default */
+	int scheduler;		 /* TACOD_SCHED_* */
+	tacod_slurm_config slurm;
 } tacod_config;
 
 void tacod_config_defaults(tacod_config *c);
@@ -51,6 +76,11 @@ int tacod_config_load(const char *path, tacod_config *c, taco_err *err);
 /* Checks the values together (paths absolute, a listener configured,
  * tokens required off loopback). */
 int tacod_config_check(const tacod_config *c, taco_err *err);
+
+/* The "slurm" object (config_slurm.c), over what c holds. */
+int tacod_config_slurm(json_t *o, tacod_slurm_config *c, const char *name,
+		       taco_err *err);
+void tacod_config_slurm_defaults(tacod_slurm_config *c);
 
 /* 1 when listen names a loopback address. */
 int tacod_config_loopback(const tacod_config *c);

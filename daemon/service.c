@@ -42,15 +42,30 @@ static tacod_running *find_running(tacod_service *s, const char *id)
 
 /* ---- worker events ---------------------------------------------------- */
 
-static void on_event(tacod_worker *w, json_t *e, void *ctx)
+/* A Slurm job is queued in tacod until taco-train starts on its node. */
+static void slurm_started(tacod_service *s, tacod_running *rj)
 {
-	tacod_running *rj = ctx;
-	tacod_service *s = rj->svc;
+	tacod_job u = {0};
+
+	if (!rj->sj || tacod_store_job_transition(
+			   s->store, rj->id, TACOD_QUEUED, TACOD_RUNNING, NULL))
+		return;
+	if (!tacod_store_job_get(s->store, NULL, rj->id, &u, NULL)) {
+		if (!u.started_at)
+			u.started_at = tacod_now();
+		tacod_store_job_update(s->store, &u, NULL);
+		tacod_job_clear(&u);
+	}
+	event(s, rj->id, "info", "status", "The job is running",
+	      json_pack("{ss}", "status", "running"));
+}
+
+void tacod_service_job_event(tacod_service *s, tacod_running *rj, json_t *e)
+{
 	const char *name = json_string_value(json_object_get(e, "event"));
 	tacod_job j = {0};
 	char msg[512];
 
-	pthread_mutex_lock(&s->lock);
 	if (!strcmp(name, "progress")) {
 		/* many a second: written without an fsync each (store.h) */
 		tacod_store_relaxed(s->store, 1, NULL);
@@ -107,9 +122,19 @@ static void on_event(tacod_worker *w, json_t *e, void *ctx)
 			 json_string_value(json_object_get(e, "message")));
 		event(s, rj->id, "error", "message", rj->error, NULL);
 	} else if (!strcmp(name, "started")) {
+		slurm_started(s, rj);
 		event(s, rj->id, "info", "message", "Fine-tuning job started",
 		      NULL);
 	}
+}
+
+static void on_event(tacod_worker *w, json_t *e, void *ctx)
+{
+	tacod_running *rj = ctx;
+	tacod_service *s = rj->svc;
+
+	pthread_mutex_lock(&s->lock);
+	tacod_service_job_event(s, rj, e);
 	pthread_mutex_unlock(&s->lock);
 	(void)w;
 }
@@ -168,7 +193,9 @@ static void finish_job(tacod_service *s, tacod_running *rj, int64_t status,
 	}
 	if (to == TACOD_FAILED) {
 		snprintf(err, sizeof(err), "%s",
-			 rj->error[0] ? rj->error : tacod_worker_stderr(rj->w));
+			 rj->error[0] ? rj->error
+			 : rj->w      ? tacod_worker_stderr(rj->w)
+				      : "");
 		free(j.error);
 		j.error = NULL;
 		{
@@ -212,23 +239,40 @@ static void finish_job(tacod_service *s, tacod_running *rj, int64_t status,
 	tacod_job_clear(&j);
 }
 
-static void on_exit_cb(tacod_worker *w, int64_t status, int sig, void *ctx)
+void tacod_service_job_exit(tacod_service *s, tacod_running *rj, int64_t status,
+			    int sig)
 {
-	tacod_running *rj = ctx;
-	tacod_service *s = rj->svc;
+	tacod_job j = {0};
 
-	pthread_mutex_lock(&s->lock);
-	finish_job(s, rj, status, sig);
-	tacod_worker_free(w);
+	/* a Slurm job still pending when the API cancelled or paused it:
+	 * its status is set already */
+	if (!rj->sj ||
+	    (!tacod_store_job_get(s->store, NULL, rj->id, &j, NULL) &&
+	     (j.status == TACOD_QUEUED || j.status == TACOD_RUNNING)))
+		finish_job(s, rj, status, sig);
+	tacod_job_clear(&j);
+	if (rj->w)
+		tacod_worker_free(rj->w);
 	for (int i = 0; i < s->n_run; i++) {
 		if (s->run[i] == rj) {
 			s->run[i] = s->run[--s->n_run];
 			break;
 		}
 	}
+	free(rj->sj);
 	free(rj);
-	pthread_mutex_unlock(&s->lock);
 	uv_async_send(&s->wake);
+}
+
+static void on_exit_cb(tacod_worker *w, int64_t status, int sig, void *ctx)
+{
+	tacod_running *rj = ctx;
+	tacod_service *s = rj->svc;
+
+	pthread_mutex_lock(&s->lock);
+	tacod_service_job_exit(s, rj, status, sig);
+	pthread_mutex_unlock(&s->lock);
+	(void)w;
 }
 
 /* ---- scheduling (loop thread) ----------------------------------------- */
@@ -303,6 +347,10 @@ static void schedule(tacod_service *s)
 
 	if (!q || !sj)
 		goto out;
+	if (s->slurm) {
+		tacod_slurm_schedule(s);
+		goto out;
+	}
 	for (int i = 0; i < s->n_run; i++) {
 		st.running_bytes += s->run[i]->planned;
 		st.running++;
@@ -335,6 +383,13 @@ static void apply_stops(tacod_service *s)
 {
 	for (int i = 0; i < s->n_run; i++) {
 		tacod_running *rj = s->run[i];
+		if (rj->sj) {
+			int n = s->n_run;
+			tacod_slurm_apply_stop(s, rj);
+			if (s->n_run < n)
+				i--; /* detached: another took its place */
+			continue;
+		}
 		/* a worker needs a moment after its spawn to set its signal
 		 * handler; a stop sent before would kill it without a
 		 * checkpoint. The 1 s tick sends it then. */
@@ -500,6 +555,7 @@ static void on_wake(uv_async_t *a)
 		uv_close((uv_handle_t *)&s->wake, closed);
 		uv_close((uv_handle_t *)&s->tick, closed);
 		uv_close((uv_handle_t *)&s->pump, closed);
+		tacod_slurm_close(s);
 	}
 	pthread_mutex_unlock(&s->lock);
 }
@@ -609,6 +665,13 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 		 config->state_dir);
 	snprintf(s->jobs_dir, sizeof(s->jobs_dir), "%s/jobs",
 		 config->state_dir);
+	if (config->scheduler == TACOD_SCHED_SLURM) {
+		/* the nodes read and write the job directories; plans must
+		 * fit one GPU of the partition */
+		snprintf(s->jobs_dir, sizeof(s->jobs_dir), "%s",
+			 config->slurm.jobs_dir);
+		s->cfg.device_memory = config->slurm.gpu_memory;
+	}
 	snprintf(s->upload_dir, sizeof(s->upload_dir), "%s/uploads",
 		 config->state_dir);
 	snprintf(db, sizeof(db), "%s/tacod.db", config->state_dir);
@@ -616,8 +679,10 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 	    (r = taco_mkdir_p(s->jobs_dir, err)) ||
 	    (r = taco_mkdir_p(s->upload_dir, err)) ||
 	    (r = tacod_store_open(db, &s->store, err)) ||
-	    (r = requeue_running(s, err)) || (r = revalidate(s, err)) ||
-	    (r = tacod_webhooks_start(s, err)) ||
+	    (r = config->scheduler == TACOD_SCHED_SLURM
+		     ? tacod_slurm_attach(s, err)
+		     : requeue_running(s, err)) ||
+	    (r = revalidate(s, err)) || (r = tacod_webhooks_start(s, err)) ||
 	    (r = tacod_validate_start(s, err)))
 		goto fail;
 	tacod_service_routes(s);
@@ -628,6 +693,8 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 	uv_timer_init(loop, &s->pump);
 	s->wake.data = s->tick.data = s->pump.data = s;
 	uv_timer_start(&s->tick, on_tick, 0, 1000);
+	if (s->slurm)
+		tacod_slurm_arm(s);
 	pthread_mutex_lock(&s->lock);
 	s->armed = 1; /* the validation thread may wake the loop */
 	pthread_mutex_unlock(&s->lock);
@@ -636,6 +703,7 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 fail:
 	tacod_validate_join(s);
 	tacod_webhooks_join(s);
+	tacod_slurm_free(s);
 	tacod_store_close(s->store);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
@@ -702,6 +770,7 @@ void tacod_service_free(tacod_service *s)
 		tacod_http_stop(s->http);
 	tacod_validate_join(s);
 	tacod_webhooks_join(s);
+	tacod_slurm_free(s);
 	tacod_store_close(s->store);
 	pthread_mutex_destroy(&s->lock);
 	free(s);

@@ -30,7 +30,8 @@ enum {
 
 typedef struct tacod_running {
 	char id[TACOD_ID_MAX];
-	tacod_worker *w;
+	tacod_worker *w;       /* scheduler "local": the child */
+	struct tacod_sjob *sj; /* scheduler "slurm" (service_slurm.c) */
 	uint64_t planned;
 	uint64_t peak;	     /* the worker's last reported peak */
 	double tokens_per_s; /* its last progress event's */
@@ -77,6 +78,7 @@ struct tacod_service {
 	char val_job[TACOD_ID_MAX]; /* being validated now; "" when idle */
 	/* the webhook delivery thread's state (service_webhooks.c) */
 	struct tacod_hooks *hooks;
+	struct tacod_slurm_state *slurm; /* scheduler "slurm" only */
 };
 
 int64_t tacod_now(void);
@@ -149,6 +151,24 @@ int tacod_validate_start(tacod_service *s, taco_err *err);
 void tacod_validate_notify(tacod_service *s);
 void tacod_validate_stop(tacod_service *s);
 void tacod_validate_join(tacod_service *s);
+/* A running job's event, and its end (the worker's exit status or
+ * signal, which finish_job maps to tacod's status; rj is freed): lock
+ * held. The local workers' callbacks and service_slurm.c call them. */
+void tacod_service_job_event(tacod_service *s, tacod_running *rj, json_t *e);
+void tacod_service_job_exit(tacod_service *s, tacod_running *rj, int64_t status,
+			    int sig);
+/* Scheduler "slurm" (service_slurm.c), lock held but for attach (at the
+ * start, before any thread): attach follows again the Slurm jobs of the
+ * store and queues the running jobs that have none; arm starts the
+ * polling; schedule submits queued jobs; apply_stop sends a job's
+ * requested stop (a shutdown leaves the Slurm job running); close stops
+ * the polling; free frees what attach made. */
+int tacod_slurm_attach(tacod_service *s, taco_err *err);
+void tacod_slurm_arm(tacod_service *s);
+void tacod_slurm_schedule(tacod_service *s);
+void tacod_slurm_apply_stop(tacod_service *s, tacod_running *rj);
+void tacod_slurm_close(tacod_service *s);
+void tacod_slurm_free(tacod_service *s);
 /* Adds a follower (lock held); -EBUSY when too many streams are open. */
 int tacod_service_follow(tacod_service *s, const char *job,
 			 tacod_http_stream *stream, int64_t after_seq);

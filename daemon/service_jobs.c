@@ -45,7 +45,8 @@ int tacod_route_job_pause(tacod_http_req *r, void *ctx)
 					      "The job was paused",
 					      "{\"status\":\"paused\"}", NULL,
 					      NULL);
-			tacod_service_wake(s);
+			/* one submitted to Slurm: its Slurm job goes */
+			tacod_service_request_stop(s, id, TACOD_STOP_PAUSE);
 		} else {
 			ok = 0; /* it just started: ask again */
 		}

@@ -718,6 +718,9 @@ static int job_cancel(tacod_http_req *r, void *ctx)
 				tacod_store_event_add(
 				    s->store, id, "info", "status",
 				    "The job was cancelled", NULL, NULL, NULL);
+				/* one submitted to Slurm: its Slurm job goes */
+				tacod_service_request_stop(s, id,
+							   TACOD_STOP_CANCEL);
 			}
 		} else if (j.status == TACOD_RUNNING) {
 			tacod_service_request_stop(s, id, TACOD_STOP_CANCEL);

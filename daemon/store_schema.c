@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SCHEMA_VERSION 2
+/* Version 2 adds webhook_deliveries, 3 slurm_jobs. The steps only create
+ * what is missing, so their order does not matter to a database that
+ * skipped one. */
+#define SCHEMA_VERSION 3
 
 /* Version 1. The list indexes: (user, created_at) and (created_at) serve the
  * newest-first lists (every index ends in the rowid, the tie-break), the
@@ -99,6 +102,14 @@ static const char schema_v2[] =
     " ON webhook_deliveries(state, next_attempt_at);"
     "CREATE INDEX IF NOT EXISTS webhook_deliveries_job"
     " ON webhook_deliveries(job_id, type, url, created_at);";
+/* Version 3: the Slurm batch job of each tacod job submitted to a Slurm
+ * cluster (store_slurm.c). */
+static const char schema_v3_slurm[] =
+    "CREATE TABLE IF NOT EXISTS slurm_jobs ("
+    " job_id TEXT PRIMARY KEY NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " slurm_id INTEGER NOT NULL,"
+    " events_offset INTEGER NOT NULL,"
+    " submitted_at INTEGER NOT NULL);";
 
 static int pragma(tacod_store *s, const char *sql, const char *expect,
 		  taco_err *err)
@@ -158,6 +169,8 @@ static int schema_update(tacod_store *s, taco_err *err)
 	/* a version 1 store gains the table on its first open */
 	if (rc == 0)
 		rc = st_exec_sql(s, "create schema v2", schema_v2, err);
+	if (rc == 0)
+		rc = st_exec_sql(s, "create schema v3", schema_v3_slurm, err);
 	if (rc == 0 && version != SCHEMA_VERSION) {
 		rc = st_exec_sql(s, "set schema_version",
 				 "DELETE FROM schema_version", err);

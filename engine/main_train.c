@@ -1,4 +1,6 @@
 /* taco-train: runs one fine-tuning job in the foreground. */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,6 +51,10 @@ static void usage(FILE *f)
 		"  --events-fd N    write one JSON object per line to file "
 		"descriptor N\n"
 		"                   (docs/events.md)\n"
+		"  --events-file PATH\n"
+		"                   append the same lines to the file PATH "
+		"(tacod's\n"
+		"                   Slurm jobs: docs/slurm.md)\n"
 		"  --die-with-parent\n"
 		"                   stop (with a checkpoint) when the parent "
 		"process dies\n"
@@ -192,6 +198,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 	    {"resume", no_argument, NULL, 'r'},
 	    {"events-fd", required_argument, NULL, 'e'},
+	    {"events-file", required_argument, NULL, 'E'},
 	    {"no-progress", no_argument, NULL, 'p'},
 	    {"check", no_argument, NULL, 'c'},
 	    {"die-with-parent", no_argument, NULL, 'D'},
@@ -233,6 +240,19 @@ int main(int argc, char **argv)
 					"descriptor\n",
 					optarg);
 				return EXIT_USAGE;
+			}
+			break;
+		case 'E':
+			/* appended: a resumed run's events follow the ones
+			 * before; the descriptor stays open to the end */
+			to.events_fd = open(
+			    optarg, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+			    0644);
+			if (to.events_fd < 0) {
+				fprintf(stderr,
+					"taco-train: --events-file: %s: %s\n",
+					optarg, strerror(errno));
+				return EXIT_FAILED;
 			}
 			break;
 		case 'p':

@@ -29,6 +29,10 @@ packages=(
 	                    # (daemon/CMakeLists.txt; cmake fails without it)
 	chromium chromium-driver # tests only: the headless browser and its
 	                    # WebDriver of the dashboard test (tests/browser)
+	slurm-wlm           # tests only: slurmctld, slurmd, sbatch, squeue,
+	                    # scancel, scontrol: the single-host cluster of
+	                    # test_slurm (tests/slurm/cluster.sh, docs/slurm.md)
+	munge               # tests only: munged, Slurm's authentication
 )
 
 missing=()

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "daemon/store.h"
+#include "daemon/store_slurm.h"
 
 static char dir[256];
 static char db[320];
@@ -684,6 +685,51 @@ START_TEST(test_checkpoints)
 }
 END_TEST
 
+/* slurm_jobs (store_slurm.h): a row per submitted job; the offset moves
+ * only with the transaction around it. */
+START_TEST(test_slurm_rows)
+{
+	tacod_store *s = open_fresh();
+	tacod_slurm_row r, out[4];
+	taco_err err = {{0}};
+	int n;
+
+	add_job(s, "j1", "alice", TACOD_QUEUED, "f", 1);
+	add_job(s, "j2", "alice", TACOD_QUEUED, "f", 2);
+	memset(&r, 0, sizeof(r));
+	snprintf(r.job_id, sizeof(r.job_id), "j1");
+	r.submitted_at = 10;
+	ck_assert_int_eq(tacod_store_slurm_put(s, &r, &err), 0);
+	r.slurm_id = 42;
+	ck_assert_int_eq(tacod_store_slurm_put(s, &r, &err), 0);
+	snprintf(r.job_id, sizeof(r.job_id), "j2");
+	r.slurm_id = 43;
+	r.submitted_at = 11;
+	ck_assert_int_eq(tacod_store_slurm_put(s, &r, &err), 0);
+	snprintf(r.job_id, sizeof(r.job_id), "nope");
+	ck_assert_int_eq(tacod_store_slurm_put(s, &r, &err), -ENOENT);
+	ck_assert_int_eq(tacod_store_slurm_offset(s, "j1", 100, &err), 0);
+	/* rolled back with its transaction */
+	ck_assert_int_eq(tacod_store_tx_begin(s, &err), 0);
+	ck_assert_int_eq(tacod_store_slurm_offset(s, "j1", 200, &err), 0);
+	ck_assert_int_lt(tacod_store_tx_end(s, -EIO, &err), 0);
+	ck_assert_int_eq(tacod_store_slurm_get(s, "j1", &r, &err), 0);
+	ck_assert_int_eq(r.slurm_id, 42);
+	ck_assert_int_eq(r.events_offset, 100);
+	ck_assert_int_eq(tacod_store_slurm_list(s, out, 4, &n, &err), 0);
+	ck_assert_int_eq(n, 2);
+	ck_assert_str_eq(out[0].job_id, "j1");
+	ck_assert_str_eq(out[1].job_id, "j2");
+	ck_assert_int_eq(out[1].slurm_id, 43);
+	ck_assert_int_eq(tacod_store_slurm_delete(s, "j1", &err), 0);
+	ck_assert_int_eq(tacod_store_slurm_get(s, "j1", &r, &err), -ENOENT);
+	ck_assert_int_eq(tacod_store_slurm_offset(s, "j1", 1, &err), -ENOENT);
+	ck_assert_int_eq(tacod_store_slurm_list(s, out, 4, &n, &err), 0);
+	ck_assert_int_eq(n, 1);
+	tacod_store_close(s);
+}
+END_TEST
+
 START_TEST(test_idempotency)
 {
 	tacod_store *s = open_fresh();
@@ -989,7 +1035,7 @@ START_TEST(test_reopen)
 				 SQLITE_OK);
 		ck_assert_int_eq(sqlite3_step(q), SQLITE_ROW);
 		ck_assert_int_eq(sqlite3_column_int(q, 0), 1);
-		ck_assert_int_eq(sqlite3_column_int(q, 1), 2);
+		ck_assert_int_eq(sqlite3_column_int(q, 1), 3);
 		sqlite3_finalize(q);
 		ck_assert_int_eq(sqlite3_prepare_v2(raw, "PRAGMA journal_mode",
 						    -1, &q, NULL),
@@ -1223,6 +1269,7 @@ int main(void)
 	tcase_add_test(tc, test_events);
 	tcase_add_test(tc, test_checkpoints);
 	tcase_add_test(tc, test_idempotency);
+	tcase_add_test(tc, test_slurm_rows);
 	tcase_add_test(tc, test_limits);
 	tcase_add_test(tc, test_reopen);
 	tcase_add_test(tc, test_open_errors);

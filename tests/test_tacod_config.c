@@ -76,7 +76,52 @@ static const struct {
      "'request_head_timeout_s'"},
     {"{\"limits\": {\"max_connections_per_client\": 0}}",
      "'max_connections_per_client'"},
+    {"{\"scheduler\": \"pbs\"}", "'scheduler' must be"},
+    {"{\"slurm\": []}", "'slurm' must be an object"},
+    {"{\"slurm\": {\"nodes\": 2}}", "unknown field 'slurm.nodes'"},
+    {"{\"slurm\": {\"partition\": \"gpu\\nx\"}}", "'slurm.partition'"},
+    {"{\"slurm\": {\"gres\": \"\"}}", "'slurm.gres'"},
+    {"{\"slurm\": {\"gpu_memory\": \"big\"}}", "'slurm.gpu_memory'"},
+    {"{\"slurm\": {\"poll_interval_s\": 0}}", "'slurm.poll_interval_s'"},
+    {"{\"slurm\": {\"jobs_dir\": \"/a'b\"}}", "single quote"},
+    {"{\"slurm\": {\"sbatch_options\": [\"-p\"]}}", "slurm.sbatch_options[0]"},
+    {"{\"slurm\": {\"sbatch_options\": \"--qos=x\"}}",
+     "'slurm.sbatch_options' must be an array"},
 };
+
+START_TEST(test_slurm_config)
+{
+	tacod_config c;
+	taco_err err = {{0}};
+	const char *j =
+	    "{\"scheduler\": \"slurm\", \"slurm\": {\"partition\": "
+	    "\"h100\", \"account\": \"lab\", \"time_limit\": \"2-00:00:00\", "
+	    "\"gres\": \"gpu:h100:1\", \"sbatch_options\": [\"--qos=long\", "
+	    "\"--mem=200G\"], \"gpu_memory\": \"80GB\", \"jobs_dir\": "
+	    "\"/nfs/tacod/jobs\", \"poll_interval_s\": 10, "
+	    "\"command_timeout_s\": 20, \"sbatch\": \"/usr/bin/sbatch\"}}";
+
+	tacod_config_defaults(&c);
+	ck_assert_int_eq(c.scheduler, TACOD_SCHED_LOCAL);
+	ck_assert_str_eq(c.slurm.gres, "gpu:1");
+	ck_assert_int_eq(c.slurm.poll_interval_s, 5);
+	ck_assert_int_eq(parse(j, &c, &err), 0);
+	ck_assert_int_eq(tacod_config_check(&c, &err), 0);
+	ck_assert_int_eq(c.scheduler, TACOD_SCHED_SLURM);
+	ck_assert_str_eq(c.slurm.partition, "h100");
+	ck_assert_str_eq(c.slurm.account, "lab");
+	ck_assert_str_eq(c.slurm.time_limit, "2-00:00:00");
+	ck_assert_str_eq(c.slurm.gres, "gpu:h100:1");
+	ck_assert_int_eq(c.slurm.n_options, 2);
+	ck_assert_str_eq(c.slurm.options[1], "--mem=200G");
+	ck_assert_uint_eq(c.slurm.gpu_memory, 80000000000ull);
+	ck_assert_str_eq(c.slurm.jobs_dir, "/nfs/tacod/jobs");
+	ck_assert_int_eq(c.slurm.poll_interval_s, 10);
+	ck_assert_int_eq(c.slurm.command_timeout_s, 20);
+	ck_assert_str_eq(c.slurm.sbatch, "/usr/bin/sbatch");
+	ck_assert_str_eq(c.slurm.squeue, "squeue");
+}
+END_TEST
 
 START_TEST(test_bad_files)
 {
@@ -99,6 +144,10 @@ static const struct {
     {"{\"listen\": \"127.0.0.1:99999\"}", "host:port"},
     {"{\"state_dir\": \"relative\"}", "absolute"},
     {"{\"dataset_roots\": [\"data\"]}", "absolute"},
+    {"{\"scheduler\": \"slurm\", \"slurm\": {\"gpu_memory\": \"80GB\"}}",
+     "'slurm.jobs_dir'"},
+    {"{\"scheduler\": \"slurm\", \"slurm\": {\"jobs_dir\": \"/nfs/j\"}}",
+     "'slurm.gpu_memory'"},
 };
 
 START_TEST(test_bad_combinations)
@@ -120,6 +169,7 @@ int main(void)
 
 	tcase_add_test(tc, test_defaults_are_valid);
 	tcase_add_test(tc, test_full_config);
+	tcase_add_test(tc, test_slurm_config);
 	tcase_add_loop_test(tc, test_bad_files, 0,
 			    sizeof(bad) / sizeof(bad[0]));
 	tcase_add_loop_test(tc, test_bad_combinations, 0,

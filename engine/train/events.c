@@ -1,6 +1,7 @@
 #include "events.h"
 
 #include <errno.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,5 +47,11 @@ void taco_events_emit(taco_events *e, const char *name, json_t *fields)
 	json_dumpf(o, e->f, JSON_COMPACT | JSON_SORT_KEYS);
 	fputc('\n', e->f);
 	fflush(e->f);
+	/* to a file (--events-file, read by tacod on another machine): all
+	 * but the many progress lines reach the disk before training goes
+	 * on, so a node that dies keeps its checkpoint events. On a pipe
+	 * fsync fails (EINVAL) and there is nothing to do. */
+	if (strcmp(name, "progress"))
+		(void)fsync(fileno(e->f));
 	json_decref(o);
 }

@@ -1,4 +1,5 @@
-/* events.h: one JSON object per line for tacod (taco-train --events-fd N).
+/* events.h: one JSON object per line for tacod (taco-train --events-fd N,
+ * or --events-file PATH under Slurm).
  * docs/events.md documents every event and field. */
 #ifndef TACO_EVENTS_H
 #define TACO_EVENTS_H
@@ -15,7 +16,8 @@ int taco_events_open(taco_events *e, int fd);
 void taco_events_close(taco_events *e);
 
 /* Writes {"event": name, "time": unix seconds, ...fields} and a newline,
- * flushed. Takes ownership of fields (may be NULL). */
+ * flushed (and fsync'd, but for progress events). Takes ownership of fields
+ * (may be NULL). */
 void taco_events_emit(taco_events *e, const char *name, json_t *fields);
 
 #endif
