@@ -73,7 +73,9 @@ int taco_optim_create(taco_model *m, const taco_optim_opts *opts,
 void taco_optim_free(taco_optim *o);
 
 /* Updates tensor id from its fp32 gradient (backend memory) with learning
- * rate lr, as optimizer step o->step (call taco_optim_begin_step first). */
+ * rate lr, as optimizer step o->step (call taco_optim_begin_step first).
+ * -EINVAL for a streamed matrix outside the step (it is in host memory):
+ * those take their updates through the step's sink only. */
 int taco_optim_apply(taco_optim *o, int id, const float *grad, float lr);
 
 /* Updates a tensor from one piece of its gradient (a taco_grad_part of the

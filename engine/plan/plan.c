@@ -19,6 +19,7 @@ static const char *const term_names[TACO_PLAN_TERMS] = {
     [TACO_PLAN_ATTENTION] = "attention workspace",
     [TACO_PLAN_BATCH] = "batch and RoPE tables",
     [TACO_PLAN_WEIGHT_SCRATCH] = "fp32 weight scratch",
+    [TACO_PLAN_WEIGHT_RING] = "streamed weights' ring",
     [TACO_PLAN_GEMM_WORKSPACE] = "GEMM workspace",
     [TACO_PLAN_BACKEND_FIXED] = "backend fixed overhead",
     [TACO_PLAN_MARGIN] = "allocator margin",
