@@ -134,7 +134,7 @@ static int print_plan(const taco_job *job, int backend, uint64_t budget)
 	taco_model *shapes = NULL;
 	uint8_t *frozen = NULL;
 	taco_err err = {{0}};
-	char settings[128];
+	char settings[256];
 	int r;
 
 	if (!budget)
@@ -156,9 +156,16 @@ static int print_plan(const taco_job *job, int backend, uint64_t budget)
 	       in.B, in.T, in.A, in.optim.all_adamw ? "AdamW" : "TACO",
 	       settings);
 	taco_plan_print(&p, stdout);
-	if (p.host)
-		printf("  host memory (offloaded activations): %.3f GB\n",
-		       (double)p.host / 1e9);
+	printf("  device %.3f GB, host %.3f GB (streamed weights %.3f GB, "
+	       "offloaded activations %.3f GB)\n",
+	       (double)p.total / 1e9, (double)p.host / 1e9,
+	       (double)p.host_weights / 1e9,
+	       (double)(p.host - p.host_weights) / 1e9);
+	if (p.stream_layers)
+		printf("  streamed: %d of %d layers, per step %.3f GB to the "
+		       "device and %.3f GB back\n",
+		       p.stream_layers, p.layers, (double)p.to_device / 1e9,
+		       (double)p.to_host / 1e9);
 	if (p.total <= budget) {
 		printf("fits: %.3f GB of %.3f GB\n", (double)p.total / 1e9,
 		       (double)budget / 1e9);

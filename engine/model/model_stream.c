@@ -181,6 +181,8 @@ static void flush(step_ctx *c, int s)
 		taco_tensor *t;
 		if (id < 0 || !(t = &c->m->tensors[id])->host)
 			continue;
+		if (c->sink->skip && c->sink->skip[id])
+			continue; /* frozen: unchanged */
 		c->o->copy_async(t->host, t->data, tensor_bytes(t), 1);
 	}
 	w->slot_dirty[s] = 0;

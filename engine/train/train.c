@@ -525,10 +525,10 @@ static int setup(trainer *tr, taco_err *err)
 		return r;
 	if ((r = admit(tr, err)))
 		return r;
-	if ((r = taco_model_load_as(j->model, tr->ops, tr->plan_in.act_dtype,
-				    &tr->m, err)) ||
+	/* with the schedule first: streamed weights load into host memory */
+	if ((r = taco_model_load_sched(j->model, tr->ops, tr->plan_in.act_dtype,
+				       &tr->plan_in.step, &tr->m, err)) ||
 	    (r = backend_check(tr, err)) ||
-	    (r = taco_model_set_step_opts(tr->m, &tr->plan_in.step, err)) ||
 	    (r = taco_model_set_dropout(
 		 tr->m,
 		 j->dropout >= 0 ? (float)j->dropout : tr->m->cfg.dropout,
