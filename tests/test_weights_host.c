@@ -28,12 +28,19 @@ typedef struct variant {
 	int offload;	 /* layer inputs in host memory too */
 	int stream;	 /* layers streamed; -1: all */
 	int block;	 /* small gradient blocks (many pieces) */
+	int whole;	 /* write-back of whole tensors (no changed_rows) */
 } variant;
 
 typedef struct sink_ctx {
 	taco_optim *o;
 	float lr;
 } sink_ctx;
+
+static const void *changed(void *ctx, taco_model *m, int id, int *k)
+{
+	(void)m;
+	return taco_optim_changed_rows(((sink_ctx *)ctx)->o, id, k);
+}
 
 static int apply(void *ctx, taco_model *m, const taco_grad_part *p)
 {
@@ -98,7 +105,10 @@ static void train(const variant *v, int stream, run *out)
 	taco_err err = {{0}};
 	int32_t tok[NB * NT + 1], tgt[NB * NT];
 	sink_ctx sc;
-	taco_grad_sink sink = {.part = apply, .ctx = &sc};
+	/* the sparse write-back (TACO's slot rows), or whole tensors */
+	taco_grad_sink sink = {.part = apply,
+			       .ctx = &sc,
+			       .changed_rows = v->whole ? NULL : changed};
 
 	size_t base_dev = ops->mem_current(), base_host = ops->host_current();
 
@@ -206,6 +216,7 @@ static void same_state(const run *a, const run *b)
 static void check_variant(const variant *v)
 {
 	run dev, host;
+	const taco_work *w;
 	size_t slot;
 
 	train(v, 0, &dev);
@@ -217,15 +228,21 @@ static void check_variant(const variant *v)
 		    "streamed",
 		    v->fixture, s + 1, dev.loss[s], host.loss[s]);
 	same_state(&dev, &host);
-	/* the device pool holds the ring, not the streamed weights */
+	/* the device pool holds the ring and the write-back's gather
+	 * buffers, not the streamed weights, which the host pool holds with
+	 * the write-back's staging */
+	w = host.m->work;
 	ck_assert_uint_gt(host.host_weights, 0);
-	if (host.m->work->s.stream > TACO_RING_SLOTS)
+	if (w->s.stream > TACO_RING_SLOTS)
 		ck_assert_uint_lt(host.dev_peak, dev.dev_peak);
 	else /* the ring holds every streamed layer */
-		ck_assert_uint_eq(host.dev_peak, dev.dev_peak);
-	ck_assert_uint_eq(host.host_peak, dev.host_peak + host.host_weights);
-	ck_assert_uint_eq(host.dev_peak + host.host_weights -
-			      host.m->work->bytes,
+		ck_assert_uint_eq(host.dev_peak -
+				      (size_t)w->s.slots * w->wb_slot,
+				  dev.dev_peak);
+	ck_assert_uint_eq(host.host_peak,
+			  dev.host_peak + host.host_weights +
+			      (size_t)w->s.stream * w->wb_layer);
+	ck_assert_uint_eq(host.dev_peak + host.host_weights - w->bytes,
 			  dev.dev_peak - dev.m->work->bytes);
 	slot = host.m->work->slot_bytes;
 	ck_assert_uint_gt(slot, 0);
@@ -235,23 +252,26 @@ static void check_variant(const variant *v)
 
 static const variant variants[] = {
     /* the golden fixtures' own weights, every layer streamed */
-    {"llama_gqa", 0, 0, TK_F32, 0, 0, -1, 0},
-    {"llama_gqa", 0, 0, TK_BF16, 1, 0, -1, 1},
-    {"qwen3_tied", 0, 0, TK_BF16, 0, 0, -1, 0},
-    {"qwen3_tied", 0, 0, TK_F32, 1, 1, 1, 1},
-    {"opt_pre", 0, 0, TK_F32, 0, 0, -1, 0},
-    {"opt_post", 0, 0, TK_BF16, 1, 0, -1, 0},
-    {"neox_par", 0, 0, TK_BF16, 0, 0, -1, 1},
-    {"neox_seq", 0, 0, TK_F32, 1, 0, 1, 0},
+    {"llama_gqa", 0, 0, TK_F32, 0, 0, -1, 0, 0},
+    {"llama_gqa", 0, 0, TK_BF16, 1, 0, -1, 1, 0},
+    {"qwen3_tied", 0, 0, TK_BF16, 0, 0, -1, 0, 0},
+    {"qwen3_tied", 0, 0, TK_F32, 1, 1, 1, 1, 0},
+    {"opt_pre", 0, 0, TK_F32, 0, 0, -1, 0, 0},
+    {"opt_post", 0, 0, TK_BF16, 1, 0, -1, 0, 0},
+    {"neox_par", 0, 0, TK_BF16, 0, 0, -1, 1, 0},
+    {"neox_seq", 0, 0, TK_F32, 1, 0, 1, 0, 0},
     /* deeper models: the ring wraps, slots are written back and refilled
      * (all streamed, or the last 5 of 7 as `auto` would) */
-    {"llama_gqa", 7, TK_BF16, TK_BF16, 1, 0, -1, 1},
-    {"llama_gqa", 7, TK_BF16, TK_BF16, 0, 1, 5, 0},
-    {"qwen3_tied", 7, TK_F32, TK_F32, 1, 0, 5, 0},
-    {"qwen2_bias", 7, TK_BF16, TK_F32, 0, 0, -1, 1},
-    {"opt_post", 7, TK_BF16, TK_BF16, 1, 1, 5, 1},
-    {"neox_par", 7, TK_F32, TK_F32, 0, 0, -1, 0},
-    {"neox_seq", 7, TK_BF16, TK_BF16, 1, 0, 4, 0},
+    {"llama_gqa", 7, TK_BF16, TK_BF16, 1, 0, -1, 1, 0},
+    {"llama_gqa", 7, TK_BF16, TK_BF16, 0, 1, 5, 0, 0},
+    {"qwen3_tied", 7, TK_F32, TK_F32, 1, 0, 5, 0, 0},
+    {"qwen2_bias", 7, TK_BF16, TK_F32, 0, 0, -1, 1, 0},
+    {"opt_post", 7, TK_BF16, TK_BF16, 1, 1, 5, 1, 0},
+    {"neox_par", 7, TK_F32, TK_F32, 0, 0, -1, 0, 0},
+    {"neox_seq", 7, TK_BF16, TK_BF16, 1, 0, 4, 0, 0},
+    /* whole tensors written back (a sink without changed_rows) */
+    {"llama_gqa", 7, TK_BF16, TK_BF16, 1, 0, -1, 0, 1},
+    {"opt_pre", 0, 0, TK_F32, 0, 0, -1, 1, 1},
 };
 
 START_TEST(test_weights_host)
@@ -264,7 +284,7 @@ END_TEST
  * back), and the schedule checks its range. */
 START_TEST(test_weights_host_eval_and_limits)
 {
-	variant v = {"llama_gqa", 5, TK_BF16, TK_BF16, 0, 0, 3, 0};
+	variant v = {"llama_gqa", 5, TK_BF16, TK_BF16, 0, 0, 3, 0, 0};
 	taco_step_opts so = {.stream_layers = 3};
 	taco_model *a = make_model(&v, NULL), *b = make_model(&v, &so);
 	int32_t tok[NB * NT + 1], tgt[NB * NT];

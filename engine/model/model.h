@@ -171,7 +171,17 @@ typedef struct taco_grad_sink {
 	float *(*dense)(void *ctx, taco_model *m, int tensor);
 	const uint8_t *skip;
 	void *ctx;
+	/* Streamed weights' write-back (NULL: every streamed tensor goes
+	 * back whole): after tensor's update, the rows where it may have
+	 * changed, per column, as TACO's slot rows (backend memory, [C * k],
+	 * tk_ops.h's taco_gather layout), *k set to k; NULL: anywhere (the
+	 * tensor goes back whole). */
+	const void *(*changed_rows)(void *ctx, taco_model *m, int tensor,
+				    int *k);
 } taco_grad_sink;
+
+/* Slots per column at most (docs/taco.md): sizes the write-back. */
+#define TACO_MAX_SLOTS 16
 
 #define TACO_MAX_ROW_STREAMS 2
 

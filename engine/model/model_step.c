@@ -368,10 +368,14 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 	grad_drain(&c);
 	if (stream_active(&c))
 		c.o->copy_wait();
+	/* the step's one wait; then the host copies of streamed weights
+	 * take their updates, also after a failed consumer's partial ones */
+	finish_stats(&c, &st);
+	if (stream_active(&c))
+		stream_scatter(&c);
 	if (c.err)
 		return taco_err_set(err, c.err, "gradient consumer failed (%d)",
 				    c.err);
-	finish_stats(&c, &st);
 	*stats = st;
 	return 0;
 }

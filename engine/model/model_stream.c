@@ -63,6 +63,40 @@ size_t taco_ring_layout(const taco_model *m, int stream,
 	return at;
 }
 
+static size_t ralign(size_t b)
+{
+	return (b + RING_ALIGN - 1) / RING_ALIGN * RING_ALIGN;
+}
+
+void taco_wb_layout(const taco_model *m, int stream, size_t voff[TACO_L_COUNT],
+		    size_t ioff[TACO_L_COUNT], size_t *slot, size_t *layer)
+{
+	int L = m->cfg.layers;
+	size_t v = 0, i = 0;
+
+	for (int sl = 0; sl < TACO_L_COUNT; sl++) {
+		size_t vb = 0, ib = 0;
+		for (int l = L - stream; stream > 0 && l < L; l++) {
+			int id = m->layer[l][sl];
+			const taco_tensor *t;
+			size_t n;
+			if (id < 0 || (t = &m->tensors[id])->ndim != 2)
+				continue;
+			n = (size_t)t->shape[1] * TACO_MAX_SLOTS;
+			if (n * tk_dtype_size(t->dtype) > vb)
+				vb = n * tk_dtype_size(t->dtype);
+			if (n * (t->shape[0] <= 65535 ? 2 : 4) > ib)
+				ib = n * (t->shape[0] <= 65535 ? 2 : 4);
+		}
+		voff[sl] = v;
+		ioff[sl] = i;
+		v += ralign(vb);
+		i += ralign(ib);
+	}
+	*slot = v;
+	*layer = v + i;
+}
+
 /* One tensor to host memory (to_host) or back to the device. */
 static int move_one(taco_model *m, taco_tensor *t, int to_host)
 {
@@ -166,24 +200,48 @@ static void map_layer(step_ctx *c, int l, int s, int on)
 	}
 }
 
-/* Writes slot s back to the host copy once its updates are done. */
+/* Writes slot s back to the host copy once its updates are done: the
+ * entries at each TACO tensor's slot rows, gathered into the slot's part
+ * of wb_dev and copied with the rows to the layer's part of wb_host (the
+ * scatter into the host copy waits for the step's end), or the whole
+ * tensor. wb_dev's part was last read by the copies of this slot's
+ * previous write-back, issued before the layer now computing waited for
+ * the copy stream (flush runs after that wait). */
 static void flush(step_ctx *c, int s)
 {
 	taco_work *w = c->w;
-	int l = w->slot_layer[s];
+	int l = w->slot_layer[s], li = l - (c->m->cfg.layers - w->s.stream);
+	char *dev = (char *)w->wb_dev + (size_t)s * w->wb_slot;
+	char *host = (char *)w->wb_host + (size_t)li * w->wb_layer;
 
 	if (!w->slot_dirty[s])
 		return;
 	if (w->slot_ticket[s])
 		c->o->side_wait(w->slot_ticket[s]);
 	for (int sl = 0; sl < TACO_L_COUNT; sl++) {
-		int id = c->m->layer[l][sl];
+		int id = c->m->layer[l][sl], k = 0;
+		const void *rows = NULL;
 		taco_tensor *t;
+		size_t n;
 		if (id < 0 || !(t = &c->m->tensors[id])->host)
 			continue;
 		if (c->sink->skip && c->sink->skip[id])
 			continue; /* frozen: unchanged */
-		c->o->copy_async(t->host, t->data, tensor_bytes(t), 1);
+		if (c->sink->changed_rows)
+			rows =
+			    c->sink->changed_rows(c->sink->ctx, c->m, id, &k);
+		if (!rows || k < 1 || k > TACO_MAX_SLOTS) {
+			c->o->copy_async(t->host, t->data, tensor_bytes(t), 1);
+			continue;
+		}
+		n = (size_t)t->shape[1] * (size_t)k;
+		c->o->taco_gather(dev + w->wb_voff[sl], t->data, t->dtype, rows,
+				  (int)t->shape[0], (int)t->shape[1], k);
+		c->o->copy_async(host + w->wb_voff[sl], dev + w->wb_voff[sl],
+				 n * tk_dtype_size(t->dtype), 1);
+		c->o->copy_async(host + w->wb_slot + w->wb_ioff[sl], rows,
+				 n * (t->shape[0] <= 65535 ? 2 : 4), 1);
+		w->wb_k[li * TACO_L_COUNT + sl] = k;
 	}
 	w->slot_dirty[s] = 0;
 }
@@ -251,6 +309,42 @@ void stream_updated(step_ctx *c, int l)
 	w->slot_dirty[s] = 1;
 	w->slot_ticket[s] =
 	    c->gticket[0] > c->gticket[1] ? c->gticket[0] : c->gticket[1];
+}
+
+void stream_scatter(step_ctx *c)
+{
+	taco_work *w = c->w;
+	int first = c->m->cfg.layers - w->s.stream;
+
+	for (int li = 0; li < w->s.stream; li++) {
+		const char *host =
+		    (const char *)w->wb_host + (size_t)li * w->wb_layer;
+		for (int sl = 0; sl < TACO_L_COUNT; sl++) {
+			int k = w->wb_k[li * TACO_L_COUNT + sl];
+			int id = c->m->layer[first + li][sl];
+			const taco_tensor *t;
+			size_t C, es, n;
+			if (!k)
+				continue;
+			w->wb_k[li * TACO_L_COUNT + sl] = 0;
+			t = &c->m->tensors[id];
+			C = (size_t)t->shape[1];
+			es = tk_dtype_size(t->dtype);
+			n = C * (size_t)k;
+			for (size_t i = 0; i < n; i++) {
+				const char *rows =
+				    host + w->wb_slot + w->wb_ioff[sl];
+				uint32_t r = t->shape[0] <= 65535
+						 ? ((const uint16_t *)rows)[i]
+						 : ((const uint32_t *)rows)[i];
+				if (r >= (uint64_t)t->shape[0])
+					continue; /* empty slot */
+				memcpy((char *)t->host +
+					   ((size_t)r * C + i / (size_t)k) * es,
+				       host + w->wb_voff[sl] + i * es, es);
+			}
+		}
+	}
 }
 
 void stream_end(step_ctx *c)

@@ -22,7 +22,7 @@ typedef struct work_buf {
 } work_buf;
 
 /* fixed buffers + per-layer activation sets */
-#define WB_FIXED (57 + TACO_L_COUNT)
+#define WB_FIXED (59 + TACO_L_COUNT)
 #define WB_PER_SET 21
 
 static size_t work_list_cap(int n_acts)
@@ -236,6 +236,8 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(gblock, s->gblock, 4, GRAD_BUFFER, R_PERSIST);
 	ADD(gblock2, s->overlap ? s->gblock : 0, 4, GRAD_BUFFER, R_PERSIST);
 	ADD(ring, (size_t)s->slots * w->slot_bytes, 1, WEIGHT_RING, R_PERSIST);
+	ADD(wb_dev, (size_t)s->slots * w->wb_slot, 1, WEIGHT_RING, R_PERSIST);
+	ADD(wb_host, (size_t)s->stream * w->wb_layer, 1, WEIGHT_RING, R_HOST);
 #undef ADD
 	return n;
 }
@@ -277,11 +279,15 @@ static taco_work *work_new(const taco_model *m, int B, int T, work_buf **list,
 	taco_work_shape_of(m, B, T, &w->s);
 	w->n_acts = w->s.keep ? m->cfg.layers : 1;
 	w->slot_bytes = taco_ring_layout(m, w->s.stream, w->ring_off);
+	taco_wb_layout(m, w->s.stream, w->wb_voff, w->wb_ioff, &w->wb_slot,
+		       &w->wb_layer);
+	w->wb_k = calloc((size_t)w->s.stream * TACO_L_COUNT + 1, sizeof(int));
 	for (int i = 0; i < TACO_RING_SLOTS; i++)
 		w->slot_layer[i] = -1;
 	w->acts = calloc((size_t)w->n_acts, sizeof(*w->acts));
 	*list = calloc(work_list_cap(w->n_acts), sizeof(**list));
-	if (!w->acts || !*list) {
+	if (!w->acts || !*list || !w->wb_k) {
+		free(w->wb_k);
 		free(w->acts);
 		free(*list);
 		free(w);
@@ -315,6 +321,7 @@ int taco_work_plan(const taco_model *m, int B, int T, uint64_t *term,
 	if (loss > layer)
 		term[TACO_PLAN_LOSS_CHUNK] += loss - layer;
 	free(list);
+	free(w->wb_k);
 	free(w->acts);
 	free(w);
 	return 0;
@@ -339,6 +346,7 @@ static void work_free(taco_model *m, taco_work *w)
 	if (w->region)
 		m->ops->free(w->region, w->region_bytes);
 	free(list);
+	free(w->wb_k);
 	free(w->acts);
 	free(w);
 }

@@ -144,6 +144,17 @@ struct taco_work {
 	void *ring;
 	size_t slot_bytes;
 	size_t ring_off[TACO_L_COUNT];
+	/* the sparse write-back: per slot, the gathered entries of its
+	 * layer's tensors (wb_dev, slot sl's at wb_voff[sl], wb_slot bytes a
+	 * slot); per streamed layer, their host copies and the slot rows
+	 * (wb_host, wb_layer bytes a layer: the values as on the device,
+	 * then the rows, sl's at wb_slot + wb_ioff[sl]), scattered into the
+	 * host copy once the step's copies are done; wb_k: the slots per
+	 * column of each gathered tensor (0: none), host memory */
+	void *wb_dev, *wb_host;
+	size_t wb_slot, wb_layer;
+	size_t wb_voff[TACO_L_COUNT], wb_ioff[TACO_L_COUNT];
+	int *wb_k;
 	int slot_layer[TACO_RING_SLOTS];
 	int slot_dirty[TACO_RING_SLOTS];
 	uint64_t slot_ticket[TACO_RING_SLOTS];
@@ -159,6 +170,13 @@ int taco_tensor_wants_host(const taco_model *m, const taco_tensor *t);
  * off[] and the bytes of one slot (0: nothing streamed). */
 size_t taco_ring_layout(const taco_model *m, int stream,
 			size_t off[TACO_L_COUNT]);
+
+/* The write-back's layout for the last `stream` layers (sizes for k up to
+ * TACO_MAX_SLOTS): the values' offsets in voff[] and their bytes per slot
+ * in *slot, the rows' offsets in ioff[] and the values and rows of one
+ * layer in *layer. */
+void taco_wb_layout(const taco_model *m, int stream, size_t voff[TACO_L_COUNT],
+		    size_t ioff[TACO_L_COUNT], size_t *slot, size_t *layer);
 
 /* The shape m's step buffers take for a B x T batch (m->sched). */
 void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s);

@@ -62,6 +62,9 @@ void stream_ready(step_ctx *c, int l);
 void stream_prefetch(step_ctx *c, int l);
 void stream_updated(step_ctx *c, int l);
 void stream_end(step_ctx *c);
+/* After the step's read of its results (the copies are done): the
+ * gathered entries into the host copies. */
+void stream_scatter(step_ctx *c);
 
 /* The layer ops of m's family. */
 const taco_layer_ops *step_layer_ops(const taco_model *m);

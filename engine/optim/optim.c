@@ -277,6 +277,14 @@ int taco_optim_apply_part(taco_optim *o, const taco_grad_part *p, float lr)
 	return 0;
 }
 
+const void *taco_optim_changed_rows(const taco_optim *o, int id, int *k)
+{
+	if (o->t[id].kind != TACO_OPT_TACO)
+		return NULL;
+	*k = o->opts.k;
+	return o->t[id].idx;
+}
+
 int taco_optim_apply(taco_optim *o, int id, const float *grad, float lr)
 {
 	const tk_ops *ops = o->model->ops;

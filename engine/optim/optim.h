@@ -86,6 +86,11 @@ int taco_optim_apply(taco_optim *o, int id, const float *grad, float lr);
  * when more row streams are open than there are streams. */
 int taco_optim_apply_part(taco_optim *o, const taco_grad_part *p, float lr);
 
+/* The rows where tensor id's update may have changed it: its TACO slot
+ * rows (a taco_grad_sink's changed_rows), k through *k; NULL for other
+ * optimizers (anywhere). */
+const void *taco_optim_changed_rows(const taco_optim *o, int id, int *k);
+
 /* Bytes of the row-stream scans a model's optimizer allocates (the
  * planner's count; scan_bytes(C) the backend's taco_scan_bytes). */
 size_t taco_optim_scan_total(const taco_model *m, const taco_optim_opts *opts,

@@ -85,7 +85,15 @@ static void model_terms(const taco_model *s, const taco_plan_input *in,
 			p->host_weights += bytes;
 			p->to_device +=
 			    t->layer >= L - ring ? bytes : 2 * bytes;
-			p->to_host += frozen ? 0 : bytes;
+			/* TACO: the entries at its slot rows, with the rows
+			 * (model_stream.c); other optimizers: whole */
+			if (kind == TACO_OPT_TACO)
+				p->to_host += (uint64_t)t->shape[1] *
+					      (uint64_t)in->optim.k *
+					      (tk_dtype_size(wdt) +
+					       (t->shape[0] <= 65535 ? 2 : 4));
+			else if (!frozen)
+				p->to_host += bytes;
 		} else {
 			term[TACO_PLAN_WEIGHTS] += bytes;
 		}
