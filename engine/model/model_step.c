@@ -256,8 +256,10 @@ static void forward_all(step_ctx *c)
 	taco_work *w = c->w;
 	size_t NH = (size_t)w->s.N * cf->hidden;
 
-	embed_fwd(c, layer_x(c, 0));
+	/* layer 0's weights, when streamed, come while the embedding runs */
 	stream_begin(c);
+	stream_prefetch(c, 0);
+	embed_fwd(c, layer_x(c, 0));
 	for (int l = 0; l < cf->layers; l++) {
 		/* the copies of input l - 1 and of layer l's weights */
 		if (w->s.offload || stream_active(c))
