@@ -160,7 +160,7 @@ static int print_plan(const taco_job *job, int backend, uint64_t budget)
 	       settings);
 	taco_plan_print(&p, stdout);
 	printf("  device %.3f GB, host %.3f GB (streamed weights %.3f GB, "
-	       "offloaded activations %.3f GB)\n",
+	       "offloaded activations and write-back staging %.3f GB)\n",
 	       (double)p.total / 1e9, (double)p.host / 1e9,
 	       (double)p.host_weights / 1e9,
 	       (double)(p.host - p.host_weights) / 1e9);
