@@ -8,7 +8,16 @@
  *   bench_model_step --config CFG.json --backend cpu|cuda --batch B --seq T
  *                    [--steps N] [--warmup W] [--optimizer taco|none]
  *                    [--keep-activations] [--peak-tflops F] [--seed S]
+ *                    [--offload] [--mlp-chunks K]
+ *                    [--stream-layers N | --device-budget SIZE]
  *                    [--profile] [--name NAME]
+ *
+ * --stream-layers N|all: the last N layers' weights live in host memory and
+ * stream through the ring (taco_step_opts.stream_layers); --device-budget
+ * SIZE: the fewest streamed layers whose plan fits SIZE (as admission's
+ * weights auto). The JSON line then carries the bytes over the bus per
+ * step, and with --profile the copy stream's achieved bandwidth and the
+ * fraction of its time hidden behind compute.
  *
  * --profile (CUDA): the timed steps run under tk_cuda_profile_start/stop and
  * the JSON line gets a "profile" object, ms per step by phase (stderr gets
@@ -43,6 +52,8 @@ typedef struct args {
 	int cuda, B, T, steps, warmup, taco, keep;
 	int bf16, offload, chunks; /* bf16 -1: the backend's default */
 	int profile;
+	int stream; /* layers streamed; -1: from budget */
+	uint64_t budget;
 	double peak_tflops;
 	uint64_t seed;
 } args;
@@ -72,7 +83,16 @@ static void usage(FILE *f)
 		"[--peak-tflops F] [--seed S]\n"
 		"                        [--precision fp32|bf16] [--offload] "
 		"[--mlp-chunks K]\n"
+		"                        [--stream-layers N | "
+		"--device-budget SIZE]\n"
 		"                        [--profile] [--name NAME]\n"
+		"\n"
+		"--stream-layers N|all: the last N layers' weights in host "
+		"memory,\n"
+		"streamed layer by layer; --device-budget SIZE (e.g. 22GB): "
+		"the fewest "
+		"streamed\n"
+		"layers whose plan fits.\n"
 		"\n"
 		"Random bf16 weights of CFG.json's shapes, random tokens; W "
 		"warm-up steps\n"
@@ -125,6 +145,8 @@ static int parse(int argc, char **argv, args *a)
 	    {"seed", required_argument, NULL, 's'},
 	    {"name", required_argument, NULL, 'N'},
 	    {"profile", no_argument, NULL, 'R'},
+	    {"stream-layers", required_argument, NULL, 'S'},
+	    {"device-budget", required_argument, NULL, 'D'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -187,6 +209,16 @@ static int parse(int argc, char **argv, args *a)
 		case 'R':
 			a->profile = 1;
 			break;
+		case 'S': /* "all": every layer (clamped to the count) */
+			if (strcmp(optarg, "all") == 0)
+				a->stream = 100000;
+			else
+				bad |= int_arg(optarg, 0, 100000, &a->stream);
+			break;
+		case 'D':
+			bad |= taco_parse_bytes(optarg, &a->budget) != 0 ||
+			       !a->budget;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -195,6 +227,7 @@ static int parse(int argc, char **argv, args *a)
 		}
 	}
 	if (bad || optind != argc || !a->config || !a->B || !a->T ||
+	    (a->budget && a->stream) ||
 	    (int64_t)a->B * a->T > TACO_MAX_TOKENS) {
 		usage(stderr);
 		return -1;
@@ -222,9 +255,10 @@ static void config_name(const char *path, char *out, size_t len)
 }
 
 /* The plan of this shape for a backend: what the model, optimizer and step
- * buffers should take. Without an optimizer its state terms are left out. */
-static int plan_bytes(const taco_config *cfg, const args *a, int backend,
-		      uint64_t *out, taco_err *err)
+ * buffers should take. Without an optimizer its state terms are left out.
+ * full: the whole plan (may be NULL). */
+static int plan_full(const taco_config *cfg, const args *a, int backend,
+		     int stream, uint64_t *out, taco_plan *full, taco_err *err)
 {
 	taco_model *shapes = NULL;
 	taco_plan_input in = {0};
@@ -242,6 +276,8 @@ static int plan_bytes(const taco_config *cfg, const args *a, int backend,
 	in.step.keep_activations = a->keep;
 	in.step.offload = a->offload;
 	in.step.mlp_chunks = a->chunks;
+	in.step.stream_layers = stream;
+	in.step.overlap = backend == TACO_BACKEND_CUDA;
 	taco_optim_defaults(&in.optim);
 	r = taco_plan_compute(shapes, &in, &p, err);
 	taco_model_free(shapes);
@@ -251,6 +287,32 @@ static int plan_bytes(const taco_config *cfg, const args *a, int backend,
 		p.total -= p.term[TACO_PLAN_TACO_STATE] +
 			   p.term[TACO_PLAN_ADAMW_STATE];
 	*out = p.total;
+	if (full)
+		*full = p;
+	return 0;
+}
+
+static int plan_bytes(const taco_config *cfg, const args *a, int backend,
+		      uint64_t *out, taco_err *err)
+{
+	return plan_full(cfg, a, backend, a->stream, out, NULL, err);
+}
+
+/* --device-budget: the fewest streamed layers whose plan on the backend
+ * fits (all of them when none does). */
+static int fewest_streamed(const taco_config *cfg, args *a, taco_err *err)
+{
+	uint64_t total;
+	int r;
+
+	for (a->stream = 0; a->stream < cfg->layers; a->stream++) {
+		if ((r = plan_full(
+			 cfg, a, a->cuda ? TACO_BACKEND_CUDA : TACO_BACKEND_CPU,
+			 a->stream, &total, NULL, err)))
+			return r;
+		if (total <= a->budget)
+			return 0;
+	}
 	return 0;
 }
 
@@ -317,7 +379,7 @@ static json_t *profile_json(const tk_profile *p, int n, int complete,
 	    (double)p->ops / d, "complete", complete);
 }
 
-static int run(const args *a, json_t *res, taco_err *err)
+static int run(args *a, json_t *res, taco_err *err)
 {
 	const tk_ops *ops = tk_cpu_ops();
 	taco_config cfg;
@@ -333,11 +395,20 @@ static int run(const args *a, json_t *res, taco_err *err)
 	int r, profiling = 0, pr;
 	tk_profile prof;
 	json_t *prof_obj = NULL;
+	taco_plan full;
+	taco_step_opts so;
 
 	/* planned: the backend's plan (for CUDA the bf16 engine of
 	 * docs/memory-plan.md); engine: the buffer lists this engine allocates
 	 * (model_work.c, optim.c), which is the CPU backend's plan */
-	if ((r = taco_config_load(a->config, &cfg, err)) ||
+	if ((r = taco_config_load(a->config, &cfg, err)))
+		return r;
+	if (a->stream > cfg.layers)
+		a->stream = cfg.layers;
+	if ((a->budget && (r = fewest_streamed(&cfg, a, err))) ||
+	    (r = plan_full(&cfg, a,
+			   a->cuda ? TACO_BACKEND_CUDA : TACO_BACKEND_CPU,
+			   a->stream, &planned, &full, err)) ||
 	    (r = plan_bytes(&cfg, a,
 			    a->cuda ? TACO_BACKEND_CUDA : TACO_BACKEND_CPU,
 			    &planned, err)) ||
@@ -346,16 +417,17 @@ static int run(const args *a, json_t *res, taco_err *err)
 	if (a->cuda && (r = tk_cuda_open(&ops, why, sizeof(why))))
 		return taco_err_set(err, r, "no CUDA backend: %s", why);
 	t0 = now();
-	if ((r = taco_model_init_random(&cfg, ops, TK_BF16, a->seed, &m, err)))
+	/* the schedule first: streamed layers are made in host memory */
+	so = (taco_step_opts){.keep_activations = a->keep,
+			      .offload = a->offload,
+			      .mlp_chunks = a->chunks,
+			      .stream_layers = a->stream};
+	if ((r = taco_model_init_random_sched(&cfg, ops, TK_BF16, a->seed, &so,
+					      &m, err)))
 		return r;
 	json_object_set_new(res, "init_s", json_real(now() - t0));
 	m->act_dtype = a->bf16 ? TK_BF16 : TK_F32;
-	if ((r = taco_model_set_step_opts(
-		 m,
-		 &(taco_step_opts){.keep_activations = a->keep,
-				   .offload = a->offload,
-				   .mlp_chunks = a->chunks},
-		 err)))
+	if ((r = taco_model_set_step_opts(m, &so, err)))
 		goto out;
 	taco_optim_defaults(&oo);
 	oo.seed = a->seed;
@@ -385,11 +457,12 @@ static int run(const args *a, json_t *res, taco_err *err)
 		t0 = now();
 		/* lr 1e-5: a fine-tuning rate, the weights stay random */
 		if ((r = taco_train_step(
-			 m, o, NULL, &(taco_batch){a->B, a->T, tok, tgt, NULL, 0},
-			 1e-5f, &st, err)))
+			 m, o, NULL,
+			 &(taco_batch){a->B, a->T, tok, tgt, NULL, 0}, 1e-5f,
+			 &st, err)))
 			goto out;
 		/* A download waits for the backend's queue: the step's end. */
-		m->ops->download(&probe, m->tensors[0].data, 2);
+		m->ops->download(&probe, m->tensors[m->embed].data, 2);
 		if ((r = backend_failed(a, err)))
 			goto out;
 		if (i >= a->warmup)
@@ -436,6 +509,36 @@ static int run(const args *a, json_t *res, taco_err *err)
 		      "loss_first", first_loss, "loss_last", st.loss,
 		      "optimizer_state_bytes",
 		      (json_int_t)(o ? o->state_bytes : 0)));
+	json_object_update_new(
+	    res, json_pack("{si sI sI sI sI sI}", "stream_layers", a->stream,
+			   "host_peak_bytes", (json_int_t)ops->host_peak(),
+			   "host_planned_bytes", (json_int_t)full.host,
+			   "host_weights_bytes", (json_int_t)full.host_weights,
+			   "to_device_bytes", (json_int_t)full.to_device,
+			   "to_host_bytes", (json_int_t)full.to_host));
+	if (prof_obj) {
+		/* the copy stream also carries the offloaded layer inputs:
+		 * out once, back but for the last three */
+		double es = a->bf16 ? 2 : 4,
+		       nh = (double)a->B * a->T * cfg.hidden * es;
+		double bytes = (double)full.to_device + (double)full.to_host +
+			       (a->offload ? nh * (2.0 * cfg.layers - 2) : 0);
+		double copy = json_real_value(
+			   json_object_get(prof_obj, "copy_stream_ms")),
+		       idle = json_real_value(
+			   json_object_get(prof_obj, "idle_ms")),
+		       busy = json_real_value(
+			   json_object_get(prof_obj, "busy_ms"));
+		double gbps = copy > 0 ? bytes / (copy * 1e-3) / 1e9 : 0;
+		double hidden =
+		    copy > 0 ? 1.0 - (idle < copy ? idle : copy) / copy : 1.0;
+		double bound = busy > copy ? busy : copy;
+		json_object_update_new(
+		    res, json_pack("{sf sf sf sf sf}", "copy_bytes", bytes,
+				   "copy_gbps", gbps, "hidden_fraction", hidden,
+				   "compute_ms", busy, "step_over_bound",
+				   bound > 0 ? step_s * 1e3 / bound : 0.0));
+	}
 	if (a->profile) {
 		json_object_set_new(res, "profile",
 				    prof_obj ? prof_obj : json_null());

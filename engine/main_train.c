@@ -72,15 +72,18 @@ static void usage(FILE *f)
 		"                   errors, else 1\n"
 		"  --plan           print the memory plan of the job, term by "
 		"term, and\n"
-		"                   whether it fits; exit 0 if it fits, else "
-		"1\n"
+		"                   whether it fits: device and host memory, "
+		"and with\n"
+		"                   streamed weights the bytes per step to the "
+		"device\n"
+		"                   and back; exit 0 if it fits, else 1\n"
 		"  --backend B      cpu (default) or cuda (GPU 0): the "
 		"backend the job\n"
 		"                   trains on, and the one --plan plans "
 		"for\n"
 		"  --memory-budget SIZE\n"
-		"                   memory the job may use, e.g. 80GB, 80GiB, "
-		"512MB\n"
+		"                   device memory the job may use, e.g. 80GB, "
+		"80GiB, 512MB\n"
 		"                   (default: this machine's physical "
 		"memory with cpu,\n"
 		"                   80GB for --plan with cuda, no check when "
@@ -140,7 +143,7 @@ static int print_plan(const taco_job *job, int backend, uint64_t budget)
 	taco_model *shapes = NULL;
 	uint8_t *frozen = NULL;
 	taco_err err = {{0}};
-	char settings[128];
+	char settings[256];
 	int r;
 
 	if (!budget)
@@ -162,9 +165,16 @@ static int print_plan(const taco_job *job, int backend, uint64_t budget)
 	       in.B, in.T, in.A, in.optim.all_adamw ? "AdamW" : "TACO",
 	       settings);
 	taco_plan_print(&p, stdout);
-	if (p.host)
-		printf("  host memory (offloaded activations): %.3f GB\n",
-		       (double)p.host / 1e9);
+	printf("  device %.3f GB, host %.3f GB (streamed weights %.3f GB, "
+	       "offloaded activations and write-back staging %.3f GB)\n",
+	       (double)p.total / 1e9, (double)p.host / 1e9,
+	       (double)p.host_weights / 1e9,
+	       (double)(p.host - p.host_weights) / 1e9);
+	if (p.stream_layers)
+		printf("  streamed: %d of %d layers, per step %.3f GB to the "
+		       "device and %.3f GB back\n",
+		       p.stream_layers, p.layers, (double)p.to_device / 1e9,
+		       (double)p.to_host / 1e9);
 	if (p.total <= budget) {
 		printf("fits: %.3f GB of %.3f GB\n", (double)p.total / 1e9,
 		       (double)budget / 1e9);

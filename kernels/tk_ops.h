@@ -307,6 +307,16 @@ struct tk_ops {
 			  const tk_taco_args *a);
 	void (*taco_finish)(void *scan, void *W, int dtype, void *idx,
 			    uint8_t *q, float *scale, const tk_taco_args *a);
+	/* After a TACO update of W [R, C] (dtype F32, BF16 or F16): the
+	 * entries at its slots' rows, vals [C * k] (dtype) = W[idx[j * k +
+	 * s], j] for column j, slot s, 0 for an empty slot (idx as in
+	 * taco_update: uint16_t when R <= 65535, else uint32_t). The one
+	 * entry an update changes in a column is at the row of the slot it
+	 * selected, which keeps its row: the streamed weights' write-back
+	 * sends these and their rows instead of W. Copies: bit for bit on
+	 * every backend. */
+	void (*taco_gather)(void *vals, const void *W, int dtype,
+			    const void *idx, int R, int C, int k);
 	/* AdamW of n elements: master (fp32 copy), m, v updated in place and
 	 * p (dtype) = master rounded to nearest even. */
 	void (*adamw_update)(void *p, int dtype, float *master, float *m,

@@ -222,8 +222,8 @@ static void grads_init(grads *gs, taco_model *m, int scribble, int dense)
 
 static taco_grad_sink grads_sink(grads *gs)
 {
-	return gs->dense ? (taco_grad_sink){NULL, dense_of, NULL, gs}
-			 : (taco_grad_sink){grab, NULL, NULL, gs};
+	return gs->dense ? (taco_grad_sink){NULL, dense_of, NULL, gs, NULL}
+			 : (taco_grad_sink){grab, NULL, NULL, gs, NULL};
 }
 
 /* After the step: the host copies, each element given at most once and,

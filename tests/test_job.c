@@ -106,6 +106,48 @@ START_TEST(test_all_problems_together)
 }
 END_TEST
 
+/* weights: the default auto; host only where the step can update the
+ * streamed layers from its gradient pieces. */
+START_TEST(test_weights)
+{
+	taco_job job;
+	taco_job_problems p;
+
+	ck_assert_int_eq(parse("{\"model\":\"m\",\"train\":\"t\","
+			       "\"output_dir\":\"o\",\"epochs\":1}",
+			       &job, &p),
+			 0);
+	ck_assert_int_eq(job.weights, TACO_WEIGHTS_AUTO);
+	taco_job_free(&job);
+	ck_assert_int_eq(parse("{\"model\":\"m\",\"train\":\"t\","
+			       "\"output_dir\":\"o\",\"epochs\":1,"
+			       "\"weights\":\"host\"}",
+			       &job, &p),
+			 0);
+	ck_assert_int_eq(job.weights, TACO_WEIGHTS_HOST);
+	taco_job_free(&job);
+	ck_assert_int_eq(parse("{\"model\":\"m\",\"train\":\"t\","
+			       "\"output_dir\":\"o\",\"epochs\":1,"
+			       "\"weights\":\"host\",\"grad_accum\":2,"
+			       "\"optimizer\":\"adamw\","
+			       "\"activation_checkpointing\":false}",
+			       &job, &p),
+			 -EINVAL);
+	ck_assert(has(&p, "weights: host needs grad_accum 1"));
+	ck_assert(has(&p, "weights: host needs optimizer taco"));
+	ck_assert(has(&p, "weights: host needs activation_checkpointing"));
+	ck_assert_int_eq(p.n, 3);
+	taco_job_free(&job);
+	ck_assert_int_eq(parse("{\"model\":\"m\",\"train\":\"t\","
+			       "\"output_dir\":\"o\",\"epochs\":1,"
+			       "\"weights\":\"gpu\"}",
+			       &job, &p),
+			 -EINVAL);
+	ck_assert(has(&p, "weights: must be one of auto, device, host"));
+	taco_job_free(&job);
+}
+END_TEST
+
 START_TEST(test_bad_json)
 {
 	taco_job job;
@@ -286,6 +328,7 @@ int main(void)
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_all_problems_together);
 	tcase_add_test(tc, test_bad_json);
+	tcase_add_test(tc, test_weights);
 	tcase_add_test(tc, test_schedules);
 	tcase_add_test(tc, test_schema_documented);
 	suite_add_tcase(s, tc);

@@ -1195,7 +1195,8 @@ static void check_streamed(const tcfg *c, double p_active, int bad,
 	tk_taco_args a;
 
 	ck_assert_ptr_nonnull(scan);
-	ck_assert_uint_eq(sb, tk_taco_scan_bytes(c->C)); /* the fixed size holds it */
+	ck_assert_uint_eq(
+	    sb, tk_taco_scan_bytes(c->C)); /* the fixed size holds it */
 	Ws = xdup(W, n * (c->dtype == TK_F32 ? 4 : 2));
 	tstate_init(&st, c->R, c->C, c->k);
 	tstate_init(&ss, c->R, c->C, c->k);
@@ -1485,6 +1486,89 @@ START_TEST(test_adamw_parallel_and_formula)
 }
 END_TEST
 
+/* taco_gather after TACO updates: the gathered entries, written at their
+ * slot rows into the weights before the update, give the weights after
+ * it, bit for bit (the one entry a column changes is at a slot row);
+ * empty slots give 0. */
+static void check_gather(int R, int C, int k, int dtype, uint64_t seed)
+{
+	size_t n = (size_t)R * C, es = dtype == TK_F32 ? 4 : 2;
+	size_t ib = R <= 65535 ? 2 : 4, ns = (size_t)C * k;
+	void *W = xcalloc(n, es), *W0 = xcalloc(n, es), *idx = xcalloc(ns, ib);
+	void *vals = xcalloc(ns, es);
+	uint8_t *q = xcalloc(ns, 1);
+	float *scale = xcalloc((size_t)C, 4), *G = xcalloc(n, 4);
+	uint64_t st = seed;
+	tk_taco_args a = {.R = R,
+			  .C = C,
+			  .ncols = C,
+			  .k = k,
+			  .lr = 1e-2f,
+			  .beta = 0.9f,
+			  .stochastic = 1,
+			  .seed = seed,
+			  .tensor_index = 3};
+
+	tu_fill_uniform(G, n, -1, 1, &st);
+	for (size_t i = 0; i < n; i++) {
+		if (dtype == TK_F32)
+			((float *)W)[i] = G[i];
+		else
+			((uint16_t *)W)[i] = tk_f32_bf16_rne(G[i]);
+	}
+	memset(idx, 0xFF, ns * ib);
+	for (int step = 1; step <= 6; step++) {
+		size_t changed = 0, empty = 0;
+		a.step = (uint64_t)step;
+		tu_fill_uniform(G, n, -1, 1, &st);
+		memcpy(W0, W, n * es);
+		ops->taco_update(W, dtype, G, C, idx, q, scale, &a);
+		memset(vals, 0x5A, ns * es);
+		ops->taco_gather(vals, W, dtype, idx, R, C, k);
+		for (size_t i = 0; i < n * es; i += es)
+			changed +=
+			    memcmp((char *)W + i, (char *)W0 + i, es) != 0;
+		ck_assert_uint_le(changed, (size_t)C);
+		ck_assert_uint_gt(changed, 0);
+		for (size_t i = 0; i < ns; i++) {
+			uint32_t r = ib == 2 ? ((uint16_t *)idx)[i]
+					     : ((uint32_t *)idx)[i];
+			size_t j = i / (size_t)k;
+			if (r >= (uint32_t)R) {
+				static const char zero[4];
+				ck_assert(memcmp((char *)vals + i * es, zero,
+						 es) == 0);
+				empty++;
+				continue;
+			}
+			memcpy((char *)W0 + ((size_t)r * C + j) * es,
+			       (char *)vals + i * es, es);
+		}
+		ck_assert_msg(memcmp(W0, W, n * es) == 0,
+			      "R %d C %d k %d step %d: the gathered entries do "
+			      "not rebuild W",
+			      R, C, k, step);
+		if (step == 1 && k > 1 && R > k)
+			ck_assert_uint_eq(empty, 0);
+	}
+	free(W);
+	free(W0);
+	free(idx);
+	free(vals);
+	free(q);
+	free(scale);
+	free(G);
+}
+
+START_TEST(test_taco_gather)
+{
+	check_gather(300, 50, 16, TK_BF16, 1);
+	check_gather(70, 40, 4, TK_F32, 2);
+	check_gather(12, 9, 16, TK_BF16, 3);   /* fewer rows than slots */
+	check_gather(70000, 3, 2, TK_BF16, 4); /* uint32 indices */
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
 	Suite *s = suite_create("optim_kernels");
@@ -1499,6 +1583,7 @@ static Suite *optim_suite(void)
 	tcase_add_test(tc, test_small_float_rounding);
 	tcase_add_test(tc, test_convert_reference);
 	tcase_add_test(tc, test_taco_exact);
+	tcase_add_test(tc, test_taco_gather);
 	tcase_add_test(tc, test_taco_fixtures);
 	tcase_add_test(tc, test_taco_zero_gradient);
 	tcase_add_test(tc, test_taco_nonfinite);

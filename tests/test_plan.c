@@ -47,6 +47,7 @@ static void make_job(taco_job *job, const char *model, int B, int T, int A,
 #define BF16 ", \"precision\": \"bf16\""
 #define OFFLOAD ", \"activation_offload\": \"on\""
 #define CHUNKS ", \"mlp_chunks\": 3"
+#define HOST ", \"weights\": \"host\""
 
 static const struct {
 	const char *model;
@@ -82,6 +83,12 @@ static const struct {
     {"neox_par", 4, 16, 1, 0, 1, BF16 CHUNKS},
     {"neox_par", 2, 16, 1, 1, 1, ""},
     {"neox_seq", 4, 16, 1, 0, 1, OFFLOAD},
+    /* weights streamed from host memory: the ring on the device, the
+     * weights in the host pool */
+    {"llama_gqa", 4, 24, 1, 0, 1, HOST},
+    {"qwen3_tied", 2, 64, 1, 0, 1, BF16 OFFLOAD HOST},
+    {"opt_post", 4, 16, 1, 0, 1, BF16 HOST},
+    {"neox_par", 2, 16, 1, 0, 1, HOST CHUNKS},
 };
 
 /* Runs two real training steps and compares the allocator's peak with the
@@ -312,6 +319,55 @@ START_TEST(test_admission_settings)
 	ck_assert_int_eq(p.offload, 0);
 	ck_assert_int_gt(p.mlp_chunks, none.mlp_chunks);
 	taco_job_free(&job);
+	/* weights auto: on the device while they fit; below, the fewest
+	 * streamed layers that fit, with offload; weights device: never */
+	{
+		taco_plan dev, str, less;
+		taco_plan_input in;
+		taco_model *shapes = NULL;
+		make_job_x(&job, "llama_gqa", 4, 1024, 1, 0, 1, BF16,
+			   "/tmp/unused");
+		snprintf(job.model, sizeof(job.model), "%s", dir);
+		ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CUDA,
+					       80000000000ull, &dev, NULL, NULL,
+					       &err),
+				 0);
+		ck_assert_int_eq(dev.stream_layers, 0);
+		ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CUDA,
+					       22000000000ull, &str, &in,
+					       &shapes, &err),
+				 0);
+		ck_assert_int_gt(str.stream_layers, 3);
+		ck_assert_int_lt(str.stream_layers, 64);
+		ck_assert_int_eq(str.offload, 1);
+		ck_assert_uint_le(str.total, 22000000000ull);
+		ck_assert_uint_gt(str.host_weights, 40000000000ull);
+		ck_assert_uint_gt(str.to_device, str.to_host);
+		fprintf(stderr,
+			"qwen3-32b 4 x 1024 CUDA plan at 22 GB: %d of 64 "
+			"layers streamed, device %.3f GB, host %.3f GB, "
+			"per step %.3f GB in, %.3f GB out\n",
+			str.stream_layers, (double)str.total / 1e9,
+			(double)str.host / 1e9, (double)str.to_device / 1e9,
+			(double)str.to_host / 1e9);
+		in.step.stream_layers--; /* one fewer does not fit */
+		ck_assert_int_eq(taco_plan_compute(shapes, &in, &less, &err),
+				 0);
+		ck_assert_uint_gt(less.total, 22000000000ull);
+		ck_assert_uint_gt(less.total, str.total);
+		taco_model_free(shapes);
+		taco_job_free(&job);
+		make_job_x(&job, "llama_gqa", 4, 1024, 1, 0, 1,
+			   BF16 ", \"weights\": \"device\"", "/tmp/unused");
+		snprintf(job.model, sizeof(job.model), "%s", dir);
+		ck_assert_int_eq(taco_plan_job(&job, TACO_BACKEND_CUDA,
+					       22000000000ull, &str, NULL, NULL,
+					       &err),
+				 0);
+		ck_assert_int_eq(str.stream_layers, 0);
+		ck_assert_uint_gt(str.total, 22000000000ull);
+		taco_job_free(&job);
+	}
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	ck_assert_int_eq(system(cmd), 0);
 	/* fp32 is the CPU's default, bf16 CUDA's */
@@ -325,7 +381,6 @@ START_TEST(test_admission_settings)
 	taco_job_free(&job);
 }
 END_TEST
-
 
 START_TEST(test_parse_bytes)
 {

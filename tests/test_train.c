@@ -260,22 +260,27 @@ END_TEST
 
 /* N steps straight == k steps, SIGKILL, resume to N: same losses, weights
  * and optimizer state, bit for bit. */
-static void check_resume(const char *model)
+static void check_resume_x(const char *model, const char *common,
+			   const char *b_more)
 {
-	const char *extra = "\"steps\": 12, \"lr\": 0.01, "
-			    "\"checkpoint_every\": 4, \"keep_checkpoints\": 5";
+	char extra[512], b_extra[512];
 	double la[13] = {0}, lb[13] = {0};
 	char a_dir[400], b_dir[400];
 	run a, b1, b2;
 	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
 
+	snprintf(extra, sizeof(extra),
+		 "\"steps\": 12, \"lr\": 0.01, \"checkpoint_every\": 4, "
+		 "\"keep_checkpoints\": 5%s",
+		 common);
 	make_tmpdir();
 	a = run_train(write_job("a", model, extra), 0, NULL, 0, 0);
 	ck_assert_int_eq(a.status, 0);
-	b1 = run_train(write_job("b", model, extra), 0, "checkpoint", 4,
+	snprintf(b_extra, sizeof(b_extra), "%s%s", extra, b_more);
+	b1 = run_train(write_job("b", model, b_extra), 0, "checkpoint", 4,
 		       SIGKILL);
 	ck_assert_int_eq(b1.status, 128 + SIGKILL);
-	b2 = run_train(write_job("b", model, extra), 1, NULL, 0, 0);
+	b2 = run_train(write_job("b", model, b_extra), 1, NULL, 0, 0);
 	ck_assert_int_eq(b2.status, 0);
 	ck_assert_int_eq(json_integer_value(json_object_get(
 			     last_event(&b2, "started"), "start_step")),
@@ -308,9 +313,31 @@ static void check_resume(const char *model)
 	rm_tmpdir();
 }
 
+static void check_resume(const char *model)
+{
+	check_resume_x(model, "", "");
+}
+
 START_TEST(test_resume_after_sigkill)
 {
 	check_resume(_i == 0 ? "llama_gqa" : "llama_bf16");
+}
+END_TEST
+
+/* weights host: every layer streamed from host memory, killed at a
+ * checkpoint and resumed, gives the losses, checkpoint weights and
+ * optimizer state of the uninterrupted run with the weights on the
+ * device, bit for bit (the host copy is what checkpoints read). */
+START_TEST(test_weights_host_resume)
+{
+	static const char *const common[] = {"", ", \"precision\": \"bf16\"",
+					     ", \"precision\": \"bf16\""};
+	static const char *const more[] = {
+	    ", \"weights\": \"host\"", ", \"weights\": \"host\"",
+	    ", \"weights\": \"host\", \"activation_offload\": \"on\""};
+	static const char *const models[] = {"llama_gqa", "qwen3_tied",
+					     "neox_par"};
+	check_resume_x(models[_i], common[_i], more[_i]);
 }
 END_TEST
 
@@ -703,6 +730,7 @@ int main(void)
 	tcase_add_test(tc, test_opt_chat_and_completion);
 	tcase_add_test(tc, test_learns_packed);
 	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 2);
+	tcase_add_loop_test(tc, test_weights_host_resume, 0, 3);
 	tcase_add_test(tc, test_sigterm_checkpoints);
 	tcase_add_test(tc, test_cli_errors);
 	tcase_add_test(tc, test_validate_and_plan_cli);

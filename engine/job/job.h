@@ -31,6 +31,13 @@ enum taco_choice {
 	TACO_CHOICE_ON,
 };
 
+/* in the order of the job file's names */
+enum taco_weights {
+	TACO_WEIGHTS_AUTO = 0, /* on the device, streamed only to fit */
+	TACO_WEIGHTS_DEVICE,
+	TACO_WEIGHTS_HOST, /* every layer streamed from host memory */
+};
+
 typedef struct taco_job {
 	char model[TACO_PATH_MAX];
 	char train[TACO_PATH_MAX];
@@ -58,6 +65,7 @@ typedef struct taco_job {
 	int precision;		      /* enum taco_precision */
 	int activation_offload;	      /* enum taco_choice */
 	int mlp_chunks;		      /* 0: auto */
+	int weights;		      /* enum taco_weights */
 	double dropout;		      /* residual dropout; -1: the config's */
 	int packing;		      /* several examples per sequence */
 	int chat_template;	      /* enum taco_template */

@@ -40,6 +40,27 @@ static void tokens_per_batch(json_t *o, taco_job *job, taco_job_problems *p)
 				 1 << 20);
 }
 
+/* Streamed weights take their updates inside the step, from the pieces
+ * of each gradient: not from a dense gradient (accumulation, AdamW on
+ * matrices), and they need the checkpointed schedule. */
+static void weights_stream(json_t *o, taco_job *job, taco_job_problems *p)
+{
+	(void)o;
+	if (job->weights != TACO_WEIGHTS_HOST)
+		return;
+	if (job->grad_accum > 1)
+		taco_job_problem(p, "weights: host needs grad_accum 1 (the "
+				    "streamed layers are updated inside the "
+				    "step)");
+	if (job->optim.all_adamw)
+		taco_job_problem(p, "weights: host needs optimizer taco "
+				    "(AdamW takes each matrix's gradient "
+				    "whole)");
+	if (!job->activation_checkpointing)
+		taco_job_problem(p, "weights: host needs "
+				    "activation_checkpointing");
+}
+
 /* The rows: name, setter, type, then the value's place and limits. */
 
 #define AT(field) .offset = offsetof(taco_job, field)
@@ -59,6 +80,7 @@ static const char *const overlength[] = {"truncate", "drop", "error", NULL};
 /* in the order of enum taco_precision and enum taco_choice */
 static const char *const precisions[] = {"auto", "fp32", "bf16", NULL};
 static const char *const choices[] = {"auto", "off", "on", NULL};
+static const char *const residencies[] = {"auto", "device", "host", NULL};
 
 static const taco_job_key taco_fields[] = {
     {"k", REQUEST, TACO_JOB_INT, AT(optim.k), INTS(1, 16)},
@@ -120,6 +142,8 @@ const taco_job_key taco_job_keys[] = {
     {"activation_offload", REQUEST, TACO_JOB_ENUM, AT(activation_offload),
      .names = choices},
     {"mlp_chunks", REQUEST, TACO_JOB_INT, AT(mlp_chunks), INTS(0, 1024)},
+    {"weights", REQUEST, TACO_JOB_ENUM, AT(weights), .names = residencies,
+     .then = weights_stream},
     {"dropout", REQUEST, TACO_JOB_NUM, AT(dropout), NUMS(0, 0.9)},
     {"packing", REQUEST, TACO_JOB_BOOL, AT(packing)},
     {"chat_template", REQUEST, TACO_JOB_ENUM, AT(chat_template),

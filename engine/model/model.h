@@ -52,6 +52,12 @@ typedef struct taco_tensor {
 	int64_t shape[2]; /* [rows, cols] for 2-D, [n] for 1-D */
 	size_t numel;
 	void *data; /* backend memory, numel elements of dtype */
+	/* Streamed weights (taco_step_opts.stream_layers): the copy in host
+	 * memory (ops->host_alloc), the truth that checkpoints, export and
+	 * resume read; data is then a slot of the step's weight ring while
+	 * the layer is there, else NULL. NULL for tensors on the device. */
+	void *host;
+	int layer; /* decoder layer of the tensor, -1 outside the layers */
 } taco_tensor;
 
 typedef struct taco_work taco_work;
@@ -79,6 +85,14 @@ typedef struct taco_step_opts {
 	 * size, used in turn); 0: one block, updates in line. The same bits
 	 * either way. */
 	int overlap;
+	/* Weight residency: the last stream_layers decoder layers keep their
+	 * matrices (2-D tensors) in host memory and stream them through a
+	 * ring of TACO_RING_SLOTS layer slots on the device, fetched one
+	 * layer ahead on the copy stream in forward and backward; after a
+	 * layer's updates the slot is written back to the host copy. 0 (the
+	 * default): every weight on the device; at most the layer count.
+	 * The same bits either way. */
+	int stream_layers;
 } taco_step_opts;
 
 typedef struct taco_model {
@@ -157,7 +171,17 @@ typedef struct taco_grad_sink {
 	float *(*dense)(void *ctx, taco_model *m, int tensor);
 	const uint8_t *skip;
 	void *ctx;
+	/* Streamed weights' write-back (NULL: every streamed tensor goes
+	 * back whole): after tensor's update, the rows where it may have
+	 * changed, per column, as TACO's slot rows (backend memory, [C * k],
+	 * tk_ops.h's taco_gather layout), *k set to k; NULL: anywhere (the
+	 * tensor goes back whole). */
+	const void *(*changed_rows)(void *ctx, taco_model *m, int tensor,
+				    int *k);
 } taco_grad_sink;
+
+/* Slots per column at most (docs/taco.md): sizes the write-back. */
+#define TACO_MAX_SLOTS 16
 
 #define TACO_MAX_ROW_STREAMS 2
 
@@ -180,9 +204,24 @@ int taco_model_load_as(const char *dir, const tk_ops *ops, int act_dtype,
 
 /* Sets the schedule: -EINVAL (err says why) for one the model cannot run
  * (mlp_chunks with kept activations, or more chunks than intermediate
- * columns). Releases the step buffers when it changes. */
+ * columns, stream_layers out of range or with kept activations). Releases
+ * the step buffers when it changes; a new stream_layers moves the layers'
+ * matrices between device and host memory (-ENOMEM: nothing moved). */
 int taco_model_set_step_opts(taco_model *m, const taco_step_opts *s,
 			     taco_err *err);
+
+/* Loads as taco_model_load_as with the schedule s set first, so that the
+ * streamed layers' weights go straight to host memory (a model larger than
+ * the device). s may be NULL (the defaults). */
+int taco_model_load_sched(const char *dir, const tk_ops *ops, int act_dtype,
+			  const taco_step_opts *s, taco_model **out,
+			  taco_err *err);
+
+/* Tensor id's bytes from wherever it lives (device or host copy) into
+ * host memory, and back. Only between steps. */
+void taco_tensor_read(const taco_model *m, int id, void *host_dst);
+void taco_tensor_write(const taco_model *m, int id, size_t offset,
+		       const void *src, size_t bytes);
 
 /* Residual dropout while training: rate p in [0, 0.9] after each layer's
  * attention and MLP branches (OPT, GPT-NeoX: where transformers applies
@@ -236,7 +275,12 @@ void taco_model_release_work(taco_model *m);
 /* The sorted tensor list of cfg, every data NULL, on ops (may be NULL). */
 int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
 			taco_model **out, taco_err *err);
-/* Allocates t's data on m->ops in dtype (sets t->dtype). */
+/* Moves the layers' matrices so that the last stream_layers layers' live in
+ * host memory and the others' on the device (model_stream.c); -ENOMEM:
+ * none moved. The step buffers must be released. */
+int taco_model_move_weights(taco_model *m, int stream_layers, taco_err *err);
+/* Allocates t on m->ops in dtype (sets t->dtype): device memory, or host
+ * memory (t->host) when m->sched streams its layer's matrices. */
 int taco_model_alloc_tensor(taco_model *m, taco_tensor *t, int dtype,
 			    taco_err *err);
 

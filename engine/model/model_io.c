@@ -24,7 +24,7 @@ static int host_tensors(const taco_model *m, taco_st_tensor **out,
 			free(st);
 			return taco_err_set(err, -ENOMEM, "out of memory");
 		}
-		m->ops->download(host, t->data, bytes);
+		taco_tensor_read(m, i, host);
 		st[i] = (taco_st_tensor){.name = t->name,
 					 .dtype = t->dtype,
 					 .ndim = t->ndim,
@@ -98,9 +98,8 @@ int taco_model_load_weights(taco_model *m, const char *path, taco_err *err)
 		}
 	}
 	for (int i = 0; i < m->n_tensors; i++) {
-		const taco_tensor *t = &m->tensors[i];
-		const taco_st_tensor *s = taco_st_find(f, t->name);
-		m->ops->upload(t->data, s->data, s->nbytes);
+		const taco_st_tensor *s = taco_st_find(f, m->tensors[i].name);
+		taco_tensor_write(m, i, 0, s->data, s->nbytes);
 	}
 	r = 0;
 out:

@@ -120,13 +120,18 @@ int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
 	}
 	if (cfg->tie_embeddings)
 		m->lm_head = m->embed;
+	for (int i = 0; i < n; i++)
+		m->tensors[i].layer = -1;
 	for (int l = 0; l < cfg->layers; l++)
-		for (int s = 0; s < TACO_L_COUNT; s++)
+		for (int s = 0; s < TACO_L_COUNT; s++) {
 			m->layer[l][s] =
 			    taco_layer_tensor_name(cfg, l, s, name,
 						   sizeof(name), shape)
 				? taco_model_find(m, name)
 				: -1;
+			if (m->layer[l][s] >= 0)
+				m->tensors[m->layer[l][s]].layer = l;
+		}
 	taco_config_inv_freq(cfg, m->inv_freq);
 	*out = m;
 	return 0;
@@ -143,8 +148,11 @@ int taco_model_alloc_tensor(taco_model *m, taco_tensor *t, int dtype,
 	size_t bytes = t->numel * tk_dtype_size(dtype);
 
 	t->dtype = dtype;
-	t->data = m->ops->alloc(bytes);
-	if (!t->data)
+	if (taco_tensor_wants_host(m, t))
+		t->host = m->ops->host_alloc(bytes);
+	else
+		t->data = m->ops->alloc(bytes);
+	if (!t->data && !t->host)
 		return taco_err_set(err, -ENOMEM,
 				    "cannot allocate %zu bytes for tensor '%s'",
 				    bytes, t->name);
@@ -185,8 +193,10 @@ static int upload_as(taco_model *m, taco_tensor *t, const taco_st_tensor *s,
 	size_t es = tk_dtype_size(dtype);
 	uint8_t *buf;
 
+	int id = (int)(t - m->tensors);
+
 	if (s->dtype == dtype) {
-		m->ops->upload(t->data, s->data, s->nbytes);
+		taco_tensor_write(m, id, 0, s->data, s->nbytes);
 		return 0;
 	}
 	buf = malloc((size_t)PIECE * es);
@@ -198,7 +208,7 @@ static int upload_as(taco_model *m, taco_tensor *t, const taco_st_tensor *s,
 			tk_store_f32_rne(
 			    buf, dtype, i,
 			    tk_load_f32(s->data, s->dtype, i0 + i));
-		m->ops->upload((uint8_t *)t->data + i0 * es, buf, n * es);
+		taco_tensor_write(m, id, i0 * es, buf, n * es);
 	}
 	free(buf);
 	return 0;
@@ -273,6 +283,13 @@ int taco_model_load(const char *dir, const tk_ops *ops, taco_model **out,
 int taco_model_load_as(const char *dir, const tk_ops *ops, int act_dtype,
 		       taco_model **out, taco_err *err)
 {
+	return taco_model_load_sched(dir, ops, act_dtype, NULL, out, err);
+}
+
+int taco_model_load_sched(const char *dir, const tk_ops *ops, int act_dtype,
+			  const taco_step_opts *sched, taco_model **out,
+			  taco_err *err)
+{
 	char path[4096];
 	taco_config cfg;
 	taco_model *m = NULL;
@@ -293,6 +310,10 @@ int taco_model_load_as(const char *dir, const tk_ops *ops, int act_dtype,
 	if (r)
 		return r;
 	m->act_dtype = act_dtype;
+	if (sched && (r = taco_model_set_step_opts(m, sched, err))) {
+		taco_model_free(m);
+		return r;
+	}
 	r = load_weights(m, dir, err);
 	if (r) {
 		taco_model_free(m);
@@ -308,12 +329,14 @@ void taco_model_free(taco_model *m)
 		return;
 	taco_model_release_work(m);
 	if (m->tensors)
-		for (int i = 0; i < m->n_tensors; i++)
-			if (m->tensors[i].data)
-				m->ops->free(
-				    m->tensors[i].data,
-				    m->tensors[i].numel *
-					tk_dtype_size(m->tensors[i].dtype));
+		for (int i = 0; i < m->n_tensors; i++) {
+			taco_tensor *t = &m->tensors[i];
+			size_t bytes = t->numel * tk_dtype_size(t->dtype);
+			if (t->host)
+				m->ops->host_free(t->host, bytes);
+			else if (t->data)
+				m->ops->free(t->data, bytes);
+		}
 	free(m->tensors);
 	free(m->layer);
 	free(m->inv_freq);

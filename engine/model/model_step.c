@@ -256,13 +256,19 @@ static void forward_all(step_ctx *c)
 	taco_work *w = c->w;
 	size_t NH = (size_t)w->s.N * cf->hidden;
 
+	/* layer 0's weights, when streamed, come while the embedding runs */
+	stream_begin(c);
+	stream_prefetch(c, 0);
 	embed_fwd(c, layer_x(c, 0));
 	for (int l = 0; l < cf->layers; l++) {
-		if (w->s.offload) {
+		/* the copies of input l - 1 and of layer l's weights */
+		if (w->s.offload || stream_active(c))
 			c->o->copy_wait();
+		stream_ready(c, l);
+		if (w->s.offload)
 			c->o->copy_async(host_x(c, l), layer_x(c, l),
 					 NH * c->es, 1);
-		}
+		stream_prefetch(c, l + 1);
 		c->layer->fwd(c, l, layer_x(c, l), layer_x(c, l + 1));
 	}
 	if (w->s.offload)
@@ -318,17 +324,23 @@ static void backward_all(step_ctx *c)
 
 	for (int l = L - 1; l >= 0 && !c->err; l--) {
 		const void *x = layer_x(c, l);
-		if (w->s.offload) {
+		if (w->s.offload || stream_active(c))
 			c->o->copy_wait();
-			if (l - 1 >= 0 && l - 1 <= L - TACO_OFFLOAD_SLOTS)
-				c->o->copy_async(layer_x(c, l - 1),
-						 host_x(c, l - 1), NH * c->es,
-						 0);
-		}
+		stream_ready(c, l);
+		if (w->s.offload && l - 1 >= 0 &&
+		    l - 1 <= L - TACO_OFFLOAD_SLOTS)
+			c->o->copy_async(layer_x(c, l - 1), host_x(c, l - 1),
+					 NH * c->es, 0);
+		if (l - 1 >= 0)
+			stream_prefetch(c, l - 1);
 		if (!w->s.keep)
 			c->layer->recompute(c, l, x);
 		c->layer->bwd(c, l, x);
+		stream_updated(c, l);
 	}
+	/* the last layers' write-backs overlap the embedding's gradient;
+	 * the step's end waits for them */
+	stream_end(c);
 }
 
 int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
@@ -356,10 +368,16 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 	if (!c.err)
 		step_embedding_grad(&c, scale);
 	grad_drain(&c);
+	if (stream_active(&c))
+		c.o->copy_wait();
+	/* the step's one wait; then the host copies of streamed weights
+	 * take their updates, also after a failed consumer's partial ones */
+	finish_stats(&c, &st);
+	if (stream_active(&c))
+		stream_scatter(&c);
 	if (c.err)
 		return taco_err_set(err, c.err, "gradient consumer failed (%d)",
 				    c.err);
-	finish_stats(&c, &st);
 	*stats = st;
 	return 0;
 }
@@ -374,6 +392,7 @@ static int forward_loss(taco_model *m, const taco_batch *b, taco_step_stats *st,
 	if ((r = begin(m, b, &c, st, err)))
 		return r;
 	forward_all(&c);
+	stream_end(&c);
 	step_loss(&c, layer_x(&c, m->cfg.layers), 0.0f, 0, host_logits,
 		  row_loss);
 	finish_stats(&c, st);

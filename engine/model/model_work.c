@@ -22,7 +22,7 @@ typedef struct work_buf {
 } work_buf;
 
 /* fixed buffers + per-layer activation sets */
-#define WB_FIXED (56 + TACO_L_COUNT)
+#define WB_FIXED (59 + TACO_L_COUNT)
 #define WB_PER_SET 21
 
 static size_t work_list_cap(int n_acts)
@@ -76,6 +76,8 @@ void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
 		largest = max_sz(largest, t->numel);
 	}
 	s->overlap = sc->overlap != 0;
+	s->stream = c->layers - taco_stream_first(m);
+	s->slots = s->stream < TACO_RING_SLOTS ? s->stream : TACO_RING_SLOTS;
 	/* a LayerNorm's weight and bias share one block */
 	need = max_sz(need, 2 * (size_t)c->hidden);
 	g = sc->grad_block_elems ? sc->grad_block_elems
@@ -233,6 +235,9 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(w_top, top_scratch(m, f32), 4, WEIGHT_SCRATCH, R_PERSIST);
 	ADD(gblock, s->gblock, 4, GRAD_BUFFER, R_PERSIST);
 	ADD(gblock2, s->overlap ? s->gblock : 0, 4, GRAD_BUFFER, R_PERSIST);
+	ADD(ring, (size_t)s->slots * w->slot_bytes, 1, WEIGHT_RING, R_PERSIST);
+	ADD(wb_dev, (size_t)s->slots * w->wb_slot, 1, WEIGHT_RING, R_PERSIST);
+	ADD(wb_host, (size_t)s->stream * w->wb_layer, 1, WEIGHT_RING, R_HOST);
 #undef ADD
 	return n;
 }
@@ -273,9 +278,16 @@ static taco_work *work_new(const taco_model *m, int B, int T, work_buf **list,
 		return NULL;
 	taco_work_shape_of(m, B, T, &w->s);
 	w->n_acts = w->s.keep ? m->cfg.layers : 1;
+	w->slot_bytes = taco_ring_layout(m, w->s.stream, w->ring_off);
+	taco_wb_layout(m, w->s.stream, w->wb_voff, w->wb_ioff, &w->wb_slot,
+		       &w->wb_layer);
+	w->wb_k = calloc((size_t)w->s.stream * TACO_L_COUNT + 1, sizeof(int));
+	for (int i = 0; i < TACO_RING_SLOTS; i++)
+		w->slot_layer[i] = -1;
 	w->acts = calloc((size_t)w->n_acts, sizeof(*w->acts));
 	*list = calloc(work_list_cap(w->n_acts), sizeof(**list));
-	if (!w->acts || !*list) {
+	if (!w->acts || !*list || !w->wb_k) {
+		free(w->wb_k);
 		free(w->acts);
 		free(*list);
 		free(w);
@@ -309,6 +321,7 @@ int taco_work_plan(const taco_model *m, int B, int T, uint64_t *term,
 	if (loss > layer)
 		term[TACO_PLAN_LOSS_CHUNK] += loss - layer;
 	free(list);
+	free(w->wb_k);
 	free(w->acts);
 	free(w);
 	return 0;
@@ -333,6 +346,7 @@ static void work_free(taco_model *m, taco_work *w)
 	if (w->region)
 		m->ops->free(w->region, w->region_bytes);
 	free(list);
+	free(w->wb_k);
 	free(w->acts);
 	free(w);
 }
@@ -419,10 +433,22 @@ void *taco_work_x(const taco_model *m, int l)
 int taco_model_set_step_opts(taco_model *m, const taco_step_opts *s,
 			     taco_err *err)
 {
+	int r;
+
 	if (s->keep_activations && s->offload)
 		return taco_err_set(err, -EINVAL,
 				    "kept activations exclude offload (it "
 				    "moves checkpointed layer inputs)");
+	if (s->stream_layers < 0 || s->stream_layers > m->cfg.layers)
+		return taco_err_set(err, -EINVAL,
+				    "stream_layers %d: must be 0 to %d (the "
+				    "layer count)",
+				    s->stream_layers, m->cfg.layers);
+	if (s->stream_layers && s->keep_activations)
+		return taco_err_set(err, -EINVAL,
+				    "streamed weights need activation "
+				    "checkpointing (kept activations of "
+				    "every layer would outweigh the saving)");
 	if (s->mlp_chunks < 0 || s->mlp_chunks > m->cfg.intermediate)
 		return taco_err_set(err, -EINVAL,
 				    "mlp_chunks %d: must be 1 to %d (the "
@@ -430,6 +456,8 @@ int taco_model_set_step_opts(taco_model *m, const taco_step_opts *s,
 				    s->mlp_chunks, m->cfg.intermediate);
 	if (memcmp(&m->sched, s, sizeof(*s)) != 0) {
 		taco_model_release_work(m);
+		if ((r = taco_model_move_weights(m, s->stream_layers, err)))
+			return r;
 		m->sched = *s;
 	}
 	return 0;

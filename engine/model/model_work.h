@@ -22,6 +22,10 @@
 /* with overlap: two blocks of half that, the same bytes */
 #define TACO_LOGIT_ELEMS ((size_t)1 << 22) /* 16 MiB of fp32 */
 #define TACO_OFFLOAD_SLOTS 3 /* layer inputs on the device with offload */
+/* Layer slots of the weight ring (streamed weights): the layer computing,
+ * the one whose updates may still run on the side stream, and the one
+ * being written back and refilled (model_stream.c). */
+#define TACO_RING_SLOTS 3
 /* mlp_chunks 0 (auto): blocks of at most this many bytes of [N, Ic] */
 #define TACO_MLP_BLOCK_BYTES ((size_t)32 << 20)
 
@@ -75,6 +79,8 @@ typedef struct taco_work_shape {
 	int Vc, Nc;    /* vocabulary chunk, tokens per chunk of logits */
 	size_t gblock; /* elements of the gradient block */
 	int overlap;   /* two gradient blocks, updates on the side stream */
+	int stream;    /* the last `stream` layers' matrices streamed */
+	int slots;     /* slots of the weight ring: min(stream, 3) */
 } taco_work_shape;
 
 struct taco_work {
@@ -131,7 +137,46 @@ struct taco_work {
 	/* gradients: one block of any tensor, f32; with overlap a second
 	 * one, the two used in turn */
 	float *gblock, *gblock2;
+	/* streamed weights: `slots` slots of slot_bytes, a layer's tensor of
+	 * slot sl at ring_off[sl] in its slot; which layer each slot holds
+	 * (-1: none), whether its updates are still to be written back, and
+	 * the side-stream ticket of its last update */
+	void *ring;
+	size_t slot_bytes;
+	size_t ring_off[TACO_L_COUNT];
+	/* the sparse write-back: per slot, the gathered entries of its
+	 * layer's tensors (wb_dev, slot sl's at wb_voff[sl], wb_slot bytes a
+	 * slot); per streamed layer, their host copies and the slot rows
+	 * (wb_host, wb_layer bytes a layer: the values as on the device,
+	 * then the rows, sl's at wb_slot + wb_ioff[sl]), scattered into the
+	 * host copy once the step's copies are done; wb_k: the slots per
+	 * column of each gathered tensor (0: none), host memory */
+	void *wb_dev, *wb_host;
+	size_t wb_slot, wb_layer;
+	size_t wb_voff[TACO_L_COUNT], wb_ioff[TACO_L_COUNT];
+	int *wb_k;
+	int slot_layer[TACO_RING_SLOTS];
+	int slot_dirty[TACO_RING_SLOTS];
+	uint64_t slot_ticket[TACO_RING_SLOTS];
 };
+
+/* The first streamed layer under m->sched (the layer count: none). */
+int taco_stream_first(const taco_model *m);
+
+/* Whether tensor t lives in host memory under m->sched. */
+int taco_tensor_wants_host(const taco_model *m, const taco_tensor *t);
+
+/* The ring's layout for the last `stream` layers: each slot's offset in
+ * off[] and the bytes of one slot (0: nothing streamed). */
+size_t taco_ring_layout(const taco_model *m, int stream,
+			size_t off[TACO_L_COUNT]);
+
+/* The write-back's layout for the last `stream` layers (sizes for k up to
+ * TACO_MAX_SLOTS): the values' offsets in voff[] and their bytes per slot
+ * in *slot, the rows' offsets in ioff[] and the values and rows of one
+ * layer in *layer. */
+void taco_wb_layout(const taco_model *m, int stream, size_t voff[TACO_L_COUNT],
+		    size_t ioff[TACO_L_COUNT], size_t *slot, size_t *layer);
 
 /* The shape m's step buffers take for a B x T batch (m->sched). */
 void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s);

@@ -50,6 +50,22 @@ static inline void *step_at(const void *p, size_t i, size_t es)
  * tensor), or its fp32 conversion into scratch. NULL for id < 0. */
 const void *step_weight(step_ctx *c, int id, float *scratch);
 
+/* model_stream.c: streamed weights. begin at the step's start; ready
+ * before layer l's ops (fetches it now if no prefetch did, and waits for
+ * the copy); prefetch issues layer l's copy to run during the next layer;
+ * updated after layer l's backward (its slot is to be written back); end
+ * after the last layer: every write-back issued (copy_wait waits for
+ * them), the tensors' data NULL again. */
+int stream_active(const step_ctx *c);
+void stream_begin(step_ctx *c);
+void stream_ready(step_ctx *c, int l);
+void stream_prefetch(step_ctx *c, int l);
+void stream_updated(step_ctx *c, int l);
+void stream_end(step_ctx *c);
+/* After the step's read of its results (the copies are done): the
+ * gathered entries into the host copies. */
+void stream_scatter(step_ctx *c);
+
 /* The layer ops of m's family. */
 const taco_layer_ops *step_layer_ops(const taco_model *m);
 

@@ -84,7 +84,17 @@ static int init_tensor(taco_optim *o, int id, int kind, taco_err *err)
 		s->v = zalloc(ops, n * 4, &s->state_bytes);
 		if (!s->master || !s->m || !s->v)
 			goto nomem;
-		ops->to_f32(s->master, t->data, t->dtype, n);
+		if (t->host) { /* a streamed matrix: through a device copy */
+			size_t bytes = n * tk_dtype_size(t->dtype);
+			void *dev = ops->alloc(bytes);
+			if (!dev)
+				goto nomem;
+			ops->upload(dev, t->host, bytes);
+			ops->to_f32(s->master, dev, t->dtype, n);
+			ops->free(dev, bytes);
+		} else {
+			ops->to_f32(s->master, t->data, t->dtype, n);
+		}
 	}
 	o->state_bytes += s->state_bytes;
 	return 0;
@@ -241,6 +251,8 @@ int taco_optim_apply_part(taco_optim *o, const taco_grad_part *p, float lr)
 
 	if (s->kind == TACO_OPT_FROZEN)
 		return 0;
+	if (!t->data) /* streamed and not in the ring: outside a step */
+		return -EINVAL;
 	if (whole)
 		return taco_optim_apply(o, p->tensor, p->g, lr);
 	if (s->kind != TACO_OPT_TACO)
@@ -265,12 +277,22 @@ int taco_optim_apply_part(taco_optim *o, const taco_grad_part *p, float lr)
 	return 0;
 }
 
+const void *taco_optim_changed_rows(const taco_optim *o, int id, int *k)
+{
+	if (o->t[id].kind != TACO_OPT_TACO)
+		return NULL;
+	*k = o->opts.k;
+	return o->t[id].idx;
+}
+
 int taco_optim_apply(taco_optim *o, int id, const float *grad, float lr)
 {
 	const tk_ops *ops = o->model->ops;
 	taco_tensor *t = &o->model->tensors[id];
 	taco_optim_tensor *s = &o->t[id];
 
+	if (s->kind != TACO_OPT_FROZEN && !t->data)
+		return -EINVAL; /* streamed, outside a step (see optim.h) */
 	if (s->kind == TACO_OPT_TACO) {
 		tk_taco_args a = taco_args(o, id, lr);
 		ops->taco_update(t->data, t->dtype, grad, a.C, s->idx, s->q,

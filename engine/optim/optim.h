@@ -73,7 +73,9 @@ int taco_optim_create(taco_model *m, const taco_optim_opts *opts,
 void taco_optim_free(taco_optim *o);
 
 /* Updates tensor id from its fp32 gradient (backend memory) with learning
- * rate lr, as optimizer step o->step (call taco_optim_begin_step first). */
+ * rate lr, as optimizer step o->step (call taco_optim_begin_step first).
+ * -EINVAL for a streamed matrix outside the step (it is in host memory):
+ * those take their updates through the step's sink only. */
 int taco_optim_apply(taco_optim *o, int id, const float *grad, float lr);
 
 /* Updates a tensor from one piece of its gradient (a taco_grad_part of the
@@ -83,6 +85,11 @@ int taco_optim_apply(taco_optim *o, int id, const float *grad, float lr);
  * tensor's optimizer cannot take (AdamW needs the whole gradient), -EBUSY
  * when more row streams are open than there are streams. */
 int taco_optim_apply_part(taco_optim *o, const taco_grad_part *p, float lr);
+
+/* The rows where tensor id's update may have changed it: its TACO slot
+ * rows (a taco_grad_sink's changed_rows), k through *k; NULL for other
+ * optimizers (anywhere). */
+const void *taco_optim_changed_rows(const taco_optim *o, int id, int *k);
 
 /* Bytes of the row-stream scans a model's optimizer allocates (the
  * planner's count; scan_bytes(C) the backend's taco_scan_bytes). */

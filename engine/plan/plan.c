@@ -19,6 +19,7 @@ static const char *const term_names[TACO_PLAN_TERMS] = {
     [TACO_PLAN_ATTENTION] = "attention workspace",
     [TACO_PLAN_BATCH] = "batch and RoPE tables",
     [TACO_PLAN_WEIGHT_SCRATCH] = "fp32 weight scratch",
+    [TACO_PLAN_WEIGHT_RING] = "streamed weights' ring",
     [TACO_PLAN_GEMM_WORKSPACE] = "GEMM workspace",
     [TACO_PLAN_BACKEND_FIXED] = "backend fixed overhead",
     [TACO_PLAN_MARGIN] = "allocator margin",
@@ -59,10 +60,15 @@ int taco_plan_dense_grads(const taco_job *job)
 /* Weights, optimizer state and the accumulation buffers: what optim.c and
  * train.c allocate, the same on every backend. */
 static void model_terms(const taco_model *s, const taco_plan_input *in,
-			uint64_t *term)
+			taco_plan *p)
 {
+	uint64_t *term = p->term;
 	int wdt = in->act_dtype == TK_BF16 ? TK_BF16 : in->weight_dtype;
 	int dense = in->A > 1 || in->optim.all_adamw;
+	int L = s->cfg.layers, first = L - in->step.stream_layers;
+	int ring = in->step.stream_layers < TACO_RING_SLOTS
+		       ? in->step.stream_layers
+		       : TACO_RING_SLOTS;
 
 	for (int i = 0; i < s->n_tensors; i++) {
 		const taco_tensor *t = &s->tensors[i];
@@ -70,8 +76,27 @@ static void model_terms(const taco_model *s, const taco_plan_input *in,
 		int kind = taco_optim_kind_of(t, &in->optim, frozen);
 		uint64_t st = taco_optim_tensor_bytes(
 		    kind, t->ndim, t->shape[0], t->shape[1], in->optim.k);
+		uint64_t bytes = t->numel * tk_dtype_size(wdt);
 
-		term[TACO_PLAN_WEIGHTS] += t->numel * tk_dtype_size(wdt);
+		if (t->ndim == 2 && t->layer >= 0 && t->layer >= first) {
+			/* streamed (model_stream.c): fetched in forward and
+			 * in backward but for the last ring's worth, and
+			 * written back after its update */
+			p->host_weights += bytes;
+			p->to_device +=
+			    t->layer >= L - ring ? bytes : 2 * bytes;
+			/* TACO: the entries at its slot rows, with the rows
+			 * (model_stream.c); other optimizers: whole */
+			if (kind == TACO_OPT_TACO)
+				p->to_host += (uint64_t)t->shape[1] *
+					      (uint64_t)in->optim.k *
+					      (tk_dtype_size(wdt) +
+					       (t->shape[0] <= 65535 ? 2 : 4));
+			else if (!frozen)
+				p->to_host += bytes;
+		} else {
+			term[TACO_PLAN_WEIGHTS] += bytes;
+		}
 		term[kind == TACO_OPT_TACO ? TACO_PLAN_TACO_STATE
 					   : TACO_PLAN_ADAMW_STATE] += st;
 		if (dense && !frozen)
@@ -134,8 +159,13 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 	if (in->step.keep_activations && in->step.offload)
 		return taco_err_set(err, -EINVAL,
 				    "kept activations exclude offload");
+	if (in->step.stream_layers < 0 ||
+	    in->step.stream_layers > shapes->cfg.layers ||
+	    (in->step.stream_layers && in->step.keep_activations))
+		return taco_err_set(err, -EINVAL,
+				    "plan: bad streamed layer count");
 	memset(&p, 0, sizeof(p));
-	model_terms(shapes, in, p.term);
+	model_terms(shapes, in, &p);
 	if ((r = work_terms(shapes, in, p.term, &p.host, &p.mlp_chunks, err)))
 		return r;
 	/* A CPU matmul on bf16 holds its conversion scratch while it runs. */
@@ -153,22 +183,31 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 	p.peak_phase = "every step (buffers are allocated once)";
 	for (int t = 0; t < TACO_PLAN_TERMS; t++)
 		p.total += p.term[t];
+	p.host += p.host_weights;
 	p.act_dtype = in->act_dtype;
 	p.offload = in->step.offload;
 	p.overlap = in->step.overlap;
+	p.stream_layers = in->step.stream_layers;
+	p.layers = shapes->cfg.layers;
 	*out = p;
 	return 0;
 }
 
 void taco_plan_settings(const taco_plan *p, char *buf, size_t len)
 {
-	snprintf(buf, len,
-		 "precision %s, activation offload %s, %d MLP "
-		 "block%s%s",
-		 p->act_dtype == TK_BF16 ? "bf16" : "fp32",
-		 p->offload ? "on" : "off", p->mlp_chunks,
-		 p->mlp_chunks == 1 ? "" : "s",
-		 p->overlap ? ", optimizer overlapped" : "");
+	int n = snprintf(buf, len,
+			 "precision %s, activation offload %s, %d MLP "
+			 "block%s%s",
+			 p->act_dtype == TK_BF16 ? "bf16" : "fp32",
+			 p->offload ? "on" : "off", p->mlp_chunks,
+			 p->mlp_chunks == 1 ? "" : "s",
+			 p->overlap ? ", optimizer overlapped" : "");
+
+	if (p->stream_layers && n >= 0 && (size_t)n < len)
+		snprintf(buf + n, len - (size_t)n,
+			 ", weights of %d of %d layers streamed from host "
+			 "memory",
+			 p->stream_layers, p->layers);
 }
 
 static int fits(const taco_model *s, const taco_plan_input *in, uint64_t budget,
@@ -266,4 +305,18 @@ void taco_plan_print(const taco_plan *p, FILE *f)
 	fprintf(f, "  %-34s %12s  %16llu B\n", "total", h,
 		(unsigned long long)p->total);
 	fprintf(f, "  peak: %s\n", p->peak_phase);
+	taco_plan_format_bytes(p->host, h, sizeof(h));
+	fprintf(f, "  %-34s %12s  %16llu B\n", "host memory", h,
+		(unsigned long long)p->host);
+	taco_plan_format_bytes(p->host_weights, h, sizeof(h));
+	fprintf(f, "  %-34s %12s  %16llu B\n", "  of which streamed weights", h,
+		(unsigned long long)p->host_weights);
+	if (!p->stream_layers)
+		return;
+	taco_plan_format_bytes(p->to_device, h, sizeof(h));
+	fprintf(f, "  %-34s %12s  %16llu B\n", "per step to the device", h,
+		(unsigned long long)p->to_device);
+	taco_plan_format_bytes(p->to_host, h, sizeof(h));
+	fprintf(f, "  %-34s %12s  %16llu B\n", "per step to host memory", h,
+		(unsigned long long)p->to_host);
 }

@@ -35,14 +35,21 @@ typedef struct taco_plan_input {
 
 typedef struct taco_plan {
 	uint64_t term[TACO_PLAN_TERMS];
-	uint64_t total; /* backend (device) memory */
-	uint64_t host;	/* host memory of offloaded activations */
+	uint64_t total;	       /* backend (device) memory */
+	uint64_t host;	       /* host memory: offloaded activations, streamed
+				  weights */
+	uint64_t host_weights; /* of which streamed weights */
+	/* bytes over the bus per step with streamed weights: the layers'
+	 * fetches (forward and backward; the last ring's worth is fetched
+	 * once) and the write-backs */
+	uint64_t to_device, to_host;
 	const char *peak_phase;
 	/* the settings planned (taco_plan_job picks them) */
 	int act_dtype;
 	int offload;
 	int mlp_chunks;
 	int overlap; /* optimizer on the side stream (two gradient blocks) */
+	int stream_layers, layers; /* layers streamed from host, of all */
 } taco_plan;
 
 const char *taco_plan_term_name(int term);
@@ -81,8 +88,11 @@ int taco_plan_dense_grads(const taco_job *job);
  * the job leaves offload and MLP blocks to admission, the cheapest settings
  * that fit budget (0: no limit) are planned: as the job says (MLP blocks
  * of at most 32 MiB when it leaves them open), then offload, then twice,
- * four times ... the MLP blocks; when none fits, the first. The
- * settings are in out and in_out. */
+ * four times ... the MLP blocks. With weights auto, when none of those
+ * fits with the weights on the device: offload as the job allows and the
+ * fewest streamed layers that fit, then all streamed with the MLP blocks
+ * doubled again; weights host streams every layer. When none fits, the
+ * first. The settings are in out and in_out. */
 int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
 		  taco_plan *out, taco_plan_input *in_out,
 		  taco_model **shapes_out, taco_err *err);

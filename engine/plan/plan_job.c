@@ -94,6 +94,39 @@ static int next_setting(const taco_job *job, const taco_model *shapes,
 	return 0;
 }
 
+/* Whether admission may stream the weights (weights auto): only where the
+ * step updates every matrix from its pieces (job_schema.c's rule). */
+static int may_stream(const taco_job *job)
+{
+	return job->weights == TACO_WEIGHTS_AUTO && job->grad_accum == 1 &&
+	       !job->optim.all_adamw && job->activation_checkpointing;
+}
+
+/* From the job's settings with offload where the job leaves it open: the
+ * fewest streamed layers that fit budget (the plan shrinks as more
+ * layers stream), by bisection; all of them when none fits. */
+static int fewest_streamed(const taco_job *job, const taco_model *shapes,
+			   uint64_t budget, taco_plan_input *in, taco_plan *p,
+			   taco_err *err)
+{
+	int lo = 1, hi = shapes->cfg.layers, r;
+
+	if (job->activation_offload == TACO_CHOICE_AUTO)
+		in->step.offload = 1;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		in->step.stream_layers = mid;
+		if ((r = taco_plan_compute(shapes, in, p, err)))
+			return r;
+		if (p->total <= budget)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	in->step.stream_layers = lo;
+	return taco_plan_compute(shapes, in, p, err);
+}
+
 int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
 		  taco_plan *out, taco_plan_input *in_out,
 		  taco_model **shapes_out, taco_err *err)
@@ -117,6 +150,8 @@ int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
 		goto out;
 	taco_plan_input_from_job(job, backend, dtype, &in);
 	in.frozen = frozen;
+	if (job->weights == TACO_WEIGHTS_HOST)
+		in.step.stream_layers = cfg.layers;
 	if ((r = taco_plan_compute(shapes, &in, &p0, err)))
 		goto out;
 	first = in;
@@ -124,6 +159,14 @@ int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
 	while (budget && p.total > budget && next_setting(job, shapes, &p, &in))
 		if ((r = taco_plan_compute(shapes, &in, &p, err)))
 			goto out;
+	if (budget && p.total > budget && may_stream(job)) {
+		in = first;
+		if ((r = fewest_streamed(job, shapes, budget, &in, &p, err)))
+			goto out;
+		while (p.total > budget && next_setting(job, shapes, &p, &in))
+			if ((r = taco_plan_compute(shapes, &in, &p, err)))
+				goto out;
+	}
 	if (budget && p.total > budget) { /* none fits: report the first */
 		in = first;
 		p = p0;

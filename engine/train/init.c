@@ -107,6 +107,15 @@ static void fill_const(void *dst, int dtype, float v, size_t n)
 int taco_model_init_random(const taco_config *cfg, const tk_ops *ops, int dtype,
 			   uint64_t seed, taco_model **out, taco_err *err)
 {
+	return taco_model_init_random_sched(cfg, ops, dtype, seed, NULL, out,
+					    err);
+}
+
+int taco_model_init_random_sched(const taco_config *cfg, const tk_ops *ops,
+				 int dtype, uint64_t seed,
+				 const taco_step_opts *sched, taco_model **out,
+				 taco_err *err)
+{
 	size_t es = tk_dtype_size(dtype);
 	taco_model *m = NULL;
 	void *table = NULL, *host = NULL;
@@ -117,6 +126,8 @@ int taco_model_init_random(const taco_config *cfg, const tk_ops *ops, int dtype,
 				    dtype);
 	if ((r = taco_model_skeleton(cfg, ops, &m, err)))
 		return r;
+	if (sched && (r = taco_model_set_step_opts(m, sched, err)))
+		goto fail;
 	if (make_table(dtype, &table) || !(host = malloc(CHUNK * es))) {
 		r = taco_err_set(err, -ENOMEM, "out of memory");
 		goto fail;
@@ -136,7 +147,7 @@ int taco_model_init_random(const taco_config *cfg, const tk_ops *ops, int dtype,
 			    t->numel - off < CHUNK ? t->numel - off : CHUNK;
 			if (t->ndim == 2)
 				fill_normal(host, es, table, key, off, n);
-			ops->upload((char *)t->data + off * es, host, n * es);
+			taco_tensor_write(m, i, off * es, host, n * es);
 		}
 	}
 	free(table);

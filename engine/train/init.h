@@ -14,5 +14,11 @@
  * uploaded: host memory stays a few tens of MB at any model size. */
 int taco_model_init_random(const taco_config *cfg, const tk_ops *ops, int dtype,
 			   uint64_t seed, taco_model **out, taco_err *err);
+/* The same with the schedule sched set first (NULL: the defaults), so that
+ * streamed layers' weights are made in host memory. */
+int taco_model_init_random_sched(const taco_config *cfg, const tk_ops *ops,
+				 int dtype, uint64_t seed,
+				 const taco_step_opts *sched, taco_model **out,
+				 taco_err *err);
 
 #endif

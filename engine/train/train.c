@@ -88,6 +88,15 @@ static int on_part(void *ctx, taco_model *m, const taco_grad_part *p)
 	return r;
 }
 
+/* Where a streamed tensor's update changed it: TACO's slot rows. */
+static const void *on_changed_rows(void *ctx, taco_model *m, int id, int *k)
+{
+	grad_ctx *g = ctx;
+
+	(void)m;
+	return g->o ? taco_optim_changed_rows(g->o, id, k) : NULL;
+}
+
 /* Dense mode (grad_accum > 1, AdamW everywhere): the buffers to add into. */
 static float *on_dense(void *ctx, taco_model *m, int id)
 {
@@ -102,7 +111,7 @@ int taco_train_step(taco_model *m, taco_optim *o, const uint8_t *frozen,
 		    taco_err *err)
 {
 	grad_ctx g = {o, frozen, NULL, 0, lr};
-	taco_grad_sink sink = {on_part, NULL, frozen, &g};
+	taco_grad_sink sink = {on_part, NULL, frozen, &g, on_changed_rows};
 
 	if (o)
 		taco_optim_begin_step(o);
@@ -208,7 +217,8 @@ static int train_step(trainer *tr, taco_err *err)
 				tr->pos + at,
 				(uint64_t)tr->step * (uint64_t)j->grad_accum +
 				    (uint64_t)tr->g.micro};
-		taco_grad_sink sink = {NULL, on_dense, tr->frozen, &tr->g};
+		taco_grad_sink sink = {NULL, on_dense, tr->frozen, &tr->g,
+				       NULL};
 		taco_step_stats st;
 		if ((r = taco_model_step(tr->m, &b, norm, &sink, &st, err)))
 			return r;
@@ -525,10 +535,10 @@ static int setup(trainer *tr, taco_err *err)
 		return r;
 	if ((r = admit(tr, err)))
 		return r;
-	if ((r = taco_model_load_as(j->model, tr->ops, tr->plan_in.act_dtype,
-				    &tr->m, err)) ||
+	/* with the schedule first: streamed weights load into host memory */
+	if ((r = taco_model_load_sched(j->model, tr->ops, tr->plan_in.act_dtype,
+				       &tr->plan_in.step, &tr->m, err)) ||
 	    (r = backend_check(tr, err)) ||
-	    (r = taco_model_set_step_opts(tr->m, &tr->plan_in.step, err)) ||
 	    (r = taco_model_set_dropout(
 		 tr->m,
 		 j->dropout >= 0 ? (float)j->dropout : tr->m->cfg.dropout,

@@ -136,6 +136,8 @@ void tk_cpu_taco_feed(void *scan, const float *G, int ldg, const int32_t *rows,
 		      int row0, int nrows, const tk_taco_args *a);
 void tk_cpu_taco_finish(void *scan, void *W, int dtype, void *idx, uint8_t *q,
 			float *scale, const tk_taco_args *a);
+void tk_cpu_taco_gather(void *vals, const void *W, int dtype, const void *idx,
+			int R, int C, int k);
 
 /* adamw.c */
 void tk_cpu_adamw_update(void *p, int dtype, float *master, float *m, float *v,

@@ -49,6 +49,7 @@ static const tk_ops cpu_ops = {
     .taco_begin = tk_cpu_taco_begin,
     .taco_feed = tk_cpu_taco_feed,
     .taco_finish = tk_cpu_taco_finish,
+    .taco_gather = tk_cpu_taco_gather,
     .adamw_update = tk_cpu_adamw_update,
     /* Ops of the OPT and GPT-NeoX families */
     .layernorm_fwd = tk_cpu_layernorm_fwd,

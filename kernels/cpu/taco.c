@@ -75,6 +75,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <omp.h>
 
@@ -805,5 +806,25 @@ void tk_cpu_taco_finish(void *scan, void *W, int dtype, void *idx, uint8_t *q,
 			finish_column(W, dtype, idx, q, scale, a, wide, &b, c,
 				      (int)c0 + c, decay, hbase,
 				      t.tg + (size_t)c * TACO_KMAX);
+	}
+}
+
+void tk_cpu_taco_gather(void *vals, const void *W, int dtype, const void *idx,
+			int R, int C, int k)
+{
+	size_t es = dtype == TK_F32 ? 4 : 2, n = (size_t)C * (size_t)k;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t j = i / (size_t)k;
+		uint32_t r = R <= 65535 ? ((const uint16_t *)idx)[i]
+					: ((const uint32_t *)idx)[i];
+		char *out = (char *)vals + i * es;
+		if (r == (R <= 65535 ? 0xFFFFu : 0xFFFFFFFFu) ||
+		    r >= (uint32_t)R) {
+			memset(out, 0, es);
+			continue;
+		}
+		memcpy(out, (const char *)W + ((size_t)r * (size_t)C + j) * es,
+		       es);
 	}
 }

@@ -203,6 +203,8 @@ void tkc_taco_feed(void *scan, const float *G, int ldg, const int32_t *rows,
 		   int row0, int nrows, const tk_taco_args *a);
 void tkc_taco_finish(void *scan, void *W, int dtype, void *idx, uint8_t *q,
 		     float *scale, const tk_taco_args *a);
+void tkc_taco_gather(void *vals, const void *W, int dtype, const void *idx,
+		     int R, int C, int k);
 
 /* adamw.cu */
 void tkc_adamw_update(void *p, int dtype, float *master, float *m, float *v,

@@ -172,6 +172,7 @@ static void fill_table(tk_ops *t)
 	t->taco_begin = tkc_taco_begin;
 	t->taco_feed = tkc_taco_feed;
 	t->taco_finish = tkc_taco_finish;
+	t->taco_gather = tkc_taco_gather;
 	t->adamw_update = tkc_adamw_update;
 	/* Ops of the OPT and GPT-NeoX families */
 	t->layernorm_fwd = tkc_layernorm_fwd;

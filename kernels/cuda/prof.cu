@@ -50,7 +50,7 @@
 /* Every member of tk_ops, so that an op added there cannot be left out
  * of the profile unnoticed: wrap it below, or say why it is not device
  * work, and count it here. */
-#define TK_OPS_MEMBERS 55
+#define TK_OPS_MEMBERS 56
 static_assert(sizeof(tk_ops) == TK_OPS_MEMBERS * sizeof(void *),
 	      "tk_ops has a new member: wrap it in prof.cu and count it");
 
@@ -284,6 +284,10 @@ WRAP(taco_finish, TK_PHASE_OPTIMIZER,
      (void *scan, void *W, int dtype, void *idx, uint8_t *q, float *scale,
       const tk_taco_args *a),
      (scan, W, dtype, idx, q, scale, a))
+WRAP(taco_gather, TK_PHASE_OPTIMIZER,
+     (void *vals, const void *W, int dtype, const void *idx, int R, int C,
+      int k),
+     (vals, W, dtype, idx, R, C, k))
 WRAP(adamw_update, TK_PHASE_OPTIMIZER,
      (void *p, int dtype, float *master, float *m, float *v, const float *g,
       size_t n, const tk_adamw_args *a),
@@ -352,6 +356,7 @@ static void install(tk_ops *t)
 	INSTALL(taco_begin)
 	INSTALL(taco_feed)
 	INSTALL(taco_finish)
+	INSTALL(taco_gather)
 	INSTALL(adamw_update)
 	INSTALL(layernorm_fwd)
 	INSTALL(layernorm_bwd)

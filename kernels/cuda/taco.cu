@@ -790,3 +790,45 @@ extern "C" void tkc_taco_finish(void *scan, void *W, int dtype, void *idx,
 	    scan_at(scan, a->C), W, dtype, idx, q, scale, *a, taco_hbase(a));
 	tkc_check_launch("taco_finish");
 }
+
+/* One thread per slot: a copy of one entry (tk_ops.h). */
+static __global__ void taco_gather_kernel(void *vals, const void *W, int es,
+					  const void *idx, int R, int C, int k)
+{
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	size_t n = (size_t)C * (size_t)k;
+	uint32_t r, empty = R <= 65535 ? 0xFFFFu : 0xFFFFFFFFu;
+	size_t j, at;
+
+	if (i >= n)
+		return;
+	r = R <= 65535 ? ((const uint16_t *)idx)[i]
+		       : ((const uint32_t *)idx)[i];
+	j = i / (size_t)k;
+	if (r == empty || r >= (uint32_t)R) {
+		if (es == 4)
+			((uint32_t *)vals)[i] = 0;
+		else
+			((uint16_t *)vals)[i] = 0;
+		return;
+	}
+	at = (size_t)r * (size_t)C + j;
+	if (es == 4)
+		((uint32_t *)vals)[i] = ((const uint32_t *)W)[at];
+	else
+		((uint16_t *)vals)[i] = ((const uint16_t *)W)[at];
+}
+
+void tkc_taco_gather(void *vals, const void *W, int dtype, const void *idx,
+		     int R, int C, int k)
+{
+	size_t n = (size_t)C * (size_t)k;
+	int es = dtype == TK_F32 ? 4 : 2;
+
+	if (!n)
+		return;
+	taco_gather_kernel<<<(unsigned)((n + TKC_THREADS - 1) / TKC_THREADS),
+			     TKC_THREADS, 0, tkc_stream()>>>(vals, W, es, idx,
+							     R, C, k);
+	tkc_check_launch("taco_gather");
+}

@@ -21,6 +21,13 @@
 #   7. the memory runs, ours alone: qwen3-32b at 4 x 1024, with offload at
 #      4 x 1024 and 8 x 2048, and llama-3.3-70b with offload at 4 x 1024
 #      (peak memory against the plan; PyTorch with AdamW would not fit 32B)
+#   7b. streamed weights (weights in host memory, layer by layer through
+#      the device): qwen3-8b with every layer streamed (against its
+#      device step: at most 1.5x), the 32B shape in a 22 GB device budget
+#      (a 24 GB card) and the 70B shape in 75 GB (an 80 GB card), at
+#      4 x 1024 with offload, profiled: device and host peak, step time,
+#      the copy stream's achieved bandwidth, the fraction of it hidden
+#      behind compute, the step against the larger of compute and copy
 #   8. the tables: every run; ours against PyTorch per model (tokens/s,
 #      their ratio, MFU, peak GB); ours' profile; the TACO bandwidth; all
 #      of it also written as JSON to bench/results/gpu-DATE.json and to
@@ -49,7 +56,8 @@
 #
 # Options: --build-dir DIR (default build-gpu, build-gpu-smoke with
 # --cpu-smoke), --jobs N (default 16, 2 with --cpu-smoke), --no-build (use
-# DIR as it is).
+# DIR as it is), --stream-only (of 5.-7b. only the qwen3-8b device run and
+# the streamed runs: what fits a short device session).
 #
 # Build dependencies. CMake needs pkg-config and jansson, libpcre2-8,
 # sqlite3, libuv, libmicrohttpd, check, libcurl and OpenBLAS (OpenMP build).
@@ -95,6 +103,7 @@ while [ $# -gt 0 ]; do
 	--cpu-smoke) SMOKE=1 ;;
 	--fetch-deps) FETCH=1 ;;
 	--no-build) NO_BUILD=1 ;;
+	--stream-only) STREAM_ONLY=1 ;;
 	--build-dir)
 		[ $# -ge 2 ] || { usage >&2; exit 2; }
 		BUILD=$2
@@ -496,12 +505,15 @@ if [ "$MODE" = gpu ]; then
 	# gradient, as the engine's
 	BW_ARGS=(--iters 20)
 	BW_FEED=2048
+	BUDGET_BIG=22GB BUDGET_HUGE=75GB
 else
 	N_SMALL=llama_gqa N_MID=qwen3_tied N_BIG=mistral_sw
 	CFG_HUGE=tests/fixtures/models/qwen2_bias/config.json N_HUGE=qwen2_bias
 	BIG_SHAPE=(--batch 4 --seq 32)
 	BW_ARGS=(--rows 512 --cols 384 --iters 3)
 	BW_FEED=100
+	# budgets under the tiny models' device plans: some layers stream
+	BUDGET_BIG=600KB BUDGET_HUGE=600KB
 fi
 # bf16 precision on CUDA (the backend's default); peak against plan in
 # every run. The comparisons first (8B, then 1.7B), ours profiled; then
@@ -510,15 +522,25 @@ fi
 # fits an H200 only so). The caps are each part's most; what is left of
 # the budget bounds them too (allowance).
 ours "$N_MID" "$CFG_MID" "$STEPS_MID" 90 --profile
-torch "$N_MID" "$CFG_MID" "$STEPS_MID" 150
-ours "$N_SMALL" "$CFG_SMALL" "$STEPS_SMALL" 60 --profile
-torch "$N_SMALL" "$CFG_SMALL" "$STEPS_SMALL" 100
-taco_bw taco-bw 45 "${BW_ARGS[@]}"
-taco_bw taco-bw-feed 45 "${BW_ARGS[@]}" --feed-rows "$BW_FEED"
-ours "$N_BIG" "$CFG_BIG" "$STEPS_BIG" 150
-ours "$N_BIG-offload" "$CFG_BIG" "$STEPS_BIG" 120 --offload
-ours "$N_BIG-8x2048-offload" "$CFG_BIG" 1 150 "${BIG_SHAPE[@]}" --offload
-ours "$N_HUGE-offload" "$CFG_HUGE" 1 200 --offload
+if [ "${STREAM_ONLY:-0}" != 1 ]; then
+	torch "$N_MID" "$CFG_MID" "$STEPS_MID" 150
+	ours "$N_SMALL" "$CFG_SMALL" "$STEPS_SMALL" 60 --profile
+	torch "$N_SMALL" "$CFG_SMALL" "$STEPS_SMALL" 100
+	taco_bw taco-bw 45 "${BW_ARGS[@]}"
+	taco_bw taco-bw-feed 45 "${BW_ARGS[@]}" --feed-rows "$BW_FEED"
+	ours "$N_BIG" "$CFG_BIG" "$STEPS_BIG" 150
+	ours "$N_BIG-offload" "$CFG_BIG" "$STEPS_BIG" 120 --offload
+	ours "$N_BIG-8x2048-offload" "$CFG_BIG" 1 150 "${BIG_SHAPE[@]}" --offload
+	ours "$N_HUGE-offload" "$CFG_HUGE" 1 200 --offload
+fi
+# 7b. streamed weights: every layer of the 8B from host memory, then the
+# 32B and 70B shapes in the budgets of a 24 GB and an 80 GB card (the
+# fewest streamed layers that fit, as admission's weights auto)
+ours "$N_MID-host" "$CFG_MID" "$STEPS_MID" 90 --profile --stream-layers all
+ours "$N_BIG-$BUDGET_BIG" "$CFG_BIG" "$STEPS_BIG" 180 --profile --offload \
+	--device-budget "$BUDGET_BIG"
+ours "$N_HUGE-$BUDGET_HUGE" "$CFG_HUGE" 1 240 --profile --offload \
+	--device-budget "$BUDGET_HUGE"
 
 # ---- 8. the tables ----
 
@@ -532,11 +554,13 @@ if [ -z "$PY" ]; then
 	FAILED=1
 elif ! "${PY_ENV[@]}" "$PY" - "$WORK" "$RESULT" "$MODE" "$(elapsed)" \
 	"$N_MID" "$N_SMALL" "$N_BIG" "$N_BIG-offload" "$N_BIG-8x2048-offload" \
-	"$N_HUGE-offload" <<'EOF'; then
+	"$N_HUGE-offload" "$N_MID-host" "$N_BIG-$BUDGET_BIG" \
+	"$N_HUGE-$BUDGET_HUGE" <<'EOF'; then
 import json, os, sys
 
 work, result, mode, elapsed = sys.argv[1:5]
 names = sys.argv[5:]  # the models, the comparisons first
+streamed = names[-3:]  # the streamed runs: 8B all, 32B and 70B in budgets
 parts = []
 with open(os.path.join(work, "parts.tsv")) as f:
     for line in f:
@@ -708,6 +732,50 @@ if rows:
          ["part", "status", "shape", "feed rows", "MB", "taco ms",
           "taco GB/s", "copy GB/s", "taco/copy", "timer"], rows)
 
+# Streamed weights.
+stream, rows = [], []
+for n in streamed:
+    r = runs.get("ours " + n)
+    st = status("ours " + n)
+    if r is None and st == "-":
+        continue
+    r = r or {}
+    dev = runs.get("ours " + names[0]) or {}
+    s = {"model": n, "status": st, "stream_layers": r.get("stream_layers"),
+         "peak_bytes": r.get("peak_bytes"),
+         "planned_bytes": r.get("planned_bytes"),
+         "host_peak_bytes": r.get("host_peak_bytes"),
+         "step_s": r.get("step_s"), "to_device_bytes":
+         r.get("to_device_bytes"), "to_host_bytes": r.get("to_host_bytes"),
+         "copy_gbps": r.get("copy_gbps"),
+         "hidden_fraction": r.get("hidden_fraction"),
+         "step_over_bound": r.get("step_over_bound"),
+         "over_device_step": (r["step_s"] / dev["step_s"]
+                              if n == streamed[0] and
+                              isnum(r.get("step_s")) and
+                              isnum(dev.get("step_s")) and dev["step_s"]
+                              else None)}
+    stream.append(s)
+    rows.append([n, st if "error" not in r else
+                 "failed: " + r["error"][:60],
+                 num(s["stream_layers"], "%d"), gb(s["peak_bytes"]),
+                 gb(s["planned_bytes"]), gb(s["host_peak_bytes"]),
+                 num(s["step_s"], "%.3f"), gb(s["to_device_bytes"]),
+                 gb(s["to_host_bytes"]), num(s["copy_gbps"], "%.1f"),
+                 num(s["hidden_fraction"], "%.2f"),
+                 num(s["step_over_bound"], "%.2f"),
+                 num(s["over_device_step"], "%.2fx")])
+if rows:
+    show("Streamed weights (layers streamed from host memory; copy GB/s: "
+         "the copy stream's bytes over its busy time, offloaded inputs "
+         "included; hidden: 1 - main-stream idle / copy time; "
+         "step/bound: step over the larger of compute and copy time, "
+         "target <= 1.2; vs device: the 8B's step over its device step, "
+         "target <= 1.5):",
+         ["model", "status", "layers", "peak GB", "plan GB", "host GB",
+          "step s", "to dev GB", "to host GB", "copy GB/s", "hidden",
+          "step/bound", "vs device"], rows)
+
 print("Parts:")
 for p in parts:
     print("  %-22s %-16s %5ss  %s" % (p["part"], p["status"] +
@@ -717,7 +785,7 @@ failed = [p["part"] for p in parts
           if p["status"] not in ("ok", "skipped-smoke")]
 doc = {"mode": mode, "elapsed_s": int(elapsed), "parts": parts,
        "runs": runs, "comparison": comparison, "profiles": profiles,
-       "taco_bw": taco_bw, "failed": failed}
+       "taco_bw": taco_bw, "streamed": stream, "failed": failed}
 text = json.dumps(doc, indent=1) + "\n"
 outs = [result]
 if os.environ.get("OUT"):

@@ -985,6 +985,55 @@ START_TEST(test_adamw)
 }
 END_TEST
 
+/* taco_gather (the streamed weights' write-back): the GPU copies the same
+ * entries as the CPU, bit for bit, empty slots 0, both index widths and
+ * element sizes. */
+static void check_gather(int R, int C, int k, int dtype, uint64_t seed)
+{
+	size_t es = dtype == TK_F32 ? 4 : 2, ib = R <= 65535 ? 2 : 4;
+	size_t n = (size_t)R * C, ns = (size_t)C * k;
+	uint8_t *W = xmalloc(n * es), *idx = xmalloc(ns * ib);
+	uint8_t *want = xmalloc(ns * es), *got;
+	void *dW, *didx, *dv;
+	uint64_t st = seed;
+
+	for (size_t i = 0; i < n * es; i++)
+		W[i] = (uint8_t)rng_next(&st);
+	for (size_t i = 0; i < ns; i++) {
+		uint64_t h = rng_next(&st);
+		uint32_t r = h % 5 == 0 ? 0xFFFFFFFFu : (uint32_t)(h >> 8) % R;
+		if (ib == 2)
+			((uint16_t *)idx)[i] = (uint16_t)r;
+		else
+			((uint32_t *)idx)[i] = r;
+	}
+	cpu->taco_gather(want, W, dtype, idx, R, C, k);
+	dW = dev_from(W, n * es);
+	didx = dev_from(idx, ns * ib);
+	dv = dev_nan(ns * es / 4 + 1);
+	gpu->taco_gather(dv, dW, dtype, didx, R, C, k);
+	no_cuda_error("taco_gather");
+	got = host_from(dv, ns * es);
+	ck_assert_msg(memcmp(got, want, ns * es) == 0,
+		      "taco_gather R %d C %d k %d: GPU differs from CPU", R, C,
+		      k);
+	gpu->free(dW, n * es);
+	gpu->free(didx, ns * ib);
+	gpu->free(dv, (ns * es / 4 + 1) * sizeof(float));
+	free(W);
+	free(idx);
+	free(want);
+	free(got);
+}
+
+START_TEST(test_taco_gather)
+{
+	check_gather(4096, 1000, 16, TK_BF16, 1);
+	check_gather(300, 77, 4, TK_F32, 2);
+	check_gather(70000, 33, 16, TK_BF16, 3); /* uint32 indices */
+}
+END_TEST
+
 static Suite *cuda_suite(void)
 {
 	Suite *s = suite_create("cuda_optim_attn");
@@ -1001,6 +1050,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, test_taco_ranges);
 	tcase_add_test(tc, test_taco_stream);
 	tcase_add_test(tc, test_adamw);
+	tcase_add_test(tc, test_taco_gather);
 	suite_add_tcase(s, tc);
 	return s;
 }
