@@ -46,8 +46,8 @@ static int str(json_t *o, const char *key, char *out, size_t cap,
 	return 0;
 }
 
-static int num(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out,
-	       const char *name, taco_err *err)
+int tacod_config_int(json_t *o, const char *where, const char *key, int lo,
+		     int hi, int *out, const char *name, taco_err *err)
 {
 	json_t *v = json_object_get(o, key);
 
@@ -56,10 +56,9 @@ static int num(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out,
 	if (!json_is_integer(v) || json_integer_value(v) < lo ||
 	    json_integer_value(v) > hi)
 		return taco_err_set(err, -EINVAL,
-				    "%s: '%s' must be an integer in [%lld, "
-				    "%lld]",
-				    name, key, (long long)lo, (long long)hi);
-	*out = json_integer_value(v);
+				    "%s: '%s%s' must be an integer in [%d, %d]",
+				    name, where, key, lo, hi);
+	*out = (int)json_integer_value(v);
 	return 0;
 }
 
@@ -114,7 +113,6 @@ static int limits(json_t *o, tacod_limits *l, const char *name, taco_err *err)
 					   "max_running_jobs",
 					   "max_sync_validate_bytes",
 					   NULL};
-	int64_t x;
 	int r;
 
 	if (!json_is_object(o))
@@ -127,27 +125,23 @@ static int limits(json_t *o, tacod_limits *l, const char *name, taco_err *err)
 	if ((r = size(o, "max_sync_validate_bytes", &l->max_sync_validate_bytes,
 		      name, err)))
 		return r;
-	x = l->max_connections;
-	if ((r = num(o, "max_connections", 1, 100000, &x, name, err)))
+	if ((r = tacod_config_int(o, "limits.", "max_connections", 1, 100000,
+				  &l->max_connections, name, err)))
 		return r;
-	l->max_connections = (int)x;
-	x = l->max_connections_per_client;
-	if ((r = num(o, "max_connections_per_client", 1, 100000, &x, name,
-		     err)))
+	if ((r = tacod_config_int(o, "limits.", "max_connections_per_client", 1,
+				  100000, &l->max_connections_per_client, name,
+				  err)))
 		return r;
-	l->max_connections_per_client = (int)x;
-	x = l->request_head_timeout_s;
-	if ((r = num(o, "request_head_timeout_s", 1, 3600, &x, name, err)))
+	if ((r = tacod_config_int(o, "limits.", "request_head_timeout_s", 1,
+				  3600, &l->request_head_timeout_s, name, err)))
 		return r;
-	l->request_head_timeout_s = (int)x;
-	x = l->max_queued_jobs_per_user;
-	if ((r = num(o, "max_queued_jobs_per_user", 1, 1000000, &x, name, err)))
+	if ((r = tacod_config_int(o, "limits.", "max_queued_jobs_per_user", 1,
+				  1000000, &l->max_queued_jobs_per_user, name,
+				  err)))
 		return r;
-	l->max_queued_jobs_per_user = (int)x;
-	x = l->max_running_jobs;
-	if ((r = num(o, "max_running_jobs", 1, 1024, &x, name, err)))
+	if ((r = tacod_config_int(o, "limits.", "max_running_jobs", 1, 1024,
+				  &l->max_running_jobs, name, err)))
 		return r;
-	l->max_running_jobs = (int)x;
 	return 0;
 }
 
@@ -172,7 +166,6 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 					   NULL};
 	tacod_config *c = arg;
 	json_t *v;
-	int64_t x;
 	int r;
 
 	if ((r = known(root, keys, "", name, err)) ||
@@ -221,14 +214,12 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 		c->backend =
 		    strcmp(b, "cpu") ? TACO_BACKEND_CUDA : TACO_BACKEND_CPU;
 	}
-	x = c->max_retries;
-	if ((r = num(root, "max_retries", 0, 100, &x, name, err)))
+	if ((r = tacod_config_int(root, "", "max_retries", 0, 100,
+				  &c->max_retries, name, err)))
 		return r;
-	c->max_retries = (int)x;
-	x = c->cancel_timeout_s;
-	if ((r = num(root, "cancel_timeout_s", 1, 86400, &x, name, err)))
+	if ((r = tacod_config_int(root, "", "cancel_timeout_s", 1, 86400,
+				  &c->cancel_timeout_s, name, err)))
 		return r;
-	c->cancel_timeout_s = (int)x;
 	if ((v = json_object_get(root, "webhooks")) &&
 	    (r = tacod_webhooks_parse(v, name, &c->webhooks, err)))
 		return r;

@@ -77,6 +77,13 @@ int tacod_config_load(const char *path, tacod_config *c, taco_err *err);
  * tokens required off loopback). */
 int tacod_config_check(const tacod_config *c, taco_err *err);
 
+/* An integer field of the config's parsers (config.c, config_slurm.c,
+ * webhook.c): an absent key leaves *out as it is; a value that is not an
+ * integer in [lo, hi] is an error naming the field as where + key
+ * ("limits.max_connections", "webhooks[2].timeout_s"). */
+int tacod_config_int(json_t *o, const char *where, const char *key, int lo,
+		     int hi, int *out, const char *name, taco_err *err);
+
 /* The "slurm" object (config_slurm.c), over what c holds. */
 int tacod_config_slurm(json_t *o, tacod_slurm_config *c, const char *name,
 		       taco_err *err);

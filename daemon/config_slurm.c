@@ -48,23 +48,6 @@ static int text(json_t *o, const char *key, char *out, size_t cap, int nonempty,
 	return 0;
 }
 
-static int seconds(json_t *o, const char *key, int lo, int hi, int *out,
-		   const char *name, taco_err *err)
-{
-	json_t *v = json_object_get(o, key);
-
-	if (!v)
-		return 0;
-	if (!json_is_integer(v) || json_integer_value(v) < lo ||
-	    json_integer_value(v) > hi)
-		return taco_err_set(err, -EINVAL,
-				    "%s: 'slurm.%s' must be an integer in "
-				    "[%d, %d]",
-				    name, key, lo, hi);
-	*out = (int)json_integer_value(v);
-	return 0;
-}
-
 static int options(json_t *v, tacod_slurm_config *c, const char *name,
 		   taco_err *err)
 {
@@ -139,10 +122,10 @@ int tacod_config_slurm(json_t *o, tacod_slurm_config *c, const char *name,
 		      err)) ||
 	    (r = text(o, "scancel", c->scancel, sizeof(c->scancel), 1, name,
 		      err)) ||
-	    (r = seconds(o, "poll_interval_s", 1, 3600, &c->poll_interval_s,
-			 name, err)) ||
-	    (r = seconds(o, "command_timeout_s", 1, 600, &c->command_timeout_s,
-			 name, err)))
+	    (r = tacod_config_int(o, "slurm.", "poll_interval_s", 1, 3600,
+				  &c->poll_interval_s, name, err)) ||
+	    (r = tacod_config_int(o, "slurm.", "command_timeout_s", 1, 600,
+				  &c->command_timeout_s, name, err)))
 		return r;
 	/* the jobs_dir's paths go into the batch script between single
 	 * quotes: one there could end the quoting */

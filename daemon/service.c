@@ -19,8 +19,8 @@ int64_t tacod_now(void)
 	return (int64_t)time(NULL);
 }
 
-static void event(tacod_service *s, const char *job, const char *level,
-		  const char *type, const char *msg, json_t *data)
+void tacod_service_event(tacod_service *s, const char *job, const char *level,
+			 const char *type, const char *msg, json_t *data)
 {
 	char *text = data ? json_dumps(data, JSON_COMPACT) : NULL;
 
@@ -32,7 +32,7 @@ static void event(tacod_service *s, const char *job, const char *level,
 	 * one push of several events to each stream, not one per event */
 }
 
-static tacod_running *find_running(tacod_service *s, const char *id)
+tacod_running *tacod_service_find_running(tacod_service *s, const char *id)
 {
 	for (int i = 0; i < s->n_run; i++)
 		if (!strcmp(s->run[i]->id, id))
@@ -56,8 +56,8 @@ static void slurm_started(tacod_service *s, tacod_running *rj)
 		tacod_store_job_update(s->store, &u, NULL);
 		tacod_job_clear(&u);
 	}
-	event(s, rj->id, "info", "status", "The job is running",
-	      json_pack("{ss}", "status", "running"));
+	tacod_service_event(s, rj->id, "info", "status", "The job is running",
+			    json_pack("{ss}", "status", "running"));
 }
 
 void tacod_service_job_event(tacod_service *s, tacod_running *rj, json_t *e)
@@ -83,7 +83,7 @@ void tacod_service_job_event(tacod_service *s, tacod_running *rj, json_t *e)
 		snprintf(msg, sizeof(msg), "Step %lld/%lld: training loss=%.4f",
 			 (long long)step, (long long)total,
 			 json_real_value(json_object_get(e, "loss")));
-		event(s, rj->id, "info", "metrics", msg, data);
+		tacod_service_event(s, rj->id, "info", "metrics", msg, data);
 		rj->tokens_per_s =
 		    json_number_value(json_object_get(e, "tokens_per_s"));
 		rj->peak = (uint64_t)json_integer_value(
@@ -101,8 +101,8 @@ void tacod_service_job_event(tacod_service *s, tacod_running *rj, json_t *e)
 		tacod_webhooks_job_progress(s, rj->id, e);
 		tacod_store_relaxed(s->store, 0, NULL);
 	} else if (!strcmp(name, "eval")) {
-		event(s, rj->id, "info", "metrics", "Evaluation",
-		      json_deep_copy(e));
+		tacod_service_event(s, rj->id, "info", "metrics", "Evaluation",
+				    json_deep_copy(e));
 	} else if (!strcmp(name, "checkpoint")) {
 		tacod_checkpoint c = {0};
 		snprintf(c.job_id, sizeof(c.job_id), "%s", rj->id);
@@ -113,18 +113,19 @@ void tacod_service_job_event(tacod_service *s, tacod_running *rj, json_t *e)
 		tacod_store_checkpoint_add(s->store, &c, NULL);
 		snprintf(msg, sizeof(msg), "Checkpoint at step %lld",
 			 (long long)c.step);
-		event(s, rj->id, "info", "checkpoint", msg, NULL);
+		tacod_service_event(s, rj->id, "info", "checkpoint", msg, NULL);
 	} else if (!strcmp(name, "exported")) {
 		snprintf(rj->exported, sizeof(rj->exported), "%s",
 			 json_string_value(json_object_get(e, "path")));
 	} else if (!strcmp(name, "error")) {
 		snprintf(rj->error, sizeof(rj->error), "%s",
 			 json_string_value(json_object_get(e, "message")));
-		event(s, rj->id, "error", "message", rj->error, NULL);
+		tacod_service_event(s, rj->id, "error", "message", rj->error,
+				    NULL);
 	} else if (!strcmp(name, "started")) {
 		slurm_started(s, rj);
-		event(s, rj->id, "info", "message", "Fine-tuning job started",
-		      NULL);
+		tacod_service_event(s, rj->id, "info", "message",
+				    "Fine-tuning job started", NULL);
 	}
 }
 
@@ -220,12 +221,12 @@ static void finish_job(tacod_service *s, tacod_running *rj, int64_t status,
 			 "(%+.2f%%)",
 			 (double)j.measured_peak_bytes / 1e6,
 			 (double)j.planned_bytes / 1e6, d);
-		event(s, rj->id, "info", "memory", m,
-		      json_pack("{sI sI sf}", "planned_bytes",
-				(json_int_t)j.planned_bytes,
-				"measured_peak_bytes",
-				(json_int_t)j.measured_peak_bytes,
-				"error_percent", d));
+		tacod_service_event(s, rj->id, "info", "memory", m,
+				    json_pack("{sI sI sf}", "planned_bytes",
+					      (json_int_t)j.planned_bytes,
+					      "measured_peak_bytes",
+					      (json_int_t)j.measured_peak_bytes,
+					      "error_percent", d));
 	}
 	/* the status and its webhook deliveries: both or neither */
 	if (!tacod_store_tx_begin(s->store, NULL)) {
@@ -234,8 +235,9 @@ static void finish_job(tacod_service *s, tacod_running *rj, int64_t status,
 			rc = tacod_webhooks_job_status(s, &j, NULL);
 		tacod_store_tx_end(s->store, rc, NULL);
 	}
-	event(s, rj->id, to == TACOD_FAILED ? "error" : "info", "status", msg,
-	      json_pack("{ss}", "status", tacod_status_name(to)));
+	tacod_service_event(s, rj->id, to == TACOD_FAILED ? "error" : "info",
+			    "status", msg,
+			    json_pack("{ss}", "status", tacod_status_name(to)));
 	tacod_job_clear(&j);
 }
 
@@ -332,8 +334,8 @@ static void start_job(tacod_service *s, const tacod_job *j)
 			tacod_job_clear(&u);
 		}
 	}
-	event(s, j->id, "info", "status", "The job is running",
-	      json_pack("{ss}", "status", "running"));
+	tacod_service_event(s, j->id, "info", "status", "The job is running",
+			    json_pack("{ss}", "status", "running"));
 }
 
 static void schedule(tacod_service *s)
@@ -587,7 +589,7 @@ static void on_tick(uv_timer_t *t)
 
 void tacod_service_request_stop(tacod_service *s, const char *id, int why)
 {
-	tacod_running *rj = find_running(s, id);
+	tacod_running *rj = tacod_service_find_running(s, id);
 
 	/* a cancel overrides a pause or shutdown still in progress: the
 	 * worker's exit is then read as cancelled */
@@ -616,10 +618,11 @@ static int requeue_running(tacod_service *s, taco_err *err)
 	for (int i = 0; !rc && i < n; i++) {
 		tacod_store_job_transition(s->store, r[i].id, TACOD_RUNNING,
 					   TACOD_QUEUED, NULL);
-		event(s, r[i].id, "warn", "status",
-		      "tacod restarted: the job resumes from its newest "
-		      "checkpoint",
-		      json_pack("{ss}", "status", "queued"));
+		tacod_service_event(
+		    s, r[i].id, "warn", "status",
+		    "tacod restarted: the job resumes from its newest "
+		    "checkpoint",
+		    json_pack("{ss}", "status", "queued"));
 	}
 	for (int i = 0; i < n; i++)
 		tacod_job_clear(&r[i]);
@@ -640,9 +643,10 @@ static int revalidate(tacod_service *s, taco_err *err)
 				       TACOD_MAX_VALIDATING, &n, err);
 	for (int i = 0; i < n; i++) {
 		if (!rc)
-			event(s, v[i].id, "warn", "status",
-			      "tacod restarted: the files are validated again",
-			      json_pack("{ss}", "status", "validating_files"));
+			tacod_service_event(
+			    s, v[i].id, "warn", "status",
+			    "tacod restarted: the files are validated again",
+			    json_pack("{ss}", "status", "validating_files"));
 		tacod_job_clear(&v[i]);
 	}
 	free(v);

@@ -121,6 +121,13 @@ int tacod_route_model_content(tacod_http_req *r, void *ctx);
 int tacod_route_dashboard(tacod_http_req *r, void *ctx);
 int tacod_route_dashboard_file(tacod_http_req *r, void *ctx);
 void tacod_service_routes(tacod_service *s);
+/* Adds an event to a job's log (data, NULL or a JSON object, is consumed;
+ * followers get it on the next pump). Lock held. */
+void tacod_service_event(tacod_service *s, const char *job, const char *level,
+			 const char *type, const char *msg, json_t *data);
+/* The running (or, under Slurm, submitted) job of this id, or NULL. Lock
+ * held. */
+tacod_running *tacod_service_find_running(tacod_service *s, const char *id);
 /* Asks a running job to stop (why: TACOD_STOP_*) and wakes the loop. */
 void tacod_service_request_stop(tacod_service *s, const char *id, int why);
 void tacod_service_wake(tacod_service *s);

@@ -54,25 +54,6 @@ static uint64_t cmd_timeout_ms(const tacod_service *s)
 	return (uint64_t)s->cfg.slurm.command_timeout_s * 1000;
 }
 
-static void event(tacod_service *s, const char *job, const char *level,
-		  const char *type, const char *msg, json_t *data)
-{
-	char *text = data ? json_dumps(data, JSON_COMPACT) : NULL;
-
-	tacod_store_event_add(s->store, job, level, type, msg, text, NULL,
-			      NULL);
-	free(text);
-	json_decref(data);
-}
-
-static tacod_running *find(tacod_service *s, const char *id)
-{
-	for (int i = 0; i < s->n_run; i++)
-		if (!strcmp(s->run[i]->id, id))
-			return s->run[i];
-	return NULL;
-}
-
 static tacod_running *new_running(tacod_service *s, const char *id)
 {
 	tacod_running *rj = calloc(1, sizeof(*rj));
@@ -229,7 +210,7 @@ static void settle(tacod_service *s, tacod_running *rj, const char *final)
 			 "Slurm job %lld ended %s: the job resumes from its "
 			 "newest checkpoint",
 			 (long long)sj->slurm_id, final);
-		event(s, rj->id, "warn", "message", m, NULL);
+		tacod_service_event(s, rj->id, "warn", "message", m, NULL);
 		status = 0;
 		sig = SIGKILL;
 	} else if (final && !strcmp(final, "TIMEOUT")) {
@@ -258,7 +239,8 @@ static void settle(tacod_service *s, tacod_running *rj, const char *final)
 				 "status",
 				 (long long)sj->slurm_id, final ? " " : "",
 				 final ? final : "");
-			event(s, rj->id, "warn", "message", m, NULL);
+			tacod_service_event(s, rj->id, "warn", "message", m,
+					    NULL);
 		}
 		status = 0;
 		sig = SIGKILL;
@@ -297,7 +279,7 @@ static void sbatch_done(const tacod_slurm_result *r, void *p)
 	char m[1400];
 
 	pthread_mutex_lock(&s->lock);
-	rj = s->closed ? NULL : find(s, c->id);
+	rj = s->closed ? NULL : tacod_service_find_running(s, c->id);
 	if (!rj || !rj->sj) {
 		/* tacod stopped meanwhile: the next one finds the Slurm job
 		 * by its name */
@@ -323,8 +305,9 @@ static void sbatch_done(const tacod_slurm_result *r, void *p)
 		tacod_store_slurm_put(s->store, &row, NULL);
 		snprintf(m, sizeof(m), "Submitted to Slurm as job %lld",
 			 (long long)id);
-		event(s, rj->id, "info", "message", m,
-		      json_pack("{sI}", "slurm_job_id", (json_int_t)id));
+		tacod_service_event(
+		    s, rj->id, "info", "message", m,
+		    json_pack("{sI}", "slurm_job_id", (json_int_t)id));
 	}
 	uv_async_send(&s->wake); /* a stop asked meanwhile goes out */
 out:
@@ -425,7 +408,7 @@ void tacod_slurm_schedule(tacod_service *s)
 	if (!tacod_store_job_by_status(s->store, TACOD_QUEUED, q, CAP, &n,
 				       NULL))
 		for (int i = 0; i < n && s->n_run < cap; i++)
-			if (!find(s, q[i].id))
+			if (!tacod_service_find_running(s, q[i].id))
 				submit(s, &q[i]);
 	for (int i = 0; i < n; i++)
 		tacod_job_clear(&q[i]);
@@ -507,7 +490,7 @@ static void squeue_done(const tacod_slurm_result *r, void *p)
 		if (s->run[i]->sj)
 			snprintf(ids[k++], TACOD_ID_MAX, "%s", s->run[i]->id);
 	for (int i = 0; i < k; i++) {
-		tacod_running *rj = find(s, ids[i]);
+		tacod_running *rj = tacod_service_find_running(s, ids[i]);
 		const tacod_slurm_entry *x;
 		if (!rj || !rj->sj || rj->sj->submitting)
 			continue;
@@ -619,7 +602,8 @@ int tacod_slurm_attach(tacod_service *s, taco_err *err)
 				 "tacod restarted: it follows Slurm job %lld "
 				 "again",
 				 (long long)rows[i].slurm_id);
-			event(s, j.id, "info", "message", m, NULL);
+			tacod_service_event(s, j.id, "info", "message", m,
+					    NULL);
 		} else {
 			/* cancelled or paused while tacod was away from it */
 			if (rows[i].slurm_id)
@@ -635,14 +619,15 @@ int tacod_slurm_attach(tacod_service *s, taco_err *err)
 		rc = tacod_store_job_by_status(s->store, TACOD_RUNNING, r, CAP,
 					       &n, err);
 	for (int i = 0; !rc && i < n; i++) {
-		if (find(s, r[i].id))
+		if (tacod_service_find_running(s, r[i].id))
 			continue;
 		tacod_store_job_transition(s->store, r[i].id, TACOD_RUNNING,
 					   TACOD_QUEUED, NULL);
-		event(s, r[i].id, "warn", "status",
-		      "tacod restarted: the job resumes from its newest "
-		      "checkpoint",
-		      json_pack("{ss}", "status", "queued"));
+		tacod_service_event(
+		    s, r[i].id, "warn", "status",
+		    "tacod restarted: the job resumes from its newest "
+		    "checkpoint",
+		    json_pack("{ss}", "status", "queued"));
 	}
 	for (int i = 0; i < n; i++)
 		tacod_job_clear(&r[i]);

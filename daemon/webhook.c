@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "api/types.h"
+#include "config.h"
 
 /* A secret_file holds one line: the whsec_ secret. */
 #define SECRET_FILE_MAX 512
@@ -126,23 +127,6 @@ static int url_ok(const char *u, size_t len)
 	return 1;
 }
 
-static int int_field(json_t *o, const char *key, int64_t lo, int64_t hi,
-		     int64_t *out, const char *name, int i, taco_err *err)
-{
-	json_t *v = json_object_get(o, key);
-
-	if (!v)
-		return 0;
-	if (!json_is_integer(v) || json_integer_value(v) < lo ||
-	    json_integer_value(v) > hi)
-		return taco_err_set(err, -EINVAL,
-				    "%s: 'webhooks[%d].%s' must be an integer "
-				    "in [%lld, %lld]",
-				    name, i, key, (long long)lo, (long long)hi);
-	*out = json_integer_value(v);
-	return 0;
-}
-
 static int events(json_t *v, const char *name, int i, unsigned *out,
 		  taco_err *err)
 {
@@ -196,8 +180,7 @@ static int endpoint(json_t *o, const char *name, int i, tacod_webhook *w,
 	json_t *sf = json_object_get(o, "secret_file");
 	const char *k;
 	json_t *v;
-	int64_t x;
-	int r;
+	int base, r;
 
 	if (!json_is_object(o))
 		return taco_err_set(err, -EINVAL,
@@ -260,22 +243,18 @@ static int endpoint(json_t *o, const char *name, int i, tacod_webhook *w,
 				    name, i);
 	if ((r = events(v, name, i, &w->events, err)))
 		return r;
-	x = w->max_attempts;
-	if ((r = int_field(o, "max_attempts", 1, 30, &x, name, i, err)))
+	snprintf(field, sizeof(field), "webhooks[%d].", i);
+	base = (int)w->retry_base_ms;
+	if ((r = tacod_config_int(o, field, "max_attempts", 1, 30,
+				  &w->max_attempts, name, err)) ||
+	    (r = tacod_config_int(o, field, "timeout_s", 1, 60, &w->timeout_s,
+				  name, err)) ||
+	    (r = tacod_config_int(o, field, "retry_base_ms", 100,
+				  (int)BACKOFF_CAP_MS, &base, name, err)) ||
+	    (r = tacod_config_int(o, field, "progress_interval_s", 1, 86400,
+				  &w->progress_interval_s, name, err)))
 		return r;
-	w->max_attempts = (int)x;
-	x = w->timeout_s;
-	if ((r = int_field(o, "timeout_s", 1, 60, &x, name, i, err)))
-		return r;
-	w->timeout_s = (int)x;
-	if ((r = int_field(o, "retry_base_ms", 100, BACKOFF_CAP_MS,
-			   &w->retry_base_ms, name, i, err)))
-		return r;
-	x = w->progress_interval_s;
-	if ((r = int_field(o, "progress_interval_s", 1, 86400, &x, name, i,
-			   err)))
-		return r;
-	w->progress_interval_s = (int)x;
+	w->retry_base_ms = base;
 	return 0;
 }
 
