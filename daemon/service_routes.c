@@ -372,10 +372,21 @@ static int job_plan(tacod_http_req *r, void *ctx)
 				    json_integer((json_int_t)a.plan.host));
 		json_object_set_new(
 		    o, "settings",
-		    json_pack("{ss sb si}", "precision",
+		    json_pack("{ss sb si si si}", "precision",
 			      a.plan.act_dtype == TK_BF16 ? "bf16" : "fp32",
 			      "activation_offload", a.plan.offload,
-			      "mlp_chunks", a.plan.mlp_chunks));
+			      "mlp_chunks", a.plan.mlp_chunks,
+			      "streamed_layers", a.plan.stream_layers, "layers",
+			      a.plan.layers));
+		/* weights streamed from host memory: what crosses the bus */
+		json_object_set_new(o, "transfer",
+				    json_pack("{sI sI sI}",
+					      "host_weights_bytes",
+					      (json_int_t)a.plan.host_weights,
+					      "to_device_bytes_per_step",
+					      (json_int_t)a.plan.to_device,
+					      "to_host_bytes_per_step",
+					      (json_int_t)a.plan.to_host));
 	}
 	if (a.planned && !a.fits)
 		json_object_set_new(

@@ -17,6 +17,11 @@
 #include "tacod_harness.h"
 #include "testutil.h"
 
+static long long jint(json_t *o, const char *k)
+{
+	return (long long)json_integer_value(json_object_get(o, k));
+}
+
 START_TEST(test_lifecycle)
 {
 	json_t *j, *ev;
@@ -198,6 +203,38 @@ START_TEST(test_rejections_and_cancel)
 	ck_assert_str_eq(th_str(json_object_get(j, "error"), "code"),
 			 "insufficient_memory");
 	json_decref(j);
+	/* weights streamed from host memory: the plan says how many layers
+	 * and what crosses the bus; on the device, nothing does */
+	for (int host = 0; host < 2; host++) {
+		json_t *st, *tr;
+		snprintf(path, sizeof(path),
+			 "{\"model\": \"llama_gqa\", \"training_file\": "
+			 "\"%s\", \"taco\": {\"steps\": 2, \"weights\": "
+			 "\"%s\"}}",
+			 file, host ? "host" : "device");
+		ck_assert_int_eq(
+		    th_call("POST", "/v1/fine_tuning/plan", path, NULL, &j),
+		    200);
+		st = json_object_get(j, "settings");
+		tr = json_object_get(j, "transfer");
+		ck_assert_int_gt(jint(st, "layers"), 0);
+		ck_assert_int_eq(jint(st, "streamed_layers"),
+				 host ? jint(st, "layers") : 0);
+		if (host) {
+			ck_assert_int_gt(jint(tr, "host_weights_bytes"), 0);
+			ck_assert_int_le(jint(tr, "host_weights_bytes"),
+					 jint(j, "host_bytes"));
+			/* every streamed matrix twice (forward, backward) */
+			ck_assert_int_ge(jint(tr, "to_device_bytes_per_step"),
+					 jint(tr, "host_weights_bytes"));
+			ck_assert_int_gt(jint(tr, "to_host_bytes_per_step"), 0);
+		} else {
+			ck_assert_int_eq(jint(tr, "host_weights_bytes"), 0);
+			ck_assert_int_eq(jint(tr, "to_device_bytes_per_step"),
+					 0);
+		}
+		json_decref(j);
+	}
 	ck_assert_int_eq(th_call("GET", "/v1/fine_tuning/jobs", NULL, NULL, &j),
 			 200);
 	ck_assert_int_eq(json_array_size(json_object_get(j, "data")), 0);

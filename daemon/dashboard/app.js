@@ -479,6 +479,11 @@
 				el('p', { class: p.fits ? 'ok' : 'error', id: 'plan-fits' }, p.fits ? 'Fits: ' : 'Does not fit: ',
 					C.bytes(p.total_bytes) + ' planned of ' + C.bytes(p.device_memory_bytes) + ' device memory' +
 					(p.host_bytes ? ', ' + C.bytes(p.host_bytes) + ' host memory' : '') + (p.peak_phase ? ' (peak: ' + p.peak_phase + ')' : '')),
+				p.settings ? el('p', { class: 'muted', id: 'plan-settings' }, 'Settings: precision ' + p.settings.precision +
+					', activation offload ' + (p.settings.activation_offload ? 'on' : 'off') + ', ' + p.settings.mlp_chunks + ' MLP block(s)' +
+					(p.settings.streamed_layers ? ', weights of ' + p.settings.streamed_layers + ' of ' + p.settings.layers +
+						' layers streamed from host memory (' + C.bytes(p.transfer.to_device_bytes_per_step) + ' to the device and ' +
+						C.bytes(p.transfer.to_host_bytes_per_step) + ' back per step)' : '')) : null,
 				el('div', { class: 'plan-bar-wrap' }, canvas),
 				el('table', { class: 'list small', id: 'plan-terms' }, el('tbody', {}, terms.map(([k, v]) =>
 					el('tr', {}, el('td', {}, k), el('td', { class: 'num' }, C.bytes(v)), el('td', { class: 'num muted' }, (100 * v / p.total_bytes).toFixed(1) + '%'))))),

@@ -392,6 +392,8 @@ def run(t, locked, d, shots):
     check(d.find_element(By.ID, "plan-fits").text.startswith("Fits"), d.find_element(By.ID, "plan-fits").text)
     nterms = d.execute_script("return Chart.getChart(document.getElementById('plan-bar')).data.datasets.length")
     check(nterms >= 3, f"plan bar with {nterms} terms")
+    settings = d.find_element(By.ID, "plan-settings").text
+    check(settings.startswith("Settings: precision ") and "streamed" not in settings, f"settings: {settings}")
     report = d.find_element(By.ID, "plan-report").text
     check("no problems in 2000 lines" in report, f"report: {report}")
     screenshot(d, shots, "new-job")
