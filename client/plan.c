@@ -18,6 +18,39 @@ static int plan_opt(void *ctx, int id, const char *arg)
 	return ctl_jobspec_option(o->spec, o->cmd, id, arg);
 }
 
+/* What admission chose, and what crosses the bus with streamed weights. */
+static void settings(json_t *p)
+{
+	json_t *s = json_object_get(p, "settings");
+	json_t *t = json_object_get(p, "transfer");
+	char a[32], b[32];
+
+	if (!json_is_object(s))
+		return;
+	printf("settings: precision %s, activation offload %s, %lld MLP "
+	       "block%s",
+	       ctl_str(s, "precision"),
+	       json_is_true(json_object_get(s, "activation_offload")) ? "on"
+								      : "off",
+	       ctl_int(s, "mlp_chunks"),
+	       ctl_int(s, "mlp_chunks") == 1 ? "" : "s");
+	if (ctl_int(s, "streamed_layers") > 0)
+		printf(
+		    ", weights of %lld of %lld layers streamed from host "
+		    "memory (%s to the device, %s back per step)",
+		    ctl_int(s, "streamed_layers"), ctl_int(s, "layers"),
+		    ctl_fmt_bytes(
+			(double)ctl_int(t, "to_device_bytes_per_step"), a,
+			sizeof(a)),
+		    ctl_fmt_bytes((double)ctl_int(t, "to_host_bytes_per_step"),
+				  b, sizeof(b)));
+	printf("\n");
+	if (ctl_int(p, "host_bytes") > 0)
+		printf("host memory: %s\n",
+		       ctl_fmt_bytes((double)ctl_int(p, "host_bytes"), a,
+				     sizeof(a)));
+}
+
 static void memory(json_t *p)
 {
 	json_t *terms = json_object_get(p, "terms");
@@ -55,6 +88,7 @@ static void memory(json_t *p)
 	ctl_table_print(&t, stdout);
 	ctl_table_free(&t);
 	printf("fits: %s\n", fit);
+	settings(p);
 }
 
 static void advice(json_t *a)

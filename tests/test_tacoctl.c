@@ -555,6 +555,7 @@ START_TEST(test_plan_pause_cancel_device)
 	fclose(f);
 	ck_run(0, &r, "plan", jobfile, "--seq-len", "24");
 	has(r.out, "fits: yes");
+	has(r.out, "settings: precision ");
 	has(r.out, "Training data not validated: ");
 	has(r.out, "larger than limits.max_sync_validate_bytes (1000)");
 	run_free(&r);
