@@ -605,7 +605,7 @@ void tacod_service_wake(tacod_service *s)
 
 /* ---- start and stop ---------------------------------------------------- */
 
-static int requeue_running(tacod_service *s, taco_err *err)
+int tacod_service_requeue_running(tacod_service *s, taco_err *err)
 {
 	enum { CAP = 256 };
 	tacod_job *r = calloc(CAP, sizeof(*r));
@@ -616,6 +616,8 @@ static int requeue_running(tacod_service *s, taco_err *err)
 	rc =
 	    tacod_store_job_by_status(s->store, TACOD_RUNNING, r, CAP, &n, err);
 	for (int i = 0; !rc && i < n; i++) {
+		if (tacod_service_find_running(s, r[i].id))
+			continue; /* a Slurm job tacod re-attached to */
 		tacod_store_job_transition(s->store, r[i].id, TACOD_RUNNING,
 					   TACOD_QUEUED, NULL);
 		tacod_service_event(
@@ -685,7 +687,7 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 	    (r = tacod_store_open(db, &s->store, err)) ||
 	    (r = config->scheduler == TACOD_SCHED_SLURM
 		     ? tacod_slurm_attach(s, err)
-		     : requeue_running(s, err)) ||
+		     : tacod_service_requeue_running(s, err)) ||
 	    (r = revalidate(s, err)) || (r = tacod_webhooks_start(s, err)) ||
 	    (r = tacod_validate_start(s, err)))
 		goto fail;

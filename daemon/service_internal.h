@@ -121,6 +121,9 @@ int tacod_route_model_content(tacod_http_req *r, void *ctx);
 int tacod_route_dashboard(tacod_http_req *r, void *ctx);
 int tacod_route_dashboard_file(tacod_http_req *r, void *ctx);
 void tacod_service_routes(tacod_service *s);
+/* At start: jobs the store has as running but nobody runs (none in the
+ * running set) are queued again, to resume from their newest checkpoint. */
+int tacod_service_requeue_running(tacod_service *s, taco_err *err);
 /* Adds an event to a job's log (data, NULL or a JSON object, is consumed;
  * followers get it on the next pump). Lock held. */
 void tacod_service_event(tacod_service *s, const char *job, const char *level,

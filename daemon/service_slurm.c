@@ -572,15 +572,12 @@ static void on_timer(uv_timer_t *t)
 
 int tacod_slurm_attach(tacod_service *s, taco_err *err)
 {
-	enum { CAP = 256 };
 	tacod_slurm_row *rows = calloc(TACOD_MAX_RUNNING, sizeof(*rows));
-	tacod_job *r = calloc(CAP, sizeof(*r));
 	int n = 0, rc;
 
 	s->slurm = calloc(1, sizeof(*s->slurm));
-	if (!rows || !r || !s->slurm) {
+	if (!rows || !s->slurm) {
 		free(rows);
-		free(r);
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	}
 	rc = tacod_store_slurm_list(s->store, rows, TACOD_MAX_RUNNING, &n, err);
@@ -614,24 +611,8 @@ int tacod_slurm_attach(tacod_service *s, taco_err *err)
 	}
 	/* running without a Slurm job: queued again, as after a local
 	 * tacod's restart */
-	n = 0;
 	if (!rc)
-		rc = tacod_store_job_by_status(s->store, TACOD_RUNNING, r, CAP,
-					       &n, err);
-	for (int i = 0; !rc && i < n; i++) {
-		if (tacod_service_find_running(s, r[i].id))
-			continue;
-		tacod_store_job_transition(s->store, r[i].id, TACOD_RUNNING,
-					   TACOD_QUEUED, NULL);
-		tacod_service_event(
-		    s, r[i].id, "warn", "status",
-		    "tacod restarted: the job resumes from its newest "
-		    "checkpoint",
-		    json_pack("{ss}", "status", "queued"));
-	}
-	for (int i = 0; i < n; i++)
-		tacod_job_clear(&r[i]);
-	free(r);
+		rc = tacod_service_requeue_running(s, err);
 	free(rows);
 	return rc;
 }
