@@ -96,23 +96,6 @@ int taco_st_dtype_from_name(const char *name)
 	return -1;
 }
 
-/* Sets err to "file: <fmt...>" and returns code. */
-static int fail(taco_err *err, int code, const char *file, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(taco_err *err, int code, const char *file, const char *fmt, ...)
-{
-	char buf[sizeof(err->msg)];
-	va_list ap;
-
-	if (!err)
-		return code;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	return taco_err_set(err, code, "%s: %s", file, buf);
-}
-
 static uint64_t le64(const unsigned char *p)
 {
 	uint64_t v = 0;
@@ -207,30 +190,30 @@ static int parse_tensor(taco_st_tensor *t, const json_t *v,
 	int zero = 0;
 
 	if (!json_is_object(v))
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "tensor '%s': entry is not an object", name);
 	ds = json_string_value(json_object_get(v, "dtype"));
 	if (!ds)
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "tensor '%s': dtype missing or not a string", name);
 	t->dtype = taco_st_dtype_from_name(ds);
 	if (t->dtype < 0)
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "tensor '%s': unknown dtype '%.32s'", name, ds);
 	esize = taco_st_dtype_size(t->dtype);
 
 	shape = json_object_get(v, "shape");
 	if (!json_is_array(shape))
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "tensor '%s': shape missing or not an array", name);
 	if (json_array_size(shape) > TACO_ST_MAX_DIMS)
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "tensor '%s': shape has %zu dims, limit is %d",
 			    name, json_array_size(shape), TACO_ST_MAX_DIMS);
 	t->ndim = (int)json_array_size(shape);
 	for (int d = 0; d < t->ndim; d++) {
 		if (get_uint(json_array_get(shape, (size_t)d), &x) != 0)
-			return fail(
+			return taco_err_at(
 			    err, -EINVAL, file,
 			    "tensor '%s': shape[%d] is not a non-negative "
 			    "integer",
@@ -242,7 +225,7 @@ static int parse_tensor(taco_st_tensor *t, const json_t *v,
 	for (int d = 0; d < t->ndim && !zero; d++) {
 		x = (uint64_t)t->shape[d];
 		if (nelem > UINT64_MAX / x)
-			return fail(
+			return taco_err_at(
 			    err, -EINVAL, file,
 			    "tensor '%s': shape element count overflows", name);
 		nelem *= x;
@@ -250,29 +233,29 @@ static int parse_tensor(taco_st_tensor *t, const json_t *v,
 	if (zero)
 		nelem = 0;
 	if (nelem > UINT64_MAX / esize)
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "tensor '%s': shape byte size overflows", name);
 	t->nbytes = nelem * esize;
 
 	offs = json_object_get(v, "data_offsets");
 	if (!json_is_array(offs) || json_array_size(offs) != 2)
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "tensor '%s': data_offsets missing or not a "
 			    "[begin, end] array",
 			    name);
 	if (get_uint(json_array_get(offs, 0), &begin) != 0 ||
 	    get_uint(json_array_get(offs, 1), &end) != 0)
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "tensor '%s': data_offsets are not non-negative "
 			    "integers",
 			    name);
 	if (end < begin)
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "tensor '%s': data_offsets end %llu < begin %llu",
 			    name, (unsigned long long)end,
 			    (unsigned long long)begin);
 	if (end > region_len)
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "tensor '%s': data_offsets end %llu beyond data "
 			    "region of %llu bytes",
 			    name, (unsigned long long)end,
@@ -281,7 +264,7 @@ static int parse_tensor(taco_st_tensor *t, const json_t *v,
 		char sh[256];
 
 		format_shape(sh, sizeof(sh), t);
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "tensor '%s': data_offsets span %llu bytes but "
 			    "shape %s of %s needs %llu",
 			    name, (unsigned long long)(end - begin), sh, ds,
@@ -303,16 +286,16 @@ static int scan_meta(const json_t *meta, const char *file, size_t *count,
 	if (json_is_null(meta))
 		return 0;
 	if (!json_is_object(meta))
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "__metadata__ is not an object");
 	json_object_keylen_foreach((json_t *)meta, key, klen, v)
 	{
 		if (strlen(key) != klen)
-			return fail(err, -EINVAL, file,
+			return taco_err_at(err, -EINVAL, file,
 				    "__metadata__ key contains a NUL byte");
 		if (!json_is_string(v) ||
 		    strlen(json_string_value(v)) != json_string_length(v))
-			return fail(err, -EINVAL, file,
+			return taco_err_at(err, -EINVAL, file,
 				    "__metadata__ '%.200s': value is not a "
 				    "string",
 				    key);
@@ -344,22 +327,22 @@ static int build_file(taco_st_file *f, json_t *root,
 	int rc;
 
 	if (!json_is_object(root))
-		return fail(err, -EINVAL, file, "JSON header is not an object");
+		return taco_err_at(err, -EINVAL, file, "JSON header is not an object");
 	if (json_object_size(root) > TACO_ST_MAX_TENSORS + 1)
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "header lists %zu entries, limit is %u tensors",
 			    json_object_size(root), TACO_ST_MAX_TENSORS);
 	json_object_keylen_foreach(root, key, klen, v)
 	{
 		if (strlen(key) != klen)
-			return fail(err, -EINVAL, file,
+			return taco_err_at(err, -EINVAL, file,
 				    "tensor name contains a NUL byte");
 		if (strcmp(key, "__metadata__") == 0) {
 			meta = v;
 			continue;
 		}
 		if (klen > TACO_ST_MAX_NAME)
-			return fail(
+			return taco_err_at(
 			    err, -EINVAL, file,
 			    "tensor '%.64s...': name is %zu bytes, limit "
 			    "is %d",
@@ -368,7 +351,7 @@ static int build_file(taco_st_file *f, json_t *root,
 		n++;
 	}
 	if (n > TACO_ST_MAX_TENSORS)
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "header lists %zu tensors, limit is %u", n,
 			    TACO_ST_MAX_TENSORS);
 	if (meta && (rc = scan_meta(meta, file, &nmeta, &bytes, err)) != 0)
@@ -379,7 +362,7 @@ static int build_file(taco_st_file *f, json_t *root,
 	f->meta = malloc((nmeta ? 2 * nmeta : 1) * sizeof(*f->meta));
 	f->strings = malloc(bytes ? bytes : 1);
 	if (!f->t || !f->by_name || !f->meta || !f->strings)
-		return fail(err, -ENOMEM, file, "out of memory for %zu tensors",
+		return taco_err_at(err, -ENOMEM, file, "out of memory for %zu tensors",
 			    n);
 	arena = f->strings;
 
@@ -418,7 +401,7 @@ static int build_file(taco_st_file *f, json_t *root,
 		uint64_t cb = (uint64_t)(cd - region);
 
 		if (cb < pe)
-			return fail(err, -EINVAL, file,
+			return taco_err_at(err, -EINVAL, file,
 				    "tensors '%s' [%llu, %llu) and '%s' [%llu, "
 				    "%llu) overlap",
 				    f->t[i - 1].name, (unsigned long long)pb,
@@ -431,7 +414,7 @@ static int build_file(taco_st_file *f, json_t *root,
 	qsort(f->by_name, n, sizeof(*f->by_name), cmp_tensor_name);
 	for (i = 1; i < n; i++)
 		if (strcmp(f->by_name[i - 1]->name, f->by_name[i]->name) == 0)
-			return fail(err, -EINVAL, file,
+			return taco_err_at(err, -EINVAL, file,
 				    "duplicate tensor name '%s'",
 				    f->by_name[i]->name);
 	return 0;
@@ -476,17 +459,17 @@ static int parse_into(taco_st_file *f, const unsigned char *p, size_t len,
 	int rc;
 
 	if (len < 8)
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "file too short (%zu bytes) for the 8-byte header "
 			    "length",
 			    len);
 	hlen = le64(p);
 	if (hlen > TACO_ST_MAX_HEADER_BYTES)
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "header length %llu exceeds the limit of %u bytes",
 			    (unsigned long long)hlen, TACO_ST_MAX_HEADER_BYTES);
 	if (hlen > len - 8)
-		return fail(
+		return taco_err_at(
 		    err, -EINVAL, file,
 		    "header length %llu larger than the %zu bytes after "
 		    "the length prefix (truncated file?)",
@@ -495,10 +478,10 @@ static int parse_into(taco_st_file *f, const unsigned char *p, size_t len,
 			  JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
 	if (!root) {
 		if (strstr(jerr.text, "duplicate object key"))
-			return fail(err, -EINVAL, file,
+			return taco_err_at(err, -EINVAL, file,
 				    "duplicate name in JSON header (%s)",
 				    jerr.text);
-		return fail(err, -EINVAL, file,
+		return taco_err_at(err, -EINVAL, file,
 			    "invalid JSON header at line %d column %d: %s",
 			    jerr.line, jerr.column, jerr.text);
 	}
@@ -516,10 +499,10 @@ int taco_st_parse(const void *buf, size_t len, const char *filename_for_errors,
 	int rc;
 
 	if (!buf && len)
-		return fail(err, -EINVAL, file, "NULL buffer");
+		return taco_err_at(err, -EINVAL, file, "NULL buffer");
 	f = file_new(file);
 	if (!f)
-		return fail(err, -ENOMEM, file, "out of memory");
+		return taco_err_at(err, -ENOMEM, file, "out of memory");
 	rc = parse_into(f, buf ? buf : "", buf ? len : 0, err);
 	if (rc != 0) {
 		file_free(f);
@@ -540,32 +523,32 @@ int taco_st_open(const char *path, taco_st_file **out, taco_err *err)
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		fail(err, rc, path, "cannot open: %s", strerror(-rc));
+		taco_err_at(err, rc, path, "cannot open: %s", strerror(-rc));
 		goto out;
 	}
 	if (fstat(fd, &st) != 0) {
 		rc = -errno;
-		fail(err, rc, path, "cannot stat: %s", strerror(-rc));
+		taco_err_at(err, rc, path, "cannot stat: %s", strerror(-rc));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		rc = fail(err, -EINVAL, path, "not a regular file");
+		rc = taco_err_at(err, -EINVAL, path, "not a regular file");
 		goto out;
 	}
 	if (st.st_size < 8) {
-		rc = fail(err, -EINVAL, path,
+		rc = taco_err_at(err, -EINVAL, path,
 			  "file too short (%lld bytes) for the 8-byte header "
 			  "length",
 			  (long long)st.st_size);
 		goto out;
 	}
 	if ((uint64_t)st.st_size > SIZE_MAX) {
-		rc = fail(err, -EFBIG, path, "file too large to map");
+		rc = taco_err_at(err, -EFBIG, path, "file too large to map");
 		goto out;
 	}
 	f = file_new(path);
 	if (!f) {
-		rc = fail(err, -ENOMEM, path, "out of memory");
+		rc = taco_err_at(err, -ENOMEM, path, "out of memory");
 		goto out;
 	}
 	f->map_len = (size_t)st.st_size;
@@ -573,7 +556,7 @@ int taco_st_open(const char *path, taco_st_file **out, taco_err *err)
 	if (f->map == MAP_FAILED) {
 		f->map = NULL;
 		rc = -errno;
-		fail(err, rc, path, "cannot mmap %zu bytes: %s", f->map_len,
+		taco_err_at(err, rc, path, "cannot mmap %zu bytes: %s", f->map_len,
 		     strerror(-rc));
 		goto out;
 	}
@@ -631,10 +614,10 @@ static int check_weight(const char *file, const char *name,
 			taco_err *err)
 {
 	if (!t)
-		return fail(err, -ENOENT, file, "tensor '%s' not found",
+		return taco_err_at(err, -ENOENT, file, "tensor '%s' not found",
 			    name ? name : "(null)");
 	if (!taco_st_dtype_supported(t->dtype))
-		return fail(err, -ENOTSUP, file,
+		return taco_err_at(err, -ENOTSUP, file,
 			    "tensor '%s': dtype %s is not supported as a model "
 			    "weight (need F32, BF16 or F16)",
 			    t->name, taco_st_dtype_name(t->dtype));
@@ -703,7 +686,7 @@ static int model_index_tensors(taco_st_model *m, taco_err *err)
 	m->all = malloc((n ? n : 1) * sizeof(*m->all));
 	m->by_name = malloc((n ? n : 1) * sizeof(*m->by_name));
 	if (!m->all || !m->by_name)
-		return fail(err, -ENOMEM, m->dir,
+		return taco_err_at(err, -ENOMEM, m->dir,
 			    "out of memory for %zu tensors", n);
 	for (size_t s = 0; s < m->nshards; s++)
 		for (size_t i = 0; i < m->shards[s]->n; i++)
@@ -713,7 +696,7 @@ static int model_index_tensors(taco_st_model *m, taco_err *err)
 	qsort(m->by_name, n, sizeof(*m->by_name), cmp_tensor_name);
 	for (size_t i = 1; i < n; i++)
 		if (strcmp(m->by_name[i - 1]->name, m->by_name[i]->name) == 0)
-			return fail(
+			return taco_err_at(
 			    err, -EINVAL, m->dir,
 			    "tensor '%s' appears in more than one shard",
 			    m->by_name[i]->name);
@@ -732,26 +715,26 @@ static int read_small_file(const char *path, char **out, size_t *len,
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		return fail(err, rc, path, "cannot open: %s", strerror(-rc));
+		return taco_err_at(err, rc, path, "cannot open: %s", strerror(-rc));
 	}
 	if (fstat(fd, &st) != 0) {
 		rc = -errno;
-		fail(err, rc, path, "cannot stat: %s", strerror(-rc));
+		taco_err_at(err, rc, path, "cannot stat: %s", strerror(-rc));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		rc = fail(err, -EINVAL, path, "not a regular file");
+		rc = taco_err_at(err, -EINVAL, path, "not a regular file");
 		goto out;
 	}
 	if (st.st_size > (off_t)TACO_ST_MAX_HEADER_BYTES) {
-		rc = fail(err, -EINVAL, path,
+		rc = taco_err_at(err, -EINVAL, path,
 			  "%lld bytes exceeds the limit of %u bytes",
 			  (long long)st.st_size, TACO_ST_MAX_HEADER_BYTES);
 		goto out;
 	}
 	buf = malloc((size_t)st.st_size + 1);
 	if (!buf) {
-		rc = fail(err, -ENOMEM, path, "out of memory");
+		rc = taco_err_at(err, -ENOMEM, path, "out of memory");
 		goto out;
 	}
 	while (got < (size_t)st.st_size) {
@@ -761,7 +744,7 @@ static int read_small_file(const char *path, char **out, size_t *len,
 			continue;
 		if (r < 0) {
 			rc = -errno;
-			fail(err, rc, path, "read error: %s", strerror(-rc));
+			taco_err_at(err, rc, path, "read error: %s", strerror(-rc));
 			goto out;
 		}
 		if (r == 0)
@@ -803,27 +786,27 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 		return rc;
 	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
-		rc = fail(err, -EINVAL, ipath,
+		rc = taco_err_at(err, -EINVAL, ipath,
 			  "invalid JSON at line %d column %d: %s", jerr.line,
 			  jerr.column, jerr.text);
 		goto out;
 	}
 	wm = json_object_get(root, "weight_map");
 	if (!json_is_object(wm)) {
-		rc = fail(err, -EINVAL, ipath,
+		rc = taco_err_at(err, -EINVAL, ipath,
 			  "weight_map missing or not an object");
 		goto out;
 	}
 	if (json_object_size(wm) == 0 ||
 	    json_object_size(wm) > TACO_ST_MAX_TENSORS) {
-		rc = fail(err, -EINVAL, ipath,
+		rc = taco_err_at(err, -EINVAL, ipath,
 			  "weight_map lists %zu tensors (need 1 to %u)",
 			  json_object_size(wm), TACO_ST_MAX_TENSORS);
 		goto out;
 	}
 	names = malloc(json_object_size(wm) * sizeof(*names));
 	if (!names) {
-		rc = fail(err, -ENOMEM, ipath, "out of memory");
+		rc = taco_err_at(err, -ENOMEM, ipath, "out of memory");
 		goto out;
 	}
 	json_object_keylen_foreach(wm, key, klen, v)
@@ -831,19 +814,19 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 		const char *s = json_string_value(v);
 
 		if (strlen(key) != klen || klen > TACO_ST_MAX_NAME) {
-			rc = fail(err, -EINVAL, ipath,
+			rc = taco_err_at(err, -EINVAL, ipath,
 				  "weight_map: bad tensor name '%.64s'", key);
 			goto out;
 		}
 		if (!s) {
-			rc = fail(err, -EINVAL, ipath,
+			rc = taco_err_at(err, -EINVAL, ipath,
 				  "weight_map: tensor '%s': shard is not a "
 				  "string",
 				  key);
 			goto out;
 		}
 		if (strlen(s) != json_string_length(v) || !shard_name_ok(s)) {
-			rc = fail(err, -EINVAL, ipath,
+			rc = taco_err_at(err, -EINVAL, ipath,
 				  "weight_map: tensor '%s': shard '%.300s' is "
 				  "not a plain file name",
 				  key, s);
@@ -856,21 +839,21 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 		if (nu == 0 || strcmp(names[nu - 1], names[i]) != 0)
 			names[nu++] = names[i];
 	if (nu > TACO_ST_MAX_SHARDS) {
-		rc = fail(err, -EINVAL, ipath,
+		rc = taco_err_at(err, -EINVAL, ipath,
 			  "weight_map names %zu shards, limit is %d", nu,
 			  TACO_ST_MAX_SHARDS);
 		goto out;
 	}
 	m->shards = calloc(nu, sizeof(*m->shards));
 	if (!m->shards) {
-		rc = fail(err, -ENOMEM, ipath, "out of memory");
+		rc = taco_err_at(err, -ENOMEM, ipath, "out of memory");
 		goto out;
 	}
 	for (size_t s = 0; s < nu; s++) {
 		char *spath = join_path(m->dir, names[s]);
 
 		if (!spath) {
-			rc = fail(err, -ENOMEM, ipath, "out of memory");
+			rc = taco_err_at(err, -ENOMEM, ipath, "out of memory");
 			goto out;
 		}
 		rc = taco_st_open(spath, &m->shards[s], err);
@@ -886,7 +869,7 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 
 		hit = bsearch(&s, names, nu, sizeof(*names), cmp_str);
 		if (!hit || !taco_st_find(m->shards[hit - names], key)) {
-			rc = fail(err, -EINVAL, ipath,
+			rc = taco_err_at(err, -EINVAL, ipath,
 				  "tensor '%s' listed for shard '%s' but not "
 				  "found in it",
 				  key, s);
@@ -902,13 +885,13 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 			    json_object_get(wm, f->t[i].name));
 
 			if (!want) {
-				rc = fail(err, -EINVAL, f->path,
+				rc = taco_err_at(err, -EINVAL, f->path,
 					  "tensor '%s' is not listed in %s",
 					  f->t[i].name, INDEX_NAME);
 				goto out;
 			}
 			if (strcmp(want, names[s]) != 0) {
-				rc = fail(err, -EINVAL, f->path,
+				rc = taco_err_at(err, -EINVAL, f->path,
 					  "tensor '%s' is listed in %s for "
 					  "shard '%s'",
 					  f->t[i].name, INDEX_NAME, want);
@@ -938,25 +921,25 @@ int taco_st_open_model(const char *dir, taco_st_model **out, taco_err *err)
 	if (!m || !(m->dir = strdup(dir)) ||
 	    !(ipath = join_path(dir, INDEX_NAME)) ||
 	    !(spath = join_path(dir, SINGLE_NAME))) {
-		rc = fail(err, -ENOMEM, dir, "out of memory");
+		rc = taco_err_at(err, -ENOMEM, dir, "out of memory");
 		goto out;
 	}
 	if (stat(ipath, &st) == 0) {
 		rc = open_index(m, ipath, err);
 	} else if (errno != ENOENT) {
 		rc = -errno;
-		fail(err, rc, ipath, "cannot stat: %s", strerror(-rc));
+		taco_err_at(err, rc, ipath, "cannot stat: %s", strerror(-rc));
 	} else if (stat(spath, &st) == 0 || errno != ENOENT) {
 		m->shards = calloc(1, sizeof(*m->shards));
 		if (!m->shards) {
-			rc = fail(err, -ENOMEM, dir, "out of memory");
+			rc = taco_err_at(err, -ENOMEM, dir, "out of memory");
 			goto out;
 		}
 		rc = taco_st_open(spath, &m->shards[0], err);
 		if (rc == 0)
 			m->nshards = 1;
 	} else {
-		rc = fail(err, -ENOENT, dir, "no %s or %s in this directory",
+		rc = taco_err_at(err, -ENOENT, dir, "no %s or %s in this directory",
 			  SINGLE_NAME, INDEX_NAME);
 	}
 	if (rc == 0)

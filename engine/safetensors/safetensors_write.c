@@ -23,22 +23,6 @@ struct chunk {
 	uint64_t len;
 };
 
-static int fail(taco_err *err, int code, const char *file, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(taco_err *err, int code, const char *file, const char *fmt, ...)
-{
-	char buf[sizeof(err->msg)];
-	va_list ap;
-
-	if (!err)
-		return code;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	return taco_err_set(err, code, "%s: %s", file, buf);
-}
-
 static char *join_path(const char *dir, const char *name)
 {
 	size_t a = strlen(dir), b = strlen(name);
@@ -68,9 +52,9 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 	int rc = 0;
 
 	if (n && !ts)
-		return fail(err, -EINVAL, path, "NULL tensor array");
+		return taco_err_at(err, -EINVAL, path, "NULL tensor array");
 	if (n > TACO_ST_MAX_TENSORS)
-		return fail(err, -EINVAL, path, "%zu tensors, limit is %u", n,
+		return taco_err_at(err, -EINVAL, path, "%zu tensors, limit is %u", n,
 			    TACO_ST_MAX_TENSORS);
 	for (size_t i = 0; i < n; i++) {
 		const taco_st_tensor *t = &ts[i];
@@ -79,29 +63,29 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 		int zero = 0;
 
 		if (!t->name)
-			return fail(err, -EINVAL, path, "tensor %zu: NULL name",
+			return taco_err_at(err, -EINVAL, path, "tensor %zu: NULL name",
 				    i);
 		if (strlen(t->name) > TACO_ST_MAX_NAME)
-			return fail(
+			return taco_err_at(
 			    err, -EINVAL, path,
 			    "tensor '%.64s...': name is %zu bytes, limit "
 			    "is %d",
 			    t->name, strlen(t->name), TACO_ST_MAX_NAME);
 		if (strcmp(t->name, "__metadata__") == 0)
-			return fail(err, -EINVAL, path,
+			return taco_err_at(err, -EINVAL, path,
 				    "tensor name '__metadata__' is reserved");
 		esize = taco_st_dtype_size(t->dtype);
 		if (!esize)
-			return fail(err, -EINVAL, path,
+			return taco_err_at(err, -EINVAL, path,
 				    "tensor '%s': unknown dtype %d", t->name,
 				    t->dtype);
 		if (t->ndim < 0 || t->ndim > TACO_ST_MAX_DIMS)
-			return fail(err, -EINVAL, path,
+			return taco_err_at(err, -EINVAL, path,
 				    "tensor '%s': ndim %d outside 0..%d",
 				    t->name, t->ndim, TACO_ST_MAX_DIMS);
 		for (int d = 0; d < t->ndim; d++) {
 			if (t->shape[d] < 0)
-				return fail(err, -EINVAL, path,
+				return taco_err_at(err, -EINVAL, path,
 					    "tensor '%s': shape[%d] = %lld is "
 					    "negative",
 					    t->name, d, (long long)t->shape[d]);
@@ -112,7 +96,7 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 			uint64_t x = (uint64_t)t->shape[d];
 
 			if (nelem > UINT64_MAX / x)
-				return fail(err, -EINVAL, path,
+				return taco_err_at(err, -EINVAL, path,
 					    "tensor '%s': shape element count "
 					    "overflows",
 					    t->name);
@@ -121,31 +105,31 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 		if (zero)
 			nelem = 0;
 		if (nelem > UINT64_MAX / esize || nelem * esize != t->nbytes)
-			return fail(
+			return taco_err_at(
 			    err, -EINVAL, path,
 			    "tensor '%s': nbytes %llu does not match its "
 			    "shape and dtype %s",
 			    t->name, (unsigned long long)t->nbytes,
 			    taco_st_dtype_name(t->dtype));
 		if (t->nbytes && !t->data)
-			return fail(err, -EINVAL, path,
+			return taco_err_at(err, -EINVAL, path,
 				    "tensor '%s': NULL data for %llu bytes",
 				    t->name, (unsigned long long)t->nbytes);
 		if (t->nbytes > (uint64_t)INT64_MAX - sum)
-			return fail(err, -EINVAL, path,
+			return taco_err_at(err, -EINVAL, path,
 				    "total tensor size overflows");
 		sum += t->nbytes;
 	}
 	if (n > 1) {
 		sorted = malloc(n * sizeof(*sorted));
 		if (!sorted)
-			return fail(err, -ENOMEM, path, "out of memory");
+			return taco_err_at(err, -ENOMEM, path, "out of memory");
 		for (size_t i = 0; i < n; i++)
 			sorted[i] = &ts[i];
 		qsort(sorted, n, sizeof(*sorted), cmp_name_ptr);
 		for (size_t i = 1; i < n && rc == 0; i++)
 			if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0)
-				rc = fail(err, -EINVAL, path,
+				rc = taco_err_at(err, -EINVAL, path,
 					  "duplicate tensor name '%s'",
 					  sorted[i]->name);
 		free(sorted);
@@ -214,44 +198,44 @@ static int write_atomic(const char *path, const struct chunk *c, size_t nc,
 	int fd = -1, rc = 0, created = 0, renamed = 0;
 
 	if (!tmp)
-		return fail(err, -ENOMEM, path, "out of memory");
+		return taco_err_at(err, -ENOMEM, path, "out of memory");
 	snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
 		  0644);
 	if (fd < 0) {
 		rc = -errno;
-		fail(err, rc, path, "cannot create %s: %s", tmp, strerror(-rc));
+		taco_err_at(err, rc, path, "cannot create %s: %s", tmp, strerror(-rc));
 		goto out;
 	}
 	created = 1;
 	for (size_t i = 0; i < nc; i++) {
 		rc = write_all(fd, c[i].p, c[i].len);
 		if (rc != 0) {
-			fail(err, rc, path, "write error: %s", strerror(-rc));
+			taco_err_at(err, rc, path, "write error: %s", strerror(-rc));
 			goto out;
 		}
 	}
 	if (fsync(fd) != 0) {
 		rc = -errno;
-		fail(err, rc, path, "fsync failed: %s", strerror(-rc));
+		taco_err_at(err, rc, path, "fsync failed: %s", strerror(-rc));
 		goto out;
 	}
 	rc = close(fd) != 0 ? -errno : 0;
 	fd = -1;
 	if (rc != 0) {
-		fail(err, rc, path, "close failed: %s", strerror(-rc));
+		taco_err_at(err, rc, path, "close failed: %s", strerror(-rc));
 		goto out;
 	}
 	if (rename(tmp, path) != 0) {
 		rc = -errno;
-		fail(err, rc, path, "cannot rename %s over it: %s", tmp,
+		taco_err_at(err, rc, path, "cannot rename %s over it: %s", tmp,
 		     strerror(-rc));
 		goto out;
 	}
 	renamed = 1;
 	rc = sync_parent(path);
 	if (rc != 0)
-		fail(err, rc, path,
+		taco_err_at(err, rc, path,
 		     "written, but fsync of its directory failed: %s",
 		     strerror(-rc));
 out:
@@ -275,23 +259,23 @@ static int build_header(const char *path, const taco_st_tensor *ts, size_t n,
 	int rc = 0;
 
 	if (!root)
-		return fail(err, -ENOMEM, path, "out of memory");
+		return taco_err_at(err, -ENOMEM, path, "out of memory");
 	if (meta_kv) {
 		meta = json_object();
 		if (!meta || json_object_set_new(root, "__metadata__", meta)) {
-			rc = fail(err, -ENOMEM, path, "out of memory");
+			rc = taco_err_at(err, -ENOMEM, path, "out of memory");
 			goto out;
 		}
 		for (size_t i = 0; meta_kv[i]; i += 2) {
 			if (!meta_kv[i + 1]) {
-				rc = fail(err, -EINVAL, path,
+				rc = taco_err_at(err, -EINVAL, path,
 					  "metadata key '%s' has no value",
 					  meta_kv[i]);
 				goto out;
 			}
 			if (json_object_set_new(meta, meta_kv[i],
 						json_string(meta_kv[i + 1]))) {
-				rc = fail(err, -EINVAL, path,
+				rc = taco_err_at(err, -EINVAL, path,
 					  "metadata '%s': key or value is not "
 					  "valid UTF-8",
 					  meta_kv[i]);
@@ -322,11 +306,11 @@ static int build_header(const char *path, const taco_st_tensor *ts, size_t n,
 		json_decref(offs);
 		if (bad) {
 			json_decref(e);
-			rc = fail(err, -ENOMEM, path, "out of memory");
+			rc = taco_err_at(err, -ENOMEM, path, "out of memory");
 			goto out;
 		}
 		if (json_object_set_new(root, t->name, e)) {
-			rc = fail(err, -EINVAL, path,
+			rc = taco_err_at(err, -EINVAL, path,
 				  "tensor '%s': name is not valid UTF-8",
 				  t->name);
 			goto out;
@@ -334,20 +318,20 @@ static int build_header(const char *path, const taco_st_tensor *ts, size_t n,
 	}
 	text = json_dumps(root, JSON_COMPACT);
 	if (!text) {
-		rc = fail(err, -ENOMEM, path, "cannot serialize the header");
+		rc = taco_err_at(err, -ENOMEM, path, "cannot serialize the header");
 		goto out;
 	}
 	len = strlen(text);
 	padded = (len + 7) & ~(size_t)7;
 	if (padded > TACO_ST_MAX_HEADER_BYTES) {
-		rc = fail(err, -EINVAL, path,
+		rc = taco_err_at(err, -EINVAL, path,
 			  "header of %zu bytes exceeds the limit of %u", padded,
 			  TACO_ST_MAX_HEADER_BYTES);
 		goto out;
 	}
 	buf = malloc(padded);
 	if (!buf) {
-		rc = fail(err, -ENOMEM, path, "out of memory");
+		rc = taco_err_at(err, -ENOMEM, path, "out of memory");
 		goto out;
 	}
 	memcpy(buf, text, len);
@@ -382,7 +366,7 @@ int taco_st_write(const char *path, const taco_st_tensor *tensors, size_t n,
 		return rc;
 	c = malloc((n + 2) * sizeof(*c));
 	if (!c) {
-		rc = fail(err, -ENOMEM, path, "out of memory");
+		rc = taco_err_at(err, -ENOMEM, path, "out of memory");
 		goto out;
 	}
 	for (int i = 0; i < 8; i++)
@@ -407,10 +391,10 @@ static int remove_stale(const char *dir, const char *name, taco_err *err)
 	int rc = 0;
 
 	if (!p)
-		return fail(err, -ENOMEM, dir, "out of memory");
+		return taco_err_at(err, -ENOMEM, dir, "out of memory");
 	if (unlink(p) != 0 && errno != ENOENT) {
 		rc = -errno;
-		fail(err, rc, p, "cannot remove stale file: %s", strerror(-rc));
+		taco_err_at(err, rc, p, "cannot remove stale file: %s", strerror(-rc));
 	}
 	free(p);
 	return rc;
@@ -425,12 +409,12 @@ static int write_index(const char *dir, const taco_st_tensor *ts, size_t n,
 	int rc = 0;
 
 	if (!path)
-		return fail(err, -ENOMEM, dir, "out of memory");
+		return taco_err_at(err, -ENOMEM, dir, "out of memory");
 	root = json_pack("{s:{s:I}, s:{}}", "metadata", "total_size",
 			 (json_int_t)total, "weight_map");
 	wm = root ? json_object_get(root, "weight_map") : NULL;
 	if (!wm) {
-		rc = fail(err, -ENOMEM, path, "out of memory");
+		rc = taco_err_at(err, -ENOMEM, path, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -439,13 +423,13 @@ static int write_index(const char *dir, const taco_st_tensor *ts, size_t n,
 		snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors",
 			 shard_of[i] + 1, nshards);
 		if (json_object_set_new(wm, ts[i].name, json_string(name))) {
-			rc = fail(err, -ENOMEM, path, "out of memory");
+			rc = taco_err_at(err, -ENOMEM, path, "out of memory");
 			goto out;
 		}
 	}
 	text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
 	if (!text) {
-		rc = fail(err, -ENOMEM, path, "cannot serialize the index");
+		rc = taco_err_at(err, -ENOMEM, path, "cannot serialize the index");
 		goto out;
 	}
 	{
@@ -473,19 +457,19 @@ int taco_st_write_sharded(const char *dir, const taco_st_tensor *tensors,
 		return taco_err_set(err, -EINVAL,
 				    "taco_st_write_sharded: NULL dir");
 	if (max_shard_bytes == 0)
-		return fail(err, -EINVAL, dir, "max_shard_bytes is 0");
+		return taco_err_at(err, -EINVAL, dir, "max_shard_bytes is 0");
 	rc = validate(dir, tensors, n, &total, err);
 	if (rc != 0)
 		return rc;
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
 		rc = -errno;
-		return fail(err, rc, dir, "cannot create directory: %s",
+		return taco_err_at(err, rc, dir, "cannot create directory: %s",
 			    strerror(-rc));
 	}
 
 	shard_of = malloc((n ? n : 1) * sizeof(*shard_of));
 	if (!shard_of)
-		return fail(err, -ENOMEM, dir, "out of memory");
+		return taco_err_at(err, -ENOMEM, dir, "out of memory");
 	/* Greedy: a tensor opens a new shard when it would overflow the
 	 * current, non-empty one; an oversized tensor ends up alone. */
 	for (size_t i = 0; i < n; i++) {
@@ -503,7 +487,7 @@ int taco_st_write_sharded(const char *dir, const taco_st_tensor *tensors,
 	if (nshards <= 1) {
 		path = join_path(dir, SINGLE_NAME);
 		if (!path) {
-			rc = fail(err, -ENOMEM, dir, "out of memory");
+			rc = taco_err_at(err, -ENOMEM, dir, "out of memory");
 			goto out;
 		}
 		rc = taco_st_write(path, tensors, n, meta, err);
@@ -512,7 +496,7 @@ int taco_st_write_sharded(const char *dir, const taco_st_tensor *tensors,
 		goto out;
 	}
 	if (nshards > TACO_ST_MAX_SHARDS) {
-		rc = fail(err, -EINVAL, dir,
+		rc = taco_err_at(err, -EINVAL, dir,
 			  "%zu shards needed, limit is %d (raise "
 			  "max_shard_bytes)",
 			  nshards, TACO_ST_MAX_SHARDS);
@@ -530,7 +514,7 @@ int taco_st_write_sharded(const char *dir, const taco_st_tensor *tensors,
 		free(path);
 		path = join_path(dir, name);
 		if (!path) {
-			rc = fail(err, -ENOMEM, dir, "out of memory");
+			rc = taco_err_at(err, -ENOMEM, dir, "out of memory");
 			goto out;
 		}
 		rc = taco_st_write(path, tensors + start, end - start, meta,

@@ -4,36 +4,57 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "text.h"
+
+int taco_err_vset(taco_err *err, int code, const char *fmt, va_list ap)
+{
+	if (err)
+		taco_text_vformat(err->msg, sizeof(err->msg), fmt, ap);
+	return code;
+}
+
 int taco_err_set(taco_err *err, int code, const char *fmt, ...)
 {
 	va_list ap;
 
+	va_start(ap, fmt);
+	taco_err_vset(err, code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int taco_err_vat(taco_err *err, int code, const char *where, const char *fmt,
+		 va_list ap)
+{
+	char msg[sizeof(err->msg)];
+
 	if (!err)
 		return code;
+	taco_text_vformat(msg, sizeof(msg), fmt, ap);
+	return taco_err_set(err, code, "%s: %s", where, msg);
+}
+
+int taco_err_at(taco_err *err, int code, const char *where, const char *fmt,
+		...)
+{
+	va_list ap;
+
 	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	taco_err_vat(err, code, where, fmt, ap);
 	va_end(ap);
 	return code;
 }
 
 int taco_err_prefix(taco_err *err, int code, const char *fmt, ...)
 {
-	char both[2 * sizeof(err->msg)];
+	char prefix[sizeof(err->msg)], old[sizeof(err->msg)];
 	va_list ap;
-	int n;
 
 	if (!err)
 		return code;
 	va_start(ap, fmt);
-	n = vsnprintf(both, sizeof(err->msg), fmt, ap);
+	taco_text_vformat(prefix, sizeof(prefix), fmt, ap);
 	va_end(ap);
-	if (n < 0)
-		return code;
-	if ((size_t)n >= sizeof(err->msg))
-		n = (int)sizeof(err->msg) - 1;
-	/* both holds "prefix: old message"; cut to what fits in msg. */
-	snprintf(both + n, sizeof(both) - (size_t)n, ": %s", err->msg);
-	memcpy(err->msg, both, sizeof(err->msg) - 1);
-	err->msg[sizeof(err->msg) - 1] = 0;
-	return code;
+	memcpy(old, err->msg, sizeof(old));
+	return taco_err_set(err, code, "%s: %s", prefix, old);
 }
