@@ -11,6 +11,7 @@
 #include "job/job.h"
 #include "job/job_schema.h"
 #include "types.h"
+#include "util/text.h"
 
 static int fail(tacod_request_error *e, const char *param, const char *code,
 		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -23,7 +24,7 @@ static int fail(tacod_request_error *e, const char *param, const char *code,
 	snprintf(e->param, sizeof(e->param), "%s", param);
 	snprintf(e->code, sizeof(e->code), "%s", code);
 	va_start(ap, fmt);
-	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	taco_text_vformat(e->message, sizeof(e->message), fmt, ap);
 	va_end(ap);
 	return -EINVAL;
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "http_internal.h"
+#include "util/text.h"
 
 #define DISCARD_MAX (16ull << 20) /* body read past an error, then drop */
 #define FORM_SLACK (64u << 10)	  /* multipart framing beyond the file */
@@ -27,7 +28,7 @@ static void vset_fail(tacod_http_req *r, int status, const char *code,
 	snprintf(r->fail_param, sizeof(r->fail_param), "%s",
 		 param ? param : "");
 	http_utf8_fix(r->fail_param);
-	vsnprintf(r->fail_msg, sizeof(r->fail_msg), fmt, ap);
+	taco_text_vformat(r->fail_msg, sizeof(r->fail_msg), fmt, ap);
 	http_utf8_fix(r->fail_msg);
 }
 

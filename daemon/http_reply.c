@@ -16,6 +16,7 @@
 
 #include "api/objects.h"
 #include "http_internal.h"
+#include "util/text.h"
 
 static void count_status(tacod_http_server *s, unsigned status)
 {
@@ -423,7 +424,7 @@ static int verror(tacod_http_req *r, int status, const char *type,
 
 	if (r->replied)
 		return -EALREADY;
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	taco_text_vformat(msg, sizeof(msg), fmt, ap);
 	http_utf8_fix(msg);
 	/* OpenAI's SDKs retry 409 and 429 by default; ours are answers (a
 	 * job in the wrong state, a key reused, a full queue), not races */

@@ -13,6 +13,7 @@
 #include "scheduler.h"
 #include "service_webhooks.h"
 #include "util/fsutil.h"
+#include "util/text.h"
 
 int64_t tacod_now(void)
 {
@@ -118,8 +119,9 @@ void tacod_service_job_event(tacod_service *s, tacod_running *rj, json_t *e)
 		snprintf(rj->exported, sizeof(rj->exported), "%s",
 			 json_string_value(json_object_get(e, "path")));
 	} else if (!strcmp(name, "error")) {
-		snprintf(rj->error, sizeof(rj->error), "%s",
-			 json_string_value(json_object_get(e, "message")));
+		const char *m =
+		    json_string_value(json_object_get(e, "message"));
+		taco_text_copy(rj->error, sizeof(rj->error), m ? m : "");
 		tacod_service_event(s, rj->id, "error", "message", rj->error,
 				    NULL);
 	} else if (!strcmp(name, "started")) {
@@ -193,10 +195,10 @@ static void finish_job(tacod_service *s, tacod_running *rj, int64_t status,
 		      "checkpoint";
 	}
 	if (to == TACOD_FAILED) {
-		snprintf(err, sizeof(err), "%s",
-			 rj->error[0] ? rj->error
-			 : rj->w      ? tacod_worker_stderr(rj->w)
-				      : "");
+		taco_text_copy(err, sizeof(err),
+			       rj->error[0] ? rj->error
+			       : rj->w	    ? tacod_worker_stderr(rj->w)
+					    : "");
 		free(j.error);
 		j.error = NULL;
 		{

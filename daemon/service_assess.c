@@ -12,6 +12,7 @@
 #include "job/job.h"
 #include "job/job_data.h"
 #include "service_internal.h"
+#include "util/text.h"
 
 static void problem(tacod_assessment *a, const char *code, const char *param,
 		    const char *msg)
@@ -20,7 +21,7 @@ static void problem(tacod_assessment *a, const char *code, const char *param,
 		return;
 	snprintf(a->code, sizeof(a->code), "%s", code);
 	snprintf(a->param, sizeof(a->param), "%s", param ? param : "");
-	snprintf(a->msg, sizeof(a->msg), "%s", msg);
+	taco_text_copy(a->msg, sizeof(a->msg), msg);
 }
 
 /* Replaces every occurrence of from in msg by to (in place, truncating at
@@ -84,8 +85,9 @@ static void name_report(const tacod_service *s, const taco_job *job,
 		json_object_set(report, "file",
 				json_object_get(req, "training_file"));
 	if (json_string_value(json_object_get(report, "summary"))) {
-		snprintf(detail, sizeof(detail), "%s",
-			 json_string_value(json_object_get(report, "summary")));
+		taco_text_copy(
+		    detail, sizeof(detail),
+		    json_string_value(json_object_get(report, "summary")));
 		name_paths(s, job, req, detail, sizeof(detail));
 		json_object_set_new(report, "summary", json_string(detail));
 	}
@@ -94,7 +96,7 @@ static void name_report(const tacod_service *s, const taco_job *job,
 		const char *d = json_string_value(json_object_get(p, "detail"));
 		if (!d)
 			continue;
-		snprintf(detail, sizeof(detail), "%s", d);
+		taco_text_copy(detail, sizeof(detail), d);
 		name_paths(s, job, req, detail, sizeof(detail));
 		json_object_set_new(p, "detail", json_string(detail));
 	}

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "util/fsutil.h"
+#include "util/text.h"
 
 /* ---- commands ---------------------------------------------------------- */
 
@@ -399,7 +400,8 @@ void tacod_slurm_stderr_tail(const char *dir, char *out, size_t cap)
 		long from = size > (long)cap - 1 ? size - (long)cap + 1 : 0;
 		if (fseek(f, from, SEEK_SET) == 0) {
 			n = fread(out, 1, cap - 1, f);
-			out[n] = 0;
+			/* a tail of a longer file: marked, from a character */
+			taco_text_tail(out, cap, out, n, from > 0);
 		}
 	}
 	fclose(f);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/text.h"
+
 struct tacod_worker {
 	uv_loop_t *loop;
 	uv_process_t proc;
@@ -16,7 +18,9 @@ struct tacod_worker {
 	size_t line_len, line_cap;
 	char tail[TACOD_STDERR_TAIL];
 	size_t tail_len;
-	int open_handles; /* freed when the last one closes */
+	int tail_cut;			   /* older output was dropped */
+	char shown[TACOD_STDERR_TAIL + 8]; /* the tail as tacod shows it */
+	int open_handles;		   /* freed when the last one closes */
 	int exited, events_eof, err_eof, freed, delivered;
 	int64_t status;
 	int signal;
@@ -115,6 +119,7 @@ static void on_stderr(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 			size_t half = sizeof(w->tail) / 2;
 			memmove(w->tail, w->tail + w->tail_len - half, half);
 			w->tail_len = half;
+			w->tail_cut = 1;
 		}
 		w->tail[w->tail_len++] = buf->base[i];
 	}
@@ -225,9 +230,12 @@ int tacod_worker_pid(const tacod_worker *w)
 	return w->proc.pid;
 }
 
-const char *tacod_worker_stderr(const tacod_worker *w)
+const char *tacod_worker_stderr(tacod_worker *w)
 {
-	return w->tail;
+	/* the kept half may start inside a character: start after it */
+	taco_text_tail(w->shown, sizeof(w->shown), w->tail, w->tail_len,
+		       w->tail_cut);
+	return w->shown;
 }
 
 void tacod_worker_free(tacod_worker *w)

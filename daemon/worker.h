@@ -42,8 +42,10 @@ void tacod_worker_kill(tacod_worker *w);
 
 int tacod_worker_pid(const tacod_worker *w);
 
-/* The last bytes the child wrote to stderr (NUL-terminated). */
-const char *tacod_worker_stderr(const tacod_worker *w);
+/* The last bytes the child wrote to stderr (NUL-terminated), starting at
+ * a character boundary and marked "[cut] " when older output was dropped.
+ * Valid until the next call or tacod_worker_free. */
+const char *tacod_worker_stderr(tacod_worker *w);
 
 /* Frees a worker whose on_exit has been called (closing its handles
  * asynchronously). */

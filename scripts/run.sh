@@ -29,8 +29,7 @@ esac
 bin=$root/build
 if [ "$build" = 1 ]; then
 	scripts/setup.sh
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build build -j "$(nproc)"
+	scripts/build.sh build
 else
 	bin=$(cd "${TACO_BIN_DIR:-build}" && pwd)
 fi

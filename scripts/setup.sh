@@ -33,6 +33,8 @@ packages=(
 	                    # scancel, scontrol: the single-host cluster of
 	                    # test_slurm (tests/slurm/cluster.sh, docs/slurm.md)
 	munge               # tests only: munged, Slurm's authentication
+	wrk                 # bench/tacod_load.py, a README command
+	                    # (its test: readme_commands)
 )
 
 missing=()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: installs dependencies, builds, runs every unit test,
+# The whole test suite: installs dependencies, builds (the README's build,
+# scripts/build.sh, and the other build types), runs every unit test,
 # runs them again under AddressSanitizer + UndefinedBehaviorSanitizer, then
 # runs each libFuzzer harness briefly on its corpus. It lists every skipped
 # test with its reason and fails when one was skipped for any reason but a
@@ -11,9 +12,17 @@ scripts/setup.sh
 jobs=$(nproc)
 fuzz_seconds=${FUZZ_SECONDS:-30}
 
-echo "== build (RelWithDebInfo)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j "$jobs"
+# The README's build (scripts/build.sh: Release in build/), the one that
+# scripts/run.sh serves from: the tests below run on it, readme_tour starts
+# scripts/run.sh itself on it, build included.
+echo "== build (Release, scripts/build.sh: the README's build)"
+scripts/build.sh build
+# GCC reports different warnings at -O2 -g than at -O3, and warnings are
+# errors: every build type a user may pick must compile. Debug compiles in
+# the sanitizer build below.
+echo "== compile (RelWithDebInfo)"
+cmake -S . -B build-relwithdebinfo -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-relwithdebinfo -j "$jobs"
 echo "== unit tests"
 (cd build && ctest --output-on-failure -j "$jobs" --output-junit ctest.xml)
 python3 scripts/ctest_skips.py build/ctest.xml

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's tour, run as a new user would: each ```sh block that follows
 # a "<!-- tour: NAME -->" line of README.md, exactly as written, against a
-# tacod that scripts/run.sh starts (--no-build, on a free port, in a
-# temporary directory). Blocks run in order, each in its own bash with -e,
+# tacod that scripts/run.sh starts (on a free port, in a temporary
+# directory; with its set-up and build on the README's build/, else
+# --no-build). Blocks run in order, each in its own bash with -e,
 # from a directory laid out like the repository root (examples/, build/
 # with the binaries of TACO_BIN_DIR, build-venv/), with TACOD_URL set.
 #
@@ -73,15 +74,21 @@ for b in tacod taco-train tacoctl; do
 done
 
 # ---- tacod, as scripts/run.sh starts it; another process may take the
-# port between the probe and the bind, so up to three ports
+# port between the probe and the bind, so up to three ports. On the
+# README's build (build/ of this checkout) run.sh runs as the README
+# writes it, its set-up and build included (up to date: they change
+# nothing); on any other build (the sanitizers') with --no-build.
+run_sh=("$src/scripts/run.sh")
+[ "$bin" = "$src/build" ] || run_sh+=(--no-build)
 port=
 for _ in 1 2 3; do
 	p=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 	TACOD_LISTEN=127.0.0.1:$p TACOD_DEMO_DIR=$work/demo TACO_BIN_DIR=$bin \
-		"$src/scripts/run.sh" --no-build >"$work/tacod.log" 2>&1 &
+		"${run_sh[@]}" >"$work/tacod.log" 2>&1 &
 	pid=$!
-	# a GPU machine first runs a one-step CUDA probe: up to 60 s
-	for _ in $(seq 600); do
+	# set-up and an up-to-date build take seconds, a GPU machine's
+	# one-step CUDA probe up to 60 s: 10 minutes while run.sh lives
+	for _ in $(seq 6000); do
 		if curl -sf "http://127.0.0.1:$p/healthz" >/dev/null 2>&1; then
 			port=$p
 			break

@@ -172,6 +172,34 @@ static void fake_train(const char *d, char *bin, size_t cap)
 	ck_assert_int_eq(chmod(bin, 0755), 0);
 }
 
+/* The job's error from the tail of its stderr file: whole when it fits,
+ * else its end from a character boundary, marked as cut. */
+START_TEST(test_stderr_tail)
+{
+	char *d = tmpdir(), path[256], out[64], big[1000];
+	size_t n = 1;
+
+	snprintf(path, sizeof(path), "%s/" TACOD_SLURM_STDERR, d);
+	put(path, "taco-train: out of memory\n", "w");
+	tacod_slurm_stderr_tail(d, out, sizeof(out));
+	ck_assert_str_eq(out, "taco-train: out of memory\n");
+	big[0] = 'x'; /* then 3-byte characters: the cut falls inside one */
+	while (n + 3 < sizeof(big) - 8) {
+		memcpy(big + n, "\xe2\x82\xac", 3);
+		n += 3;
+	}
+	memcpy(big + n, " done\n", 7);
+	put(path, big, "w");
+	tacod_slurm_stderr_tail(d, out, sizeof(out));
+	ck_assert_msg(!strncmp(out, "[cut] \xe2\x82\xac", 9), "%s", out);
+	ck_assert_ptr_nonnull(strstr(out, "\xe2\x82\xac done\n"));
+	ck_assert_uint_lt(strlen(out), sizeof(out));
+	unlink(path);
+	rmdir(d);
+	free(d);
+}
+END_TEST
+
 START_TEST(test_script)
 {
 	char *d = tmpdir(), bin[256], path[512], cmd[600], line[600];
@@ -238,6 +266,7 @@ int main(void)
 	tcase_add_test(tc, test_parse_sbatch_and_status);
 	tcase_add_test(tc, test_read_lines);
 	tcase_add_test(tc, test_script);
+	tcase_add_test(tc, test_stderr_tail);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

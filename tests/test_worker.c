@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/worker.h"
@@ -18,6 +19,7 @@ typedef struct seen {
 	int signal, exited;
 	int stop_after_progress; /* 1: stop on the first progress */
 	int kill_after_progress;
+	int keep; /* the exit callback leaves the worker to the test */
 	tacod_worker *w;
 } seen;
 
@@ -45,6 +47,8 @@ static void on_exit_cb(tacod_worker *w, int64_t status, int sig, void *ctx)
 	s->status = status;
 	s->signal = sig;
 	s->exited = 1;
+	if (s->keep)
+		return;
 	if (status && status != 3 && status != 2)
 		fprintf(stderr, "worker stderr: %s\n", tacod_worker_stderr(w));
 	tacod_worker_free(w);
@@ -160,6 +164,50 @@ START_TEST(test_missing_binary)
 }
 END_TEST
 
+/* A child that writes more to stderr than the tail keeps, in characters of
+ * two bytes after one odd byte, so that the half kept starts inside one:
+ * the tail shown starts at a character, says it was cut, and ends with the
+ * child's last words. */
+START_TEST(test_stderr_tail_cut)
+{
+	const tacod_worker_cb cb = {on_event, on_exit_cb};
+	seen s = {0};
+	taco_err err = {{0}};
+	char dir[64], bin[128];
+	const char *tail;
+	json_t *j;
+	FILE *f;
+
+	snprintf(dir, sizeof(dir), "/tmp/taco-worker-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(bin, sizeof(bin), "%s/noisy", dir);
+	f = fopen(bin, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "#!/bin/sh\nprintf x >&2\ni=0\nwhile [ $i -lt %d ]; do "
+		   "printf '\\303\\251' >&2; i=$((i+1)); done\n"
+		   "echo ' the end' >&2\nexit 1\n",
+		TACOD_STDERR_TAIL);
+	fclose(f);
+	ck_assert_int_eq(chmod(bin, 0755), 0);
+	s.loop = uv_default_loop();
+	ck_assert_msg(tacod_worker_start(s.loop, bin, "job.json", 0, NULL,
+					 &cb, &s, &s.w, &err) == 0,
+		      "%s", err.msg);
+	s.keep = 1;
+	uv_run(s.loop, UV_RUN_DEFAULT);
+	ck_assert_int_eq(s.status, 1);
+	tail = tacod_worker_stderr(s.w);
+	ck_assert_msg(!strncmp(tail, "[cut] \xc3\xa9", 8), "%.40s", tail);
+	ck_assert_ptr_nonnull(strstr(tail, "\xc3\xa9 the end\n"));
+	j = json_string(tail); /* valid UTF-8 */
+	ck_assert_ptr_nonnull(j);
+	json_decref(j);
+	tacod_worker_free(s.w);
+	uv_run(s.loop, UV_RUN_DEFAULT);
+	rm(dir);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("worker");
@@ -170,6 +218,7 @@ int main(void)
 	tcase_add_test(tc, test_stop_checkpoints);
 	tcase_add_test(tc, test_kill_and_bad_job);
 	tcase_add_test(tc, test_missing_binary);
+	tcase_add_test(tc, test_stderr_tail_cut);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

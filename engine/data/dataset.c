@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "util/fsutil.h"
+#include "util/text.h"
 
 static const char *const problem_names[TACO_P_COUNT] = {
     [TACO_P_INVALID_JSON] = "invalid_json",
@@ -61,7 +62,7 @@ static void report(taco_dataset_report *rep, int64_t line, int code, int error,
 
 	rep->by_code[code]++;
 	va_start(ap, fmt);
-	vsnprintf(p.detail, sizeof(p.detail), fmt, ap);
+	taco_text_vformat(p.detail, sizeof(p.detail), fmt, ap);
 	va_end(ap);
 	if (!(*count)++)
 		*(error ? &rep->first_error : &rep->first_warning) = p;

@@ -62,3 +62,25 @@ int taco_text_format(char *dst, size_t cap, const char *fmt, ...)
 	va_end(ap);
 	return r;
 }
+
+int taco_text_tail(char *dst, size_t cap, const char *src, size_t n, int cut)
+{
+	size_t head = sizeof(TACO_TEXT_CUT_HEAD) - 1;
+	size_t from = 0;
+
+	if (n >= cap)
+		cut = 1;
+	if (cut) {
+		from = n > cap - 1 - head ? n - (cap - 1 - head) : 0;
+		/* skip the rest of a character cut at its start */
+		while (from < n && ((unsigned char)src[from] & 0xC0) == 0x80)
+			from++;
+	} else {
+		head = 0;
+	}
+	/* the text first: src may be dst (the head would overwrite it) */
+	memmove(dst + head, src + from, n - from);
+	memcpy(dst, TACO_TEXT_CUT_HEAD, head);
+	dst[head + n - from] = 0;
+	return cut;
+}

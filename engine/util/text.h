@@ -11,8 +11,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-/* What a cut message ends with. */
+/* What a cut message ends with, and what the tail of a longer text (a
+ * program's last lines of stderr) starts with. */
 #define TACO_TEXT_CUT " [cut]"
+#define TACO_TEXT_CUT_HEAD "[cut] "
 
 /* Copies src into dst (cap bytes, its NUL included; cap > 0). Returns 1
  * when src was cut to fit, 0 when it fit whole. */
@@ -25,5 +27,11 @@ int taco_text_vformat(char *dst, size_t cap, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 int taco_text_format(char *dst, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The end of src[0, n) that fits dst (cap bytes with its NUL; cap > 6),
+ * starting at a character boundary, and after TACO_TEXT_CUT_HEAD when
+ * src did not fit whole or cut says that src is itself a tail. Returns 1
+ * when it marked a cut. */
+int taco_text_tail(char *dst, size_t cap, const char *src, size_t n, int cut);
 
 #endif

@@ -54,8 +54,8 @@
 #                                    libraries and the bitsandbytes wheel into
 #                                    .gpu-deps/ (see "Build dependencies")
 #
-# Options: --build-dir DIR (default build-gpu, build-gpu-smoke with
-# --cpu-smoke), --jobs N (default 16, 2 with --cpu-smoke), --no-build (use
+# Options: --build-dir DIR (default build-gpu; with --cpu-smoke build, the
+# README's build), --jobs N (default 16, 2 with --cpu-smoke), --no-build (use
 # DIR as it is), --stream-only (of 5.-7b. only the qwen3-8b device run and
 # the streamed runs: what fits a short device session).
 #
@@ -179,7 +179,9 @@ if [ "$FETCH" = 1 ]; then
 fi
 
 if [ "$SMOKE" = 1 ]; then
-	BUILD=${BUILD:-build-gpu-smoke}
+	# the README's build (scripts/build.sh: Release, CUDA when nvcc is
+	# found), brought up to date: the smoke run shares it
+	BUILD=${BUILD:-build}
 	JOBS=${JOBS:-2}
 	BACKEND=cpu
 	MODE=cpu-smoke
