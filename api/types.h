@@ -17,6 +17,10 @@
 #define TACOD_TEXT_MAX (1 << 20) /* bytes of one JSON or message text */
 #define TACOD_IDEM_KEY_MAX 256	 /* an Idempotency-Key, with its NUL */
 #define TACOD_HASH_MAX 129	 /* a request hash (hex), with its NUL */
+/* A webhook endpoint's URL and an event type ("fine_tuning.job.succeeded"),
+ * with their NULs: the configuration's limits and the delivery queue's. */
+#define TACOD_WEBHOOK_URL_MAX 2048
+#define TACOD_WEBHOOK_TYPE_MAX 48
 /* A job's metadata, as OpenAI limits it: pairs, and the characters (code
  * points, not bytes) of a key and of a value. */
 #define TACOD_METADATA_PAIRS_MAX 16

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "notify.h"
-#include "service.h"
+#include "daemon/config/config.h"
+#include "daemon/notify.h"
+#include "daemon/service/service.h"
 #include "util/runtime.h"
 
 static tacod_service *svc;

@@ -1,4 +1,4 @@
-#include "notify.h"
+#include "daemon/notify.h"
 
 #include <errno.h>
 #include <stddef.h>

@@ -4,7 +4,7 @@ docs/architecture.md lists in its ```layers block.
 
 A quoted include resolves as the compiler resolves it: first beside the
 including file, then from engine/ ("model/model.h"), then from the
-repository root ("daemon/store.h"), then from kernels/ ("tk_ops.h"). An
+repository root ("daemon/store/store.h"), then from kernels/ ("tk_ops.h"). An
 include that resolves nowhere is an error (a bare name that only some
 other folder's include path would find), and so is one that reaches a
 module the including module may not use. Backend headers (<cblas.h>,
@@ -40,14 +40,49 @@ def read_layers(root):
         for d in deps:
             if d != '*' and d not in allowed:
                 sys.exit(f'docs/architecture.md: {name} uses unknown {d}')
+    cycle = find_cycle(allowed)
+    if cycle:
+        sys.exit('docs/architecture.md: the layers go in a circle: ' +
+                 ' -> '.join(cycle))
     return allowed
 
 
 def module_of(rel):
+    """engine/<library> and daemon/<room> are modules of their own; the
+    files at the top of engine/ and daemon/ (the programs) are engine and
+    daemon."""
     parts = rel.split('/')
-    if parts[0] == 'engine':
-        return 'engine/' + parts[1] if len(parts) > 2 else 'engine'
+    if parts[0] in ('engine', 'daemon'):
+        return parts[0] + '/' + parts[1] if len(parts) > 2 else parts[0]
     return parts[0]
+
+
+def find_cycle(allowed):
+    """A circle in the layers (a module that may include itself through
+    others), as a list of modules, or None: the rule's arrows go one way,
+    so that includes that follow it cannot make a circle."""
+    state = {}
+
+    def visit(m, path):
+        state[m] = 1
+        for d in sorted(allowed.get(m, ())):
+            if d == '*' or d == m:
+                continue
+            if state.get(d) == 1:
+                return path[path.index(d):] + [d]
+            if d not in state:
+                c = visit(d, path + [d])
+                if c:
+                    return c
+        state[m] = 2
+        return None
+
+    for m in sorted(allowed):
+        if m not in state:
+            c = visit(m, [m])
+            if c:
+                return c
+    return None
 
 
 def resolve(root, rel, name):
@@ -91,7 +126,7 @@ def check(root):
                     target = resolve(root, rel, name)
                     if target is None:
                         errors.append(f'{where}: resolves nowhere (qualify '
-                                      'it: "model/model.h", "daemon/x.h")')
+                                      'it: "model/model.h", "daemon/room/x.h")')
                         continue
                     dep = module_of(target)
                     if dep == mod:
@@ -105,8 +140,12 @@ def check(root):
 
 SELF_TEST_TREE = {
     'docs/architecture.md': '```layers\nkernels:\nengine/low:\n'
-                            'engine/high: engine/low\ndaemon: engine/high\n'
+                            'engine/high: engine/low\ndaemon/a:\n'
+                            'daemon/b: daemon/a\n'
+                            'daemon: engine/high daemon/b\n'
                             'tests: *\n```\n',
+    'daemon/a/a.h': '#include "daemon/b/b.h"\n',              # upward
+    'daemon/b/b.h': '#include "daemon/a/a.h"\n',
     'kernels/tk_k.h': '',
     'engine/low/low.h': '#include "high/high.h"\n',      # upward
     'engine/high/high.h': '#include "low/low.h"\n#include "tk_k.h"\n',
@@ -115,6 +154,8 @@ SELF_TEST_TREE = {
     'tests/t.c': '#include "daemon/nothere.h"\n#include <omp.h>\n',
 }
 SELF_TEST_EXPECT = [
+    'daemon/a/a.h:1: #include "daemon/b/b.h": daemon/a may not include '
+    'daemon/b',
     'daemon/d.c:1: #include "low.h": resolves nowhere',
     'daemon/d.c:2: #include "low/low.h": daemon may not include engine/low',
     'engine/high/high.c:2: #include <cblas.h>: a backend header',
@@ -139,6 +180,12 @@ def self_test():
         g.startswith(e) for g, e in zip(got, SELF_TEST_EXPECT))
     for g in got:
         print(g)
+    # a circle in the rule itself is refused
+    circle = {'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a', '*'}}
+    ring = find_cycle(circle)
+    print('circle found:', ring)
+    ok = ok and ring == ['a', 'b', 'c', 'a'] and \
+        find_cycle({'a': {'b'}, 'b': set(), 't': {'*'}}) is None
     print('self-test', 'passed' if ok else 'FAILED')
     return 0 if ok else 1
 

@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "daemon/config.h"
-#include "daemon/service.h"
+#include "daemon/config/config.h"
+#include "daemon/service/service.h"
 
 extern tacod_service *th_svc;
 extern char th_state[64]; /* its state directory */

@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "daemon/auth.h"
+#include "daemon/http/auth.h"
 #include "testutil.h"
 
 static void hex_of(const void *data, size_t len, char hex[65])

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 #include "model/model.h"
 #include "testutil.h"
 #include "train/init.h"

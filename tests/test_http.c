@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/auth.h"
-#include "daemon/http.h"
+#include "daemon/http/auth.h"
+#include "daemon/http/http.h"
 #include "testutil.h"
 
 /* ---- test fixtures: a temp dir, the server, its routes ---- */

@@ -23,8 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/auth.h"
-#include "daemon/http.h"
+#include "daemon/http/auth.h"
+#include "daemon/http/http.h"
 #include "testutil.h"
 
 #define TOKEN "slow-test-secret"

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/service_internal.h"
+#include "daemon/service/internal.h"
 #include "tacod_harness.h"
 #include "testutil.h"
 

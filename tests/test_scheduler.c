@@ -1,7 +1,7 @@
 /* test_scheduler.c: admission by memory plan, FIFO with bounded backfill. */
 #include <check.h>
 
-#include "daemon/scheduler.h"
+#include "daemon/runner/scheduler.h"
 #include "testutil.h"
 
 #define GB 1000000000ull

@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon/slurm.h"
+#include "daemon/runner/slurm_files.h"
 #include "testutil.h"
 
 START_TEST(test_parse_squeue)

@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/store.h"
-#include "daemon/store_slurm.h"
+#include "daemon/store/store.h"
+#include "daemon/store/slurm.h"
 
 static char dir[256];
 static char db[320];

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "client/tar.h"
-#include "daemon/auth.h"
+#include "daemon/http/auth.h"
 #include "tacod_harness.h"
 #include "testutil.h"
 

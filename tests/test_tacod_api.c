@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "api/types.h"
-#include "daemon/auth.h"
+#include "daemon/http/auth.h"
 
 #include "safetensors/safetensors.h"
 #include "tacod_harness.h"

@@ -2,7 +2,7 @@
 #include <check.h>
 #include <string.h>
 
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 #include "plan/plan.h"
 #include "testutil.h"
 

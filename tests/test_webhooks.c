@@ -22,9 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/config.h"
-#include "daemon/store_webhooks.h"
-#include "daemon/webhook.h"
+#include "daemon/config/config.h"
+#include "daemon/store/webhooks.h"
+#include "daemon/webhooks/webhook.h"
 #include "tacod_harness.h"
 #include "testutil.h"
 

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/worker.h"
+#include "daemon/runner/worker.h"
 #include "testutil.h"
 
 typedef struct seen {

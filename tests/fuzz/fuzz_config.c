@@ -2,7 +2,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 #include "model/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "daemon/http.h"
+#include "daemon/http/http.h"
 
 static tacod_http_server *srv;
 static int port;

@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "daemon/config.h"
-#include "daemon/slurm.h"
+#include "daemon/config/config.h"
+#include "daemon/runner/slurm_files.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

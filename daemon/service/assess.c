@@ -1,0 +1,172 @@
+/* service_assess.c: what a job file needs and whether its data is usable:
+ * the memory plan (config and safetensors headers: fast, on the request
+ * thread) and the data's validation (tokenizing every line: slow, on the
+ * validation thread of service_validate.c, or on the request thread for
+ * a plan whose data is at most limits.max_sync_validate_bytes). Neither
+ * touches the store: no lock is needed. Every message names the client's
+ * files as the request did (file ids), never by the server's paths. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "daemon/service/internal.h"
+#include "job/job.h"
+#include "job/job_data.h"
+#include "util/text.h"
+
+static void problem(tacod_assessment *a, const char *code, const char *param,
+		    const char *msg)
+{
+	if (a->code[0])
+		return;
+	snprintf(a->code, sizeof(a->code), "%s", code);
+	snprintf(a->param, sizeof(a->param), "%s", param ? param : "");
+	taco_text_copy(a->msg, sizeof(a->msg), msg);
+}
+
+/* Replaces every occurrence of from in msg by to (in place, truncating at
+ * cap). */
+static void replace_all(char *msg, size_t cap, const char *from, const char *to)
+{
+	size_t nf = strlen(from), nt = strlen(to);
+	char *at = msg, *hit;
+
+	if (!nf)
+		return;
+	while ((hit = strstr(at, from))) {
+		size_t tail = strlen(hit + nf);
+		size_t keep = (size_t)(hit - msg) + nt;
+
+		if (keep >= cap)
+			break;
+		if (keep + tail >= cap)
+			tail = cap - keep - 1;
+		memmove(hit + nt, hit + nf, tail);
+		hit[nt + tail] = 0;
+		memcpy(hit, to, nt);
+		at = hit + nt;
+	}
+}
+
+/* The engine names files by their paths; a client knows them by the
+ * request's names (file ids, the model's name), and the server's
+ * directories are none of its business. Longest paths first: a data file
+ * lives under the state directory. */
+static void name_paths(const tacod_service *s, const taco_job *job, json_t *req,
+		       char *msg, size_t cap)
+{
+	const char *model = json_string_value(json_object_get(req, "model"));
+	const char *train =
+	    json_string_value(json_object_get(req, "training_file"));
+	const char *val =
+	    json_string_value(json_object_get(req, "validation_file"));
+
+	if (job) {
+		replace_all(msg, cap, job->train, train ? train : "");
+		if (job->validation[0])
+			replace_all(msg, cap, job->validation, val ? val : "");
+		replace_all(msg, cap, job->model, model ? model : "");
+	}
+	replace_all(msg, cap, s->jobs_dir, "<job>");
+	replace_all(msg, cap, s->cfg.state_dir, "<state>");
+	replace_all(msg, cap, s->cfg.models_dir, "<models>");
+}
+
+/* The report names the file as the client did, and so do its summary and
+ * every problem's detail. */
+static void name_report(const tacod_service *s, const taco_job *job,
+			json_t *req, json_t *report)
+{
+	json_t *probs = json_object_get(report, "problems"), *p;
+	char detail[1024];
+	size_t i;
+
+	if (json_object_get(report, "file"))
+		json_object_set(report, "file",
+				json_object_get(req, "training_file"));
+	if (json_string_value(json_object_get(report, "summary"))) {
+		taco_text_copy(
+		    detail, sizeof(detail),
+		    json_string_value(json_object_get(report, "summary")));
+		name_paths(s, job, req, detail, sizeof(detail));
+		json_object_set_new(report, "summary", json_string(detail));
+	}
+	json_array_foreach(probs, i, p)
+	{
+		const char *d = json_string_value(json_object_get(p, "detail"));
+		if (!d)
+			continue;
+		taco_text_copy(detail, sizeof(detail), d);
+		name_paths(s, job, req, detail, sizeof(detail));
+		json_object_set_new(p, "detail", json_string(detail));
+	}
+}
+
+static uint64_t file_bytes(const char *path)
+{
+	struct stat st;
+
+	return path[0] && !stat(path, &st) ? (uint64_t)st.st_size : 0;
+}
+
+void tacod_assess(tacod_service *s, const char *path, json_t *req, int what,
+		  uint64_t data_limit, tacod_assessment *a)
+{
+	taco_job job;
+	taco_job_problems probs;
+	taco_plan_input in;
+	taco_model *shapes = NULL;
+	taco_job_data data;
+	taco_err err = {{0}};
+	char path_cfg[TACOD_PATH_MAX + 16];
+	taco_config cfg;
+	int rc;
+
+	memset(a, 0, sizeof(*a));
+	/* freed below whether or not it was loaded */
+	memset(&data, 0, sizeof(data));
+	if (taco_job_load(path, &job, &probs)) {
+		problem(a, "invalid_option", NULL, probs.msg[0]);
+		name_paths(s, NULL, req, a->msg, sizeof(a->msg));
+		return;
+	}
+	a->data_bytes = file_bytes(job.train) + file_bytes(job.validation) +
+			file_bytes(job.eval_multiple_choice);
+	if (what & TACOD_ASSESS_PLAN) {
+		if (taco_plan_job(&job, s->cfg.backend, s->cfg.device_memory,
+				  &a->plan, &in, &shapes, &err)) {
+			problem(a, "invalid_model", "model", err.msg);
+		} else {
+			a->planned = 1;
+			a->fits = a->plan.total <= s->cfg.device_memory;
+			if (!a->fits) {
+				taco_plan_advise(shapes, &in,
+						 s->cfg.device_memory,
+						 &a->advice, NULL);
+				taco_plan_refuse(shapes, &in, &a->plan,
+						 s->cfg.device_memory, &err);
+				problem(a, "insufficient_memory", NULL,
+					err.msg);
+			}
+		}
+		taco_model_free(shapes);
+	}
+	if ((what & TACOD_ASSESS_DATA) && a->data_bytes <= data_limit) {
+		a->validated = 1;
+		snprintf(path_cfg, sizeof(path_cfg), "%s/config.json",
+			 job.model);
+		rc = taco_config_load(path_cfg, &cfg, &err) ||
+		     taco_job_data_load(&job, cfg.vocab, &data, &err);
+		if (data.have_reports) {
+			a->report = taco_dataset_report_json(&data.train_report,
+							     job.train);
+			name_report(s, &job, req, a->report);
+		}
+		if (rc)
+			problem(a, "invalid_training_file", "training_file",
+				err.msg);
+	}
+	name_paths(s, &job, req, a->msg, sizeof(a->msg));
+	taco_job_data_free(&data);
+	taco_job_free(&job);
+}

@@ -1,0 +1,115 @@
+/* store_checkpoints.c: a job's checkpoints in the store, one a step: added
+ * (or replaced), listed newest cap in step order, deleted. */
+#include "daemon/store/internal.h"
+#include "daemon/store/store.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tacod_store_checkpoint_add(tacod_store *s, const tacod_checkpoint *c,
+			       taco_err *err)
+{
+	int rc = st_check_str(c->job_id, sizeof(c->job_id), 0, "job_id", err);
+
+	if (rc == 0)
+		rc = st_check_str(c->path, sizeof(c->path), 0, "path", err);
+	if (rc == 0)
+		rc = st_check_text(c->metrics, 1, "metrics", err);
+	if (rc == 0 && c->step < 0)
+		rc = taco_err_set(err, -EINVAL, "step: negative");
+	if (rc < 0)
+		return rc;
+	rc = st_begin(s, 1, err);
+	if (rc < 0)
+		return rc;
+	rc = st_job_exists(s, c->job_id, err);
+	if (rc == 0)
+		rc = st_exec(s, "add checkpoint",
+			     "INSERT INTO checkpoints(job_id, step, path,"
+			     " created_at, metrics)"
+			     " VALUES (?1, ?2, ?3, ?4, ?5)"
+			     " ON CONFLICT (job_id, step) DO UPDATE SET"
+			     " path = excluded.path,"
+			     " created_at = excluded.created_at,"
+			     " metrics = excluded.metrics",
+			     ST_ARGS(ST_TEXT(c->job_id), ST_INT(c->step),
+				     ST_TEXT(c->path), ST_INT(c->created_at),
+				     ST_TEXT(c->metrics)),
+			     NULL, NULL, err);
+	return st_end(s, rc, err);
+}
+
+int tacod_store_checkpoint_list(tacod_store *s, const char *job_id,
+				tacod_checkpoint *out, int cap, int *n,
+				taco_err *err)
+{
+	st_query q;
+	int rc;
+
+	*n = 0;
+	rc = st_check_str(job_id, TACOD_ID_MAX, 0, "job_id", err);
+	if (rc < 0)
+		return rc;
+	if (cap <= 0)
+		return cap == 0 ? 0
+				: taco_err_set(err, -EINVAL, "cap: negative");
+	rc = st_prep(s, &q, "list checkpoints",
+		     "SELECT job_id, step, path, created_at, metrics FROM"
+		     " (SELECT * FROM checkpoints WHERE job_id = ?1"
+		     " ORDER BY step DESC LIMIT ?2) ORDER BY step",
+		     err);
+	if (rc < 0)
+		return rc;
+	st_text(&q, 1, job_id);
+	st_int(&q, 2, cap);
+	while ((rc = st_step(&q, err)) == 1 && *n < cap) {
+		tacod_checkpoint *c = &out[*n];
+
+		memset(c, 0, sizeof(*c));
+		rc = st_col_str(q.st, 0, c->job_id, sizeof(c->job_id),
+				"checkpoint job_id", err);
+		c->step = sqlite3_column_int64(q.st, 1);
+		if (rc == 0)
+			rc = st_col_str(q.st, 2, c->path, sizeof(c->path),
+					"checkpoint path", err);
+		c->created_at = sqlite3_column_int64(q.st, 3);
+		if (rc == 0)
+			rc = st_col_dup(q.st, 4, &c->metrics,
+					"checkpoint metrics", err);
+		if (rc < 0)
+			break;
+		(*n)++;
+	}
+	st_done(&q);
+	if (rc == 1)
+		rc = 0;
+	if (rc < 0) {
+		for (int i = 0; i < *n; i++) {
+			free(out[i].metrics);
+			out[i].metrics = NULL;
+		}
+		*n = 0;
+	}
+	return rc;
+}
+
+int tacod_store_checkpoint_delete(tacod_store *s, const char *job_id,
+				  int64_t step, taco_err *err)
+{
+	int rc = st_check_str(job_id, TACOD_ID_MAX, 0, "job_id", err);
+
+	if (rc < 0)
+		return rc;
+	rc = st_begin(s, 1, err);
+	if (rc < 0)
+		return rc;
+	rc = st_exec(s, "delete checkpoint",
+		     "DELETE FROM checkpoints WHERE job_id = ?1 AND step = ?2",
+		     ST_ARGS(ST_TEXT(job_id), ST_INT(step)), NULL, NULL, err);
+	if (rc == 0 && st_changes(s) == 0)
+		rc = taco_err_set(err, -ENOENT,
+				  "no checkpoint of job %s at step %lld",
+				  job_id, (long long)step);
+	return st_end(s, rc, err);
+}
