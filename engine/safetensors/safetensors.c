@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/fsutil.h"
+
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
 #define MAX_SHARD_NAME 255
@@ -103,19 +105,6 @@ static uint64_t le64(const unsigned char *p)
 	for (int i = 7; i >= 0; i--)
 		v = (v << 8) | p[i];
 	return v;
-}
-
-static char *join_path(const char *dir, const char *name)
-{
-	size_t a = strlen(dir), b = strlen(name);
-	char *s = malloc(a + b + 2);
-
-	if (!s)
-		return NULL;
-	memcpy(s, dir, a);
-	s[a] = '/';
-	memcpy(s + a + 1, name, b + 1);
-	return s;
 }
 
 static int cmp_data(const void *pa, const void *pb)
@@ -874,7 +863,7 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 		goto out;
 	}
 	for (size_t s = 0; s < nu; s++) {
-		char *spath = join_path(m->dir, names[s]);
+		char *spath = taco_path_join(m->dir, names[s]);
 
 		if (!spath) {
 			rc = taco_err_at(err, -ENOMEM, ipath, "out of memory");
@@ -946,8 +935,8 @@ int taco_st_open_model(const char *dir, taco_st_model **out, taco_err *err)
 				    "taco_st_open_model: NULL dir");
 	m = calloc(1, sizeof(*m));
 	if (!m || !(m->dir = strdup(dir)) ||
-	    !(ipath = join_path(dir, INDEX_NAME)) ||
-	    !(spath = join_path(dir, SINGLE_NAME))) {
+	    !(ipath = taco_path_join(dir, INDEX_NAME)) ||
+	    !(spath = taco_path_join(dir, SINGLE_NAME))) {
 		rc = taco_err_at(err, -ENOMEM, dir, "out of memory");
 		goto out;
 	}

@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/fsutil.h"
+
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
 #define MAX_WRITE_CHUNK (1u << 30)
@@ -22,19 +24,6 @@ struct chunk {
 	const void *p;
 	uint64_t len;
 };
-
-static char *join_path(const char *dir, const char *name)
-{
-	size_t a = strlen(dir), b = strlen(name);
-	char *s = malloc(a + b + 2);
-
-	if (!s)
-		return NULL;
-	memcpy(s, dir, a);
-	s[a] = '/';
-	memcpy(s + a + 1, name, b + 1);
-	return s;
-}
 
 static int cmp_name_ptr(const void *pa, const void *pb)
 {
@@ -397,7 +386,7 @@ out:
 /* Removes dir/name if present. */
 static int remove_stale(const char *dir, const char *name, taco_err *err)
 {
-	char *p = join_path(dir, name);
+	char *p = taco_path_join(dir, name);
 	int rc = 0;
 
 	if (!p)
@@ -416,7 +405,7 @@ static int write_index(const char *dir, const taco_st_tensor *ts, size_t n,
 		       taco_err *err)
 {
 	json_t *root = NULL, *wm;
-	char *path = join_path(dir, INDEX_NAME), *text = NULL;
+	char *path = taco_path_join(dir, INDEX_NAME), *text = NULL;
 	int rc = 0;
 
 	if (!path)
@@ -497,7 +486,7 @@ int taco_st_write_sharded(const char *dir, const taco_st_tensor *tensors,
 		cur += nb; /* total <= INT64_MAX, checked by validate() */
 	}
 	if (nshards <= 1) {
-		path = join_path(dir, SINGLE_NAME);
+		path = taco_path_join(dir, SINGLE_NAME);
 		if (!path) {
 			rc = taco_err_at(err, -ENOMEM, dir, "out of memory");
 			goto out;
@@ -524,7 +513,7 @@ int taco_st_write_sharded(const char *dir, const taco_st_tensor *tensors,
 		snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors",
 			 s + 1, nshards);
 		free(path);
-		path = join_path(dir, name);
+		path = taco_path_join(dir, name);
 		if (!path) {
 			rc = taco_err_at(err, -ENOMEM, dir, "out of memory");
 			goto out;
