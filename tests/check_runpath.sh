@@ -78,8 +78,9 @@ from_runpath() {
 			got=$(printf '%s\n' "$ldd" |
 				awk -v n="$lib" '$1 == n && $2 == "=>" { print $3 }')
 			if [ "$got" != "$dir/$lib" ]; then
-				echo "FAIL: $f: $lib is loaded from $got, not from" \
-					"its $tag $dir" >&2
+				echo "FAIL: $f: $lib is loaded from ${got:-nowhere}," \
+					"not from its $tag $dir; ldd:" >&2
+				printf '%s\n' "$ldd" >&2
 				return 1
 			fi
 			break

@@ -39,12 +39,11 @@ C
 "$cc" -shared -fPIC -o "$tmp/planted.so" "$tmp/planted.c" || exit 1
 mkdir "$tmp/empty"
 
-# plant DIR FILE...: DIR with the planted library under the name of each
+# plant DIR FILE...: the planted library in DIR under the name of each
 # library a FILE NEEDs.
 plant() {
 	dir=$1
 	shift
-	mkdir "$dir"
 	for f; do
 		[ -f "$f" ] || { echo "FAIL: missing: $f" >&2; exit 1; }
 		for lib in $(elf_needed "$f"); do
@@ -54,18 +53,19 @@ plant() {
 			esac
 		done
 	done
-	echo "planted in $(basename "$dir"):" $(ls "$dir")
 }
-programs=
+mkdir "$tmp/planted"
 for p; do
-	programs="$programs $build/$p $tmp/prefix/bin/$p"
+	plant "$tmp/planted" "$build/$p" "$tmp/prefix/bin/$p"
 done
-plant "$tmp/planted" $programs
+echo "planted for the programs:" "$(ls "$tmp/planted" | tr '\n' ' ')"
 # The module's own, apart: what the programs NEED must not hide whether
 # the module's RUNPATH is searched.
 if [ "$cuda" = ON ]; then
+	mkdir "$tmp/planted-module"
 	plant "$tmp/planted-module" "$build/$module" \
 		"$(find "$tmp/prefix" -name $module)"
+	echo "planted for the module:" "$(ls "$tmp/planted-module" | tr '\n' ' ')"
 fi
 unset TACO_CUDA_BACKEND
 
@@ -96,7 +96,8 @@ same() {
 			"$want without" >&2
 		cat "$out" >&2
 		fail=1
-	elif { [ "$compare" = output ] || [ "$compare" = failed -a "$rc" != 0 ]; } &&
+	elif { [ "$compare" = output ] ||
+		{ [ "$compare" = failed ] && [ "$rc" != 0 ]; }; } &&
 		! diff "$tmp/want" "$out" >&2; then
 		echo "FAIL: $*: another output beside the planted libraries" >&2
 		fail=1
