@@ -295,23 +295,23 @@ static int expected_id(struct tok_loader *L, const char *w, const char *s,
 static int added_flags(struct tok_loader *L, struct tok_added *x, json_t *e,
 		       const char *w)
 {
+	/* in this order: normalized defaults to !special */
+	const struct {
+		const char *key;
+		uint8_t *field;
+	} flags[] = {{"special", &x->special},
+		     {"single_word", &x->single_word},
+		     {"lstrip", &x->lstrip},
+		     {"rstrip", &x->rstrip},
+		     {"normalized", &x->normalized}};
 	int b = 0, r;
 
-	if ((r = tok_get_bool(L, e, w, "special", 0, &b)))
-		return r;
-	x->special = (uint8_t)b;
-	if ((r = tok_get_bool(L, e, w, "single_word", 0, &b)))
-		return r;
-	x->single_word = (uint8_t)b;
-	if ((r = tok_get_bool(L, e, w, "lstrip", 0, &b)))
-		return r;
-	x->lstrip = (uint8_t)b;
-	if ((r = tok_get_bool(L, e, w, "rstrip", 0, &b)))
-		return r;
-	x->rstrip = (uint8_t)b;
-	if ((r = tok_get_bool(L, e, w, "normalized", !x->special, &b)))
-		return r;
-	x->normalized = (uint8_t)b;
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+		int dflt = !strcmp(flags[i].key, "normalized") && !x->special;
+		if ((r = tok_get_bool(L, e, w, flags[i].key, dflt, &b)))
+			return r;
+		*flags[i].field = (uint8_t)b;
+	}
 	return 0;
 }
 

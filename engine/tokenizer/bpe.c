@@ -438,12 +438,10 @@ int tok_bpe_word(const taco_tok *tok, struct tok_work *w, const char *s,
 			/* a byte whose char is not in the vocab: take the
 			 * general path on the mapped string */
 			char *m = tok_arena_alloc(w, n * 2);
-			size_t mn = 0;
+			size_t mn;
 			if (!m)
 				return -ENOMEM;
-			for (i = 0; i < n; i++)
-				mn += (size_t)tok_utf8_put(
-				    tok_byte_char[(unsigned char)s[i]], m + mn);
+			mn = tok_bytelevel_encode(s, n, m);
 			if ((r = bpe_symbols(tok, w, m, mn, &count)))
 				return r;
 		}
@@ -738,25 +736,6 @@ int tok_parse_model(struct tok_loader *L, json_t *m)
 	return model_merges(L, json_object_get(m, "merges"));
 }
 
-/* The raw bytes of a token whose chars are all of the byte-level alphabet,
- * into raw; 0 when one is not. */
-static int token_bytes(const unsigned char *s, size_t n, char *raw, size_t *len)
-{
-	size_t k = 0, i = 0;
-
-	while (i < n) {
-		uint32_t cp;
-		int b;
-		i += (size_t)tok_utf8_next(s + i, n - i, &cp);
-		b = tok_char_byte(cp);
-		if (b < 0)
-			return 0;
-		raw[k++] = (char)b;
-	}
-	*len = k;
-	return 1;
-}
-
 int tok_build_raw_vocab(struct tok_loader *L)
 {
 	taco_tok *t = L->tok;
@@ -772,9 +751,9 @@ int tok_build_raw_vocab(struct tok_loader *L)
 		int32_t other;
 
 		if (t->vocab.off[id] == TOK_NONE ||
-		    !token_bytes((const unsigned char *)t->vocab.pool +
-				     t->vocab.off[id],
-				 t->vocab.len[id], raw, &k))
+		    !tok_bytelevel_decode((const unsigned char *)t->vocab.pool +
+					      t->vocab.off[id],
+					  t->vocab.len[id], raw, &k))
 			continue;
 		if (tok_vocab_add(&t->rvocab, (int32_t)id, raw, k, &other) ==
 		    -ENOMEM) {

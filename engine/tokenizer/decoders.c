@@ -335,28 +335,20 @@ static int dec_metaspace(const struct tok_dec *d, const struct toklist *in,
 	return r;
 }
 
-/* The bytes of token t[0..n) into raw: those of its byte-level chars, or
- * the token as it is when a char is not of the alphabet. */
+/* The bytes of token t[0..n) appended to raw: those of its byte-level
+ * chars, or the token as it is when a char is not of the alphabet. */
 static int bytelevel_bytes(const unsigned char *t, size_t n,
 			   struct tok_buf *raw)
 {
-	size_t a = 0, start = raw->n;
-	int r = 0;
+	size_t k;
 
-	while (a < n && !r) {
-		uint32_t cp;
-		int b;
-		unsigned char c;
-		a += (size_t)tok_utf8_next(t + a, n - a, &cp);
-		b = tok_char_byte(cp);
-		if (b < 0) {
-			raw->n = start; /* not all mapped: raw bytes */
-			return tok_buf_put(raw, t, n);
-		}
-		c = (unsigned char)b;
-		r = tok_buf_put(raw, &c, 1);
-	}
-	return r;
+	if (tok_buf_reserve(raw, n))
+		return -ENOMEM;
+	if (!tok_bytelevel_decode(t, n, raw->p + raw->n, &k))
+		return tok_buf_put(raw, t, n);
+	raw->n += k;
+	raw->p[raw->n] = 0;
+	return 0;
 }
 
 static int dec_bytelevel(const struct toklist *in, struct toklist *o)

@@ -90,11 +90,15 @@ def flat_ranges(cps):
     return out
 
 
+def range_string(lo, hi):
+    """[lo, hi] as "LO..HI" (or "CP") in hex, as in the data file."""
+    return f"{lo:04X}" if lo == hi else f"{lo:04X}..{hi:04X}"
+
+
 def range_strings(cps):
-    """Sorted code points as "LO..HI" (or "CP") hex strings."""
+    """Sorted code points as range_string()s."""
     f = flat_ranges(cps)
-    return [f"{lo:04X}" if lo == hi else f"{lo:04X}..{hi:04X}"
-            for lo, hi in zip(f[::2], f[1::2])]
+    return [range_string(lo, hi) for lo, hi in zip(f[::2], f[1::2])]
 
 
 def parse_range(s):

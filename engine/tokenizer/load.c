@@ -134,29 +134,31 @@ static int build_matching(struct tok_loader *L)
 	return tok_compile_gpt2_regex(L);
 }
 
-/* vocab_size (highest id + 1), which the post-processor's ids must be
- * under. */
+/* The post-processor's ids, n of them, must be under vocab_size. */
+static int check_post_ids(struct tok_loader *L, const int32_t *ids, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (ids[i] >= L->tok->vocab_size)
+			return tok_fail(L, -EINVAL,
+					"post_processor: id %d is outside the "
+					"vocab",
+					ids[i]);
+	return 0;
+}
+
+/* vocab_size: the highest id + 1. */
 static int set_vocab_size(struct tok_loader *L)
 {
 	taco_tok *t = L->tok;
+	int r;
 
 	t->vocab_size = (int32_t)t->vocab.n_ids;
 	for (int i = 0; i < t->n_added; i++)
 		if (t->added[i].id + 1 > t->vocab_size)
 			t->vocab_size = t->added[i].id + 1;
-	for (int i = 0; i < t->n_post_pre; i++)
-		if (t->post_pre[i] >= t->vocab_size)
-			return tok_fail(L, -EINVAL,
-					"post_processor: id %d is outside the "
-					"vocab",
-					t->post_pre[i]);
-	for (int i = 0; i < t->n_post_suf; i++)
-		if (t->post_suf[i] >= t->vocab_size)
-			return tok_fail(L, -EINVAL,
-					"post_processor: id %d is outside the "
-					"vocab",
-					t->post_suf[i]);
-	return 0;
+	if ((r = check_post_ids(L, t->post_pre, t->n_post_pre)))
+		return r;
+	return check_post_ids(L, t->post_suf, t->n_post_suf);
 }
 
 /* Metaspace(prepend_scheme first) only where "the start of the text" is

@@ -258,14 +258,10 @@ static int pt_bytelevel(const taco_tok *tok, const struct tok_pt *pt,
 	for (size_t i = first; i < dst->n; i++) {
 		struct tok_piece *q = &dst->v[i];
 		char *m = tok_arena_alloc(w, q->n * 2);
-		size_t mn = 0;
 		if (!m)
 			return tok_work_oom(w);
-		for (size_t k = 0; k < q->n; k++)
-			mn += (size_t)tok_utf8_put(
-			    tok_byte_char[(unsigned char)q->p[k]], m + mn);
+		q->n = tok_bytelevel_encode(q->p, q->n, m);
 		q->p = m;
-		q->n = mn;
 	}
 	return 0;
 }

@@ -59,6 +59,13 @@ int tok_is_whitespace(uint32_t cp);
 /* The byte-level alphabet: char of each byte, and its inverse. */
 extern const uint16_t tok_byte_char[256];
 int tok_char_byte(uint32_t cp); /* -1 when not in the alphabet */
+/* The byte-level chars of the bytes s[0..n) into out (room for 2 * n
+ * bytes); returns their length. */
+size_t tok_bytelevel_encode(const char *s, size_t n, char *out);
+/* The bytes whose byte-level chars s[0..n) is into out (room for n bytes),
+ * their count in *len; 0 when a char is not of the alphabet. */
+int tok_bytelevel_decode(const unsigned char *s, size_t n, char *out,
+			 size_t *len);
 
 /* The slot of a 64-bit key in an open-addressing table of mask + 1 slots
  * (the merges of bpe.c, the tries of added_tokens.c). */
@@ -399,8 +406,8 @@ int tok_parse_pretokenizer(struct tok_loader *L, struct json_t *o,
 int tok_compile_gpt2_regex(struct tok_loader *L);
 int tok_parse_post_processor(struct tok_loader *L, struct json_t *o,
 			     const char *where, int depth);
-int tok_parse_decoder(struct tok_loader *L, struct json_t *o,
-		      const char *where, int depth);
+int tok_parse_decoder(struct tok_loader *L, struct json_t *o, const char *where,
+		      int depth);
 /* bpe.c: the model object; then, for byte-level models, the vocab as raw
  * bytes (after the pre-tokenizers are known). */
 int tok_parse_model(struct tok_loader *L, struct json_t *m);
@@ -480,8 +487,7 @@ struct tok_work {
 
 /* encode.c */
 void *tok_arena_alloc(struct tok_work *w, size_t n);
-int tok_plist_push(struct tok_plist *l, const char *p, size_t n,
-		   int at_origin);
+int tok_plist_push(struct tok_plist *l, const char *p, size_t n, int at_origin);
 int tok_slist_push(struct tok_slist *l, size_t s, size_t e, int m);
 int tok_ids_push(taco_tok_ids *o, int32_t id);
 /* "name: encode: out of memory" in w->err; returns -ENOMEM. */

@@ -201,6 +201,34 @@ const uint16_t tok_byte_char[256] = {
     255,
 };
 
+size_t tok_bytelevel_encode(const char *s, size_t n, char *out)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		k += (size_t)tok_utf8_put(tok_byte_char[(unsigned char)s[i]],
+					  out + k);
+	return k;
+}
+
+int tok_bytelevel_decode(const unsigned char *s, size_t n, char *out,
+			 size_t *len)
+{
+	size_t k = 0, i = 0;
+
+	while (i < n) {
+		uint32_t cp;
+		int b;
+		i += (size_t)tok_utf8_next(s + i, n - i, &cp);
+		b = tok_char_byte(cp);
+		if (b < 0)
+			return 0;
+		out[k++] = (char)b;
+	}
+	*len = k;
+	return 1;
+}
+
 int tok_char_byte(uint32_t cp)
 {
 	if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) ||
