@@ -12,7 +12,7 @@
 
 /* ------------------------------------------------------------ hashing */
 
-uint32_t tok_hash(const void *p, size_t n)
+static uint32_t hash_bytes(const void *p, size_t n)
 {
 	const unsigned char *s = p;
 	uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n, v;
@@ -34,7 +34,7 @@ uint32_t tok_hash(const void *p, size_t n)
 	return (uint32_t)h;
 }
 
-int tok_vocab_init(struct tok_vocab *v, uint32_t n_ids, uint32_t expect)
+static int vocab_init(struct tok_vocab *v, uint32_t n_ids, uint32_t expect)
 {
 	uint32_t cap = 16;
 
@@ -68,7 +68,7 @@ int32_t tok_vocab_find(const struct tok_vocab *v, const char *s, size_t n)
 
 	if (!v->slots)
 		return -1;
-	h = tok_hash(s, n);
+	h = hash_bytes(s, n);
 	for (i = h & v->mask;; i = (i + 1) & v->mask) {
 		uint64_t e = v->slots[i];
 		uint32_t id;
@@ -82,13 +82,15 @@ int32_t tok_vocab_find(const struct tok_vocab *v, const char *s, size_t n)
 	}
 }
 
-int tok_vocab_add(struct tok_vocab *v, int32_t id, const char *s, size_t n,
-		  int32_t *other)
+/* Adds s as the string of id. Returns 0, -EEXIST when s is already there
+ * (its id in *other), or -ENOMEM. */
+static int vocab_add(struct tok_vocab *v, int32_t id, const char *s, size_t n,
+		     int32_t *other)
 {
-	uint32_t h = tok_hash(s, n), i;
+	uint32_t h = hash_bytes(s, n), i;
 
 	if (v->count * 2 + 2 > v->mask)
-		return -ENOSPC; /* sized by tok_vocab_init */
+		return -ENOSPC; /* sized by vocab_init */
 	for (i = h & v->mask; v->slots[i]; i = (i + 1) & v->mask) {
 		uint64_t e = v->slots[i];
 		uint32_t o = (uint32_t)e - 1;
@@ -119,8 +121,8 @@ int tok_vocab_add(struct tok_vocab *v, int32_t id, const char *s, size_t n,
 	return 0;
 }
 
-const struct tok_merge *tok_merges_find(const struct tok_merges *m, int32_t a,
-					int32_t b)
+static const struct tok_merge *merges_find(const struct tok_merges *m,
+					   int32_t a, int32_t b)
 {
 	uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
 	uint32_t i;
@@ -242,7 +244,7 @@ static int bpe_merge(const taco_tok *tok, struct tok_work *w, size_t n,
 	}
 	for (size_t i = 0; i + 1 < n; i++) {
 		const struct tok_merge *m =
-		    tok_merges_find(&tok->merges, id[i], id[i + 1]);
+		    merges_find(&tok->merges, id[i], id[i + 1]);
 		if (m &&
 		    heap_push(w, &hn, ((uint64_t)m->rank << 32) | i, m->id))
 			return -ENOMEM;
@@ -256,7 +258,7 @@ static int bpe_merge(const taco_tok *tok, struct tok_work *w, size_t n,
 		if (id[pos] < 0 || next[pos] < 0)
 			continue; /* removed, or now the last symbol */
 		nx = next[pos];
-		m = tok_merges_find(&tok->merges, id[pos], id[nx]);
+		m = merges_find(&tok->merges, id[pos], id[nx]);
 		if (!m || m->id != top.id)
 			continue; /* stale */
 		id[pos] = top.id;
@@ -266,7 +268,7 @@ static int bpe_merge(const taco_tok *tok, struct tok_work *w, size_t n,
 			prev[next[nx]] = (int32_t)pos;
 		if (prev[pos] >= 0) {
 			int32_t p = prev[pos];
-			m = tok_merges_find(&tok->merges, id[p], id[pos]);
+			m = merges_find(&tok->merges, id[p], id[pos]);
 			if (m &&
 			    heap_push(w, &hn,
 				      ((uint64_t)m->rank << 32) | (uint32_t)p,
@@ -274,8 +276,7 @@ static int bpe_merge(const taco_tok *tok, struct tok_work *w, size_t n,
 				return -ENOMEM;
 		}
 		if (next[pos] >= 0) {
-			m = tok_merges_find(&tok->merges, id[pos],
-					    id[next[pos]]);
+			m = merges_find(&tok->merges, id[pos], id[next[pos]]);
 			if (m &&
 			    heap_push(w, &hn, ((uint64_t)m->rank << 32) | pos,
 				      m->id))
@@ -417,7 +418,7 @@ int tok_bpe_word(const taco_tok *tok, struct tok_work *w, const char *s,
 			return tok_ids_push(out, id);
 	}
 	if (cacheable) {
-		h = tok_hash(s, n);
+		h = hash_bytes(s, n);
 		if ((r = cache_get(tok, h, s, n, out, &hit)))
 			return r;
 		if (hit)
@@ -554,8 +555,8 @@ static int model_vocab(struct tok_loader *L, json_t *vocab)
 
 	if ((r = vocab_max_id(L, vocab, &max_id)))
 		return r;
-	if ((r = tok_vocab_init(&t->vocab, (uint32_t)(max_id + 1),
-				(uint32_t)json_object_size(vocab))))
+	if ((r = vocab_init(&t->vocab, (uint32_t)(max_id + 1),
+			    (uint32_t)json_object_size(vocab))))
 		return tok_oom(L);
 	json_object_foreach(vocab, key, v)
 	{
@@ -573,7 +574,7 @@ static int model_vocab(struct tok_loader *L, json_t *vocab)
 					"'%.200s' and '%.200s'",
 					id, t->vocab.pool + t->vocab.off[id],
 					key);
-		r = tok_vocab_add(&t->vocab, id, key, kl, &other);
+		r = vocab_add(&t->vocab, id, key, kl, &other);
 		if (r)
 			return r == -ENOMEM ? tok_oom(L)
 					    : tok_fail(L, -EINVAL,
@@ -741,8 +742,7 @@ int tok_build_raw_vocab(struct tok_loader *L)
 	taco_tok *t = L->tok;
 	char *raw = malloc(TACO_TOK_MAX_TOKEN_LEN + 1);
 
-	if (!raw ||
-	    tok_vocab_init(&t->rvocab, t->vocab.n_ids, t->vocab.count)) {
+	if (!raw || vocab_init(&t->rvocab, t->vocab.n_ids, t->vocab.count)) {
 		free(raw);
 		return tok_oom(L);
 	}
@@ -755,7 +755,7 @@ int tok_build_raw_vocab(struct tok_loader *L)
 					      t->vocab.off[id],
 					  t->vocab.len[id], raw, &k))
 			continue;
-		if (tok_vocab_add(&t->rvocab, (int32_t)id, raw, k, &other) ==
+		if (vocab_add(&t->rvocab, (int32_t)id, raw, k, &other) ==
 		    -ENOMEM) {
 			free(raw);
 			return tok_oom(L);

@@ -14,11 +14,13 @@
  *   encode.c          the encode pipeline and its per-call state
  *   lookup.c          ids and token strings (the public lookups)
  *   regex.c           Oniguruma-style patterns run by PCRE2
- *   unicode.c         the Unicode tables (tokenizer_unidata.h): normalization
- *                     forms, \p{..} classes, is_numeric, word chars
+ *   unicode.c         the Unicode tables (tokenizer_unidata.h, made by
+ *                     gen_unidata.py): normalization forms, \p{..} classes,
+ *                     is_numeric, word chars
  *   utf8.c            byte buffers, UTF-8, the byte-level alphabet
  *
- * Internal names shared between files start with tok_ (TOK_ for macros). */
+ * The functions, types and variables they share start with tok_ (macros
+ * with TOK_; the step kinds are NORM_, PT_, SPLIT_, PREPEND_ and DEC_). */
 #ifndef TACO_TOKENIZER_INTERNAL_H
 #define TACO_TOKENIZER_INTERNAL_H
 
@@ -56,9 +58,8 @@ size_t tok_utf8_valid_prefix(const unsigned char *s, size_t n, size_t *bad);
 int tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n);
 int tok_is_whitespace(uint32_t cp);
 
-/* The byte-level alphabet: char of each byte, and its inverse. */
+/* The byte-level alphabet: the char of each byte. */
 extern const uint16_t tok_byte_char[256];
-int tok_char_byte(uint32_t cp); /* -1 when not in the alphabet */
 /* The byte-level chars of the bytes s[0..n) into out (room for 2 * n
  * bytes); returns their length. */
 size_t tok_bytelevel_encode(const char *s, size_t n, char *out);
@@ -88,13 +89,7 @@ struct tok_vocab {
 	uint32_t count;
 };
 
-uint32_t tok_hash(const void *p, size_t n);
 int32_t tok_vocab_find(const struct tok_vocab *v, const char *s, size_t n);
-/* Adds s as the string of id. Returns 0, -EEXIST when s is already there
- * (its id in *other), or -ENOMEM. */
-int tok_vocab_add(struct tok_vocab *v, int32_t id, const char *s, size_t n,
-		  int32_t *other);
-int tok_vocab_init(struct tok_vocab *v, uint32_t n_ids, uint32_t expect);
 void tok_vocab_free(struct tok_vocab *v);
 
 /* Merge ranks: (left id, right id) -> (rank, merged id). */
@@ -108,9 +103,6 @@ struct tok_merges {
 	struct tok_merge *slots;
 	uint32_t mask, count;
 };
-
-const struct tok_merge *tok_merges_find(const struct tok_merges *m, int32_t a,
-					int32_t b);
 
 /* ------------------------------------------------------------ regex.c */
 

@@ -201,6 +201,23 @@ const uint16_t tok_byte_char[256] = {
     255,
 };
 
+/* The byte of a char of the alphabet, -1 for any other char. */
+static int char_byte(uint32_t cp)
+{
+	if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) ||
+	    (cp >= 174 && cp <= 255))
+		return (int)cp;
+	if (cp >= 256 && cp <= 323) {
+		uint32_t k = cp - 256; /* k-th byte outside the printable set */
+		if (k <= 32)
+			return (int)k;
+		if (k <= 32 + 34)
+			return (int)(127 + (k - 33));
+		return 173;
+	}
+	return -1;
+}
+
 size_t tok_bytelevel_encode(const char *s, size_t n, char *out)
 {
 	size_t k = 0;
@@ -220,27 +237,11 @@ int tok_bytelevel_decode(const unsigned char *s, size_t n, char *out,
 		uint32_t cp;
 		int b;
 		i += (size_t)tok_utf8_next(s + i, n - i, &cp);
-		b = tok_char_byte(cp);
+		b = char_byte(cp);
 		if (b < 0)
 			return 0;
 		out[k++] = (char)b;
 	}
 	*len = k;
 	return 1;
-}
-
-int tok_char_byte(uint32_t cp)
-{
-	if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) ||
-	    (cp >= 174 && cp <= 255))
-		return (int)cp;
-	if (cp >= 256 && cp <= 323) {
-		uint32_t k = cp - 256; /* k-th byte outside the printable set */
-		if (k <= 32)
-			return (int)k;
-		if (k <= 32 + 34)
-			return (int)(127 + (k - 33));
-		return 173;
-	}
-	return -1;
 }
