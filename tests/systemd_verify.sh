@@ -12,6 +12,7 @@
 #
 # Exit 77 (skipped) only when systemd-analyze is missing.
 set -u
+. "$(dirname "$0")/elf_install.sh"
 
 fail() {
 	echo "FAIL: $*" >&2
@@ -71,8 +72,7 @@ install)
 	shift 3
 	need_analyze
 	prefix="$tmp/prefix"
-	"$cmake" --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1 ||
-		{ cat "$tmp/install.log"; fail "cmake --install"; }
+	install_prefix "$cmake" "$build" "$prefix" || exit 1
 	(cd "$prefix" && find . -type f | sort)
 	for f in lib/systemd/system/tacod.service lib/sysusers.d/tacod.conf \
 		share/doc/tacod/examples/tacod.json share/doc/tacod/README.md \

@@ -30,7 +30,7 @@ const char *taco_arch_name(int arch)
 
 /* Reads an integer field into *out. Absent: *out keeps its default unless
  * required. Present but not an integer in [lo, hi]: error. */
-static int get_int(json_t *root, const char *name, const char *key, int *out,
+static int cfg_int(json_t *root, const char *name, const char *key, int *out,
 		   int required, long long lo, long long hi, taco_err *err)
 {
 	json_t *v = json_object_get(root, key);
@@ -57,7 +57,7 @@ static int get_int(json_t *root, const char *name, const char *key, int *out,
 	return 0;
 }
 
-static int get_num(json_t *root, const char *name, const char *key, double *out,
+static int cfg_num(json_t *root, const char *name, const char *key, double *out,
 		   double lo, double hi, taco_err *err)
 {
 	json_t *v = json_object_get(root, key);
@@ -77,7 +77,7 @@ static int get_num(json_t *root, const char *name, const char *key, double *out,
 	return 0;
 }
 
-static int get_bool(json_t *root, const char *name, const char *key, int *out,
+static int cfg_bool(json_t *root, const char *name, const char *key, int *out,
 		    taco_err *err)
 {
 	json_t *v = json_object_get(root, key);
@@ -146,7 +146,7 @@ static int parse_rope(json_t *root, const char *name, taco_config *c,
 	int r;
 
 	c->rope_theta = 10000.0;
-	r = get_num(root, name, "rope_theta", &c->rope_theta, 1.0, 1e12, err);
+	r = cfg_num(root, name, "rope_theta", &c->rope_theta, 1.0, 1e12, err);
 	if (r)
 		return r;
 	if (!rp || json_is_null(rp)) {
@@ -159,7 +159,7 @@ static int parse_rope(json_t *root, const char *name, taco_config *c,
 		return taco_err_set(err, -EINVAL,
 				    "%s: field '%s' must be an object", name,
 				    where);
-	r = get_num(rp, name, "rope_theta", &c->rope_theta, 1.0, 1e12, err);
+	r = cfg_num(rp, name, "rope_theta", &c->rope_theta, 1.0, 1e12, err);
 	if (r)
 		return r;
 	t = json_object_get(rp, "rope_type");
@@ -182,13 +182,13 @@ static int parse_rope(json_t *root, const char *name, taco_config *c,
 	c->rope_factor = c->rope_low_freq_factor = c->rope_high_freq_factor =
 	    NAN;
 	c->rope_original_max_pos = 0;
-	if ((r = get_num(rp, name, "factor", &c->rope_factor, 1e-3, 1e6,
+	if ((r = cfg_num(rp, name, "factor", &c->rope_factor, 1e-3, 1e6,
 			 err)) ||
-	    (r = get_num(rp, name, "low_freq_factor", &c->rope_low_freq_factor,
+	    (r = cfg_num(rp, name, "low_freq_factor", &c->rope_low_freq_factor,
 			 1e-6, 1e6, err)) ||
-	    (r = get_num(rp, name, "high_freq_factor",
+	    (r = cfg_num(rp, name, "high_freq_factor",
 			 &c->rope_high_freq_factor, 1e-6, 1e6, err)) ||
-	    (r = get_int(rp, name, "original_max_position_embeddings",
+	    (r = cfg_int(rp, name, "original_max_position_embeddings",
 			 &c->rope_original_max_pos, 1, 1, 1 << 30, err)))
 		return r;
 	if (isnan(c->rope_factor) || isnan(c->rope_low_freq_factor) ||
@@ -220,20 +220,20 @@ static int refuse_unsupported(json_t *root, const char *name,
 	    (!json_is_string(v) || strcmp(json_string_value(v), "silu") != 0))
 		return taco_err_set(err, -ENOTSUP,
 				    "%s: hidden_act must be \"silu\"", name);
-	if ((r = get_bool(root, name, "mlp_bias", &flag, err)))
+	if ((r = cfg_bool(root, name, "mlp_bias", &flag, err)))
 		return r;
 	if (flag)
 		return taco_err_set(err, -ENOTSUP,
 				    "%s: mlp_bias = true is not supported",
 				    name);
-	if ((r = get_num(root, name, "attention_dropout", &drop, 0, 1, err)))
+	if ((r = cfg_num(root, name, "attention_dropout", &drop, 0, 1, err)))
 		return r;
 	if (drop != 0)
 		return taco_err_set(err, -ENOTSUP,
 				    "%s: attention_dropout must be 0", name);
 	if (c->arch == TACO_ARCH_QWEN2 || c->arch == TACO_ARCH_QWEN3) {
 		flag = 0;
-		if ((r = get_bool(root, name, "use_sliding_window", &flag,
+		if ((r = cfg_bool(root, name, "use_sliding_window", &flag,
 				  err)))
 			return r;
 		if (flag)
@@ -269,7 +269,7 @@ static int zero_dropout(json_t *root, const char *name, const char *key,
 			taco_err *err)
 {
 	double d = 0;
-	int r = get_num(root, name, key, &d, 0, 1, err);
+	int r = cfg_num(root, name, key, &d, 0, 1, err);
 
 	if (r)
 		return r;
@@ -284,7 +284,7 @@ static int get_dropout(json_t *root, const char *name, const char *key,
 		       float *out, taco_err *err)
 {
 	double d = *out;
-	int r = get_num(root, name, key, &d, 0, 0.9, err);
+	int r = cfg_num(root, name, key, &d, 0, 0.9, err);
 
 	if (!r)
 		*out = (float)d;
@@ -297,15 +297,15 @@ static int parse_sizes(json_t *root, const char *name, const char *ffn,
 {
 	int r;
 
-	if ((r = get_int(root, name, "hidden_size", &c->hidden, 1, 1,
+	if ((r = cfg_int(root, name, "hidden_size", &c->hidden, 1, 1,
 			 TACO_MAX_HIDDEN, err)) ||
-	    (r = get_int(root, name, ffn, &c->intermediate, 1, 1,
+	    (r = cfg_int(root, name, ffn, &c->intermediate, 1, 1,
 			 TACO_MAX_INTERMEDIATE, err)) ||
-	    (r = get_int(root, name, "num_hidden_layers", &c->layers, 1, 1,
+	    (r = cfg_int(root, name, "num_hidden_layers", &c->layers, 1, 1,
 			 TACO_MAX_LAYERS, err)) ||
-	    (r = get_int(root, name, "num_attention_heads", &c->heads, 1, 1,
+	    (r = cfg_int(root, name, "num_attention_heads", &c->heads, 1, 1,
 			 TACO_MAX_HEADS, err)) ||
-	    (r = get_int(root, name, "vocab_size", &c->vocab, 1, 1,
+	    (r = cfg_int(root, name, "vocab_size", &c->vocab, 1, 1,
 			 TACO_MAX_VOCAB, err)))
 		return r;
 	if (c->hidden % c->heads)
@@ -341,21 +341,21 @@ static int parse_opt(json_t *root, const char *name, taco_config *c,
 	if ((r = parse_sizes(root, name, "ffn_dim", c, err)))
 		return r;
 	c->max_pos = 2048;
-	if ((r = get_int(root, name, "max_position_embeddings", &c->max_pos, 0,
+	if ((r = cfg_int(root, name, "max_position_embeddings", &c->max_pos, 0,
 			 1, 1 << 20, err)) ||
-	    (r = get_bool(root, name, "do_layer_norm_before", &c->norm_before,
+	    (r = cfg_bool(root, name, "do_layer_norm_before", &c->norm_before,
 			  err)) ||
-	    (r = get_bool(root, name, "_remove_final_layer_norm", &remove_final,
+	    (r = cfg_bool(root, name, "_remove_final_layer_norm", &remove_final,
 			  err)) ||
-	    (r = get_int(root, name, "word_embed_proj_dim", &c->proj_dim, 0, 1,
+	    (r = cfg_int(root, name, "word_embed_proj_dim", &c->proj_dim, 0, 1,
 			 TACO_MAX_HIDDEN, err)) ||
-	    (r = get_bool(root, name, "enable_bias", &bias, err)) ||
-	    (r = get_bool(root, name, "layer_norm_elementwise_affine", &affine,
+	    (r = cfg_bool(root, name, "enable_bias", &bias, err)) ||
+	    (r = cfg_bool(root, name, "layer_norm_elementwise_affine", &affine,
 			  err)) ||
-	    (r = get_bool(root, name, "tie_word_embeddings", &c->tie_embeddings,
+	    (r = cfg_bool(root, name, "tie_word_embeddings", &c->tie_embeddings,
 			  err)) ||
 	    (r = get_dropout(root, name, "dropout", &c->dropout, err)) ||
-	    (r = get_int(root, name, "pad_token_id", &c->pad_embed, 0, -1,
+	    (r = cfg_int(root, name, "pad_token_id", &c->pad_embed, 0, -1,
 			 TACO_MAX_VOCAB, err)) ||
 	    (r = zero_dropout(root, name, "attention_dropout", err)) ||
 	    (r = zero_dropout(root, name, "activation_dropout", err)) ||
@@ -415,18 +415,18 @@ static int parse_neox(json_t *root, const char *name, taco_config *c,
 		return r;
 	c->max_pos = 0;
 	c->rope_theta = 10000.0;
-	if ((r = get_int(root, name, "max_position_embeddings", &c->max_pos, 0,
+	if ((r = cfg_int(root, name, "max_position_embeddings", &c->max_pos, 0,
 			 0, 1 << 30, err)) ||
-	    (r = get_num(root, name, "layer_norm_eps", &eps, 1e-30, 1, err)) ||
-	    (r = get_bool(root, name, "use_parallel_residual",
+	    (r = cfg_num(root, name, "layer_norm_eps", &eps, 1e-30, 1, err)) ||
+	    (r = cfg_bool(root, name, "use_parallel_residual",
 			  &c->parallel_residual, err)) ||
-	    (r = get_bool(root, name, "tie_word_embeddings", &c->tie_embeddings,
+	    (r = cfg_bool(root, name, "tie_word_embeddings", &c->tie_embeddings,
 			  err)) ||
-	    (r = get_bool(root, name, "attention_bias", &c->qkv_bias, err)) ||
-	    (r = get_num(root, name, "rotary_pct", &pct, 0, 1, err)) ||
-	    (r = get_num(root, name, "rotary_emb_base", &c->rope_theta, 1.0,
+	    (r = cfg_bool(root, name, "attention_bias", &c->qkv_bias, err)) ||
+	    (r = cfg_num(root, name, "rotary_pct", &pct, 0, 1, err)) ||
+	    (r = cfg_num(root, name, "rotary_emb_base", &c->rope_theta, 1.0,
 			 1e12, err)) ||
-	    (r = get_num(root, name, "rope_theta", &c->rope_theta, 1.0, 1e12,
+	    (r = cfg_num(root, name, "rope_theta", &c->rope_theta, 1.0, 1e12,
 			 err)) ||
 	    (r = get_dropout(root, name, "hidden_dropout", &c->dropout, err)) ||
 	    (r = zero_dropout(root, name, "attention_dropout", err)))
@@ -448,9 +448,9 @@ static int parse_neox(json_t *root, const char *name, taco_config *c,
 					    "%s: rope_parameters.rope_type "
 					    "must be \"default\"",
 					    name);
-		if ((r = get_num(rp, name, "rope_theta", &c->rope_theta, 1.0,
+		if ((r = cfg_num(rp, name, "rope_theta", &c->rope_theta, 1.0,
 				 1e12, err)) ||
-		    (r = get_num(rp, name, "partial_rotary_factor", &pct, 0, 1,
+		    (r = cfg_num(rp, name, "partial_rotary_factor", &pct, 0, 1,
 				 err)))
 			return r;
 	}
@@ -497,19 +497,19 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 	c.gated_mlp = 1;
 	c.norm_before = c.final_norm = 1;
 	c.pad_embed = -1;
-	if ((r = get_int(root, name, "hidden_size", &c.hidden, 1, 1,
+	if ((r = cfg_int(root, name, "hidden_size", &c.hidden, 1, 1,
 			 TACO_MAX_HIDDEN, err)) ||
-	    (r = get_int(root, name, "intermediate_size", &c.intermediate, 1, 1,
+	    (r = cfg_int(root, name, "intermediate_size", &c.intermediate, 1, 1,
 			 TACO_MAX_INTERMEDIATE, err)) ||
-	    (r = get_int(root, name, "num_hidden_layers", &c.layers, 1, 1,
+	    (r = cfg_int(root, name, "num_hidden_layers", &c.layers, 1, 1,
 			 TACO_MAX_LAYERS, err)) ||
-	    (r = get_int(root, name, "num_attention_heads", &c.heads, 1, 1,
+	    (r = cfg_int(root, name, "num_attention_heads", &c.heads, 1, 1,
 			 TACO_MAX_HEADS, err)) ||
-	    (r = get_int(root, name, "vocab_size", &c.vocab, 1, 1,
+	    (r = cfg_int(root, name, "vocab_size", &c.vocab, 1, 1,
 			 TACO_MAX_VOCAB, err)))
 		return r;
 	c.kv_heads = c.heads;
-	if ((r = get_int(root, name, "num_key_value_heads", &c.kv_heads, 0, 1,
+	if ((r = cfg_int(root, name, "num_key_value_heads", &c.kv_heads, 0, 1,
 			 TACO_MAX_HEADS, err)))
 		return r;
 	if (c.heads % c.kv_heads)
@@ -518,7 +518,7 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 				    "multiple of num_key_value_heads (%d)",
 				    name, c.heads, c.kv_heads);
 	c.head_dim = c.hidden / c.heads;
-	if ((r = get_int(root, name, "head_dim", &c.head_dim, 0, 2,
+	if ((r = cfg_int(root, name, "head_dim", &c.head_dim, 0, 2,
 			 TACO_MAX_HEAD_DIM, err)))
 		return r;
 	if (c.head_dim % 2 || c.head_dim < 2)
@@ -526,20 +526,20 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 				    "%s: head_dim (%d) must be even and >= 2",
 				    name, c.head_dim);
 	c.max_pos = 0;
-	if ((r = get_int(root, name, "max_position_embeddings", &c.max_pos, 0,
+	if ((r = cfg_int(root, name, "max_position_embeddings", &c.max_pos, 0,
 			 0, 1 << 30, err)))
 		return r;
-	if ((r = get_num(root, name, "rms_norm_eps", &eps, 1e-30, 1, err)))
+	if ((r = cfg_num(root, name, "rms_norm_eps", &eps, 1e-30, 1, err)))
 		return r;
 	c.rms_eps = (float)eps;
 	c.rotary_dim = c.head_dim;
 	if ((r = parse_rope(root, name, &c, err)))
 		return r;
-	if ((r = get_bool(root, name, "tie_word_embeddings", &c.tie_embeddings,
+	if ((r = cfg_bool(root, name, "tie_word_embeddings", &c.tie_embeddings,
 			  err)))
 		return r;
 	c.proj_dim = c.hidden;
-	if ((r = get_bool(root, name, "attention_bias", &bias, err)))
+	if ((r = cfg_bool(root, name, "attention_bias", &bias, err)))
 		return r;
 	switch (c.arch) {
 	case TACO_ARCH_QWEN2: /* q/k/v always carry a bias in Qwen2 */
@@ -550,7 +550,7 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 		c.qkv_bias = c.o_bias = bias;
 		break;
 	case TACO_ARCH_MISTRAL:
-		if ((r = get_int(root, name, "sliding_window",
+		if ((r = cfg_int(root, name, "sliding_window",
 				 &c.sliding_window, 0, 0, 1 << 30, err)))
 			return r;
 		c.qkv_bias = c.o_bias = bias;

@@ -34,7 +34,7 @@ void lp_linear_bwd_x(step_ctx *c, void *dx, const void *dy, const void *W,
 void lp_weights(step_ctx *c, int l, const void *W[TACO_L_COUNT])
 {
 	for (int s = 0; s < TACO_L_COUNT; s++)
-		W[s] = step_weight(c, c->m->layer[l][s], c->w->wl[s]);
+		W[s] = step_weight_of(c, c->m->layer[l][s], c->w->wl[s]);
 }
 
 taco_layer_acts *lp_acts(step_ctx *c, int l)

@@ -27,7 +27,7 @@ static tk_ce_rows rows_at(taco_work *w, int r0)
 
 static const void *head_weight(step_ctx *c)
 {
-	return step_weight(c, c->m->lm_head, c->w->w_head);
+	return step_weight_of(c, c->m->lm_head, c->w->w_head);
 }
 
 /* logits[n, vc] (f32) = hf[r0 .., H] head[v0 .., H]^T */
@@ -77,16 +77,17 @@ static void final_fwd(step_ctx *c, const void *x_last)
 
 	if (m->final_norm >= 0)
 		lp_norm_fwd(c, normed, w->mean_f, w->rstd_f, x_last,
-			    step_weight(c, m->final_norm, w->w_final),
-			    step_weight(c, m->final_norm_bias, w->w_top), N, H);
+			    step_weight_of(c, m->final_norm, w->w_final),
+			    step_weight_of(c, m->final_norm_bias, w->w_top), N,
+			    H);
 	else if (m->proj_out >= 0)
 		normed = (void *)x_last;
 	else
 		c->o->convert(w->hf, c->dt, x_last, c->dt, (size_t)N * H);
 	if (m->proj_out >= 0)
 		lp_linear_fwd(c, w->hf, normed,
-			      step_weight(c, m->proj_out, w->w_top), NULL, N, H,
-			      P);
+			      step_weight_of(c, m->proj_out, w->w_top), NULL, N,
+			      H, P);
 }
 
 void step_final_bwd(step_ctx *c, const void *x_last)
@@ -102,15 +103,15 @@ void step_final_bwd(step_ctx *c, const void *x_last)
 		 * from dy and normed */
 		const void *normed = m->final_norm >= 0 ? w->hn : x_last;
 		lp_linear_bwd_x(c, w->dx, dy,
-				step_weight(c, m->proj_out, w->w_top), N, H, P,
-				0.0f);
+				step_weight_of(c, m->proj_out, w->w_top), N, H,
+				P, 0.0f);
 		grad_linear_cols(c, m->proj_out, dy, P, normed, H, N, P, H, 0);
 		dy = w->dx;
 	}
 	if (m->final_norm >= 0)
 		lp_norm_bwd(c, m->final_norm, m->final_norm_bias, NULL, w->dx,
 			    dy, x_last,
-			    step_weight(c, m->final_norm, w->w_final),
+			    step_weight_of(c, m->final_norm, w->w_final),
 			    w->mean_f, w->rstd_f, N, H);
 	else if (m->proj_out < 0)
 		c->o->convert(w->dx, c->dt, dy, c->dt, (size_t)N * H);

@@ -59,7 +59,7 @@ int taco_batch_check(const taco_model *m, const taco_batch *b,
 	return 0;
 }
 
-const void *step_weight(step_ctx *c, int id, float *scratch)
+const void *step_weight_of(step_ctx *c, int id, float *scratch)
 {
 	const taco_tensor *t;
 
@@ -181,19 +181,19 @@ static void embed_fwd(step_ctx *c, void *x0)
 	const taco_model *m = c->m;
 	taco_work *w = c->w;
 	int N = w->s.N, H = m->cfg.hidden, P = m->cfg.proj_dim;
-	const void *emb = step_weight(c, m->embed, w->w_head);
+	const void *emb = step_weight_of(c, m->embed, w->w_head);
 
 	if (m->proj_in >= 0) {
 		c->o->embedding_fwd(c->dt, w->emb_tmp, emb, w->tokens, N, P);
 		lp_linear_fwd(c, x0, w->emb_tmp,
-			      step_weight(c, m->proj_in, w->w_top), NULL, N, P,
-			      H);
+			      step_weight_of(c, m->proj_in, w->w_top), NULL, N,
+			      P, H);
 	} else {
 		c->o->embedding_fwd(c->dt, x0, emb, w->tokens, N, H);
 	}
 	if (m->pos_embed >= 0) {
 		c->o->embedding_fwd(c->dt, w->emb_tmp,
-				    step_weight(c, m->pos_embed, w->w_top),
+				    step_weight_of(c, m->pos_embed, w->w_top),
 				    w->pos_ids, N, H);
 		c->o->add(c->dt, x0, w->emb_tmp, (size_t)N * H);
 	}
@@ -238,10 +238,10 @@ static void embed_bwd(step_ctx *c)
 	/* de = dx W_in (W_in's last use), then dW_in [H, P] = dx^T e with e
 	 * the lookup again */
 	lp_linear_bwd_x(c, w->dembed, w->dx,
-			step_weight(c, m->proj_in, w->w_top), N, P, H, 0.0f);
+			step_weight_of(c, m->proj_in, w->w_top), N, P, H, 0.0f);
 	c->o->embedding_fwd(c->dt, w->emb_tmp,
-			    step_weight(c, m->embed, w->w_head), w->tokens, N,
-			    P);
+			    step_weight_of(c, m->embed, w->w_head), w->tokens,
+			    N, P);
 	grad_linear_cols(c, m->proj_in, w->dx, H, w->emb_tmp, P, N, H, P, 0);
 	c->de = w->dembed;
 }

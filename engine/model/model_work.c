@@ -327,7 +327,7 @@ int taco_work_plan(const taco_model *m, int B, int T, uint64_t *term,
 	return 0;
 }
 
-static void work_free(taco_model *m, taco_work *w)
+static void work_destroy(taco_model *m, taco_work *w)
 {
 	work_buf *list = calloc(work_list_cap(w->n_acts), sizeof(*list));
 	int n;
@@ -354,7 +354,7 @@ static void work_free(taco_model *m, taco_work *w)
 void taco_model_release_work(taco_model *m)
 {
 	if (m && m->work) {
-		work_free(m, m->work);
+		work_destroy(m, m->work);
 		m->work = NULL;
 	}
 }
@@ -413,7 +413,7 @@ int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
 	return 0;
 nomem:
 	free(list);
-	work_free(m, w);
+	work_destroy(m, w);
 	return taco_err_set(err, -ENOMEM,
 			    "cannot allocate the step buffers for batch %d x "
 			    "%d",

@@ -48,7 +48,7 @@ static inline void *step_at(const void *p, size_t i, size_t es)
 
 /* A weight as the ops read it: the tensor itself (bf16 mode, or an fp32
  * tensor), or its fp32 conversion into scratch. NULL for id < 0. */
-const void *step_weight(step_ctx *c, int id, float *scratch);
+const void *step_weight_of(step_ctx *c, int id, float *scratch);
 
 /* model_stream.c: streamed weights. begin at the step's start; ready
  * before layer l's ops (fetches it now if no prefetch did, and waits for

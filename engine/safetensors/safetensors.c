@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/fsutil.h"
+
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
 #define MAX_SHARD_NAME 255
@@ -105,19 +107,6 @@ static uint64_t le64(const unsigned char *p)
 	return v;
 }
 
-static char *join_path(const char *dir, const char *name)
-{
-	size_t a = strlen(dir), b = strlen(name);
-	char *s = malloc(a + b + 2);
-
-	if (!s)
-		return NULL;
-	memcpy(s, dir, a);
-	s[a] = '/';
-	memcpy(s + a + 1, name, b + 1);
-	return s;
-}
-
 static int cmp_data(const void *pa, const void *pb)
 {
 	const taco_st_tensor *a = pa, *b = pb;
@@ -191,25 +180,29 @@ static int parse_tensor(taco_st_tensor *t, const json_t *v,
 
 	if (!json_is_object(v))
 		return taco_err_at(err, -EINVAL, file,
-			    "tensor '%s': entry is not an object", name);
+				   "tensor '%s': entry is not an object", name);
 	ds = json_string_value(json_object_get(v, "dtype"));
 	if (!ds)
 		return taco_err_at(err, -EINVAL, file,
-			    "tensor '%s': dtype missing or not a string", name);
+				   "tensor '%s': dtype missing or not a string",
+				   name);
 	t->dtype = taco_st_dtype_from_name(ds);
 	if (t->dtype < 0)
 		return taco_err_at(err, -EINVAL, file,
-			    "tensor '%s': unknown dtype '%.32s'", name, ds);
+				   "tensor '%s': unknown dtype '%.32s'", name,
+				   ds);
 	esize = taco_st_dtype_size(t->dtype);
 
 	shape = json_object_get(v, "shape");
 	if (!json_is_array(shape))
 		return taco_err_at(err, -EINVAL, file,
-			    "tensor '%s': shape missing or not an array", name);
+				   "tensor '%s': shape missing or not an array",
+				   name);
 	if (json_array_size(shape) > TACO_ST_MAX_DIMS)
-		return taco_err_at(err, -EINVAL, file,
-			    "tensor '%s': shape has %zu dims, limit is %d",
-			    name, json_array_size(shape), TACO_ST_MAX_DIMS);
+		return taco_err_at(
+		    err, -EINVAL, file,
+		    "tensor '%s': shape has %zu dims, limit is %d", name,
+		    json_array_size(shape), TACO_ST_MAX_DIMS);
 	t->ndim = (int)json_array_size(shape);
 	for (int d = 0; d < t->ndim; d++) {
 		if (get_uint(json_array_get(shape, (size_t)d), &x) != 0)
@@ -234,41 +227,45 @@ static int parse_tensor(taco_st_tensor *t, const json_t *v,
 		nelem = 0;
 	if (nelem > UINT64_MAX / esize)
 		return taco_err_at(err, -EINVAL, file,
-			    "tensor '%s': shape byte size overflows", name);
+				   "tensor '%s': shape byte size overflows",
+				   name);
 	t->nbytes = nelem * esize;
 
 	offs = json_object_get(v, "data_offsets");
 	if (!json_is_array(offs) || json_array_size(offs) != 2)
 		return taco_err_at(err, -EINVAL, file,
-			    "tensor '%s': data_offsets missing or not a "
-			    "[begin, end] array",
-			    name);
+				   "tensor '%s': data_offsets missing or not a "
+				   "[begin, end] array",
+				   name);
 	if (get_uint(json_array_get(offs, 0), &begin) != 0 ||
 	    get_uint(json_array_get(offs, 1), &end) != 0)
-		return taco_err_at(err, -EINVAL, file,
-			    "tensor '%s': data_offsets are not non-negative "
-			    "integers",
-			    name);
+		return taco_err_at(
+		    err, -EINVAL, file,
+		    "tensor '%s': data_offsets are not non-negative "
+		    "integers",
+		    name);
 	if (end < begin)
-		return taco_err_at(err, -EINVAL, file,
-			    "tensor '%s': data_offsets end %llu < begin %llu",
-			    name, (unsigned long long)end,
-			    (unsigned long long)begin);
+		return taco_err_at(
+		    err, -EINVAL, file,
+		    "tensor '%s': data_offsets end %llu < begin %llu", name,
+		    (unsigned long long)end, (unsigned long long)begin);
 	if (end > region_len)
-		return taco_err_at(err, -EINVAL, file,
-			    "tensor '%s': data_offsets end %llu beyond data "
-			    "region of %llu bytes",
-			    name, (unsigned long long)end,
-			    (unsigned long long)region_len);
+		return taco_err_at(
+		    err, -EINVAL, file,
+		    "tensor '%s': data_offsets end %llu beyond data "
+		    "region of %llu bytes",
+		    name, (unsigned long long)end,
+		    (unsigned long long)region_len);
 	if (end - begin != t->nbytes) {
 		char sh[256];
 
 		format_shape(sh, sizeof(sh), t);
-		return taco_err_at(err, -EINVAL, file,
-			    "tensor '%s': data_offsets span %llu bytes but "
-			    "shape %s of %s needs %llu",
-			    name, (unsigned long long)(end - begin), sh, ds,
-			    (unsigned long long)t->nbytes);
+		return taco_err_at(
+		    err, -EINVAL, file,
+		    "tensor '%s': data_offsets span %llu bytes but "
+		    "shape %s of %s needs %llu",
+		    name, (unsigned long long)(end - begin), sh, ds,
+		    (unsigned long long)t->nbytes);
 	}
 	t->data = region + begin;
 	return 0;
@@ -287,18 +284,20 @@ static int scan_meta(const json_t *meta, const char *file, size_t *count,
 		return 0;
 	if (!json_is_object(meta))
 		return taco_err_at(err, -EINVAL, file,
-			    "__metadata__ is not an object");
+				   "__metadata__ is not an object");
 	json_object_keylen_foreach((json_t *)meta, key, klen, v)
 	{
 		if (strlen(key) != klen)
-			return taco_err_at(err, -EINVAL, file,
-				    "__metadata__ key contains a NUL byte");
+			return taco_err_at(
+			    err, -EINVAL, file,
+			    "__metadata__ key contains a NUL byte");
 		if (!json_is_string(v) ||
 		    strlen(json_string_value(v)) != json_string_length(v))
-			return taco_err_at(err, -EINVAL, file,
-				    "__metadata__ '%.200s': value is not a "
-				    "string",
-				    key);
+			return taco_err_at(
+			    err, -EINVAL, file,
+			    "__metadata__ '%.200s': value is not a "
+			    "string",
+			    key);
 		*bytes += klen + 1 + json_string_length(v) + 1;
 		(*count)++;
 	}
@@ -327,16 +326,18 @@ static int build_file(taco_st_file *f, json_t *root,
 	int rc;
 
 	if (!json_is_object(root))
-		return taco_err_at(err, -EINVAL, file, "JSON header is not an object");
-	if (json_object_size(root) > TACO_ST_MAX_TENSORS + 1)
 		return taco_err_at(err, -EINVAL, file,
-			    "header lists %zu entries, limit is %u tensors",
-			    json_object_size(root), TACO_ST_MAX_TENSORS);
+				   "JSON header is not an object");
+	if (json_object_size(root) > TACO_ST_MAX_TENSORS + 1)
+		return taco_err_at(
+		    err, -EINVAL, file,
+		    "header lists %zu entries, limit is %u tensors",
+		    json_object_size(root), TACO_ST_MAX_TENSORS);
 	json_object_keylen_foreach(root, key, klen, v)
 	{
 		if (strlen(key) != klen)
 			return taco_err_at(err, -EINVAL, file,
-				    "tensor name contains a NUL byte");
+					   "tensor name contains a NUL byte");
 		if (strcmp(key, "__metadata__") == 0) {
 			meta = v;
 			continue;
@@ -352,8 +353,8 @@ static int build_file(taco_st_file *f, json_t *root,
 	}
 	if (n > TACO_ST_MAX_TENSORS)
 		return taco_err_at(err, -EINVAL, file,
-			    "header lists %zu tensors, limit is %u", n,
-			    TACO_ST_MAX_TENSORS);
+				   "header lists %zu tensors, limit is %u", n,
+				   TACO_ST_MAX_TENSORS);
 	if (meta && (rc = scan_meta(meta, file, &nmeta, &bytes, err)) != 0)
 		return rc;
 
@@ -362,8 +363,8 @@ static int build_file(taco_st_file *f, json_t *root,
 	f->meta = malloc((nmeta ? 2 * nmeta : 1) * sizeof(*f->meta));
 	f->strings = malloc(bytes ? bytes : 1);
 	if (!f->t || !f->by_name || !f->meta || !f->strings)
-		return taco_err_at(err, -ENOMEM, file, "out of memory for %zu tensors",
-			    n);
+		return taco_err_at(err, -ENOMEM, file,
+				   "out of memory for %zu tensors", n);
 	arena = f->strings;
 
 	i = 0;
@@ -401,13 +402,14 @@ static int build_file(taco_st_file *f, json_t *root,
 		uint64_t cb = (uint64_t)(cd - region);
 
 		if (cb < pe)
-			return taco_err_at(err, -EINVAL, file,
-				    "tensors '%s' [%llu, %llu) and '%s' [%llu, "
-				    "%llu) overlap",
-				    f->t[i - 1].name, (unsigned long long)pb,
-				    (unsigned long long)pe, f->t[i].name,
-				    (unsigned long long)cb,
-				    (unsigned long long)(cb + f->t[i].nbytes));
+			return taco_err_at(
+			    err, -EINVAL, file,
+			    "tensors '%s' [%llu, %llu) and '%s' [%llu, "
+			    "%llu) overlap",
+			    f->t[i - 1].name, (unsigned long long)pb,
+			    (unsigned long long)pe, f->t[i].name,
+			    (unsigned long long)cb,
+			    (unsigned long long)(cb + f->t[i].nbytes));
 	}
 	for (i = 0; i < n; i++)
 		f->by_name[i] = &f->t[i];
@@ -415,8 +417,8 @@ static int build_file(taco_st_file *f, json_t *root,
 	for (i = 1; i < n; i++)
 		if (strcmp(f->by_name[i - 1]->name, f->by_name[i]->name) == 0)
 			return taco_err_at(err, -EINVAL, file,
-				    "duplicate tensor name '%s'",
-				    f->by_name[i]->name);
+					   "duplicate tensor name '%s'",
+					   f->by_name[i]->name);
 	return 0;
 }
 
@@ -459,15 +461,17 @@ static int parse_into(taco_st_file *f, const unsigned char *p, size_t len,
 	int rc;
 
 	if (len < 8)
-		return taco_err_at(err, -EINVAL, file,
-			    "file too short (%zu bytes) for the 8-byte header "
-			    "length",
-			    len);
+		return taco_err_at(
+		    err, -EINVAL, file,
+		    "file too short (%zu bytes) for the 8-byte header "
+		    "length",
+		    len);
 	hlen = le64(p);
 	if (hlen > TACO_ST_MAX_HEADER_BYTES)
-		return taco_err_at(err, -EINVAL, file,
-			    "header length %llu exceeds the limit of %u bytes",
-			    (unsigned long long)hlen, TACO_ST_MAX_HEADER_BYTES);
+		return taco_err_at(
+		    err, -EINVAL, file,
+		    "header length %llu exceeds the limit of %u bytes",
+		    (unsigned long long)hlen, TACO_ST_MAX_HEADER_BYTES);
 	if (hlen > len - 8)
 		return taco_err_at(
 		    err, -EINVAL, file,
@@ -479,11 +483,12 @@ static int parse_into(taco_st_file *f, const unsigned char *p, size_t len,
 	if (!root) {
 		if (strstr(jerr.text, "duplicate object key"))
 			return taco_err_at(err, -EINVAL, file,
-				    "duplicate name in JSON header (%s)",
-				    jerr.text);
-		return taco_err_at(err, -EINVAL, file,
-			    "invalid JSON header at line %d column %d: %s",
-			    jerr.line, jerr.column, jerr.text);
+					   "duplicate name in JSON header (%s)",
+					   jerr.text);
+		return taco_err_at(
+		    err, -EINVAL, file,
+		    "invalid JSON header at line %d column %d: %s", jerr.line,
+		    jerr.column, jerr.text);
 	}
 	rc = build_file(f, root, p + 8 + hlen, len - 8 - hlen, err);
 	json_decref(root);
@@ -536,10 +541,11 @@ int taco_st_open(const char *path, taco_st_file **out, taco_err *err)
 		goto out;
 	}
 	if (st.st_size < 8) {
-		rc = taco_err_at(err, -EINVAL, path,
-			  "file too short (%lld bytes) for the 8-byte header "
-			  "length",
-			  (long long)st.st_size);
+		rc = taco_err_at(
+		    err, -EINVAL, path,
+		    "file too short (%lld bytes) for the 8-byte header "
+		    "length",
+		    (long long)st.st_size);
 		goto out;
 	}
 	if ((uint64_t)st.st_size > SIZE_MAX) {
@@ -556,8 +562,8 @@ int taco_st_open(const char *path, taco_st_file **out, taco_err *err)
 	if (f->map == MAP_FAILED) {
 		f->map = NULL;
 		rc = -errno;
-		taco_err_at(err, rc, path, "cannot mmap %zu bytes: %s", f->map_len,
-		     strerror(-rc));
+		taco_err_at(err, rc, path, "cannot mmap %zu bytes: %s",
+			    f->map_len, strerror(-rc));
 		goto out;
 	}
 	rc = parse_into(f, f->map, f->map_len, err);
@@ -615,12 +621,13 @@ static int check_weight(const char *file, const char *name,
 {
 	if (!t)
 		return taco_err_at(err, -ENOENT, file, "tensor '%s' not found",
-			    name ? name : "(null)");
+				   name ? name : "(null)");
 	if (!taco_st_dtype_supported(t->dtype))
-		return taco_err_at(err, -ENOTSUP, file,
-			    "tensor '%s': dtype %s is not supported as a model "
-			    "weight (need F32, BF16 or F16)",
-			    t->name, taco_st_dtype_name(t->dtype));
+		return taco_err_at(
+		    err, -ENOTSUP, file,
+		    "tensor '%s': dtype %s is not supported as a model "
+		    "weight (need F32, BF16 or F16)",
+		    t->name, taco_st_dtype_name(t->dtype));
 	*out = t;
 	return 0;
 }
@@ -687,7 +694,7 @@ static int model_index_tensors(taco_st_model *m, taco_err *err)
 	m->by_name = malloc((n ? n : 1) * sizeof(*m->by_name));
 	if (!m->all || !m->by_name)
 		return taco_err_at(err, -ENOMEM, m->dir,
-			    "out of memory for %zu tensors", n);
+				   "out of memory for %zu tensors", n);
 	for (size_t s = 0; s < m->nshards; s++)
 		for (size_t i = 0; i < m->shards[s]->n; i++)
 			m->all[k++] = &m->shards[s]->t[i];
@@ -715,7 +722,8 @@ static int read_small_file(const char *path, char **out, size_t *len,
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		return taco_err_at(err, rc, path, "cannot open: %s", strerror(-rc));
+		return taco_err_at(err, rc, path, "cannot open: %s",
+				   strerror(-rc));
 	}
 	if (fstat(fd, &st) != 0) {
 		rc = -errno;
@@ -728,8 +736,9 @@ static int read_small_file(const char *path, char **out, size_t *len,
 	}
 	if (st.st_size > (off_t)TACO_ST_MAX_HEADER_BYTES) {
 		rc = taco_err_at(err, -EINVAL, path,
-			  "%lld bytes exceeds the limit of %u bytes",
-			  (long long)st.st_size, TACO_ST_MAX_HEADER_BYTES);
+				 "%lld bytes exceeds the limit of %u bytes",
+				 (long long)st.st_size,
+				 TACO_ST_MAX_HEADER_BYTES);
 		goto out;
 	}
 	buf = malloc((size_t)st.st_size + 1);
@@ -744,7 +753,8 @@ static int read_small_file(const char *path, char **out, size_t *len,
 			continue;
 		if (r < 0) {
 			rc = -errno;
-			taco_err_at(err, rc, path, "read error: %s", strerror(-rc));
+			taco_err_at(err, rc, path, "read error: %s",
+				    strerror(-rc));
 			goto out;
 		}
 		if (r == 0)
@@ -787,21 +797,21 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		rc = taco_err_at(err, -EINVAL, ipath,
-			  "invalid JSON at line %d column %d: %s", jerr.line,
-			  jerr.column, jerr.text);
+				 "invalid JSON at line %d column %d: %s",
+				 jerr.line, jerr.column, jerr.text);
 		goto out;
 	}
 	wm = json_object_get(root, "weight_map");
 	if (!json_is_object(wm)) {
 		rc = taco_err_at(err, -EINVAL, ipath,
-			  "weight_map missing or not an object");
+				 "weight_map missing or not an object");
 		goto out;
 	}
 	if (json_object_size(wm) == 0 ||
 	    json_object_size(wm) > TACO_ST_MAX_TENSORS) {
 		rc = taco_err_at(err, -EINVAL, ipath,
-			  "weight_map lists %zu tensors (need 1 to %u)",
-			  json_object_size(wm), TACO_ST_MAX_TENSORS);
+				 "weight_map lists %zu tensors (need 1 to %u)",
+				 json_object_size(wm), TACO_ST_MAX_TENSORS);
 		goto out;
 	}
 	names = malloc(json_object_size(wm) * sizeof(*names));
@@ -815,21 +825,24 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 
 		if (strlen(key) != klen || klen > TACO_ST_MAX_NAME) {
 			rc = taco_err_at(err, -EINVAL, ipath,
-				  "weight_map: bad tensor name '%.64s'", key);
+					 "weight_map: bad tensor name '%.64s'",
+					 key);
 			goto out;
 		}
 		if (!s) {
-			rc = taco_err_at(err, -EINVAL, ipath,
-				  "weight_map: tensor '%s': shard is not a "
-				  "string",
-				  key);
+			rc = taco_err_at(
+			    err, -EINVAL, ipath,
+			    "weight_map: tensor '%s': shard is not a "
+			    "string",
+			    key);
 			goto out;
 		}
 		if (strlen(s) != json_string_length(v) || !shard_name_ok(s)) {
-			rc = taco_err_at(err, -EINVAL, ipath,
-				  "weight_map: tensor '%s': shard '%.300s' is "
-				  "not a plain file name",
-				  key, s);
+			rc = taco_err_at(
+			    err, -EINVAL, ipath,
+			    "weight_map: tensor '%s': shard '%.300s' is "
+			    "not a plain file name",
+			    key, s);
 			goto out;
 		}
 		names[nn++] = s;
@@ -840,8 +853,8 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 			names[nu++] = names[i];
 	if (nu > TACO_ST_MAX_SHARDS) {
 		rc = taco_err_at(err, -EINVAL, ipath,
-			  "weight_map names %zu shards, limit is %d", nu,
-			  TACO_ST_MAX_SHARDS);
+				 "weight_map names %zu shards, limit is %d", nu,
+				 TACO_ST_MAX_SHARDS);
 		goto out;
 	}
 	m->shards = calloc(nu, sizeof(*m->shards));
@@ -850,7 +863,7 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 		goto out;
 	}
 	for (size_t s = 0; s < nu; s++) {
-		char *spath = join_path(m->dir, names[s]);
+		char *spath = taco_path_join(m->dir, names[s]);
 
 		if (!spath) {
 			rc = taco_err_at(err, -ENOMEM, ipath, "out of memory");
@@ -869,10 +882,11 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 
 		hit = bsearch(&s, names, nu, sizeof(*names), cmp_str);
 		if (!hit || !taco_st_find(m->shards[hit - names], key)) {
-			rc = taco_err_at(err, -EINVAL, ipath,
-				  "tensor '%s' listed for shard '%s' but not "
-				  "found in it",
-				  key, s);
+			rc = taco_err_at(
+			    err, -EINVAL, ipath,
+			    "tensor '%s' listed for shard '%s' but not "
+			    "found in it",
+			    key, s);
 			goto out;
 		}
 	}
@@ -885,16 +899,18 @@ static int open_index(taco_st_model *m, const char *ipath, taco_err *err)
 			    json_object_get(wm, f->t[i].name));
 
 			if (!want) {
-				rc = taco_err_at(err, -EINVAL, f->path,
-					  "tensor '%s' is not listed in %s",
-					  f->t[i].name, INDEX_NAME);
+				rc = taco_err_at(
+				    err, -EINVAL, f->path,
+				    "tensor '%s' is not listed in %s",
+				    f->t[i].name, INDEX_NAME);
 				goto out;
 			}
 			if (strcmp(want, names[s]) != 0) {
-				rc = taco_err_at(err, -EINVAL, f->path,
-					  "tensor '%s' is listed in %s for "
-					  "shard '%s'",
-					  f->t[i].name, INDEX_NAME, want);
+				rc = taco_err_at(
+				    err, -EINVAL, f->path,
+				    "tensor '%s' is listed in %s for "
+				    "shard '%s'",
+				    f->t[i].name, INDEX_NAME, want);
 				goto out;
 			}
 		}
@@ -919,8 +935,8 @@ int taco_st_open_model(const char *dir, taco_st_model **out, taco_err *err)
 				    "taco_st_open_model: NULL dir");
 	m = calloc(1, sizeof(*m));
 	if (!m || !(m->dir = strdup(dir)) ||
-	    !(ipath = join_path(dir, INDEX_NAME)) ||
-	    !(spath = join_path(dir, SINGLE_NAME))) {
+	    !(ipath = taco_path_join(dir, INDEX_NAME)) ||
+	    !(spath = taco_path_join(dir, SINGLE_NAME))) {
 		rc = taco_err_at(err, -ENOMEM, dir, "out of memory");
 		goto out;
 	}
@@ -939,8 +955,9 @@ int taco_st_open_model(const char *dir, taco_st_model **out, taco_err *err)
 		if (rc == 0)
 			m->nshards = 1;
 	} else {
-		rc = taco_err_at(err, -ENOENT, dir, "no %s or %s in this directory",
-			  SINGLE_NAME, INDEX_NAME);
+		rc = taco_err_at(err, -ENOENT, dir,
+				 "no %s or %s in this directory", SINGLE_NAME,
+				 INDEX_NAME);
 	}
 	if (rc == 0)
 		rc = model_index_tensors(m, err);

@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/fsutil.h"
+
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
 #define MAX_WRITE_CHUNK (1u << 30)
@@ -22,19 +24,6 @@ struct chunk {
 	const void *p;
 	uint64_t len;
 };
-
-static char *join_path(const char *dir, const char *name)
-{
-	size_t a = strlen(dir), b = strlen(name);
-	char *s = malloc(a + b + 2);
-
-	if (!s)
-		return NULL;
-	memcpy(s, dir, a);
-	s[a] = '/';
-	memcpy(s + a + 1, name, b + 1);
-	return s;
-}
 
 static int cmp_name_ptr(const void *pa, const void *pb)
 {
@@ -54,8 +43,9 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 	if (n && !ts)
 		return taco_err_at(err, -EINVAL, path, "NULL tensor array");
 	if (n > TACO_ST_MAX_TENSORS)
-		return taco_err_at(err, -EINVAL, path, "%zu tensors, limit is %u", n,
-			    TACO_ST_MAX_TENSORS);
+		return taco_err_at(err, -EINVAL, path,
+				   "%zu tensors, limit is %u", n,
+				   TACO_ST_MAX_TENSORS);
 	for (size_t i = 0; i < n; i++) {
 		const taco_st_tensor *t = &ts[i];
 		uint64_t nelem = 1;
@@ -63,8 +53,8 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 		int zero = 0;
 
 		if (!t->name)
-			return taco_err_at(err, -EINVAL, path, "tensor %zu: NULL name",
-				    i);
+			return taco_err_at(err, -EINVAL, path,
+					   "tensor %zu: NULL name", i);
 		if (strlen(t->name) > TACO_ST_MAX_NAME)
 			return taco_err_at(
 			    err, -EINVAL, path,
@@ -72,23 +62,25 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 			    "is %d",
 			    t->name, strlen(t->name), TACO_ST_MAX_NAME);
 		if (strcmp(t->name, "__metadata__") == 0)
-			return taco_err_at(err, -EINVAL, path,
-				    "tensor name '__metadata__' is reserved");
+			return taco_err_at(
+			    err, -EINVAL, path,
+			    "tensor name '__metadata__' is reserved");
 		esize = taco_st_dtype_size(t->dtype);
 		if (!esize)
 			return taco_err_at(err, -EINVAL, path,
-				    "tensor '%s': unknown dtype %d", t->name,
-				    t->dtype);
+					   "tensor '%s': unknown dtype %d",
+					   t->name, t->dtype);
 		if (t->ndim < 0 || t->ndim > TACO_ST_MAX_DIMS)
 			return taco_err_at(err, -EINVAL, path,
-				    "tensor '%s': ndim %d outside 0..%d",
-				    t->name, t->ndim, TACO_ST_MAX_DIMS);
+					   "tensor '%s': ndim %d outside 0..%d",
+					   t->name, t->ndim, TACO_ST_MAX_DIMS);
 		for (int d = 0; d < t->ndim; d++) {
 			if (t->shape[d] < 0)
-				return taco_err_at(err, -EINVAL, path,
-					    "tensor '%s': shape[%d] = %lld is "
-					    "negative",
-					    t->name, d, (long long)t->shape[d]);
+				return taco_err_at(
+				    err, -EINVAL, path,
+				    "tensor '%s': shape[%d] = %lld is "
+				    "negative",
+				    t->name, d, (long long)t->shape[d]);
 			if (t->shape[d] == 0)
 				zero = 1;
 		}
@@ -96,10 +88,11 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 			uint64_t x = (uint64_t)t->shape[d];
 
 			if (nelem > UINT64_MAX / x)
-				return taco_err_at(err, -EINVAL, path,
-					    "tensor '%s': shape element count "
-					    "overflows",
-					    t->name);
+				return taco_err_at(
+				    err, -EINVAL, path,
+				    "tensor '%s': shape element count "
+				    "overflows",
+				    t->name);
 			nelem *= x;
 		}
 		if (zero)
@@ -112,12 +105,13 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 			    t->name, (unsigned long long)t->nbytes,
 			    taco_st_dtype_name(t->dtype));
 		if (t->nbytes && !t->data)
-			return taco_err_at(err, -EINVAL, path,
-				    "tensor '%s': NULL data for %llu bytes",
-				    t->name, (unsigned long long)t->nbytes);
+			return taco_err_at(
+			    err, -EINVAL, path,
+			    "tensor '%s': NULL data for %llu bytes", t->name,
+			    (unsigned long long)t->nbytes);
 		if (t->nbytes > (uint64_t)INT64_MAX - sum)
 			return taco_err_at(err, -EINVAL, path,
-				    "total tensor size overflows");
+					   "total tensor size overflows");
 		sum += t->nbytes;
 	}
 	if (n > 1) {
@@ -130,8 +124,8 @@ static int validate(const char *path, const taco_st_tensor *ts, size_t n,
 		for (size_t i = 1; i < n && rc == 0; i++)
 			if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0)
 				rc = taco_err_at(err, -EINVAL, path,
-					  "duplicate tensor name '%s'",
-					  sorted[i]->name);
+						 "duplicate tensor name '%s'",
+						 sorted[i]->name);
 		free(sorted);
 	}
 	if (rc == 0)
@@ -204,14 +198,16 @@ static int write_atomic(const char *path, const struct chunk *c, size_t nc,
 		  0644);
 	if (fd < 0) {
 		rc = -errno;
-		taco_err_at(err, rc, path, "cannot create %s: %s", tmp, strerror(-rc));
+		taco_err_at(err, rc, path, "cannot create %s: %s", tmp,
+			    strerror(-rc));
 		goto out;
 	}
 	created = 1;
 	for (size_t i = 0; i < nc; i++) {
 		rc = write_all(fd, c[i].p, c[i].len);
 		if (rc != 0) {
-			taco_err_at(err, rc, path, "write error: %s", strerror(-rc));
+			taco_err_at(err, rc, path, "write error: %s",
+				    strerror(-rc));
 			goto out;
 		}
 	}
@@ -229,15 +225,15 @@ static int write_atomic(const char *path, const struct chunk *c, size_t nc,
 	if (rename(tmp, path) != 0) {
 		rc = -errno;
 		taco_err_at(err, rc, path, "cannot rename %s over it: %s", tmp,
-		     strerror(-rc));
+			    strerror(-rc));
 		goto out;
 	}
 	renamed = 1;
 	rc = sync_parent(path);
 	if (rc != 0)
 		taco_err_at(err, rc, path,
-		     "written, but fsync of its directory failed: %s",
-		     strerror(-rc));
+			    "written, but fsync of its directory failed: %s",
+			    strerror(-rc));
 out:
 	if (fd >= 0)
 		close(fd);
@@ -268,17 +264,19 @@ static int build_header(const char *path, const taco_st_tensor *ts, size_t n,
 		}
 		for (size_t i = 0; meta_kv[i]; i += 2) {
 			if (!meta_kv[i + 1]) {
-				rc = taco_err_at(err, -EINVAL, path,
-					  "metadata key '%s' has no value",
-					  meta_kv[i]);
+				rc = taco_err_at(
+				    err, -EINVAL, path,
+				    "metadata key '%s' has no value",
+				    meta_kv[i]);
 				goto out;
 			}
 			if (json_object_set_new(meta, meta_kv[i],
 						json_string(meta_kv[i + 1]))) {
-				rc = taco_err_at(err, -EINVAL, path,
-					  "metadata '%s': key or value is not "
-					  "valid UTF-8",
-					  meta_kv[i]);
+				rc = taco_err_at(
+				    err, -EINVAL, path,
+				    "metadata '%s': key or value is not "
+				    "valid UTF-8",
+				    meta_kv[i]);
 				goto out;
 			}
 		}
@@ -311,22 +309,23 @@ static int build_header(const char *path, const taco_st_tensor *ts, size_t n,
 		}
 		if (json_object_set_new(root, t->name, e)) {
 			rc = taco_err_at(err, -EINVAL, path,
-				  "tensor '%s': name is not valid UTF-8",
-				  t->name);
+					 "tensor '%s': name is not valid UTF-8",
+					 t->name);
 			goto out;
 		}
 	}
 	text = json_dumps(root, JSON_COMPACT);
 	if (!text) {
-		rc = taco_err_at(err, -ENOMEM, path, "cannot serialize the header");
+		rc = taco_err_at(err, -ENOMEM, path,
+				 "cannot serialize the header");
 		goto out;
 	}
 	len = strlen(text);
 	padded = (len + 7) & ~(size_t)7;
 	if (padded > TACO_ST_MAX_HEADER_BYTES) {
 		rc = taco_err_at(err, -EINVAL, path,
-			  "header of %zu bytes exceeds the limit of %u", padded,
-			  TACO_ST_MAX_HEADER_BYTES);
+				 "header of %zu bytes exceeds the limit of %u",
+				 padded, TACO_ST_MAX_HEADER_BYTES);
 		goto out;
 	}
 	buf = malloc(padded);
@@ -387,14 +386,15 @@ out:
 /* Removes dir/name if present. */
 static int remove_stale(const char *dir, const char *name, taco_err *err)
 {
-	char *p = join_path(dir, name);
+	char *p = taco_path_join(dir, name);
 	int rc = 0;
 
 	if (!p)
 		return taco_err_at(err, -ENOMEM, dir, "out of memory");
 	if (unlink(p) != 0 && errno != ENOENT) {
 		rc = -errno;
-		taco_err_at(err, rc, p, "cannot remove stale file: %s", strerror(-rc));
+		taco_err_at(err, rc, p, "cannot remove stale file: %s",
+			    strerror(-rc));
 	}
 	free(p);
 	return rc;
@@ -405,7 +405,7 @@ static int write_index(const char *dir, const taco_st_tensor *ts, size_t n,
 		       taco_err *err)
 {
 	json_t *root = NULL, *wm;
-	char *path = join_path(dir, INDEX_NAME), *text = NULL;
+	char *path = taco_path_join(dir, INDEX_NAME), *text = NULL;
 	int rc = 0;
 
 	if (!path)
@@ -429,7 +429,8 @@ static int write_index(const char *dir, const taco_st_tensor *ts, size_t n,
 	}
 	text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
 	if (!text) {
-		rc = taco_err_at(err, -ENOMEM, path, "cannot serialize the index");
+		rc = taco_err_at(err, -ENOMEM, path,
+				 "cannot serialize the index");
 		goto out;
 	}
 	{
@@ -464,7 +465,7 @@ int taco_st_write_sharded(const char *dir, const taco_st_tensor *tensors,
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
 		rc = -errno;
 		return taco_err_at(err, rc, dir, "cannot create directory: %s",
-			    strerror(-rc));
+				   strerror(-rc));
 	}
 
 	shard_of = malloc((n ? n : 1) * sizeof(*shard_of));
@@ -485,7 +486,7 @@ int taco_st_write_sharded(const char *dir, const taco_st_tensor *tensors,
 		cur += nb; /* total <= INT64_MAX, checked by validate() */
 	}
 	if (nshards <= 1) {
-		path = join_path(dir, SINGLE_NAME);
+		path = taco_path_join(dir, SINGLE_NAME);
 		if (!path) {
 			rc = taco_err_at(err, -ENOMEM, dir, "out of memory");
 			goto out;
@@ -497,9 +498,9 @@ int taco_st_write_sharded(const char *dir, const taco_st_tensor *tensors,
 	}
 	if (nshards > TACO_ST_MAX_SHARDS) {
 		rc = taco_err_at(err, -EINVAL, dir,
-			  "%zu shards needed, limit is %d (raise "
-			  "max_shard_bytes)",
-			  nshards, TACO_ST_MAX_SHARDS);
+				 "%zu shards needed, limit is %d (raise "
+				 "max_shard_bytes)",
+				 nshards, TACO_ST_MAX_SHARDS);
 		goto out;
 	}
 	start = 0;
@@ -512,7 +513,7 @@ int taco_st_write_sharded(const char *dir, const taco_st_tensor *tensors,
 		snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors",
 			 s + 1, nshards);
 		free(path);
-		path = join_path(dir, name);
+		path = taco_path_join(dir, name);
 		if (!path) {
 			rc = taco_err_at(err, -ENOMEM, dir, "out of memory");
 			goto out;

@@ -113,7 +113,7 @@ int taco_tok_load_buffer(const char *json, size_t len, const char *name,
 
 /* GPT-2 style tokenizer files held in memory (none need be NUL-terminated),
  * as OPT checkpoints ship them instead of a tokenizer.json. They give the
- * ids transformers' GPT2Tokenizer gives (tokenizer_gpt2.c says what is read
+ * ids transformers' GPT2Tokenizer gives (load_gpt2.c says what is read
  * and what is refused): byte-level BPE with the GPT-2 pattern, the
  * BOS prepended when tokenizer_config.json has add_bos_token true. Each
  * file is at most TACO_TOK_MAX_FILE bytes; errors name the file under dir

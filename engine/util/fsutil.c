@@ -10,6 +10,19 @@
 
 #define COPY_MAX_BYTES (1ull << 32) /* files copied into an export */
 
+char *taco_path_join(const char *dir, const char *name)
+{
+	size_t a = strlen(dir), b = strlen(name);
+	char *s = malloc(a + b + 2);
+
+	if (!s)
+		return NULL;
+	memcpy(s, dir, a);
+	s[a] = '/';
+	memcpy(s + a + 1, name, b + 1);
+	return s;
+}
+
 int taco_fsync_dir(const char *dir, taco_err *err)
 {
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -7,6 +7,9 @@
 
 #include "taco_err.h"
 
+/* "dir/name" in a new malloc'd string, or NULL when out of memory. */
+char *taco_path_join(const char *dir, const char *name);
+
 int taco_write_file_atomic(const char *path, const void *data, size_t len,
 			   taco_err *err);
 int taco_fsync_dir(const char *dir, taco_err *err);

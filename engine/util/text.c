@@ -13,7 +13,7 @@ static void cut(char *dst, size_t cap)
 	size_t p;
 
 	if (cap <= mark + 1) {
-		memcpy(dst, TACO_TEXT_CUT + 1, cap - 1);
+		memcpy(dst, &TACO_TEXT_CUT[1], cap - 1);
 		dst[cap - 1] = 0;
 		return;
 	}

@@ -1,42 +1,18 @@
 /* act.c: the MLP activations of OPT (ReLU) and GPT-NeoX (exact GELU) and
- * their derivatives, element-wise in fp32:
- *   relu(x) = x > 0 ? x : 0,  relu'(x) = x > 0 (0 at 0, as torch);
- *   gelu(x) = x * 0.5 * (1 + erf(x / sqrt 2)),
- *   gelu'(x) = 0.5 * (1 + erf(x / sqrt 2)) + x * exp(-x^2 / 2) / sqrt(2 pi).
- * A NaN input propagates (torch's relu and threshold_backward let it
- * through). kernels/cuda/act.cu has the same expressions; only erff and
- * expf of libm and of CUDA may differ in the last ulp.
+ * their derivatives, element-wise in fp32: the expressions are tk_act.h's,
+ * shared with kernels/cuda/act.cu; this file runs them over OpenMP spans.
  */
-#include <math.h>
-
 #include "cpu_ops.h"
+#include "tk_act.h"
 #include "tk_convert.h"
-
-/* 1 / sqrt(2) and 1 / sqrt(2 pi), rounded to fp32 */
-#define ACT_SQRT1_2 0.70710678118654752f
-#define ACT_INV_SQRT_2PI 0.39894228040143268f
-
-TK_CPU_INLINE float act_f(int act, float x)
-{
-	if (act == TK_ACT_RELU)
-		return x > 0.0f || x != x ? x : 0.0f;
-	return x * 0.5f * (1.0f + erff(x * ACT_SQRT1_2));
-}
-
-TK_CPU_INLINE float act_df(int act, float d, float x)
-{
-	if (act == TK_ACT_RELU)
-		return x > 0.0f || x != x ? d : 0.0f;
-	return d * (0.5f * (1.0f + erff(x * ACT_SQRT1_2)) +
-		    x * (expf(-0.5f * x * x) * ACT_INV_SQRT_2PI));
-}
 
 /* One span; element i is read before it is written, so out may be x. */
 TK_CPU_INLINE void act_fwd_span(int dt, int act, void *out, const void *x,
 				size_t i0, size_t i1)
 {
 	for (size_t i = i0; i < i1; i++)
-		tk_store_f32_rne(out, dt, i, act_f(act, tk_load_f32(x, dt, i)));
+		tk_store_f32_rne(out, dt, i,
+				 tk_act_f(act, tk_load_f32(x, dt, i)));
 }
 
 TK_CPU_INLINE void act_bwd_span(int dt, int act, void *dx, const void *dout,
@@ -44,8 +20,8 @@ TK_CPU_INLINE void act_bwd_span(int dt, int act, void *dx, const void *dout,
 {
 	for (size_t i = i0; i < i1; i++)
 		tk_store_f32_rne(dx, dt, i,
-				 act_df(act, tk_load_f32(dout, dt, i),
-					tk_load_f32(x, dt, i)));
+				 tk_act_df(act, tk_load_f32(dout, dt, i),
+					   tk_load_f32(x, dt, i)));
 }
 
 /* out, x [n] */

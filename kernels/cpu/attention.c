@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "tk_attn.h"
 #include "tk_convert.h"
 
 #ifdef _OPENMP
@@ -42,23 +43,13 @@ struct att_dims {
 	float scale;
 };
 
-/* First key that query i may see; pos is this row's [T] positions. */
-static int key_lo(const int32_t *pos, int i, int window)
-{
-	int lo = pos[i] < 0 ? i : (pos[i] > i ? 0 : i - pos[i]);
-
-	if (window > 0 && i - window + 1 > lo)
-		lo = i - window + 1;
-	return lo;
-}
-
 /* Smallest lo(i) over the query rows [i0, i1). */
 static int tile_klo(const int32_t *pos, int i0, int i1, int window)
 {
 	int klo = i0;
 
 	for (int i = i0; i < i1; i++) {
-		int lo = key_lo(pos, i, window);
+		int lo = tk_attn_key_lo(pos, i, window);
 		if (lo < klo)
 			klo = lo;
 	}
@@ -161,7 +152,8 @@ static void att_fwd_head(const struct att_head *x, float *lb, const int32_t *pb,
 		 * S; the 1/sum normalisation is applied to out afterwards. */
 		for (int r = 0; r < rows; r++) {
 			int i = i0 + r;
-			int j0 = key_lo(pb, i, d->window) - klo, j1 = i - klo;
+			int j0 = tk_attn_key_lo(pb, i, d->window) - klo,
+			    j1 = i - klo;
 			float *s = S + (size_t)r * kn, m;
 			double sum;
 
@@ -308,7 +300,7 @@ static void att_bwd_head(const struct att_head *x, const float *lb,
 		/* dS = P * (dP - D), D_i = dout_i . out_i */
 		for (int r = 0; r < rows; r++) {
 			int i = i0 + r;
-			int j0 = key_lo(pb, i, d->window) - klo;
+			int j0 = tk_attn_key_lo(pb, i, d->window) - klo;
 			int j1 = i - klo;
 			const float *oi = x->o + (size_t)i * ldq;
 			const float *di = x->dout + (size_t)i * ldq;

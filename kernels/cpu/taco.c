@@ -2,38 +2,11 @@
  *
  * Every column j of W [R, C] is independent: decode its k slots, track them
  * with this step's gradient, propose the k largest untracked rows, merge,
- * step the selected entry of W, requantize. The arithmetic is exactly the
- * spec's (fp32, each operation rounded on its own; the build has
- * -ffp-contract=off, and every product is written as its own expression):
- * omb = 1 - beta; v = (beta * v) + (omb * g); u = omb * g;
- * v = decode(q) * scale; a = w * (1 - lr * wd), then a - lr or a + lr;
- * scale = amax / 448; q = encode(v / scale).
- *
- * Choices the spec leaves open, which every backend (CUDA included) and the
- * Python reference (tests/reference/taco_ref.py) make the same way:
- *
- * - Slot order after the merge: the kept slots come first, sorted by |value|
- *   (the fp32 value before requantization) descending, equal |value| by
- *   smaller row first; then the empty slots. So slot 0 is always s*. (Which
- *   slots are kept uses the spec's merge tie rule, tracked before proposed
- *   then smaller row; only their order afterwards ignores tracked/proposed.)
- * - An empty slot has idx all ones (0xFFFF or 0xFFFFFFFF) and q = 0; a
- *   column with every slot empty has scale 0.
- * - A kept slot whose value requantizes to zero (|v / scale| <= 2^-10) keeps
- *   its row with code 0x00 or 0x80 (signed zero); next step it decodes to 0,
- *   is tracked like any slot, and is dropped if its value is then 0.
- * - On reading the state, a slot whose idx is not all ones but is >= R
- *   (corrupt state) counts as empty.
- * - Non-finite input: a column whose gradient G[:, j] holds a NaN or an
- *   infinity anywhere, or in which a tracked or proposed value is not finite
- *   (overflow, or a corrupt scale / NaN code in the state), is skipped: its
- *   slots, codes, scale and weights are left exactly as they were. Other
- *   columns are updated normally.
- * - If amax / 448 underflows to 0, v / scale is +-inf and encodes to +-448
- *   (saturation), as the spec's formula gives.
- * - F16 weights: the spec defines stochastic rounding for bf16 only; F16
- *   weights always round to nearest even, whatever a->stochastic says. F32
- *   weights ignore a->stochastic.
+ * step the selected entry of W, requantize. The per-column logic, its
+ * arithmetic and the choices the spec leaves open are kernels/tk_taco.h,
+ * shared with kernels/cuda/taco.cu; this file is how the CPU walks the
+ * columns and rows (OpenMP ranges, an SSE2 scan) to find each column's
+ * candidates.
  *
  * CPU layout: G is row-major, so a column is strided. Each thread takes one
  * contiguous range of columns and makes one pass over the rows, reading the
@@ -56,7 +29,7 @@
  * fed, and taco_finish runs the same finish_column on every column, with 0
  * for tracked rows never fed (a row never fed is a zero row, which the
  * dense scan never offers either). Scan buffer layout (taco_scan_bytes(C)
- * bytes, each array 64-byte aligned, sized for k = TACO_KMAX so that the
+ * bytes, each array 64-byte aligned, sized for k = TK_TACO_KMAX so that the
  * size depends on C only):
  *   header   taco_scan_hdr (R, C, k, number of column groups)
  *   thr, ncand, worst, ntrk [C]          as in taco_block
@@ -80,20 +53,18 @@
 #include <omp.h>
 
 #include "cpu_ops.h"
-#include "tk_convert.h"
-#include "tk_hash.h"
+#include "tk_taco.h"
 
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
 
-#define TACO_KMAX 16
 #define TACO_GROUP 64	/* columns per scan mask */
 #define TACO_PREFETCH 8 /* columns of tracked-row prefetch */
 
 /* Scan state of a range of columns: column c of the range at [c], its
- * lists at [c * TACO_KMAX ...]. Unused list entries hold row all ones and
- * |G| = +inf, so that the SIMD searches can read all TACO_KMAX. */
+ * lists at [c * TK_TACO_KMAX ...]. Unused list entries hold row all ones and
+ * |G| = +inf, so that the SIMD searches can read all TK_TACO_KMAX. */
 typedef struct {
 	int k;
 	float *thr;	    /* a row is offered iff !(|G| <= thr) */
@@ -114,7 +85,7 @@ typedef struct {
 	const uint64_t *list; /* the first group's list */
 	const int *cnt;
 	int *cur;
-	float *tg; /* column c, slot s of the view at [c * TACO_KMAX + s] */
+	float *tg; /* column c, slot s of the view at [c * TK_TACO_KMAX + s] */
 } taco_trk;
 
 /* Fallback storage for TACO_GROUP columns when malloc fails. */
@@ -122,31 +93,11 @@ typedef struct {
 	float thr[TACO_GROUP];
 	int ncand[TACO_GROUP], worst[TACO_GROUP], ntrk[TACO_GROUP];
 	unsigned char bad[TACO_GROUP];
-	uint32_t crow[TACO_GROUP * TACO_KMAX];
-	float cmag[TACO_GROUP * TACO_KMAX], cval[TACO_GROUP * TACO_KMAX];
-	uint32_t trow[TACO_GROUP * TACO_KMAX];
-	float tval[TACO_GROUP * TACO_KMAX];
+	uint32_t crow[TACO_GROUP * TK_TACO_KMAX];
+	float cmag[TACO_GROUP * TK_TACO_KMAX], cval[TACO_GROUP * TK_TACO_KMAX];
+	uint32_t trow[TACO_GROUP * TK_TACO_KMAX];
+	float tval[TACO_GROUP * TK_TACO_KMAX];
 } taco_block_small;
-
-/* One entry of the merge: key orders it (larger first), v is its value. */
-typedef struct {
-	uint64_t key;
-	float v;
-	uint32_t row;
-} taco_ent;
-
-static uint32_t idx_get(const void *idx, int wide, size_t i)
-{
-	return wide ? ((const uint32_t *)idx)[i] : ((const uint16_t *)idx)[i];
-}
-
-static void idx_set(void *idx, int wide, size_t i, uint32_t row)
-{
-	if (wide)
-		((uint32_t *)idx)[i] = row;
-	else
-		((uint16_t *)idx)[i] = (uint16_t)row;
-}
 
 /* Bit c set iff column c of this row must be offered: !(|g[c]| <= thr[c]),
  * i.e. |g| beats the threshold or is NaN. nb <= 64. */
@@ -171,7 +122,7 @@ static uint64_t scan_row(const float *g, const float *thr, int nb)
 	return hit;
 }
 
-/* Is r one of the tracked rows trow[0 .. TACO_KMAX)? */
+/* Is r one of the tracked rows trow[0 .. TK_TACO_KMAX)? */
 static int is_tracked(const uint32_t *trow, uint32_t r)
 {
 #ifdef __SSE2__
@@ -189,7 +140,7 @@ static int is_tracked(const uint32_t *trow, uint32_t r)
 #else
 	int hit = 0;
 
-	for (int i = 0; i < TACO_KMAX; i++)
+	for (int i = 0; i < TK_TACO_KMAX; i++)
 		hit |= trow[i] == r;
 	return hit;
 #endif
@@ -215,10 +166,10 @@ static int worst_of(const float *cmag, const uint32_t *crow)
 #else
 	float mv = cmag[0];
 
-	for (i = 1; i < TACO_KMAX; i++)
+	for (i = 1; i < TK_TACO_KMAX; i++)
 		mv = cmag[i] < mv ? cmag[i] : mv;
 	eq = 0;
-	for (i = 0; i < TACO_KMAX; i++)
+	for (i = 0; i < TK_TACO_KMAX; i++)
 		eq |= (unsigned)(cmag[i] == mv) << i;
 #endif
 	w = __builtin_ctz(eq);
@@ -241,7 +192,7 @@ static int worst_of(const float *cmag, const uint32_t *crow)
 static void offer(taco_block *b, int c, uint32_t r, float g, float m)
 {
 	const int k = b->k;
-	const size_t o = (size_t)c * TACO_KMAX;
+	const size_t o = (size_t)c * TK_TACO_KMAX;
 	uint32_t *crow = b->crow + o;
 	float *cmag = b->cmag + o;
 	int n, pos;
@@ -268,120 +219,21 @@ static void offer(taco_block *b, int c, uint32_t r, float g, float m)
 	}
 }
 
-/* Sort keys, larger first. |value| is >= 0 and finite, so its bit pattern
- * orders like the value. Merge: |value| desc, tracked before proposed,
- * smaller row. Slots: |value| desc, smaller row. */
-static uint64_t merge_key(float mag, int proposed, uint32_t row)
-{
-	return (uint64_t)tk_f32_bits(mag) << 33 | (uint64_t)!proposed << 32 |
-	       (uint64_t)(0xFFFFFFFFu - row);
-}
-
-static uint64_t slot_key(const taco_ent *e)
-{
-	return (e->key >> 33) << 32 | (e->key & 0xFFFFFFFFu);
-}
-
-static void sort_ents(taco_ent *e, int n, int by_slot)
-{
-	for (int i = 1; i < n; i++) {
-		taco_ent x = e[i];
-		uint64_t kx = by_slot ? slot_key(&x) : x.key;
-		int p = i;
-
-		while (p > 0 &&
-		       kx > (by_slot ? slot_key(&e[p - 1]) : e[p - 1].key)) {
-			e[p] = e[p - 1];
-			p--;
-		}
-		e[p] = x;
-	}
-}
-
-/* Steps W[r, j] by -lr * sign(v) with decoupled decay (spec step 5). */
-static void step_weight(void *W, int dtype, size_t at, float v,
-			const tk_taco_args *a, float decay, uint64_t hbase,
-			int j)
-{
-	float w, x, nw;
-
-	w = tk_load_f32(W, dtype, at);
-	x = w * decay;
-	nw = v > 0.0f ? x - a->lr : x + a->lr;
-	if (dtype == TK_BF16 && a->stochastic) {
-		uint32_t h = (uint32_t)tk_splitmix64(hbase ^ (uint64_t)j);
-
-		((uint16_t *)W)[at] = tk_f32_bf16_sr(nw, h);
-	} else { /* F16: nearest even only (the spec has no stochastic f16) */
-		tk_store_f32_rne(W, dtype, at, nw);
-	}
-}
-
-/* Tracks, merges, steps and requantizes column j (range column c) after
- * the scan; tg [ntrk] holds the gradients of the column's tracked rows. */
+/* Steps 2.-6. for column j (range column c) after the scan, unless the
+ * scan found a non-finite gradient; tg [ntrk] holds the gradients of the
+ * column's tracked rows. */
 static void finish_column(void *W, int dtype, void *idx, uint8_t *q,
-			  float *scale, const tk_taco_args *a, int wide,
+			  float *scale, const tk_taco_args *a,
 			  const taco_block *b, int c, int j, float decay,
 			  uint64_t hbase, const float *tg)
 {
-	const size_t C = (size_t)a->C, o = (size_t)c * TACO_KMAX;
-	const int k = a->k;
-	const float beta = a->beta;
-	const float omb = 1.0f - beta;
-	const uint32_t empty = wide ? 0xFFFFFFFFu : 0xFFFFu;
-	taco_ent e[2 * TACO_KMAX];
-	int ne = 0, nkeep, s;
-	float amax, sc;
+	const size_t o = (size_t)c * TK_TACO_KMAX;
 
 	if (b->bad[c])
 		return;
-	for (s = 0; s < b->ntrk[c]; s++) { /* 2. track */
-		uint32_t r = b->trow[o + s];
-		float g = tg[s];
-		float t1 = beta * b->tval[o + s];
-		float t2 = omb * g;
-		float v = t1 + t2;
-
-		if (!(fabsf(v) <= FLT_MAX))
-			return;
-		if (v != 0.0f)
-			e[ne++] = (taco_ent){merge_key(fabsf(v), 0, r), v, r};
-	}
-	for (s = 0; s < b->ncand[c]; s++) { /* 3. propose */
-		uint32_t r = b->crow[o + s];
-		float u = omb * b->cval[o + s];
-
-		if (!(fabsf(u) <= FLT_MAX))
-			return;
-		if (u != 0.0f)
-			e[ne++] = (taco_ent){merge_key(fabsf(u), 1, r), u, r};
-	}
-	/* 4. merge: keep the k first in merge order, then order them as
-	 * slots (slot 0 = s*, argmax |v| with ties to the smaller row). */
-	sort_ents(e, ne, 0);
-	nkeep = ne < k ? ne : k;
-	sort_ents(e, nkeep, 1);
-
-	/* 5. select and step */
-	if (nkeep > 0)
-		step_weight(W, dtype, (size_t)e[0].row * C + (size_t)j, e[0].v,
-			    a, decay, hbase, j);
-
-	/* 6. requantize */
-	amax = nkeep > 0 ? fabsf(e[0].v) : 0.0f;
-	sc = amax / 448.0f;
-	for (s = 0; s < k; s++) {
-		size_t at = (size_t)j * (size_t)k + (size_t)s;
-
-		if (s < nkeep) {
-			idx_set(idx, wide, at, e[s].row);
-			q[at] = tk_fp8_e4m3_encode(e[s].v / sc);
-		} else {
-			idx_set(idx, wide, at, empty);
-			q[at] = 0;
-		}
-	}
-	scale[j] = nkeep > 0 ? sc : 0.0f;
+	tk_taco_finish_col(W, dtype, idx, q, scale, a, j, b->ntrk[c],
+			   b->trow + o, b->tval + o, tg, b->ncand[c],
+			   b->crow + o, b->cval + o, decay, hbase);
 }
 
 /* 1. Decodes the state of columns [j0, j0 + nb) into b (range column c =
@@ -390,36 +242,22 @@ static void decode_cols(taco_block *b, const void *idx, const uint8_t *q,
 			const float *scale, const tk_taco_args *a, int j0,
 			int nb)
 {
-	const int R = a->R, k = a->k, wide = a->R > 65535;
-	const uint32_t empty = wide ? 0xFFFFFFFFu : 0xFFFFu;
-
 	for (int c = 0; c < nb; c++) {
-		const size_t j = (size_t)(j0 + c), o = (size_t)c * TACO_KMAX;
-		int n = 0;
+		const size_t o = (size_t)c * TK_TACO_KMAX;
 
 		b->thr[c] = 0.0f;
 		b->ncand[c] = 0;
 		b->worst[c] = 0;
 		b->bad[c] = 0;
-		for (int s = 0; s < TACO_KMAX; s++) {
+		for (int s = 0; s < TK_TACO_KMAX; s++) {
 			b->crow[o + s] = 0xFFFFFFFFu;
 			b->cmag[o + s] = INFINITY;
 			b->cval[o + s] = 0.0f;
 			b->trow[o + s] = 0xFFFFFFFFu;
 			b->tval[o + s] = 0.0f;
 		}
-		for (int s = 0; s < k; s++) {
-			uint32_t row = idx_get(idx, wide, j * (size_t)k + s);
-			float d;
-
-			if (row == empty || row >= (uint32_t)R)
-				continue;
-			d = tk_fp8_e4m3_decode(q[j * (size_t)k + s]);
-			b->trow[o + n] = row;
-			b->tval[o + n] = d * scale[j];
-			n++;
-		}
-		b->ntrk[c] = n;
+		b->ntrk[c] = tk_taco_decode_col(idx, q, scale, a, j0 + c,
+						b->trow + o, 1, b->tval + o, 1);
 	}
 }
 
@@ -449,8 +287,8 @@ static void scan_rows(taco_block *b, int nb, const float *G, size_t ldg,
 				int gi = c0 / TACO_GROUP, n = t->cnt[gi];
 				int cur = t->cur[gi];
 				const uint64_t *l =
-				    t->list + (size_t)c0 * TACO_KMAX;
-				float *tg = t->tg + (size_t)c0 * TACO_KMAX;
+				    t->list + (size_t)c0 * TK_TACO_KMAX;
+				float *tg = t->tg + (size_t)c0 * TK_TACO_KMAX;
 
 				while (cur < n && (uint32_t)(l[cur] >> 32) < r)
 					cur++;
@@ -458,7 +296,7 @@ static void scan_rows(taco_block *b, int nb, const float *G, size_t ldg,
 				     cur++) {
 					uint32_t e = (uint32_t)l[cur];
 
-					tg[e] = g[c0 + (int)(e / TACO_KMAX)];
+					tg[e] = g[c0 + (int)(e / TK_TACO_KMAX)];
 				}
 				t->cur[gi] = cur;
 			}
@@ -471,8 +309,6 @@ static void run_range(void *W, int dtype, const float *G, size_t ldg, void *idx,
 		      uint8_t *q, float *scale, const tk_taco_args *a, int j0,
 		      int nb, float decay, uint64_t hbase, taco_block *b)
 {
-	const int wide = a->R > 65535;
-
 	decode_cols(b, idx, q, scale, a, j0, nb);
 	/* Scan: candidates for the proposals, and non-finite detection. */
 	scan_rows(b, nb, G, ldg, NULL, 0, a->R, NULL);
@@ -481,22 +317,23 @@ static void run_range(void *W, int dtype, const float *G, size_t ldg, void *idx,
 	 * few columns ahead. */
 	for (int c = 0; c < nb; c++) {
 		int cp = c + TACO_PREFETCH;
-		float tg[TACO_KMAX];
+		float tg[TK_TACO_KMAX];
 
 		if (cp < nb)
 			for (int s = 0; s < b->ntrk[cp]; s++)
 				__builtin_prefetch(
 				    G +
-				    (size_t)b
-					    ->trow[(size_t)cp * TACO_KMAX + s] *
+				    (size_t)b->trow[(size_t)cp * TK_TACO_KMAX +
+						    s] *
 					ldg +
 				    (size_t)cp);
 		for (int s = 0; s < b->ntrk[c]; s++)
 			tg[s] =
-			    G[(size_t)b->trow[(size_t)c * TACO_KMAX + s] * ldg +
+			    G[(size_t)b->trow[(size_t)c * TK_TACO_KMAX + s] *
+				  ldg +
 			      (size_t)c];
-		finish_column(W, dtype, idx, q, scale, a, wide, b, c, j0 + c,
-			      decay, hbase, tg);
+		finish_column(W, dtype, idx, q, scale, a, b, c, j0 + c, decay,
+			      hbase, tg);
 	}
 }
 
@@ -504,7 +341,7 @@ static void run_range(void *W, int dtype, const float *G, size_t ldg, void *idx,
  * array last: all aligned). */
 static void block_at(taco_block *b, char *mem, size_t n)
 {
-	const size_t nk = n * TACO_KMAX;
+	const size_t nk = n * TK_TACO_KMAX;
 
 	b->thr = (float *)mem;
 	b->ncand = (int *)(b->thr + n);
@@ -524,7 +361,7 @@ static void run_block(void *W, int dtype, const float *G, size_t ldg, void *idx,
 		      uint8_t *q, float *scale, const tk_taco_args *a, int j0,
 		      int nb, float decay, uint64_t hbase)
 {
-	const size_t n = (size_t)nb, nk = n * TACO_KMAX;
+	const size_t n = (size_t)nb, nk = n * TK_TACO_KMAX;
 	char *mem = malloc(n * (sizeof(float) + 3 * sizeof(int) + 1) +
 			   nk * (2 * sizeof(uint32_t) + 3 * sizeof(float)));
 	taco_block b = {.k = a->k};
@@ -555,26 +392,6 @@ static void run_block(void *W, int dtype, const float *G, size_t ldg, void *idx,
 	}
 }
 
-static int args_ok(const tk_taco_args *a)
-{
-	return a && a->R > 0 && a->C > 0 && a->k >= 1 && a->k <= TACO_KMAX;
-}
-
-static int dtype_ok(int dtype)
-{
-	return dtype == TK_F32 || dtype == TK_BF16 || dtype == TK_F16;
-}
-
-/* The per-step constants: decoupled decay and the hash base (spec 5). */
-static void step_consts(const tk_taco_args *a, float *decay, uint64_t *hbase)
-{
-	float t = a->lr * a->weight_decay;
-
-	*decay = 1.0f - t;
-	*hbase =
-	    tk_splitmix64(tk_splitmix64(a->seed ^ a->tensor_index) ^ a->step);
-}
-
 /* Splits ncols columns into ranges of whole TACO_GROUPs, one per thread
  * when work >= TK_CPU_PAR_MIN: *per columns each, the count returned. */
 static long long split_cols(int ncols, long long work, long long *per)
@@ -597,12 +414,11 @@ void tk_cpu_taco_update(void *W, int dtype, const float *G, int ldg, void *idx,
 	float decay;
 	uint64_t hbase;
 
-	if (!args_ok(a) || !dtype_ok(dtype))
+	if (!tk_taco_args_ok(a) || !tk_taco_dtype_ok(dtype) ||
+	    !tk_taco_range_ok(a, ldg))
 		return;
-	if (a->col0 < 0 || a->ncols < 1 || a->ncols > a->C - a->col0 ||
-	    ldg < a->ncols)
-		return;
-	step_consts(a, &decay, &hbase);
+	decay = tk_taco_decay(a);
+	hbase = tk_taco_hbase(a);
 
 	/* One range of whole TACO_GROUPs per thread: wide ranges read long
 	 * contiguous runs of each row. */
@@ -637,7 +453,7 @@ static size_t align64(size_t x)
 
 static scan_layout layout_of(int C)
 {
-	const size_t n = (size_t)(C > 0 ? C : 0), nk = n * TACO_KMAX;
+	const size_t n = (size_t)(C > 0 ? C : 0), nk = n * TK_TACO_KMAX;
 	const size_t ng = (n + TACO_GROUP - 1) / TACO_GROUP;
 	scan_layout l;
 	size_t at = align64(sizeof(taco_scan_hdr));
@@ -673,7 +489,7 @@ static void scan_views(void *scan, int C, int k, int c0, taco_block *b,
 {
 	const scan_layout l = layout_of(C);
 	char *m = scan;
-	const size_t o = (size_t)c0, ok = o * TACO_KMAX;
+	const size_t o = (size_t)c0, ok = o * TK_TACO_KMAX;
 
 	b->k = k;
 	b->thr = (float *)(m + l.thr) + o;
@@ -715,7 +531,7 @@ static int scan_matches(const void *scan, const tk_taco_args *a)
 {
 	const taco_scan_hdr *h = scan;
 
-	return scan && args_ok(a) && h->R == a->R && h->C == a->C &&
+	return scan && tk_taco_args_ok(a) && h->R == a->R && h->C == a->C &&
 	       h->k == a->k;
 }
 
@@ -726,7 +542,7 @@ void tk_cpu_taco_begin(void *scan, const void *idx, const uint8_t *q,
 	taco_scan_hdr *h = scan;
 	int ngroups, gi;
 
-	if (!scan || !args_ok(a))
+	if (!scan || !tk_taco_args_ok(a))
 		return;
 	ngroups = (a->C + TACO_GROUP - 1) / TACO_GROUP;
 	*h = (taco_scan_hdr){a->R, a->C, a->k, ngroups};
@@ -744,14 +560,15 @@ void tk_cpu_taco_begin(void *scan, const void *idx, const uint8_t *q,
 		scan_views(scan, a->C, a->k, c0, &b, &t);
 		decode_cols(&b, idx, q, scale, a, c0, nb);
 		list = (uint64_t *)((char *)scan + l.tlist) +
-		       (size_t)c0 * TACO_KMAX;
+		       (size_t)c0 * TK_TACO_KMAX;
 		for (int c = 0; c < nb; c++)
 			for (int s = 0; s < b.ntrk[c]; s++) {
-				uint32_t r = b.trow[(size_t)c * TACO_KMAX + s];
+				uint32_t r =
+				    b.trow[(size_t)c * TK_TACO_KMAX + s];
 
 				list[n++] = (uint64_t)r << 32 |
-					    (uint64_t)(c * TACO_KMAX + s);
-				t.tg[(size_t)c * TACO_KMAX + s] = 0.0f;
+					    (uint64_t)(c * TK_TACO_KMAX + s);
+				t.tg[(size_t)c * TK_TACO_KMAX + s] = 0.0f;
 			}
 		qsort(list, (size_t)n, sizeof(*list), cmp_u64);
 		((int *)((char *)scan + l.tcnt))[gi] = n;
@@ -788,24 +605,24 @@ void tk_cpu_taco_finish(void *scan, void *W, int dtype, void *idx, uint8_t *q,
 	float decay;
 	uint64_t hbase;
 
-	if (!scan_matches(scan, a) || !dtype_ok(dtype))
+	if (!scan_matches(scan, a) || !tk_taco_dtype_ok(dtype))
 		return;
-	step_consts(a, &decay, &hbase);
+	decay = tk_taco_decay(a);
+	hbase = tk_taco_hbase(a);
 	nblocks = split_cols(a->C, (long long)a->C * a->k * 64, &per);
 
 #pragma omp parallel for schedule(static) if (nblocks > 1)
 	for (blk = 0; blk < nblocks; blk++) {
 		long long c0 = blk * per;
 		long long nb = a->C - c0 < per ? a->C - c0 : per;
-		const int wide = a->R > 65535;
 		taco_block b;
 		taco_trk t;
 
 		scan_views(scan, a->C, a->k, (int)c0, &b, &t);
 		for (int c = 0; c < (int)nb; c++)
-			finish_column(W, dtype, idx, q, scale, a, wide, &b, c,
+			finish_column(W, dtype, idx, q, scale, a, &b, c,
 				      (int)c0 + c, decay, hbase,
-				      t.tg + (size_t)c * TACO_KMAX);
+				      t.tg + (size_t)c * TK_TACO_KMAX);
 	}
 }
 
@@ -816,11 +633,10 @@ void tk_cpu_taco_gather(void *vals, const void *W, int dtype, const void *idx,
 
 	for (size_t i = 0; i < n; i++) {
 		size_t j = i / (size_t)k;
-		uint32_t r = R <= 65535 ? ((const uint16_t *)idx)[i]
-					: ((const uint32_t *)idx)[i];
 		char *out = (char *)vals + i * es;
-		if (r == (R <= 65535 ? 0xFFFFu : 0xFFFFFFFFu) ||
-		    r >= (uint32_t)R) {
+		uint32_t r;
+
+		if (!tk_taco_slot_row(idx, R, i, &r)) {
 			memset(out, 0, es);
 			continue;
 		}

@@ -1,31 +1,11 @@
 /* act.cu: the MLP activations of OPT (ReLU) and GPT-NeoX (exact GELU) and
- * their derivatives, element-wise in fp32, the expressions of
- * kernels/cpu/act.c operation for operation (no FMA: -fmad=false):
- *   relu(x) = x > 0 ? x : 0,  relu'(x) = x > 0 (0 at 0, as torch);
- *   gelu(x) = x * 0.5 * (1 + erf(x / sqrt 2)),
- *   gelu'(x) = 0.5 * (1 + erf(x / sqrt 2)) + x * exp(-x^2 / 2) / sqrt(2 pi).
- * ReLU is exact (the same bits as the CPU); CUDA's erff and expf may differ
- * from libm's in the last ulp, so GELU may too. A NaN input propagates.
+ * their derivatives, element-wise in fp32: the expressions are tk_act.h's,
+ * shared with kernels/cpu/act.c (ReLU gives the same bits; CUDA's erff and
+ * expf may differ from libm's in the last ulp, so GELU may too); these
+ * kernels are templates over the storage type and the activation.
  */
 #include "cuda_ops.h"
-
-#define ACT_SQRT1_2 0.70710678118654752f
-#define ACT_INV_SQRT_2PI 0.39894228040143268f
-
-template <int ACT> __device__ static inline float act_f(float x)
-{
-	if (ACT == TK_ACT_RELU)
-		return x > 0.0f || x != x ? x : 0.0f;
-	return x * 0.5f * (1.0f + erff(x * ACT_SQRT1_2));
-}
-
-template <int ACT> __device__ static inline float act_df(float d, float x)
-{
-	if (ACT == TK_ACT_RELU)
-		return x > 0.0f || x != x ? d : 0.0f;
-	return d * (0.5f * (1.0f + erff(x * ACT_SQRT1_2)) +
-		    x * (expf(-0.5f * x * x) * ACT_INV_SQRT_2PI));
-}
+#include "tk_act.h"
 
 /* out, x [n]; out may alias x (each element read, then written, by one
  * thread) */
@@ -36,7 +16,7 @@ __global__ static void act_fwd_kernel(T *out, const T *x, size_t n)
 
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
-		tkc_put(&out[i], act_f<ACT>(tkc_ld(x[i])));
+		tkc_put(&out[i], tk_act_f(ACT, tkc_ld(x[i])));
 }
 
 /* dx, dout, x [n]; dx may alias dout or x */
@@ -49,7 +29,7 @@ __global__ static void act_bwd_kernel(T *dx, const T *dout, const T *x,
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride) {
 		float d = tkc_ld(dout[i]), xi = tkc_ld(x[i]);
-		tkc_put(&dx[i], act_df<ACT>(d, xi));
+		tkc_put(&dx[i], tk_act_df(ACT, d, xi));
 	}
 }
 

@@ -5,7 +5,7 @@
  * q [B*T, nh*hd], k/v [B*T, nkv*hd], out [B*T, nh*hd], lse [B, nh, T].
  * Query i attends keys lo(i) <= j <= i, lo(i) = max(doc_start(i),
  * i - window + 1 when window > 0), doc_start(i) = i - pos[i] clamped to
- * [0, i] (kernels/cpu/attention.c key_lo). Query head h reads kv head
+ * [0, i] (tk_attn_key_lo, kernels/tk_attn.h). Query head h reads kv head
  * h / (nh / nkv).
  *
  * q, k, v, out, dout, dq, dk, dv are dt (F32 or BF16: every kernel is a
@@ -40,23 +40,12 @@
 #include <stdint.h>
 
 #include "cuda_ops.h"
+#include "tk_attn.h"
 
 #define ATT_THREADS 256
 #define ATT_BK 32    /* keys per tile of fwd and dq */
 #define ATT_BQ_KV 32 /* query rows per tile of dkdv */
 #define ATT_HD_MAX 256
-
-/* First key query i may see (kernels/cpu/attention.c key_lo); pb is this
- * batch row's [T] positions. */
-static __device__ int key_lo(const int32_t *pb, int i, int window)
-{
-	int p = pb[i];
-	int lo = p < 0 ? i : (p > i ? 0 : i - p);
-
-	if (window > 0 && i - window + 1 > lo)
-		lo = i - window + 1;
-	return lo;
-}
 
 /* Reductions over the 16 lanes of a half-warp (all 32 lanes call). */
 static __device__ float hmax16(float x)
@@ -232,7 +221,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 
 	load_tile<HDP, BQ>(Qs, a.q + qoff, ldq, q0, qn, hd);
 	if (tid < BQ)
-		lo_s[tid] = tid < qn ? key_lo(pb, q0 + tid, a.window) : INT_MAX;
+		lo_s[tid] =
+		    tid < qn ? tk_attn_key_lo(pb, q0 + tid, a.window) : INT_MAX;
 	__syncthreads();
 	for (int r = 0; r < qn; r++)
 		klo = min(klo, lo_s[r]);
@@ -368,7 +358,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 	load_tile<HDP, BQ>(Qs, a.q + qoff, ldq, q0, qn, hd);
 	load_tile<HDP, BQ>(dOs, a.dout + qoff, ldq, q0, qn, hd);
 	if (tid < BQ)
-		lo_s[tid] = tid < qn ? key_lo(pb, q0 + tid, a.window) : INT_MAX;
+		lo_s[tid] =
+		    tid < qn ? tk_attn_key_lo(pb, q0 + tid, a.window) : INT_MAX;
 	__syncthreads();
 	for (int r = 0; r < qn; r++)
 		klo = min(klo, lo_s[r]);
@@ -495,9 +486,9 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 			/* skip tiles none of whose rows sees these keys
 			 * (other documents, outside the window) */
 			if (tid < BQ) {
-				int lo = tid < qn
-					     ? key_lo(pb, q0 + tid, a.window)
-					     : INT_MAX;
+				int lo = tid < qn ? tk_attn_key_lo(pb, q0 + tid,
+								   a.window)
+						  : INT_MAX;
 
 				lo_s[tid] = lo;
 				lse_s[tid] = tid < qn ? lrow[q0 + tid] : 0.0f;

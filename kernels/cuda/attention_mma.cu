@@ -86,6 +86,7 @@
 #include <string.h>
 
 #include "cuda_ops.h"
+#include "tk_attn.h"
 
 #define AM_THREADS 128 /* 4 warps */
 #define AM_BR 64       /* query rows of a fwd / dq CTA, 16 per warp */
@@ -258,18 +259,6 @@ static __device__ __forceinline__ void am_c2a(uint32_t (&a)[4],
 	a[3] = am_pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
 }
 
-/* First key query i may see (kernels/cpu/attention.c key_lo); pb is this
- * batch row's [T] positions. */
-static __device__ int am_key_lo(const int32_t *pb, int i, int window)
-{
-	int p = pb[i];
-	int lo = p < 0 ? i : (p > i ? 0 : i - p);
-
-	if (window > 0 && i - window + 1 > lo)
-		lo = i - window + 1;
-	return lo;
-}
-
 /* Max / sum over the 4 lanes of one fragment row (lanes 4g .. 4g + 3). */
 static __device__ __forceinline__ float am_max4(float x)
 {
@@ -366,7 +355,7 @@ static __global__ void __launch_bounds__(AM_THREADS) am_fwd_kernel(am_args a)
 	am_load_tile<HD, AM_BR>(Qs, qb, ldq, q0, T);
 	if (tid < AM_BR)
 		lo_s[tid] =
-		    tid < qn ? am_key_lo(pb, q0 + tid, a.window) : INT_MAX;
+		    tid < qn ? tk_attn_key_lo(pb, q0 + tid, a.window) : INT_MAX;
 	__syncthreads();
 	for (int r = 0; r < qn; r++) {
 		klo = min(klo, lo_s[r]);
@@ -565,7 +554,7 @@ static __global__ void __launch_bounds__(AM_THREADS) am_dq_kernel(am_args a)
 	am_cp_commit();
 	if (tid < AM_BR)
 		lo_s[tid] =
-		    tid < qn ? am_key_lo(pb, q0 + tid, a.window) : INT_MAX;
+		    tid < qn ? tk_attn_key_lo(pb, q0 + tid, a.window) : INT_MAX;
 	__syncthreads();
 	for (int r = 0; r < qn; r++) {
 		klo = min(klo, lo_s[r]);
@@ -725,8 +714,8 @@ template <int HD, int BQ> static constexpr size_t am_dkdv_smem()
 }
 
 /* Probes query tile q (rows q .. q + BQ - 1) for keys kv0 .. kvlast:
- * lo[r] = key_lo of row q + r (INT_MAX past T); returns whether a row sees
- * one of the keys, and *full whether every row sees all of them. Every
+ * lo[r] = tk_attn_key_lo of row q + r (INT_MAX past T); returns whether a row
+ * sees one of the keys, and *full whether every row sees all of them. Every
  * thread calls (two barriers); the results are the CTA's. */
 template <int BQ>
 static __device__ int am_probe(const int32_t *pb, int T, int window, int q,
@@ -737,7 +726,7 @@ static __device__ int am_probe(const int32_t *pb, int T, int window, int q,
 
 	if (tid < BQ) {
 		const int i = q + tid; /* >= kv0: i >= every key is causal */
-		const int l = i < T ? am_key_lo(pb, i, window) : INT_MAX;
+		const int l = i < T ? tk_attn_key_lo(pb, i, window) : INT_MAX;
 
 		lo[tid] = l;
 		need = l <= kvlast;

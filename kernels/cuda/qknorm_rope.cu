@@ -52,8 +52,8 @@ __device__ static inline double qk_warp_sum(double v)
 /* Element j of rope_bwd of the row d [hd], rounded to T; c and s are the
  * row's position's tables [nhalf] (nhalf = rd / 2). */
 template <typename T>
-__device__ static inline float rot_bwd_at(const T *d, const float *c,
-					  const float *s, int j, int nhalf)
+__device__ static inline float qk_rot_bwd_at(const T *d, const float *c,
+					     const float *s, int j, int nhalf)
 {
 	int i = j < nhalf ? j : j - nhalf;
 	float a, b, si;
@@ -146,12 +146,12 @@ __global__ static void __launch_bounds__(QK_WARPS * 32)
 	s = qk_tab(sin, pos, row, heads, nhalf);
 	rs = rstd[row];
 	for (int j = lane; j < hd; j += 32)
-		dot += (double)rot_bwd_at(di, c, s, j, nhalf) * tkc_ld(w[j]) *
-		       tkc_ld(xi[j]);
+		dot += (double)qk_rot_bwd_at(di, c, s, j, nhalf) *
+		       tkc_ld(w[j]) * tkc_ld(xi[j]);
 	dot = qk_warp_sum(dot);
 	k = (float)(dot * rs * rs / hd);
 	for (int j = lane; j < hd; j += 32) {
-		float g = rot_bwd_at(di, c, s, j, nhalf);
+		float g = qk_rot_bwd_at(di, c, s, j, nhalf);
 
 		tkc_put(&dxi[j],
 			(float)rs * (g * tkc_ld(w[j]) - tkc_ld(xi[j]) * k));
@@ -173,7 +173,7 @@ __global__ static void __launch_bounds__(QK_DW_THREADS)
 	if (j < hd)
 		for (size_t row = threadIdx.y; row < rows; row += QK_ROWS) {
 			size_t o = row * hd;
-			float g = rot_bwd_at(
+			float g = qk_rot_bwd_at(
 			    dout + o, qk_tab(cos, pos, row, heads, nhalf),
 			    qk_tab(sin, pos, row, heads, nhalf), j, nhalf);
 

@@ -1,13 +1,14 @@
 /* taco.cu: one TACO optimizer step on the GPU (docs/taco.md), bit for
- * bit the CPU reference kernels/cpu/taco.c: the same arithmetic (each fp32
- * operation rounded on its own: __fmul_rn / __fadd_rn / __fdiv_rn, and the
- * file is built with -fmad=false), the same merge keys and insertion sorts,
- * the same FP8 E4M3 / bf16 / f16 conversions and the same hash (one
- * definition for both: kernels/tk_convert.h, kernels/tk_hash.h), the same
- * non-finite column skip and corrupt-slot rules. The choices the spec leaves
- * open are documented in kernels/cpu/taco.c.
+ * bit the CPU reference kernels/cpu/taco.c. The per-column logic (decode,
+ * the merge keys and sorts, the weight step and its rounding,
+ * requantization) is kernels/tk_taco.h, one definition for both backends,
+ * with the choices the spec leaves open; each fp32 operation there is
+ * rounded on its own (tk_fmul_rn and the others are __fmul_rn and its
+ * kin on the device, and the file is built with -fmad=false). The
+ * conversions and the hash are tk_convert.h and tk_hash.h. This file is
+ * how the GPU walks the columns and rows to find each column's candidates.
  *
- * Two ways in, one finish (finish_col):
+ * Two ways in, one finish (tk_taco_finish_col):
  *
  * taco_update (columns [col0, col0 + ncols) of W, G [R, ncols] with row
  * stride ldg; G's column c is W's column j = col0 + c, and j is what the
@@ -28,8 +29,8 @@
  * scan buffer), then a merge kernel folds the partial lists into the
  * column's list (the same total order, so the union over feeds and blocks
  * is the k best of the column) and picks up the gradients of the tracked
- * rows this feed holds; finish runs finish_col from the state. Rows never
- * fed have gradient +0: a tracked row's gradient starts as +0, and a row
+ * rows this feed holds; finish runs tk_taco_finish_col from the state. Rows
+ * never fed have gradient +0: a tracked row's gradient starts as +0, and a row
  * with G = 0 never proposes, as in the dense update. Rows come in strictly
  * increasing order across feeds, so a fed row with |G| equal to the
  * column's current threshold loses the tie, exactly as on the CPU.
@@ -53,10 +54,8 @@
 #include <stdint.h>
 
 #include "cuda_ops.h"
-#include "tk_convert.h"
-#include "tk_hash.h"
+#include "tk_taco.h"
 
-#define TACO_KMAX 16
 #define TACO_COLS 32	      /* columns per block: one warp wide */
 #define TACO_SMEM (48 * 1024) /* static limit: no opt-in needed */
 #define TACO_SEG_MAX 32	      /* warps per block (1024 threads) */
@@ -69,8 +68,8 @@
  * one a better row replaces (smallest |G|, of equal ones the largest row)
  * and thr its |G|. */
 struct taco_cands {
-	uint32_t row[TACO_KMAX];
-	float g[TACO_KMAX];
+	uint32_t row[TK_TACO_KMAX];
+	float g[TK_TACO_KMAX];
 	int n, worst;
 	float thr;
 };
@@ -106,170 +105,12 @@ static __device__ void cand_offer(taco_cands *c, int k, uint32_t r, float g,
 	c->thr = fabsf(c->g[w]);
 }
 
-/* ---- merge (kernels/cpu/taco.c: merge_key, slot_key, sort_ents) ---------- */
-
-struct taco_ent {
-	uint64_t key;
-	float v;
-	uint32_t row;
-};
-
-static __device__ uint64_t merge_key(float mag, int proposed, uint32_t row)
-{
-	return (uint64_t)tk_f32_bits(mag) << 33 | (uint64_t)!proposed << 32 |
-	       (uint64_t)(0xFFFFFFFFu - row);
-}
-
-static __device__ uint64_t slot_key(const taco_ent *e)
-{
-	return (e->key >> 33) << 32 | (e->key & 0xFFFFFFFFu);
-}
-
-static __device__ void sort_ents(taco_ent *e, int n, int by_slot)
-{
-	for (int i = 1; i < n; i++) {
-		taco_ent x = e[i];
-		uint64_t kx = by_slot ? slot_key(&x) : x.key;
-		int p = i;
-
-		while (p > 0 &&
-		       kx > (by_slot ? slot_key(&e[p - 1]) : e[p - 1].key)) {
-			e[p] = e[p - 1];
-			p--;
-		}
-		e[p] = x;
-	}
-}
-
-static __device__ uint32_t idx_get(const void *idx, int wide, size_t i)
-{
-	return wide ? ((const uint32_t *)idx)[i] : ((const uint16_t *)idx)[i];
-}
-
-static __device__ void idx_set(void *idx, int wide, size_t i, uint32_t row)
-{
-	if (wide)
-		((uint32_t *)idx)[i] = row;
-	else
-		((uint16_t *)idx)[i] = (uint16_t)row;
-}
-
-/* Steps W[at] (row r*, column j) by -lr * sign(v): spec step 5. */
-static __device__ void step_weight(void *W, int dtype, size_t at, float v,
-				   const tk_taco_args &a, float decay,
-				   uint64_t hbase, int j)
-{
-	float w, x, nw;
-
-	w = tk_load_f32(W, dtype, at);
-	x = __fmul_rn(w, decay);
-	nw = v > 0.0f ? __fsub_rn(x, a.lr) : __fadd_rn(x, a.lr);
-	if (dtype == TK_BF16 && a.stochastic) {
-		uint32_t h = (uint32_t)tk_splitmix64(hbase ^ (uint64_t)j);
-
-		((uint16_t *)W)[at] = tk_f32_bf16_sr(nw, h);
-	} else {
-		tk_store_f32_rne(W, dtype, at, nw);
-	}
-}
-
-/* ---- track, propose, merge, step, requantize ----------------------------
- */
-
-/* Finishes column j (global) after the scan: steps 2.-6. of
- * kernels/cpu/taco.c finish_column. trow/tval/tg: the ntrk tracked rows,
- * their decoded values and gradients; cd: the candidates. A non-finite
- * tracked or proposed value leaves the column untouched. */
-static __device__ void finish_col(void *W, int dtype, void *idx, uint8_t *q,
-				  float *scale, const tk_taco_args &a, int j,
-				  int ntrk, const uint32_t *trow,
-				  const float *tval, const float *tg,
-				  const taco_cands &cd, uint64_t hbase)
-{
-	const int k = a.k, wide = a.R > 65535;
-	const uint32_t empty = wide ? 0xFFFFFFFFu : 0xFFFFu;
-	const float beta = a.beta, omb = __fsub_rn(1.0f, beta);
-	const float decay = __fsub_rn(1.0f, __fmul_rn(a.lr, a.weight_decay));
-	taco_ent e[2 * TACO_KMAX];
-	int ne = 0, nkeep;
-	float amax, sc;
-
-	for (int s = 0; s < ntrk; s++) { /* 2. track */
-		uint32_t r = trow[s];
-		float t1 = __fmul_rn(beta, tval[s]);
-		float t2 = __fmul_rn(omb, tg[s]);
-		float v = __fadd_rn(t1, t2);
-
-		if (!(fabsf(v) <= FLT_MAX))
-			return;
-		if (v != 0.0f)
-			e[ne++] = {merge_key(fabsf(v), 0, r), v, r};
-	}
-	for (int s = 0; s < cd.n; s++) { /* 3. propose */
-		uint32_t r = cd.row[s];
-		float u = __fmul_rn(omb, cd.g[s]);
-
-		if (!(fabsf(u) <= FLT_MAX))
-			return;
-		if (u != 0.0f)
-			e[ne++] = {merge_key(fabsf(u), 1, r), u, r};
-	}
-	sort_ents(e, ne, 0); /* 4. merge */
-	nkeep = ne < k ? ne : k;
-	sort_ents(e, nkeep, 1);
-
-	if (nkeep > 0) /* 5. select and step */
-		step_weight(W, dtype,
-			    (size_t)e[0].row * (size_t)a.C + (size_t)j, e[0].v,
-			    a, decay, hbase, j);
-
-	amax = nkeep > 0 ? fabsf(e[0].v) : 0.0f; /* 6. requantize */
-	sc = __fdiv_rn(amax, 448.0f);
-	for (int s = 0; s < k; s++) {
-		size_t at = (size_t)j * (size_t)k + (size_t)s;
-
-		if (s < nkeep) {
-			idx_set(idx, wide, at, e[s].row);
-			q[at] = tk_fp8_e4m3_encode(__fdiv_rn(e[s].v, sc));
-		} else {
-			idx_set(idx, wide, at, empty);
-			q[at] = 0;
-		}
-	}
-	scale[j] = nkeep > 0 ? sc : 0.0f;
-}
-
-/* Decodes column j's slots: rows into trow, values into tval; returns how
- * many are tracked (empty and corrupt rows >= R skipped). */
-static __device__ int decode_col(const void *idx, const uint8_t *q,
-				 const float *scale, const tk_taco_args &a,
-				 int j, uint32_t *trow, int trow_stride,
-				 float *tval, int tval_stride)
-{
-	const int k = a.k, wide = a.R > 65535;
-	const uint32_t empty = wide ? 0xFFFFFFFFu : 0xFFFFu;
-	const size_t o = (size_t)j * (size_t)k;
-	int n = 0;
-
-	for (int s = 0; s < k; s++) {
-		uint32_t row = idx_get(idx, wide, o + s);
-
-		if (row == empty || row >= (uint32_t)a.R)
-			continue;
-		trow[(size_t)n * trow_stride] = row;
-		tval[(size_t)n * tval_stride] =
-		    __fmul_rn(tk_fp8_e4m3_decode(q[o + s]), scale[j]);
-		n++;
-	}
-	return n;
-}
-
 /* Shared memory of a scan block with nseg warps and k slots, 4-byte words:
- * trow [TACO_COLS][TACO_KMAX], ntrk [TACO_COLS], then per (warp, column):
+ * trow [TACO_COLS][TK_TACO_KMAX], ntrk [TACO_COLS], then per (warp, column):
  * count, bad flag, rows [k] and gradients [k]. */
 static size_t taco_smem_bytes(int nseg, int k)
 {
-	return 4 * ((size_t)TACO_COLS * TACO_KMAX + TACO_COLS +
+	return 4 * ((size_t)TACO_COLS * TK_TACO_KMAX + TACO_COLS +
 		    (size_t)nseg * TACO_COLS * (2 + 2 * (size_t)k));
 }
 
@@ -288,7 +129,7 @@ static int taco_nseg(int k, long long rows)
 
 /* Pointers into the shared memory of a scan block. */
 struct scan_smem {
-	uint32_t *trow; /* [TACO_COLS][TACO_KMAX] */
+	uint32_t *trow; /* [TACO_COLS][TK_TACO_KMAX] */
 	int *ntrk;	/* [TACO_COLS] */
 	int *cnt;	/* [nseg * TACO_COLS] */
 	int *bad;	/* [nseg * TACO_COLS] */
@@ -301,7 +142,7 @@ static __device__ scan_smem scan_smem_at(uint32_t *tsm, int nseg, int k)
 	scan_smem m;
 
 	m.trow = tsm;
-	m.ntrk = (int *)(m.trow + TACO_COLS * TACO_KMAX);
+	m.ntrk = (int *)(m.trow + TACO_COLS * TK_TACO_KMAX);
 	m.cnt = m.ntrk + TACO_COLS;
 	m.bad = m.cnt + nseg * TACO_COLS;
 	m.crow = (uint32_t *)(m.bad + nseg * TACO_COLS);
@@ -378,17 +219,18 @@ static __global__ void __launch_bounds__(TACO_COLS *TACO_SEG_MAX)
 	const int c = blockIdx.x * TACO_COLS + tx; /* column of G */
 	const int j = a.col0 + c;		   /* column of W */
 	const scan_smem sm = scan_smem_at(tsm, nseg, k);
-	const uint32_t *trow = sm.trow + tx * TACO_KMAX;
-	float tval[TACO_KMAX], tg[TACO_KMAX];
+	const uint32_t *trow = sm.trow + tx * TK_TACO_KMAX;
+	float tval[TK_TACO_KMAX], tg[TK_TACO_KMAX];
 	taco_cands cd;
 	int bad = 0, ntrk;
 
 	/* 1. decode the state (warp 0; the others only need the rows) */
 	if (ty == 0)
-		sm.ntrk[tx] = c < a.ncols ? decode_col(idx, q, scale, a, j,
-						       sm.trow + tx * TACO_KMAX,
-						       1, tval, 1)
-					  : 0;
+		sm.ntrk[tx] = c < a.ncols
+				  ? tk_taco_decode_col(
+					idx, q, scale, &a, j,
+					sm.trow + tx * TK_TACO_KMAX, 1, tval, 1)
+				  : 0;
 	__syncthreads();
 	ntrk = sm.ntrk[tx];
 
@@ -423,22 +265,14 @@ static __global__ void __launch_bounds__(TACO_COLS *TACO_SEG_MAX)
 		return;
 	for (int s = 0; s < ntrk; s++)
 		tg[s] = G[(size_t)trow[s] * ldg + c];
-	finish_col(W, dtype, idx, q, scale, a, j, ntrk, trow, tval, tg, cd,
-		   hbase);
-}
-
-static uint64_t taco_hbase(const tk_taco_args *a)
-{
-	return tk_splitmix64(tk_splitmix64(a->seed ^ a->tensor_index) ^
-			     a->step);
+	tk_taco_finish_col(W, dtype, idx, q, scale, &a, j, ntrk, trow, tval, tg,
+			   cd.n, cd.row, cd.g, tk_taco_decay(&a), hbase);
 }
 
 /* Shapes the update takes (the CPU's checks): invalid ones are a no-op. */
 static int taco_valid(int dtype, const tk_taco_args *a)
 {
-	if (!a || a->R <= 0 || a->C <= 0 || a->k < 1 || a->k > TACO_KMAX)
-		return 0;
-	return dtype == TK_F32 || dtype == TK_BF16 || dtype == TK_F16;
+	return tk_taco_args_ok(a) && tk_taco_dtype_ok(dtype);
 }
 
 extern "C" void tkc_taco_update(void *W, int dtype, const float *G, int ldg,
@@ -449,21 +283,20 @@ extern "C" void tkc_taco_update(void *W, int dtype, const float *G, int ldg,
 	unsigned blocks;
 
 	/* Invalid arguments are a no-op, as on the CPU. */
-	if (!taco_valid(dtype, a) || a->col0 < 0 || a->ncols <= 0 ||
-	    a->ncols > a->C - a->col0 || ldg < a->ncols)
+	if (!taco_valid(dtype, a) || !tk_taco_range_ok(a, ldg))
 		return;
 	nseg = taco_nseg(a->k, a->R);
 	blocks = (unsigned)(((size_t)a->ncols + TACO_COLS - 1) / TACO_COLS);
 	taco_kernel<<<blocks, dim3(TACO_COLS, nseg),
 		      taco_smem_bytes(nseg, a->k), tkc_stream()>>>(
-	    W, dtype, G, ldg, idx, q, scale, *a, taco_hbase(a), nseg);
+	    W, dtype, G, ldg, idx, q, scale, *a, tk_taco_hbase(a), nseg);
 	tkc_check_launch("taco_update");
 }
 
 /* ---- the row-streamed update --------------------------------------------
  */
 
-#define SCAN_WORDS (5 + 5 * TACO_KMAX + TACO_SPLIT * (2 + 2 * TACO_KMAX))
+#define SCAN_WORDS (5 + 5 * TK_TACO_KMAX + TACO_SPLIT * (2 + 2 * TK_TACO_KMAX))
 
 /* The arrays of a scan buffer of C columns (layout at the top). */
 struct taco_scan {
@@ -480,7 +313,7 @@ struct taco_scan {
 
 static __host__ __device__ taco_scan scan_at(void *p, int C)
 {
-	const size_t n = (size_t)C, nk = n * TACO_KMAX;
+	const size_t n = (size_t)C, nk = n * TK_TACO_KMAX;
 	taco_scan s;
 
 	s.thr = (float *)p;
@@ -534,8 +367,9 @@ static __global__ void taco_begin_kernel(taco_scan s, const void *idx,
 
 	if (j >= C)
 		return;
-	n = decode_col(idx, q, scale, a, j, s.trow + j, C, s.tval + j, C);
-	for (int i = 0; i < TACO_KMAX; i++) {
+	n = tk_taco_decode_col(idx, q, scale, &a, j, s.trow + j, (size_t)C,
+			       s.tval + j, (size_t)C);
+	for (int i = 0; i < TK_TACO_KMAX; i++) {
 		s.tg[(size_t)i * C + j] = 0.0f;
 		if (i >= n) {
 			s.trow[(size_t)i * C + j] = 0xFFFFFFFFu;
@@ -562,7 +396,7 @@ static __global__ void __launch_bounds__(TACO_COLS *TACO_SEG_MAX)
 	const int tx = threadIdx.x, ty = threadIdx.y, y = blockIdx.y;
 	const int j = blockIdx.x * TACO_COLS + tx;
 	const scan_smem sm = scan_smem_at(tsm, nseg, k);
-	const uint32_t *trow = sm.trow + tx * TACO_KMAX;
+	const uint32_t *trow = sm.trow + tx * TK_TACO_KMAX;
 	const int lo = y * per, hi = min(nrows, lo + per);
 	taco_cands cd;
 	int bad = 0, ntrk;
@@ -571,7 +405,8 @@ static __global__ void __launch_bounds__(TACO_COLS *TACO_SEG_MAX)
 		int n = j < C && !s.bad[j] ? s.ntrk[j] : 0;
 
 		for (int i = 0; i < n; i++)
-			sm.trow[tx * TACO_KMAX + i] = s.trow[(size_t)i * C + j];
+			sm.trow[tx * TK_TACO_KMAX + i] =
+			    s.trow[(size_t)i * C + j];
 		sm.ntrk[tx] = n;
 	}
 	__syncthreads();
@@ -628,7 +463,7 @@ static __global__ void __launch_bounds__(TACO_COLS *TACO_SEG_MAX)
 	s.pn[(size_t)y * C + j] = cd.n;
 	s.pbad[(size_t)y * C + j] = bad;
 	for (int i = 0; i < cd.n; i++) {
-		const size_t at = ((size_t)y * TACO_KMAX + i) * C + j;
+		const size_t at = ((size_t)y * TK_TACO_KMAX + i) * C + j;
 
 		s.prow[at] = cd.row[i];
 		s.pg[at] = cd.g[i];
@@ -680,7 +515,8 @@ static __global__ void taco_feed_merge_kernel(taco_scan s, const float *G,
 		const int n = s.pn[(size_t)y * C + j];
 
 		for (int i = 0; i < n; i++) {
-			const size_t at = ((size_t)y * TACO_KMAX + i) * C + j;
+			const size_t at =
+			    ((size_t)y * TK_TACO_KMAX + i) * C + j;
 			float g = s.pg[at];
 
 			cand_offer(&cd, k, s.prow[at], g, fabsf(g));
@@ -706,15 +542,15 @@ static __global__ void taco_feed_merge_kernel(taco_scan s, const float *G,
 	}
 }
 
-/* One thread per column: finish_col from the scan state. */
+/* One thread per column: tk_taco_finish_col from the scan state. */
 static __global__ void taco_finish_kernel(taco_scan s, void *W, int dtype,
 					  void *idx, uint8_t *q, float *scale,
 					  tk_taco_args a, uint64_t hbase)
 {
 	const int C = a.C, k = a.k;
 	const int j = blockIdx.x * blockDim.x + threadIdx.x;
-	uint32_t trow[TACO_KMAX];
-	float tval[TACO_KMAX], tg[TACO_KMAX];
+	uint32_t trow[TK_TACO_KMAX];
+	float tval[TK_TACO_KMAX], tg[TK_TACO_KMAX];
 	taco_cands cd;
 	int ntrk;
 
@@ -727,8 +563,8 @@ static __global__ void taco_finish_kernel(taco_scan s, void *W, int dtype,
 		tg[i] = s.tg[(size_t)i * C + j];
 	}
 	cd = load_cands(s, C, k, j);
-	finish_col(W, dtype, idx, q, scale, a, j, ntrk, trow, tval, tg, cd,
-		   hbase);
+	tk_taco_finish_col(W, dtype, idx, q, scale, &a, j, ntrk, trow, tval, tg,
+			   cd.n, cd.row, cd.g, tk_taco_decay(&a), hbase);
 }
 
 static unsigned col_blocks(int C)
@@ -787,7 +623,7 @@ extern "C" void tkc_taco_finish(void *scan, void *W, int dtype, void *idx,
 	if (!taco_valid(dtype, a))
 		return;
 	taco_finish_kernel<<<col_blocks(a->C), TKC_THREADS, 0, tkc_stream()>>>(
-	    scan_at(scan, a->C), W, dtype, idx, q, scale, *a, taco_hbase(a));
+	    scan_at(scan, a->C), W, dtype, idx, q, scale, *a, tk_taco_hbase(a));
 	tkc_check_launch("taco_finish");
 }
 
@@ -797,15 +633,13 @@ static __global__ void taco_gather_kernel(void *vals, const void *W, int es,
 {
 	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 	size_t n = (size_t)C * (size_t)k;
-	uint32_t r, empty = R <= 65535 ? 0xFFFFu : 0xFFFFFFFFu;
 	size_t j, at;
+	uint32_t r;
 
 	if (i >= n)
 		return;
-	r = R <= 65535 ? ((const uint16_t *)idx)[i]
-		       : ((const uint32_t *)idx)[i];
 	j = i / (size_t)k;
-	if (r == empty || r >= (uint32_t)R) {
+	if (!tk_taco_slot_row(idx, R, i, &r)) {
 		if (es == 4)
 			((uint32_t *)vals)[i] = 0;
 		else

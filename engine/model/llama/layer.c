@@ -11,8 +11,8 @@
 
 #include "model/layer.h"
 
-static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
-		      int recompute);
+static void llama_layer_fwd(step_ctx *c, int l, const void *x, void *out,
+			    int recompute);
 
 /* gate, up and act of MLP block b from ln2. */
 static void mlp_block_fwd(step_ctx *c, taco_layer_acts *a,
@@ -32,18 +32,18 @@ static void mlp_block_fwd(step_ctx *c, taco_layer_acts *a,
 
 static void llama_fwd(step_ctx *c, int l, const void *x, void *out)
 {
-	layer_fwd(c, l, x, out, 0);
+	llama_layer_fwd(c, l, x, out, 0);
 }
 
 static void llama_recompute(step_ctx *c, int l, const void *x)
 {
-	layer_fwd(c, l, x, NULL, 1);
+	llama_layer_fwd(c, l, x, NULL, 1);
 }
 
 /* recompute: stop at ln2, for backward (which runs the MLP block by block
  * itself); else the whole layer into out. */
-static void layer_fwd(step_ctx *c, int l, const void *x, void *out,
-		      int recompute)
+static void llama_layer_fwd(step_ctx *c, int l, const void *x, void *out,
+			    int recompute)
 {
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;

@@ -14,7 +14,8 @@
 
 #include "model/layer.h"
 
-static void layer_fwd(step_ctx *c, int l, const void *x, void *out, int full)
+static void neox_layer_fwd(step_ctx *c, int l, const void *x, void *out,
+			   int full)
 {
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
@@ -56,18 +57,18 @@ static void layer_fwd(step_ctx *c, int l, const void *x, void *out, int full)
 
 static void neox_fwd(step_ctx *c, int l, const void *x, void *out)
 {
-	layer_fwd(c, l, x, out, 1);
+	neox_layer_fwd(c, l, x, out, 1);
 }
 
 static void neox_recompute(step_ctx *c, int l, const void *x)
 {
-	layer_fwd(c, l, x, NULL, 0);
+	neox_layer_fwd(c, l, x, NULL, 0);
 }
 
 /* The attention branch from d (its output's gradient, masked): weights'
  * gradients to the sink, the gradient of ln1 into w->dtmp. */
-static void attn_bwd(step_ctx *c, int l, taco_layer_acts *a,
-		     const void *W[TACO_L_COUNT], const void *d)
+static void neox_attn_bwd(step_ctx *c, int l, taco_layer_acts *a,
+			  const void *W[TACO_L_COUNT], const void *d)
 {
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
@@ -114,13 +115,13 @@ static void neox_bwd(step_ctx *c, int l, const void *x)
 		lp_norm_bwd(c, id[TACO_L_MLP_NORM], id[TACO_L_MLP_NORM_BIAS],
 			    NULL, a->ln2, w->dtmp, x, W[TACO_L_MLP_NORM],
 			    a->mean2, a->rstd2, N, H);
-		attn_bwd(c, l, a, W, lp_dropped(c, w->dx, l, 0));
+		neox_attn_bwd(c, l, a, W, lp_dropped(c, w->dx, l, 0));
 		c->o->add(c->dt, w->dx, a->ln2, (size_t)N * H);
 	} else {
 		lp_norm_bwd(c, id[TACO_L_MLP_NORM], id[TACO_L_MLP_NORM_BIAS],
 			    w->dx, a->ln2, w->dtmp, a->x_mid,
 			    W[TACO_L_MLP_NORM], a->mean2, a->rstd2, N, H);
-		attn_bwd(c, l, a, W, lp_dropped(c, w->dx, l, 0));
+		neox_attn_bwd(c, l, a, W, lp_dropped(c, w->dx, l, 0));
 	}
 	/* d(ln1) in dtmp; ln1 is spent */
 	lp_norm_bwd(c, id[TACO_L_ATTN_NORM], id[TACO_L_ATTN_NORM_BIAS], w->dx,

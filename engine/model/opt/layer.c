@@ -14,8 +14,8 @@
 #include "model/layer.h"
 
 /* q, k, v from h [N, H], attention, the output projection into x_mid. */
-static void attn_fwd(step_ctx *c, taco_layer_acts *a,
-		     const void *W[TACO_L_COUNT], const void *h)
+static void opt_attn_fwd(step_ctx *c, taco_layer_acts *a,
+			 const void *W[TACO_L_COUNT], const void *h)
 {
 	const taco_config *cf = &c->m->cfg;
 	const taco_work *w = c->w;
@@ -33,7 +33,8 @@ static void attn_fwd(step_ctx *c, taco_layer_acts *a,
 
 /* full: the whole layer into out (out NULL: a recompute, which for post-LN
  * still needs x_pre and LN2's statistics); else stop at the MLP's input. */
-static void layer_fwd(step_ctx *c, int l, const void *x, void *out, int full)
+static void opt_layer_fwd(step_ctx *c, int l, const void *x, void *out,
+			  int full)
 {
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
@@ -47,9 +48,9 @@ static void layer_fwd(step_ctx *c, int l, const void *x, void *out, int full)
 		lp_norm_fwd(c, a->ln1, a->mean1, a->rstd1, x,
 			    W[TACO_L_ATTN_NORM], W[TACO_L_ATTN_NORM_BIAS], N,
 			    H);
-		attn_fwd(c, a, W, a->ln1);
+		opt_attn_fwd(c, a, W, a->ln1);
 	} else {
-		attn_fwd(c, a, W, x);
+		opt_attn_fwd(c, a, W, x);
 	}
 	lp_dropout(c, a->x_mid, NH, l, 0);
 	c->o->add(c->dt, a->x_mid, x, NH);
@@ -77,18 +78,19 @@ static void layer_fwd(step_ctx *c, int l, const void *x, void *out, int full)
 
 static void opt_fwd(step_ctx *c, int l, const void *x, void *out)
 {
-	layer_fwd(c, l, x, out, 1);
+	opt_layer_fwd(c, l, x, out, 1);
 }
 
 static void opt_recompute(step_ctx *c, int l, const void *x)
 {
-	layer_fwd(c, l, x, NULL, !c->m->cfg.norm_before);
+	opt_layer_fwd(c, l, x, NULL, !c->m->cfg.norm_before);
 }
 
 /* The attention branch backward from d (the gradient of its output, after
  * the dropout's mask) with h its input: the gradient of h into w->dtmp. */
-static void attn_bwd(step_ctx *c, int l, taco_layer_acts *a,
-		     const void *W[TACO_L_COUNT], const void *d, const void *h)
+static void opt_attn_bwd(step_ctx *c, int l, taco_layer_acts *a,
+			 const void *W[TACO_L_COUNT], const void *d,
+			 const void *h)
 {
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
@@ -130,7 +132,7 @@ static void opt_bwd(step_ctx *c, int l, const void *x)
 		lp_norm_bwd(c, id[TACO_L_MLP_NORM], id[TACO_L_MLP_NORM_BIAS],
 			    w->dx, a->ln2, w->dtmp, a->x_mid,
 			    W[TACO_L_MLP_NORM], a->mean2, a->rstd2, N, H);
-		attn_bwd(c, l, a, W, lp_dropped(c, w->dx, l, 0), a->ln1);
+		opt_attn_bwd(c, l, a, W, lp_dropped(c, w->dx, l, 0), a->ln1);
 		lp_norm_bwd(c, id[TACO_L_ATTN_NORM], id[TACO_L_ATTN_NORM_BIAS],
 			    w->dx, a->ln1, w->dtmp, x, W[TACO_L_ATTN_NORM],
 			    a->mean1, a->rstd1, N, H);
@@ -146,7 +148,7 @@ static void opt_bwd(step_ctx *c, int l, const void *x)
 	lp_norm_bwd(c, id[TACO_L_ATTN_NORM], id[TACO_L_ATTN_NORM_BIAS], NULL,
 		    w->dx, w->dx, a->x_mid, W[TACO_L_ATTN_NORM], a->mean1,
 		    a->rstd1, N, H);
-	attn_bwd(c, l, a, W, lp_dropped(c, w->dx, l, 0), x);
+	opt_attn_bwd(c, l, a, W, lp_dropped(c, w->dx, l, 0), x);
 	c->o->add(c->dt, w->dx, w->dtmp, NH);
 }
 

@@ -1,11 +1,11 @@
-/* tokenizer_gpt2.c: GPT-2 style tokenizer files, as OPT checkpoints
+/* load_gpt2.c: GPT-2 style tokenizer files, as OPT checkpoints
  * (facebook/opt-*) and others ship them without a tokenizer.json:
  * vocab.json (token -> id), merges.txt (one "a b" merge a line) and, when
  * present, tokenizer_config.json and special_tokens_map.json.
  *
  * transformers 5 reads these with GPT2Tokenizer, which builds a `tokenizers`
  * tokenizer from them. We build the same tokenizer as a tokenizer.json tree
- * in memory and hand it to the tokenizer.json loader (tokenizer.c), so that
+ * in memory and hand it to the tokenizer.json loader (load.c), so that
  * one code path encodes both kinds of model directory. What GPT2Tokenizer
  * builds (tokenization_gpt2.py, tokenization_utils_tokenizers.py):
  *
@@ -83,13 +83,12 @@ static int fail(struct gload *G, int code, const char *file, const char *fmt,
 static int fail(struct gload *G, int code, const char *file, const char *fmt,
 		...)
 {
-	char msg[900];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	taco_err_vat(G->err, code, file, fmt, ap);
 	va_end(ap);
-	return taco_err_set(G->err, code, "%s: %s", file, msg);
+	return code;
 }
 
 /* "merges.txt:LINE: ..." */
@@ -99,14 +98,14 @@ static int fail_line(struct gload *G, int code, long long line, const char *fmt,
 static int fail_line(struct gload *G, int code, long long line, const char *fmt,
 		     ...)
 {
-	char msg[900];
+	char where[sizeof(G->merges_name) + 24];
 	va_list ap;
 
+	snprintf(where, sizeof(where), "%s:%lld", G->merges_name, line);
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	taco_err_vat(G->err, code, where, fmt, ap);
 	va_end(ap);
-	return taco_err_set(G->err, code, "%s:%lld: %s", G->merges_name, line,
-			    msg);
+	return code;
 }
 
 static int utf8_ok(const char *s, size_t n)
@@ -789,17 +788,193 @@ static json_t *added_tokens_tree(struct gload *G)
 
 /* ------------------------------------------------------------ load */
 
+/* The named special tokens: has[i] when token i is there (its definition
+ * in def[i]), set[i] when a file gives it (null too). */
+struct gnamed {
+	struct gdef def[N_NAMED];
+	int has[N_NAMED], set[N_NAMED];
+};
+
+/* The named tokens that o (of file) gives. */
+static int named_from(struct gload *G, json_t *o, const char *file,
+		      struct gnamed *N)
+{
+	int r;
+
+	for (int i = 0; i < N_NAMED; i++) {
+		json_t *v = json_object_get(o, named_keys[i]);
+		if (!v)
+			continue;
+		N->set[i] = 1;
+		if ((r = parse_token(G, v, file, named_keys[i], &N->def[i],
+				     &N->has[i])))
+			return r;
+	}
+	return 0;
+}
+
+/* tokenizer_config.json (an empty one when absent) into *cfg; its flags.
+ * model_max_length is often 1e30, too big for a JSON integer. */
+static int read_config(struct gload *G, json_t **cfg, int *add_bos,
+		       int *add_eos, int *add_prefix_space)
+{
+	const taco_tok_gpt2_files *f = G->f;
+	const char *file = G->config_name;
+	int r;
+
+	if (f->config) {
+		if ((r = parse_json(G, f->config, f->config_len, file,
+				    JSON_DECODE_INT_AS_REAL, cfg)))
+			return r;
+	} else if (!(*cfg = json_object())) {
+		return oom(G, file);
+	}
+	if ((r = check_config(G, *cfg, file)) ||
+	    (r = get_flag(G, *cfg, file, "", "add_bos_token", 0, add_bos)) ||
+	    (r = get_flag(G, *cfg, file, "", "add_eos_token", 0, add_eos)) ||
+	    (r = get_flag(G, *cfg, file, "", "add_prefix_space", 0,
+			  add_prefix_space)))
+		return r;
+	return 0;
+}
+
+/* Without an added_tokens_decoder in the config, transformers reads the
+ * legacy files: added_tokens.json (refused) and special_tokens_map.json
+ * (into *map, its named tokens over the config's). */
+static int read_legacy(struct gload *G, json_t **map, struct gnamed *N)
+{
+	const taco_tok_gpt2_files *f = G->f;
+	int r;
+
+	if (f->has_added_tokens_json)
+		return taco_err_set(G->err, -ENOTSUP,
+				    "%s%sadded_tokens.json is not supported "
+				    "(list its tokens in "
+				    "tokenizer_config.json's "
+				    "added_tokens_decoder)",
+				    f->dir && f->dir[0] ? f->dir : "",
+				    f->dir && f->dir[0] ? "/" : "");
+	if (!f->special_map)
+		return 0;
+	if ((r = parse_json(G, f->special_map, f->special_map_len, G->map_name,
+			    0, map)) ||
+	    (r = check_config(G, *map, G->map_name)))
+		return r;
+	return named_from(G, *map, G->map_name, N);
+}
+
+/* GPT2Tokenizer's defaults: bos, eos and unk are <|endoftext|> when no file
+ * gives them. */
+static void named_defaults(struct gnamed *N)
+{
+	for (int i = NAMED_BOS; i <= NAMED_UNK; i++)
+		if (!N->set[i]) {
+			memset(&N->def[i], 0, sizeof(N->def[i]));
+			N->def[i].s = ENDOFTEXT;
+			N->def[i].n = sizeof(ENDOFTEXT) - 1;
+			N->def[i].normalized = -1;
+			N->has[i] = 1;
+		}
+}
+
+/* The named tokens, special, after the added_tokens_decoder entries (the
+ * first n_atd added ones). */
+static int add_named(struct gload *G, json_t *map, const struct gnamed *N,
+		     size_t n_atd)
+{
+	int r;
+
+	for (int i = 0; i < N_NAMED; i++) {
+		struct gdef d = N->def[i];
+		struct gadded *a;
+		if (!N->has[i])
+			continue;
+		/* a named token of added_tokens_decoder is that entry, flags
+		 * and all (transformers swaps in the decoder's AddedToken) */
+		a = find_added(G, d.s, d.n);
+		if (a && (size_t)(a - G->added) < n_atd)
+			continue;
+		d.special = 1;
+		if ((r = add_def(G, &d,
+				 N->set[i] && map &&
+					 json_object_get(map, named_keys[i])
+				     ? G->map_name
+				     : G->config_name,
+				 named_keys[i])))
+			return r;
+	}
+	return 0;
+}
+
+/* The added tokens, in transformers' order, and what the files say of the
+ * named ones (into N); *map is special_tokens_map.json when it is read. */
+static int collect_added(struct gload *G, json_t *cfg, json_t **map,
+			 struct gnamed *N)
+{
+	json_t *atd = json_object_get(cfg, "added_tokens_decoder"), *extras;
+	const char *extras_file;
+	size_t n_atd;
+	int r;
+
+	if ((r = named_from(G, cfg, G->config_name, N)))
+		return r;
+	if (atd && !json_is_object(atd) && !json_is_null(atd))
+		return fail(G, -EINVAL, G->config_name,
+			    "added_tokens_decoder must be an object");
+	if (!atd && (r = read_legacy(G, map, N)))
+		return r;
+	if ((r = find_extras(G, cfg, *map, &extras, &extras_file)))
+		return r;
+	named_defaults(N);
+	if (atd && json_is_object(atd) &&
+	    (r = add_decoder_tokens(G, atd, N->def, N->has)))
+		return r;
+	n_atd = G->n_added;
+	if ((r = add_named(G, *map, N, n_atd)))
+		return r;
+	if (extras && (r = add_extras(G, extras, extras_file)))
+		return r;
+	return 0;
+}
+
+/* The tokenizer.json tree GPT2Tokenizer builds; it takes pp (NULL: none)
+ * over, even when it fails (json_pack steals "o"). */
+static json_t *gpt2_tree(struct gload *G, json_t *merges, json_t *pp,
+			 int add_prefix_space)
+{
+	return json_pack(
+	    "{s:n,s:n,s:o*,s:n,s:{s:s,s:b,s:b,s:b},s:o*,s:{s:s,s:b,s:b,s:b},"
+	    "s:{s:s,s:n,s:n,s:n,s:n,s:b,s:b,s:b,s:O,s:O}}",
+	    "truncation", "padding", "added_tokens", added_tokens_tree(G),
+	    "normalizer", "pre_tokenizer", "type", "ByteLevel",
+	    "add_prefix_space", add_prefix_space, "trim_offsets", 1,
+	    "use_regex", 1, "post_processor", pp, "decoder", "type",
+	    "ByteLevel", "add_prefix_space", 1, "trim_offsets", 1, "use_regex",
+	    1, "model", "type", "BPE", "dropout", "unk_token",
+	    "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 0,
+	    "byte_fallback", 0, "ignore_merges", 0, "vocab", G->vocab, "merges",
+	    merges);
+}
+
+/* The special ids: the named tokens, as transformers' bos_token_id etc. */
+static void set_specials(struct gload *G, const struct gnamed *N, taco_tok *t)
+{
+	const struct gdef *d = N->def;
+
+	t->special.bos = N->has[NAMED_BOS] ? added_id(G, &d[NAMED_BOS]) : -1;
+	t->special.eos = N->has[NAMED_EOS] ? added_id(G, &d[NAMED_EOS]) : -1;
+	t->special.pad = N->has[NAMED_PAD] ? added_id(G, &d[NAMED_PAD]) : -1;
+	t->special.unk = N->has[NAMED_UNK] ? added_id(G, &d[NAMED_UNK]) : -1;
+}
+
 int taco_tok_load_gpt2(const taco_tok_gpt2_files *f, taco_tok **out,
 		       taco_err *err)
 {
 	struct gload G = {0};
+	struct gnamed N = {0};
 	json_t *cfg = NULL, *map = NULL, *merges = NULL, *root = NULL;
-	json_t *extras = NULL, *atd, *pp = NULL;
-	const char *extras_file;
-	struct gdef named[N_NAMED];
-	int has[N_NAMED] = {0}, set[N_NAMED] = {0};
-	int add_bos, add_eos, add_prefix_space, r;
-	size_t n_atd;
+	json_t *pp = NULL;
+	int add_bos = 0, add_eos = 0, add_prefix_space = 0, bos, eos, r;
 
 	*out = NULL;
 	G.f = f;
@@ -811,148 +986,28 @@ int taco_tok_load_gpt2(const taco_tok_gpt2_files *f, taco_tok **out,
 		  "tokenizer_config.json");
 	file_name(G.map_name, sizeof(G.map_name), f->dir,
 		  "special_tokens_map.json");
-	if ((r = parse_vocab(&G)) || (r = parse_merges(&G, &merges)))
+	if ((r = parse_vocab(&G)) || (r = parse_merges(&G, &merges)) ||
+	    (r = read_config(&G, &cfg, &add_bos, &add_eos,
+			     &add_prefix_space)) ||
+	    (r = collect_added(&G, cfg, &map, &N)))
 		goto out;
-
-	/* tokenizer_config.json; model_max_length is often 1e30, too big
-	 * for a JSON integer */
-	if (f->config) {
-		if ((r = parse_json(&G, f->config, f->config_len, G.config_name,
-				    JSON_DECODE_INT_AS_REAL, &cfg)))
-			goto out;
-	} else if (!(cfg = json_object())) {
+	bos = add_bos && N.has[NAMED_BOS];
+	eos = add_eos && N.has[NAMED_EOS];
+	if ((bos || eos) &&
+	    !(pp = post_processor(&G, bos ? &N.def[NAMED_BOS] : NULL,
+				  eos ? &N.def[NAMED_EOS] : NULL))) {
 		r = oom(&G, G.config_name);
 		goto out;
 	}
-	if ((r = check_config(&G, cfg, G.config_name)) ||
-	    (r = get_flag(&G, cfg, G.config_name, "", "add_bos_token", 0,
-			  &add_bos)) ||
-	    (r = get_flag(&G, cfg, G.config_name, "", "add_eos_token", 0,
-			  &add_eos)) ||
-	    (r = get_flag(&G, cfg, G.config_name, "", "add_prefix_space", 0,
-			  &add_prefix_space)))
-		goto out;
-	for (int i = 0; i < N_NAMED; i++) {
-		json_t *v = json_object_get(cfg, named_keys[i]);
-		if (!v)
-			continue;
-		set[i] = 1;
-		if ((r = parse_token(&G, v, G.config_name, named_keys[i],
-				     &named[i], &has[i])))
-			goto out;
-	}
-	atd = json_object_get(cfg, "added_tokens_decoder");
-	if (atd && !json_is_object(atd) && !json_is_null(atd)) {
-		r = fail(&G, -EINVAL, G.config_name,
-			 "added_tokens_decoder must be an object");
-		goto out;
-	}
-	/* transformers reads the legacy files only when the config has no
-	 * added_tokens_decoder */
-	if (!atd) {
-		if (f->has_added_tokens_json) {
-			r = taco_err_set(err, -ENOTSUP,
-					 "%s%sadded_tokens.json is not "
-					 "supported (list its tokens in "
-					 "tokenizer_config.json's "
-					 "added_tokens_decoder)",
-					 f->dir && f->dir[0] ? f->dir : "",
-					 f->dir && f->dir[0] ? "/" : "");
-			goto out;
-		}
-		if (f->special_map) {
-			if ((r = parse_json(&G, f->special_map,
-					    f->special_map_len, G.map_name, 0,
-					    &map)) ||
-			    (r = check_config(&G, map, G.map_name)))
-				goto out;
-			for (int i = 0; i < N_NAMED; i++) {
-				json_t *v = json_object_get(map, named_keys[i]);
-				if (!v)
-					continue;
-				set[i] = 1;
-				if ((r = parse_token(&G, v, G.map_name,
-						     named_keys[i], &named[i],
-						     &has[i])))
-					goto out;
-			}
-		}
-	}
-	if ((r = find_extras(&G, cfg, map, &extras, &extras_file)))
-		goto out;
-	/* GPT2Tokenizer's defaults */
-	for (int i = NAMED_BOS; i <= NAMED_UNK; i++)
-		if (!set[i]) {
-			memset(&named[i], 0, sizeof(named[i]));
-			named[i].s = ENDOFTEXT;
-			named[i].n = sizeof(ENDOFTEXT) - 1;
-			named[i].normalized = -1;
-			has[i] = 1;
-		}
-
-	if (atd && json_is_object(atd) &&
-	    (r = add_decoder_tokens(&G, atd, named, has)))
-		goto out;
-	n_atd = G.n_added;
-	for (int i = 0; i < N_NAMED; i++) {
-		struct gdef d = named[i];
-		struct gadded *a;
-		if (!has[i])
-			continue;
-		/* a named token of added_tokens_decoder is that entry, flags
-		 * and all (transformers swaps in the decoder's AddedToken) */
-		a = find_added(&G, d.s, d.n);
-		if (a && (size_t)(a - G.added) < n_atd)
-			continue;
-		d.special = 1;
-		if ((r = add_def(&G, &d,
-				 set[i] && map &&
-					 json_object_get(map, named_keys[i])
-				     ? G.map_name
-				     : G.config_name,
-				 named_keys[i])))
-			goto out;
-	}
-	if (extras && (r = add_extras(&G, extras, extras_file)))
-		goto out;
-
-	if ((add_bos && has[NAMED_BOS]) || (add_eos && has[NAMED_EOS])) {
-		pp = post_processor(
-		    &G, add_bos && has[NAMED_BOS] ? &named[NAMED_BOS] : NULL,
-		    add_eos && has[NAMED_EOS] ? &named[NAMED_EOS] : NULL);
-		if (!pp) {
-			r = oom(&G, G.config_name);
-			goto out;
-		}
-	}
-	root = json_pack(
-	    "{s:n,s:n,s:o*,s:n,s:{s:s,s:b,s:b,s:b},s:o*,s:{s:s,s:b,s:b,s:b},"
-	    "s:{s:s,s:n,s:n,s:n,s:n,s:b,s:b,s:b,s:O,s:O}}",
-	    "truncation", "padding", "added_tokens", added_tokens_tree(&G),
-	    "normalizer", "pre_tokenizer", "type", "ByteLevel",
-	    "add_prefix_space", add_prefix_space, "trim_offsets", 1,
-	    "use_regex", 1, "post_processor", pp, "decoder", "type",
-	    "ByteLevel", "add_prefix_space", 1, "trim_offsets", 1, "use_regex",
-	    1, "model", "type", "BPE", "dropout", "unk_token",
-	    "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 0,
-	    "byte_fallback", 0, "ignore_merges", 0, "vocab", G.vocab, "merges",
-	    merges);
-	pp = NULL; /* the tree owns it (json_pack steals "o" even on error) */
+	root = gpt2_tree(&G, merges, pp, add_prefix_space);
+	pp = NULL; /* the tree owns it */
 	if (!root || !json_object_get(root, "added_tokens")) {
 		r = oom(&G, G.vocab_name);
 		goto out;
 	}
 	if ((r = tok_load_json(root, G.vocab_name, out, err)))
 		goto out;
-	/* special ids: the named tokens, as transformers' bos_token_id etc. */
-	(*out)->special.bos =
-	    has[NAMED_BOS] ? added_id(&G, &named[NAMED_BOS]) : -1;
-	(*out)->special.eos =
-	    has[NAMED_EOS] ? added_id(&G, &named[NAMED_EOS]) : -1;
-	(*out)->special.pad =
-	    has[NAMED_PAD] ? added_id(&G, &named[NAMED_PAD]) : -1;
-	(*out)->special.unk =
-	    has[NAMED_UNK] ? added_id(&G, &named[NAMED_UNK]) : -1;
+	set_specials(&G, &N, *out);
 out:
 	json_decref(root);
 	json_decref(pp);
