@@ -20,6 +20,9 @@
 /* Jobs waiting in validating_files, of all users together: a create past
  * it is refused with 429 validation_queue_full (service_validate.c). */
 #define TACOD_MAX_VALIDATING 256
+/* state_dir/reserve (service_storage.c): room to record the ends of the
+ * running jobs when the disk fills */
+#define TACOD_RESERVE_BYTES (1u << 20)
 
 enum {
 	TACOD_STOP_NONE = 0,
@@ -39,6 +42,9 @@ typedef struct tacod_running {
 	uint64_t started_ms; /* uv_now when the worker was spawned */
 	char exported[TACOD_PATH_MAX];
 	char error[1024]; /* the worker's last error event */
+	/* out of storage (the worker's error, or its events' rows): it
+	 * fails with insufficient_storage */
+	int no_space;
 	struct tacod_service *svc;
 } tacod_running;
 
@@ -68,8 +74,10 @@ struct tacod_service {
 	tacod_follower follow[TACOD_MAX_STREAMS];
 	int n_follow;
 	int shutting_down, closed;
-	int64_t idem_purged_at; /* unix seconds */
-	int armed;		/* wake, tick and pump are initialised */
+	int64_t idem_purged_at;	    /* unix seconds */
+	int armed;		    /* wake, tick and pump are initialised */
+	int reserve_live;	    /* state_dir/reserve is there */
+	int64_t reserve_checked_at; /* unix seconds */
 	/* the validation thread (service_validate.c): it takes the oldest
 	 * job in validating_files from the store, so the store is its queue */
 	pthread_t val_thread;
@@ -92,6 +100,16 @@ int tacod_route_limit(tacod_http_req *r);
 /* A store error as the HTTP error that fits (404 naming `what`, 400, 500). */
 int tacod_route_store_error(tacod_http_req *r, int code, const taco_err *err,
 			    const char *what);
+/* A failed write of the server's own files or rows (code a negative
+ * errno; err, which may be NULL, names the path): 507 when the storage is
+ * full or failing, else 500. The reply names no path; err goes to tacod's
+ * log (service_storage.c). */
+int tacod_route_write_error(tacod_http_req *r, int code, const taco_err *err);
+/* The storage reserve (lock held, or before the threads start): make
+ * takes it when there is room for it and more; release deletes it (1 when
+ * that freed room, 0 when there was none to free). */
+void tacod_reserve_make(tacod_service *s);
+int tacod_reserve_release(tacod_service *s);
 /* Idempotency-Key (service_idem.c): tacod_idem_begin replays the first
  * reply of a key seen before (returns 1: the request is answered) or
  * refuses a key reused for another request, else returns 0 and the
@@ -125,9 +143,10 @@ void tacod_service_routes(tacod_service *s);
  * running set) are queued again, to resume from their newest checkpoint. */
 int tacod_service_requeue_running(tacod_service *s, taco_err *err);
 /* Adds an event to a job's log (data, NULL or a JSON object, is consumed;
- * followers get it on the next pump). Lock held. */
-void tacod_service_event(tacod_service *s, const char *job, const char *level,
-			 const char *type, const char *msg, json_t *data);
+ * followers get it on the next pump): 0 or the store's negative errno.
+ * Lock held. */
+int tacod_service_event(tacod_service *s, const char *job, const char *level,
+			const char *type, const char *msg, json_t *data);
 /* The running (or, under Slurm, submitted) job of this id, or NULL. Lock
  * held. */
 tacod_running *tacod_service_find_running(tacod_service *s, const char *id);
@@ -153,6 +172,11 @@ typedef struct tacod_assessment {
 } tacod_assessment;
 void tacod_assess(tacod_service *s, const char *path, json_t *req, int what,
 		  uint64_t data_limit, tacod_assessment *a);
+/* A message of a job's worker (taco-train names files by their paths) as
+ * a client may read it: the job's directory is "<job>", the server's other
+ * directories are named as tacod_assess names them (service_assess.c). */
+void tacod_name_job_paths(const tacod_service *s, const char *job_id, char *msg,
+			  size_t cap);
 /* The validation thread (service_validate.c). notify (lock held): there
  * is a new job in validating_files. stop (lock held): no validation starts
  * after the one in progress, whose outcome is still recorded; join (lock

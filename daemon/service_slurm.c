@@ -19,6 +19,7 @@
 
 #include "slurm.h"
 #include "store_slurm.h"
+#include "util/text.h"
 
 #define TACOD_SLURM_READ_MS 500
 /* Bytes of an events file read at once: a whole line of the longest
@@ -262,7 +263,7 @@ static void settle(tacod_service *s, tacod_running *rj, const char *final)
 
 static void fail_now(tacod_service *s, tacod_running *rj, const char *msg)
 {
-	snprintf(rj->error, sizeof(rj->error), "%s", msg);
+	taco_text_copy(rj->error, sizeof(rj->error), msg);
 	tacod_store_tx_begin(s->store, NULL);
 	tacod_store_slurm_delete(s->store, rj->id, NULL);
 	tacod_service_job_exit(s, rj, 1, 0);
