@@ -74,10 +74,12 @@ struct tacod_service {
 	tacod_follower follow[TACOD_MAX_STREAMS];
 	int n_follow;
 	int shutting_down, closed;
-	int64_t idem_purged_at;	    /* unix seconds */
-	int armed;		    /* wake, tick and pump are initialised */
-	int reserve_live;	    /* state_dir/reserve is there */
-	int64_t reserve_checked_at; /* unix seconds */
+	int64_t idem_purged_at; /* unix seconds */
+	int armed;		/* wake, tick and pump are initialised */
+	/* the storage reserve (service_storage.c): there, or when it was
+	 * last tried (unix seconds) */
+	int reserve_live;
+	int64_t reserve_checked_at;
 	/* the validation thread (service_validate.c): it takes the oldest
 	 * job in validating_files from the store, so the store is its queue */
 	pthread_t val_thread;
@@ -97,7 +99,8 @@ const char *tacod_route_scope(tacod_http_req *r);
 /* ?limit=, 20 by default; -1 when it is not an integer in [1,
  * TACOD_LIST_MAX] (a 400 has been sent). */
 int tacod_route_limit(tacod_http_req *r);
-/* A store error as the HTTP error that fits (404 naming `what`, 400, 500). */
+/* A store error as the HTTP error that fits (404 naming `what`, 400, 507
+ * for a full or failing disk, 500). */
 int tacod_route_store_error(tacod_http_req *r, int code, const taco_err *err,
 			    const char *what);
 /* A failed write of the server's own files or rows (code a negative
