@@ -47,6 +47,18 @@ static void defer_fail(tacod_http_req *r, int status, const char *code,
 	va_end(ap);
 }
 
+/* The upload could not be written (e, an errno): 507 when the storage is
+ * full or failing, else 500; neither names the temporary file. */
+static void defer_store_fail(tacod_http_req *r, int e)
+{
+	if (tacod_http_storage_errno(-e))
+		defer_fail(r, 507, "insufficient_storage", NULL, "%s",
+			   TACOD_HTTP_STORAGE_MSG);
+	else
+		defer_fail(r, 500, NULL, NULL, "cannot store the upload: %s",
+			   strerror(e));
+}
+
 static int send_fail(tacod_http_req *r)
 {
 	return tacod_http_error(
@@ -98,9 +110,7 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind,
 				 "%s/.upload-XXXXXX", r->route->r->upload_dir);
 			r->file_fd = mkostemp(r->up.path, O_CLOEXEC);
 			if (r->file_fd < 0) {
-				defer_fail(r, 500, NULL, NULL,
-					   "cannot store the upload: %s",
-					   strerror(errno));
+				defer_store_fail(r, errno);
 				return MHD_NO;
 			}
 			r->tmp_live = 1;
@@ -128,10 +138,8 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind,
 			if (w < 0 && errno == EINTR)
 				continue;
 			if (w <= 0) {
-				defer_fail(r, 500, NULL, NULL,
-					   "cannot store the upload: %s",
-					   w < 0 ? strerror(errno)
-						 : "short write");
+				/* no progress on a regular file: no room */
+				defer_store_fail(r, w < 0 ? errno : ENOSPC);
 				http_drop_temp(r);
 				return MHD_NO;
 			}
@@ -311,7 +319,13 @@ int http_finish(tacod_http_req *r)
 	}
 	if (r->file_started && r->file_fd >= 0) {
 		uint8_t d[32];
-		close(r->file_fd);
+		/* on disk before the store says it exists; a full disk may
+		 * only tell at fsync or close (NFS, quotas) */
+		int e = fsync(r->file_fd) && errno != EINVAL ? errno : 0;
+		if (close(r->file_fd) && !e)
+			e = errno;
+		if (e)
+			defer_store_fail(r, e);
 		r->file_fd = -1;
 		tacod_auth_sha256_final(&r->sha, d);
 		tacod_auth_hex(d, r->up.sha256);

@@ -165,6 +165,16 @@ int tacod_http_reply_json(tacod_http_req *r, int status, json_t *body);
 int tacod_http_error(tacod_http_req *r, int status, const char *type,
 		     const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+/* Whether a negative errno is a storage failure: the file system is full
+ * (ENOSPC, EDQUOT, EFBIG) or failing (EIO), where a write may succeed
+ * later. */
+int tacod_http_storage_errno(int code);
+/* Such a failure as 507 {"error": {"type": "server_error", "code":
+ * "insufficient_storage", "message": TACOD_HTTP_STORAGE_MSG}}: a client may
+ * try again later. It names no path of the server's. */
+#define TACOD_HTTP_STORAGE_MSG                                                 \
+	"the server is out of storage space; try again later"
+int tacod_http_storage_error(tacod_http_req *r);
 int tacod_http_reply_data(tacod_http_req *r, int status,
 			  const char *content_type, const void *data,
 			  size_t len);

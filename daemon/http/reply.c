@@ -446,6 +446,18 @@ int tacod_http_error(tacod_http_req *r, int status, const char *type,
 	return rc;
 }
 
+int tacod_http_storage_errno(int code)
+{
+	return code == -ENOSPC || code == -EDQUOT || code == -EFBIG ||
+	       code == -EIO;
+}
+
+int tacod_http_storage_error(tacod_http_req *r)
+{
+	return tacod_http_error(r, 507, "server_error", "insufficient_storage",
+				NULL, "%s", TACOD_HTTP_STORAGE_MSG);
+}
+
 /* Content-Disposition: attachment, with a name that cannot break the
  * header. */
 static void add_download_name(struct MHD_Response *resp, const char *name_in)

@@ -42,6 +42,9 @@ typedef struct tacod_run {
 	uint64_t started_ms; /* uv_now when it was started */
 	char exported[TACOD_PATH_MAX];
 	char error[TACOD_RUN_ERROR_MAX]; /* the last error event */
+	/* out of storage (the worker's error, or its events' rows): it
+	 * fails with insufficient_storage */
+	int no_space;
 	void *impl; /* the runner's: a child, a Slurm job */
 } tacod_run;
 

@@ -170,3 +170,13 @@ void tacod_assess(tacod_service *s, const char *path, json_t *req, int what,
 	taco_job_data_free(&data);
 	taco_job_free(&job);
 }
+
+void tacod_name_job_paths(const tacod_service *s, const char *job_id, char *msg,
+			  size_t cap)
+{
+	char dir[sizeof(s->jobs_dir) + TACOD_ID_MAX + 1];
+
+	snprintf(dir, sizeof(dir), "%s/%s", s->jobs_dir, job_id);
+	replace_all(msg, cap, dir, "<job>");
+	name_paths(s, NULL, NULL, msg, cap);
+}

@@ -69,8 +69,7 @@ int tacod_idem_begin(tacod_http_req *r, tacod_service *s, const void *data,
 				 "this Idempotency-Key was used with a "
 				 "different request");
 	else
-		tacod_http_error(r, 500, "server_error", NULL, NULL, "%s",
-				 err.msg);
+		tacod_route_store_error(r, rc, &err, "idempotency key");
 	free(body);
 	return 1;
 }

@@ -18,6 +18,9 @@
 /* Jobs waiting in validating_files, of all users together: a create past
  * it is refused with 429 validation_queue_full (service_validate.c). */
 #define TACOD_MAX_VALIDATING 256
+/* state_dir/reserve (service/storage.c): room to record the ends of the
+ * running jobs when the disk fills */
+#define TACOD_RESERVE_BYTES (1u << 20)
 
 /* A client following a job's events (server-sent events). */
 typedef struct tacod_follower {
@@ -45,6 +48,10 @@ struct tacod_service {
 	int shutting_down, closed;
 	int64_t idem_purged_at; /* unix seconds */
 	int armed;		/* wake, tick and pump are initialised */
+	/* the storage reserve (service/storage.c): there, or when it was
+	 * last tried (unix seconds) */
+	int reserve_live;
+	int64_t reserve_checked_at;
 	/* the validation thread (service_validate.c): it takes the oldest
 	 * job in validating_files from the store, so the store is its queue */
 	pthread_t val_thread;
@@ -63,9 +70,20 @@ const char *tacod_route_scope(tacod_http_req *r);
 /* ?limit=, 20 by default; -1 when it is not an integer in [1,
  * TACOD_LIST_MAX] (a 400 has been sent). */
 int tacod_route_limit(tacod_http_req *r);
-/* A store error as the HTTP error that fits (404 naming `what`, 400, 500). */
+/* A store error as the HTTP error that fits (404 naming `what`, 400, 507
+ * for a full or failing disk, 500). */
 int tacod_route_store_error(tacod_http_req *r, int code, const taco_err *err,
 			    const char *what);
+/* A failed write of the server's own files or rows (code a negative
+ * errno; err, which may be NULL, names the path): 507 when the storage is
+ * full or failing, else 500. The reply names no path; err goes to tacod's
+ * log (service/storage.c). */
+int tacod_route_write_error(tacod_http_req *r, int code, const taco_err *err);
+/* The storage reserve (lock held, or before the threads start): make
+ * takes it when there is room for it and more; release deletes it (1 when
+ * that freed room, 0 when there was none to free). */
+void tacod_reserve_make(tacod_service *s);
+int tacod_reserve_release(tacod_service *s);
 /* Idempotency-Key (service_idem.c): tacod_idem_begin replays the first
  * reply of a key seen before (returns 1: the request is answered) or
  * refuses a key reused for another request, else returns 0 and the
@@ -99,9 +117,10 @@ void tacod_service_routes(tacod_service *s);
  * running set) are queued again, to resume from their newest checkpoint. */
 int tacod_service_requeue_running(tacod_service *s, taco_err *err);
 /* Adds an event to a job's log (data, NULL or a JSON object, is consumed;
- * followers get it on the next pump). Lock held. */
-void tacod_service_event(tacod_service *s, const char *job, const char *level,
-			 const char *type, const char *msg, json_t *data);
+ * followers get it on the next pump): 0 or the store's negative errno.
+ * Lock held. */
+int tacod_service_event(tacod_service *s, const char *job, const char *level,
+			const char *type, const char *msg, json_t *data);
 /* Asks a running job to stop (why: TACOD_STOP_*) and wakes the loop. */
 void tacod_service_request_stop(tacod_service *s, const char *id, int why);
 void tacod_service_wake(tacod_service *s);
@@ -124,6 +143,11 @@ typedef struct tacod_assessment {
 } tacod_assessment;
 void tacod_assess(tacod_service *s, const char *path, json_t *req, int what,
 		  uint64_t data_limit, tacod_assessment *a);
+/* A message of a job's worker (taco-train names files by their paths) as
+ * a client may read it: the job's directory is "<job>", the server's other
+ * directories are named as tacod_assess names them (service_assess.c). */
+void tacod_name_job_paths(const tacod_service *s, const char *job_id, char *msg,
+			  size_t cap);
 /* The validation thread (service_validate.c). notify (lock held): there
  * is a new job in validating_files. stop (lock held): no validation starts
  * after the one in progress, whose outcome is still recorded; join (lock

@@ -4,6 +4,7 @@
  * one is asked to checkpoint and stop at its next step boundary (the worker
  * exits 3 and service.c marks it paused). Resume puts it back in the queue
  * with its original queue_seq, so it goes ahead of jobs created after it. */
+#include <errno.h>
 #include <stdio.h>
 
 #include "api/objects.h"
@@ -33,13 +34,16 @@ int tacod_route_job_pause(tacod_http_req *r, void *ctx)
 	const char *id = tacod_http_param(r, "id");
 	tacod_job j = {0};
 	taco_err err = {{0}};
-	int rc, ok = 1;
+	int rc, ok = 1, t;
 
 	pthread_mutex_lock(&s->lock);
 	rc = tacod_store_job_get(s->store, tacod_route_scope(r), id, &j, &err);
 	if (rc == 0 && j.status == TACOD_QUEUED) {
-		if (tacod_store_job_transition(s->store, id, TACOD_QUEUED,
-					       TACOD_PAUSED, NULL) == 0) {
+		t = tacod_store_job_transition(s->store, id, TACOD_QUEUED,
+					       TACOD_PAUSED, &err);
+		if (tacod_http_storage_errno(t)) {
+			rc = t; /* nothing changed: 507 */
+		} else if (t == 0) {
 			j.status = TACOD_PAUSED;
 			tacod_store_event_add(s->store, id, "info", "status",
 					      "The job was paused",
@@ -56,8 +60,10 @@ int tacod_route_job_pause(tacod_http_req *r, void *ctx)
 		ok = 0; /* finished: a paused job's pause is a no-op */
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (rc)
+	if (rc) {
+		tacod_job_clear(&j);
 		return tacod_route_store_error(r, rc, &err, "job");
+	}
 	return ok ? reply_job(r, &j) : invalid_state(r, &j, "paused");
 }
 
@@ -67,13 +73,16 @@ int tacod_route_job_resume(tacod_http_req *r, void *ctx)
 	const char *id = tacod_http_param(r, "id");
 	tacod_job j = {0};
 	taco_err err = {{0}};
-	int rc, ok = 0;
+	int rc, ok = 0, t = -EAGAIN;
 
 	pthread_mutex_lock(&s->lock);
 	rc = tacod_store_job_get(s->store, tacod_route_scope(r), id, &j, &err);
-	if (rc == 0 && j.status == TACOD_PAUSED &&
-	    tacod_store_job_transition(s->store, id, TACOD_PAUSED, TACOD_QUEUED,
-				       NULL) == 0) {
+	if (rc == 0 && j.status == TACOD_PAUSED)
+		t = tacod_store_job_transition(s->store, id, TACOD_PAUSED,
+					       TACOD_QUEUED, &err);
+	if (tacod_http_storage_errno(t))
+		rc = t; /* nothing changed: 507 */
+	if (rc == 0 && t == 0) {
 		ok = 1;
 		j.status = TACOD_QUEUED;
 		tacod_store_event_add(s->store, id, "info", "status",
@@ -82,7 +91,9 @@ int tacod_route_job_resume(tacod_http_req *r, void *ctx)
 		tacod_service_wake(s);
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (rc)
+	if (rc) {
+		tacod_job_clear(&j);
 		return tacod_route_store_error(r, rc, &err, "job");
+	}
 	return ok ? reply_job(r, &j) : invalid_state(r, &j, "resumed");
 }

@@ -51,6 +51,8 @@ int tacod_route_limit(tacod_http_req *r)
 int tacod_route_store_error(tacod_http_req *r, int code, const taco_err *err,
 			    const char *what)
 {
+	if (tacod_http_storage_errno(code))
+		return tacod_route_write_error(r, code, err);
 	if (code == -ENOENT)
 		return tacod_http_error(r, 404, "invalid_request_error",
 					"not_found", "id", "No such %s", what);
@@ -126,9 +128,8 @@ static int file_upload(tacod_http_req *r, void *ctx)
 		return 0;
 	/* stored by content hash: the same bytes are kept once */
 	snprintf(dest, sizeof(dest), "%s/%s", s->files_dir, u->sha256);
-	if (stat(dest, &st) && tacod_http_upload_keep(r, dest, &err))
-		return tacod_http_error(r, 500, "server_error", NULL, NULL,
-					"%s", err.msg);
+	if (stat(dest, &st) && (rc = tacod_http_upload_keep(r, dest, &err)))
+		return tacod_route_write_error(r, rc, &err);
 	tacod_new_id("file-", f.id);
 	snprintf(f.user, sizeof(f.user), "%s", user_of(r));
 	snprintf(f.filename, sizeof(f.filename), "%s",
@@ -295,7 +296,8 @@ static int dataset_path(void *ctx, const char *p, char *path, size_t cap)
 }
 
 /* Parses and maps a create request, writes the job file into dir. 0, or
- * a 400/500 reply has been sent. */
+ * a 400/500/507 reply has been sent (and dir may hold a part of what was
+ * written: the caller removes it). */
 static int write_job(tacod_http_req *r, tacod_service *s, json_t *req,
 		     const char *dir, const char *out, char *path,
 		     size_t path_cap)
@@ -320,14 +322,13 @@ static int write_job(tacod_http_req *r, tacod_service *s, json_t *req,
 	text = json_dumps(job, JSON_INDENT(1));
 	json_decref(job);
 	snprintf(path, path_cap, "%s/job.json", dir);
-	if (!text || taco_mkdir_p(dir, &err) ||
-	    taco_write_file_atomic(path, text, strlen(text), &err)) {
-		free(text);
-		return tacod_http_error(r, 500, "server_error", NULL, NULL,
-					"%s", err.msg),
-		       -EIO;
-	}
+	if (!text)
+		rc = taco_err_set(&err, -ENOMEM, "out of memory");
+	else if (!(rc = taco_mkdir_p(dir, &err)))
+		rc = taco_write_file_atomic(path, text, strlen(text), &err);
 	free(text);
+	if (rc)
+		return tacod_route_write_error(r, rc, &err), rc;
 	return 0;
 }
 
@@ -343,19 +344,22 @@ static int job_plan(tacod_http_req *r, void *ctx)
 	char out[TACOD_PATH_MAX + 160], path[TACOD_PATH_MAX + 192];
 	uint64_t limit = s->cfg.limits.max_sync_validate_bytes;
 	tacod_assessment a;
+	int rc;
 
 	if (!req)
 		return 0;
 	tacod_new_id("plan-", id);
 	snprintf(dir, sizeof(dir), "%s/plan-%s", s->jobs_dir, id + 5);
 	snprintf(out, sizeof(out), "%s/out", dir);
-	if (write_job(r, s, req, dir, out, path, sizeof(path))) {
+	rc = write_job(r, s, req, dir, out, path, sizeof(path));
+	if (!rc)
+		tacod_assess(s, path, req,
+			     TACOD_ASSESS_PLAN | TACOD_ASSESS_DATA, limit, &a);
+	taco_remove_flat_dir(dir, NULL);
+	if (rc) {
 		json_decref(req);
 		return 0;
 	}
-	tacod_assess(s, path, req, TACOD_ASSESS_PLAN | TACOD_ASSESS_DATA, limit,
-		     &a);
-	taco_remove_flat_dir(dir, NULL);
 	terms = json_object();
 	for (int t = 0; a.planned && t < TACO_PLAN_TERMS; t++)
 		json_object_set_new(terms, taco_plan_term_name(t),
@@ -510,7 +514,7 @@ static int job_create(tacod_http_req *r, void *ctx)
 	tacod_assessment a;
 	size_t blen;
 	const char *body = tacod_http_body(r, &blen);
-	int rc;
+	int rc, created = 0;
 
 	if (tacod_idem_begin(r, s, body, blen, &idem))
 		return 0;
@@ -528,7 +532,6 @@ static int job_create(tacod_http_req *r, void *ctx)
 	tacod_assess(s, path, req, TACOD_ASSESS_PLAN, 0, &a);
 	json_decref(a.report);
 	if (a.code[0]) {
-		taco_remove_flat_dir(dir, NULL);
 		rc = tacod_http_error(r, 400, "invalid_request_error", a.code,
 				      a.param[0] ? a.param : NULL, "%s", a.msg);
 		goto out;
@@ -565,8 +568,8 @@ static int job_create(tacod_http_req *r, void *ctx)
 	if (rc == 0)
 		tacod_validate_notify(s);
 	pthread_mutex_unlock(&s->lock);
+	created = rc == 0;
 	if (rc) {
-		taco_remove_flat_dir(dir, NULL);
 		if (rc == -EEXIST && idem.key[0] &&
 		    tacod_idem_begin(r, s, body, blen, &idem))
 			rc = 0; /* a twin request won the key: its reply */
@@ -582,6 +585,10 @@ static int job_create(tacod_http_req *r, void *ctx)
 	}
 	rc = tacod_http_reply_json(r, 200, tacod_job_object(&j));
 out:
+	/* a create that failed leaves nothing: its row and events were one
+	 * transaction, its directory goes here */
+	if (!created)
+		taco_remove_flat_dir(dir, NULL);
 	free(j.request);
 	json_decref(req);
 	return rc;
@@ -714,16 +721,18 @@ static int job_cancel(tacod_http_req *r, void *ctx)
 			int from = j.status, t;
 			j.status = TACOD_CANCELLED;
 			/* the status and its webhook deliveries together */
-			t = tacod_store_tx_begin(s->store, NULL);
+			t = tacod_store_tx_begin(s->store, &err);
 			if (!t) {
 				t = tacod_store_job_transition(
-				    s->store, id, from, TACOD_CANCELLED, NULL);
+				    s->store, id, from, TACOD_CANCELLED, &err);
 				if (!t)
-					t = tacod_webhooks_job_status(s->hooks,
-								      &j, NULL);
-				t = tacod_store_tx_end(s->store, t, NULL);
+					t = tacod_webhooks_job_status(s->hooks, &j,
+								      &err);
+				t = tacod_store_tx_end(s->store, t, &err);
 			}
-			if (t) {
+			if (tacod_http_storage_errno(t)) {
+				rc = t; /* nothing changed: 507 */
+			} else if (t) {
 				j.status = from;
 			} else {
 				tacod_store_event_add(
@@ -748,8 +757,10 @@ static int job_cancel(tacod_http_req *r, void *ctx)
 		tacod_job_clear(&j);
 		return rc;
 	}
-	if (rc)
+	if (rc) {
+		tacod_job_clear(&j);
 		return tacod_route_store_error(r, rc, &err, "job");
+	}
 	rc = tacod_http_reply_json(r, 200, tacod_job_object(&j));
 	tacod_job_clear(&j);
 	return rc;

@@ -20,20 +20,37 @@ int64_t tacod_now(void)
 	return (int64_t)time(NULL);
 }
 
-void tacod_service_event(tacod_service *s, const char *job, const char *level,
-			 const char *type, const char *msg, json_t *data)
+int tacod_service_event(tacod_service *s, const char *job, const char *level,
+			const char *type, const char *msg, json_t *data)
 {
 	char *text = data ? json_dumps(data, JSON_COMPACT) : NULL;
+	int rc;
 
-	tacod_store_event_add(s->store, job, level, type, msg, text, NULL,
-			      NULL);
+	rc = tacod_store_event_add(s->store, job, level, type, msg, text, NULL,
+				   NULL);
 	free(text);
 	json_decref(data);
 	/* followers get it on the next pump (at most TACOD_PUMP_MS later):
 	 * one push of several events to each stream, not one per event */
+	return rc;
 }
 
 /* ---- what the runners tell (runner.h's host; lock held) ---------------- */
+
+/* A running job's row or event could not be written for lack of room
+ * (rc): its record would have holes, so it stops and fails with
+ * insufficient_storage, recorded in the room of the reserve. */
+static void storage_failed(tacod_service *s, tacod_run *rj, int rc)
+{
+	if (!tacod_http_storage_errno(rc) || rj->no_space)
+		return;
+	rj->no_space = 1;
+	tacod_reserve_release(s);
+	fprintf(stderr,
+		"tacod: %s: its events cannot be stored (%s): it stops\n",
+		rj->id, strerror(-rc));
+	tacod_service_request_stop(s, rj->id, TACOD_STOP_CANCEL);
+}
 
 /* The job runs: the one place it is said, whichever runner runs it. */
 static void job_running(void *ctx, tacod_run *run)
@@ -63,7 +80,11 @@ static void job_event(void *ctx, tacod_run *rj, json_t *e)
 	const char *name = json_string_value(json_object_get(e, "event"));
 	tacod_job j = {0};
 	char msg[512];
+	int rc = 0;
 
+	/* out of room: what is left of the reserve records its end */
+	if (rj->no_space && strcmp(name, "error"))
+		return;
 	if (!strcmp(name, "progress")) {
 		/* many a second: written without an fsync each (store.h) */
 		tacod_store_relaxed(s->store, 1, NULL);
@@ -81,50 +102,62 @@ static void job_event(void *ctx, tacod_run *rj, json_t *e)
 		snprintf(msg, sizeof(msg), "Step %lld/%lld: training loss=%.4f",
 			 (long long)step, (long long)total,
 			 json_real_value(json_object_get(e, "loss")));
-		tacod_service_event(s, rj->id, "info", "metrics", msg, data);
+		rc = tacod_service_event(s, rj->id, "info", "metrics", msg,
+					 data);
 		rj->tokens_per_s =
 		    json_number_value(json_object_get(e, "tokens_per_s"));
 		rj->peak = (uint64_t)json_integer_value(
 		    json_object_get(e, "mem_peak_bytes"));
 		if (tacod_store_job_get(s->store, NULL, rj->id, &j, NULL) ==
 		    0) {
+			int u;
 			j.trained_tokens =
 			    json_integer_value(json_object_get(e, "tokens"));
 			j.estimated_finish = tacod_now() + (int64_t)eta;
 			j.measured_peak_bytes = json_integer_value(
 			    json_object_get(e, "mem_peak_bytes"));
-			tacod_store_job_update(s->store, &j, NULL);
+			u = tacod_store_job_update(s->store, &j, NULL);
+			rc = rc ? rc : u;
 			tacod_job_clear(&j);
 		}
 		tacod_webhooks_job_progress(s->hooks, rj->id, e);
 		tacod_store_relaxed(s->store, 0, NULL);
 	} else if (!strcmp(name, "eval")) {
-		tacod_service_event(s, rj->id, "info", "metrics", "Evaluation",
-				    json_deep_copy(e));
+		rc = tacod_service_event(s, rj->id, "info", "metrics",
+					 "Evaluation", json_deep_copy(e));
 	} else if (!strcmp(name, "checkpoint")) {
 		tacod_checkpoint c = {0};
+		int u;
 		snprintf(c.job_id, sizeof(c.job_id), "%s", rj->id);
 		c.step = json_integer_value(json_object_get(e, "step"));
 		snprintf(c.path, sizeof(c.path), "%s",
 			 json_string_value(json_object_get(e, "path")));
 		c.created_at = tacod_now();
-		tacod_store_checkpoint_add(s->store, &c, NULL);
+		rc = tacod_store_checkpoint_add(s->store, &c, NULL);
 		snprintf(msg, sizeof(msg), "Checkpoint at step %lld",
 			 (long long)c.step);
-		tacod_service_event(s, rj->id, "info", "checkpoint", msg, NULL);
+		u = tacod_service_event(s, rj->id, "info", "checkpoint", msg,
+					NULL);
+		rc = rc ? rc : u;
 	} else if (!strcmp(name, "exported")) {
 		snprintf(rj->exported, sizeof(rj->exported), "%s",
 			 json_string_value(json_object_get(e, "path")));
 	} else if (!strcmp(name, "error")) {
 		const char *m =
 		    json_string_value(json_object_get(e, "message"));
+		int no = (int)json_integer_value(json_object_get(e, "errno"));
+		/* taco-train names the files it writes by their paths */
 		taco_text_copy(rj->error, sizeof(rj->error), m ? m : "");
+		tacod_name_job_paths(s, rj->id, rj->error, sizeof(rj->error));
+		if (no > 0 && tacod_http_storage_errno(-no))
+			rj->no_space = 1;
 		tacod_service_event(s, rj->id, "error", "message", rj->error,
 				    NULL);
 	} else if (!strcmp(name, "started")) {
-		tacod_service_event(s, rj->id, "info", "message",
-				    "Fine-tuning job started", NULL);
+		rc = tacod_service_event(s, rj->id, "info", "message",
+					 "Fine-tuning job started", NULL);
 	}
+	storage_failed(s, rj, rc);
 }
 
 /* The fine-tuned model's name: ft:<base>:<suffix>:<job>, as OpenAI's. */
@@ -147,7 +180,9 @@ static void finish_job(tacod_service *s, tacod_run *rj, int64_t status, int sig)
 
 	if (tacod_store_job_get(s->store, NULL, rj->id, &j, NULL))
 		return;
-	if (status == 0 && !sig) {
+	if (rj->no_space && (status || sig)) {
+		/* out of storage: failed, whatever a stop asked for */
+	} else if (status == 0 && !sig) {
 		to = TACOD_SUCCEEDED;
 		msg = "The job has successfully completed";
 		model_name(&j, j.fine_tuned_model, sizeof(j.fine_tuned_model));
@@ -179,15 +214,26 @@ static void finish_job(tacod_service *s, tacod_run *rj, int64_t status, int sig)
 		      "checkpoint";
 	}
 	if (to == TACOD_FAILED) {
-		taco_text_copy(err, sizeof(err),
-			       rj->error[0]
-				   ? rj->error
-				   : tacod_runner_stderr(s->runner, rj));
+		const char *why = rj->error[0]
+				      ? rj->error
+				      : tacod_runner_stderr(s->runner, rj);
+		if (rj->no_space)
+			taco_text_format(err, sizeof(err),
+					 "the server ran out of storage "
+					 "space: %s",
+					 why[0] ? why
+						: "the job's events could not "
+						  "be stored");
+		else
+			taco_text_copy(err, sizeof(err), why);
+		tacod_name_job_paths(s, rj->id, err, sizeof(err));
 		free(j.error);
 		j.error = NULL;
 		{
 			json_t *e = tacod_error_fields(
-			    err[0] ? err : "the worker failed", "job_failed",
+			    err[0] ? err : "the worker failed",
+			    rj->no_space ? "insufficient_storage"
+					 : "job_failed",
 			    NULL);
 			j.error = json_dumps(e, JSON_COMPACT);
 			json_decref(e);
@@ -214,12 +260,26 @@ static void finish_job(tacod_service *s, tacod_run *rj, int64_t status, int sig)
 					      (json_int_t)j.measured_peak_bytes,
 					      "error_percent", d));
 	}
-	/* the status and its webhook deliveries: both or neither */
-	if (!tacod_store_tx_begin(s->store, NULL)) {
-		int rc = tacod_store_job_update(s->store, &j, NULL);
-		if (!rc)
-			rc = tacod_webhooks_job_status(s->hooks, &j, NULL);
-		tacod_store_tx_end(s->store, rc, NULL);
+	/* the status and its webhook deliveries: both or neither; on a
+	 * full disk in the room the reserve leaves */
+	for (;;) {
+		taco_err e = {{0}};
+		int rc = tacod_store_tx_begin(s->store, &e);
+		if (!rc) {
+			rc = tacod_store_job_update(s->store, &j, &e);
+			if (!rc)
+				rc = tacod_webhooks_job_status(s->hooks, &j, &e);
+			rc = tacod_store_tx_end(s->store, rc, &e);
+		}
+		if (!rc || !tacod_http_storage_errno(rc) ||
+		    !tacod_reserve_release(s)) {
+			if (rc)
+				fprintf(stderr,
+					"tacod: %s: cannot record its end: "
+					"%s\n",
+					rj->id, e.msg);
+			break;
+		}
 	}
 	tacod_service_event(s, rj->id, to == TACOD_FAILED ? "error" : "info",
 			    "status", msg,
@@ -446,11 +506,22 @@ static void purge_idempotency_keys(tacod_service *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* The storage reserve, freed on a full disk, is made again once there is
+ * room: tried once a minute. */
+static void keep_reserve(tacod_service *s)
+{
+	pthread_mutex_lock(&s->lock);
+	if (!s->reserve_live && tacod_now() - s->reserve_checked_at >= 60)
+		tacod_reserve_make(s);
+	pthread_mutex_unlock(&s->lock);
+}
+
 static void on_tick(uv_timer_t *t)
 {
 	tacod_service *s = t->data;
 
 	purge_idempotency_keys(s);
+	keep_reserve(s);
 	uv_async_send(&s->wake);
 }
 
@@ -575,6 +646,7 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 				      &s->hooks, err)) ||
 	    (r = tacod_validate_start(s, err)))
 		goto fail;
+	tacod_reserve_make(s); /* no room for it is no reason not to start */
 	tacod_service_routes(s);
 	if ((r = tacod_http_start(&s->cfg, s->routes, s, &s->http, err)))
 		goto fail;

@@ -51,11 +51,13 @@ int st_fail(tacod_store *s, int rc, const char *what, taco_err *err)
 	case SQLITE_IOERR:
 	case SQLITE_CANTOPEN: {
 		int e = s && s->db ? sqlite3_system_errno(s->db) : 0;
-		code = e > 0 ? -e : -EIO;
+		/* a quota is as full as a disk (the service's -EDQUOT is a
+		 * user's quota of jobs) */
+		code = e == EDQUOT ? -ENOSPC : e > 0 ? -e : -EIO;
 		break;
 	}
-	default: /* CORRUPT, NOTADB, ... */
-		code = -EIO;
+	default: /* CORRUPT, NOTADB, ...: not the storage's failure (EIO) */
+		code = -EBADMSG;
 		break;
 	}
 	return taco_err_set(err, code, "store: %s: %s", what, msg);

@@ -664,9 +664,11 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 		      now() - tr.t_start));
 	r = end;
 out:
+	/* errno: what failed, for tacod (ENOSPC: out of storage) */
 	if (r < 0)
-		taco_events_emit(&tr.ev, "error",
-				 json_pack("{ss}", "message", err->msg));
+		taco_events_emit(
+		    &tr.ev, "error",
+		    json_pack("{ss si}", "message", err->msg, "errno", -r));
 	free_trainer(&tr);
 	return r;
 }
