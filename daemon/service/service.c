@@ -662,14 +662,9 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 	*out = s;
 	return 0;
 fail:
-	tacod_validate_join(s);
-	tacod_webhooks_join(s->hooks);
-	s->hooks = NULL;
-	tacod_runner_free(s->runner);
-	s->runner = NULL;
-	tacod_store_close(s->store);
-	pthread_mutex_destroy(&s->lock);
-	free(s);
+	/* what was made so far, as a stop would free it (no HTTP yet, or
+	 * none that started) */
+	tacod_service_free(s);
 	return r;
 }
 
