@@ -1,5 +1,5 @@
 /* test_slurm_files.c: what the Slurm scheduler reads and writes without a
- * cluster (daemon/slurm.h): squeue's and sbatch's output, the exit status
+ * cluster (daemon/runner/slurm_files.h): squeue's and sbatch's output, the exit status
  * file, the events file read in complete lines from an offset, and the
  * batch script run by sh with a stand-in taco-train (its arguments, its
  * exit status left behind, SIGTERM forwarded). test_slurm runs the real

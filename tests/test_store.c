@@ -685,7 +685,7 @@ START_TEST(test_checkpoints)
 }
 END_TEST
 
-/* slurm_jobs (store_slurm.h): a row per submitted job; the offset moves
+/* slurm_jobs (store/slurm.h): a row per submitted job; the offset moves
  * only with the transaction around it. */
 START_TEST(test_slurm_rows)
 {

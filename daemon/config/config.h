@@ -60,7 +60,7 @@ typedef struct tacod_config {
 	int max_retries;	/* a crashed worker is retried this often */
 	int cancel_timeout_s;	/* SIGKILL this long after SIGTERM */
 	tacod_limits limits;
-	tacod_webhooks webhooks; /* webhook.h; none by default */
+	tacod_webhooks webhooks; /* webhooks/webhook.h; none by default */
 	int scheduler;		 /* TACOD_SCHED_* */
 	tacod_slurm_config slurm;
 } tacod_config;
@@ -77,14 +77,14 @@ int tacod_config_load(const char *path, tacod_config *c, taco_err *err);
  * tokens required off loopback). */
 int tacod_config_check(const tacod_config *c, taco_err *err);
 
-/* An integer field of the config's parsers (config.c, config_slurm.c,
- * webhook.c): an absent key leaves *out as it is; a value that is not an
+/* An integer field of the config's parsers (config.c, config/slurm.c,
+ * webhooks/webhook.c): an absent key leaves *out as it is; a value that is not an
  * integer in [lo, hi] is an error naming the field as where + key
  * ("limits.max_connections", "webhooks[2].timeout_s"). */
 int tacod_config_int(json_t *o, const char *where, const char *key, int lo,
 		     int hi, int *out, const char *name, taco_err *err);
 
-/* The "slurm" object (config_slurm.c), over what c holds. */
+/* The "slurm" object (config/slurm.c), over what c holds. */
 int tacod_config_slurm(json_t *o, tacod_slurm_config *c, const char *name,
 		       taco_err *err);
 void tacod_config_slurm_defaults(tacod_slurm_config *c);

@@ -1,4 +1,4 @@
-/* config_slurm.c: the "slurm" object of tacod.json (docs/tacod.md,
+/* config/slurm.c: the "slurm" object of tacod.json (docs/tacod.md,
  * docs/slurm.md). Every string reaches sbatch as one argv element, never
  * through a shell; none may hold a control character (a newline would end
  * a line of squeue's output or of the batch script's comments). */

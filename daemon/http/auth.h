@@ -1,4 +1,4 @@
-/* auth.h: who is calling tacod.
+/* http/auth.h: who is calling tacod.
  *
  * TCP clients present "Authorization: Bearer <token>". The tokens file lists
  * the accepted tokens hashed, one per line:

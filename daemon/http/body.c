@@ -1,4 +1,4 @@
-/* http_body.c: the request body, read within the limits: into memory, or
+/* http/body.c: the request body, read within the limits: into memory, or
  * for a route with an upload_dir a multipart/form-data body whose file
  * part goes to a temporary file (hashed as it arrives) and whose other
  * fields go to memory. An error found on the way is deferred until the

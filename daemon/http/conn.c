@@ -1,4 +1,4 @@
-/* http_conn.c: connections while they wait for a request head: the head
+/* http/conn.c: connections while they wait for a request head: the head
  * deadline and the connection limit per client.
  *
  * libmicrohttpd 0.9.75 times a connection out only when it has been idle

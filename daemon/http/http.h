@@ -1,7 +1,7 @@
 /* http.h: tacod's HTTP server over libmicrohttpd.
  *
  * The caller registers a route table; the server authenticates every
- * request (auth.h) before routing, but those of an open route (below),
+ * request (http/auth.h) before routing, but those of an open route (below),
  * reads its body within the configured limits, calls the route's handler
  * and counts the replies by status. Every reply says
  * X-Content-Type-Options: nosniff.
@@ -10,7 +10,7 @@
  * "localhost:8226"; port 0 picks a free port, see tacod_http_port) and/or
  * config.unix_socket (created here, mode 0660; a stale socket file is
  * replaced, a live one is -EADDRINUSE). Each runs a small pool of MHD
- * polling threads (poll(); see http_server.c for why not epoll), so handlers
+ * polling threads (poll(); see http/server.c for why not epoll), so handlers
  * run on several threads at once and must be thread-safe. A handler blocks the
  * connections of its thread while it runs: it should not take long.
  *
@@ -21,9 +21,9 @@
  * 503; a Transfer-Encoding other than chunked: 501. The requests that
  * libmicrohttpd refuses by itself (a bad Content-Length, a head too large,
  * an HTTP version other than 1.x, malformed lines or chunks) get the same
- * shape (http_reply.c).
+ * shape (http/reply.c).
  *
- * Slow clients (http_conn.c): a connection that has not sent a whole
+ * Slow clients (http/conn.c): a connection that has not sent a whole
  * request head within limits.request_head_timeout_s of its start or of
  * its previous request is closed (408 when its request line had come);
  * a client (an address, IPv6 by its /64; a uid on the unix socket) holds

@@ -1,17 +1,17 @@
-/* http_internal.h: what the parts of tacod's HTTP server (daemon/http_*.c)
+/* http/internal.h: what the parts of tacod's HTTP server (daemon/http_*.c)
  * share: the server, its listeners and compiled routes, the request and
  * the stream, and the few functions one part calls in another. Not
  * installed; no file outside daemon/http_*.c includes it.
  *
- *   http_server.c  start and stop, listeners, MHD callbacks, stats, tokens
- *   http_conn.c    connections waiting for a head: the head deadline, the
+ *   http/server.c  start and stop, listeners, MHD callbacks, stats, tokens
+ *   http/conn.c    connections waiting for a head: the head deadline, the
  *                  connection limit per client
- *   http_route.c   compiled routes, the URI, who calls, the request head
- *   http_body.c    the body (memory, multipart upload), deferred errors,
+ *   http/route.c   compiled routes, the URI, who calls, the request head
+ *   http/body.c    the body (memory, multipart upload), deferred errors,
  *                  running the handler
- *   http_reply.c   replies and the error envelope (libmicrohttpd's own
+ *   http/reply.c   replies and the error envelope (libmicrohttpd's own
  *                  error replies included)
- *   http_stream.c  server-sent event streams, suspension and resumption */
+ *   http/stream.c  server-sent event streams, suspension and resumption */
 #ifndef TACOD_HTTP_INTERNAL_H
 #define TACOD_HTTP_INTERNAL_H
 
@@ -31,7 +31,7 @@
 
 /* ---- server, listeners, compiled routes ---- */
 
-typedef struct http_conn http_conn; /* http_conn.c */
+typedef struct http_conn http_conn; /* http/conn.c */
 typedef struct http_client http_client;
 
 typedef struct listener {
@@ -87,7 +87,7 @@ struct tacod_http_server {
 	uint64_t stats_requests, stats_status[TACOD_HTTP_STATUS_MAX];
 	uint64_t stats_streams, stats_open, stats_dropped; /* atomic */
 
-	/* http_conn.c: connections waiting for a head, clients */
+	/* http/conn.c: connections waiting for a head, clients */
 	pthread_mutex_t conn_lock;
 	pthread_cond_t conn_cond; /* CLOCK_MONOTONIC; wakes the sweeper */
 	int conns_ready, sweeper_on, sweeper_stop;
@@ -183,7 +183,7 @@ static inline void http_kv_free(kv *a, int n)
 	}
 }
 
-/* ---- http_conn.c ---- */
+/* ---- http/conn.c ---- */
 
 /* Starts tracking connections (and the sweeper thread); stops after the
  * listeners have stopped. */
@@ -205,7 +205,7 @@ int http_conn_head(struct MHD_Connection *c);
  * next head. */
 void http_conn_idle(struct MHD_Connection *c);
 /* Called while libmicrohttpd refuses a request head by itself (from its
- * thread, see http_reply.c): finds the connection, which then waits no
+ * thread, see http/reply.c): finds the connection, which then waits no
  * more. With a status, the connection keeps body (the error envelope) and
  * sends it when it closes: the caller then lets libmicrohttpd close it
  * without an answer of its own. Returns 0, or -1 when the connection is
@@ -214,12 +214,12 @@ int http_conn_refused(unsigned status, const char *body);
 /* 1 when the server of this MHD thread is stopping. */
 int http_conn_stopping(void);
 
-/* ---- http_server.c ---- */
+/* ---- http/server.c ---- */
 
 /* Frees a request (its upload, stream, counts) once MHD is done with it. */
 void http_req_free(tacod_http_req *r);
 
-/* ---- http_route.c ---- */
+/* ---- http/route.c ---- */
 
 /* Compiles the route table into s->routes (s->n_routes as far as it got,
  * for http_routes_free on failure). */
@@ -231,7 +231,7 @@ void http_routes_free(tacod_http_server *s);
 int http_begin(tacod_http_req *r, struct MHD_Connection *c, const char *method,
 	       const char *url);
 
-/* ---- http_body.c ---- */
+/* ---- http/body.c ---- */
 
 /* How the body is read, once the route is known; have_len: clen is the
  * Content-Length. Returns 0, or -1 to drop the connection. */
@@ -250,7 +250,7 @@ int http_reject(tacod_http_req *r, int status, const char *code,
 /* Closes and removes the temporary file of an upload (unless kept). */
 void http_drop_temp(tacod_http_req *r);
 
-/* ---- http_reply.c ---- */
+/* ---- http/reply.c ---- */
 
 /* Queues resp (NULL: -ENOMEM) with the headers added so far; counts the
  * reply by status. */
@@ -267,7 +267,7 @@ void http_send_raw(tacod_http_server *s, int fd, unsigned status,
 /* The same for a canned answer (HTTP_CANNED_*). */
 void http_send_canned(tacod_http_server *s, int fd, int which);
 
-/* ---- http_stream.c ---- */
+/* ---- http/stream.c ---- */
 
 /* The request completed: the connection lets go of the stream. */
 void http_stream_gone(tacod_http_stream *st);

@@ -1,4 +1,4 @@
-/* http_reply.c: replies (data, text, JSON, OpenAI's error envelope, a file
+/* http/reply.c: replies (data, text, JSON, OpenAI's error envelope, a file
  * descriptor, a reader, a file), the headers added to them, and the count
  * of replies by status; the answers written straight to a socket before a
  * request head (http_send_canned); and libmicrohttpd's own error replies,

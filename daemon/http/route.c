@@ -1,4 +1,4 @@
-/* http_route.c: the route table compiled into segments, the request URI
+/* http/route.c: the route table compiled into segments, the request URI
  * parsed and matched against it, who is calling (the socket's peer, a
  * bearer token, or a loopback client without a tokens file), and the
  * request head's accessors. */

@@ -1,6 +1,6 @@
-/* http_server.c: tacod's HTTP server: starting and stopping it, its
+/* http/server.c: tacod's HTTP server: starting and stopping it, its
  * listeners (TCP, a unix socket) and their MHD daemons, the MHD callbacks
- * that carry a request from its URI to its completion (http_conn.c keeps
+ * that carry a request from its URI to its completion (http/conn.c keeps
  * the time of each head), the stats and the tokens file. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,7 +18,7 @@
 #include "daemon/http/internal.h"
 
 /* An idle connection is closed after CONN_TIMEOUT_S; one waiting for a
- * request head much sooner (http_conn.c). */
+ * request head much sooner (http/conn.c). */
 #define THREADS 4		 /* MHD polling threads per listener */
 #define CONN_TIMEOUT_S 300	 /* idle connections are closed */
 #define CONN_MEMORY (128u << 10) /* MHD's per-connection pool */
@@ -235,7 +235,7 @@ static int start_daemon(tacod_http_server *s, listener *l, int max_conn,
 	l->srv = s;
 	l->quiesced_fd = -1;
 	l->max_conn = max_conn;
-	/* No MHD_OPTION_PER_IP_CONNECTION_LIMIT: http_conn.c counts the
+	/* No MHD_OPTION_PER_IP_CONNECTION_LIMIT: http/conn.c counts the
 	 * connections of each client (on the unix socket too) and makes room
 	 * by giving up the oldest one waiting for a head, where the library
 	 * would refuse the newest. */

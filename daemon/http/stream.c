@@ -1,4 +1,4 @@
-/* http_stream.c: server-sent event streams. A stream's reply is read by
+/* http/stream.c: server-sent event streams. A stream's reply is read by
  * MHD as the client takes it; with nothing buffered the connection is
  * suspended until a push, the end of the stream or the server's stop
  * resumes it. */

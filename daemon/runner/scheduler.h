@@ -1,4 +1,4 @@
-/* scheduler.h: which queued jobs start now, on one GPU. A job starts when its
+/* runner/scheduler.h: which queued jobs start now, on one GPU. A job starts when its
  * memory plan fits next to the running jobs' plans. The queue is FIFO; a
  * later, smaller job may start past a head that does not fit (backfill),
  * but each time it does the head counts a skip, and after max_skips no job

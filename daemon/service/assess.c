@@ -1,7 +1,7 @@
-/* service_assess.c: what a job file needs and whether its data is usable:
+/* service/assess.c: what a job file needs and whether its data is usable:
  * the memory plan (config and safetensors headers: fast, on the request
  * thread) and the data's validation (tokenizing every line: slow, on the
- * validation thread of service_validate.c, or on the request thread for
+ * validation thread of service/validate.c, or on the request thread for
  * a plan whose data is at most limits.max_sync_validate_bytes). Neither
  * touches the store: no lock is needed. Every message names the client's
  * files as the request did (file ids), never by the server's paths. */

@@ -1,4 +1,4 @@
-/* service_dashboard.c: the web dashboard's static files (daemon/dashboard/
+/* service/dashboard.c: the web dashboard's static files (daemon/dashboard/
  * and Debian's Chart.js, built into the binary by daemon/CMakeLists.txt),
  * served at GET / and GET /ui/{file} without authentication: they hold no
  * data, and the page's calls of the API carry the user's token

@@ -1,4 +1,4 @@
-/* service_download.c: a checkpoint or the final model as a tar stream of a
+/* service/download.c: a checkpoint or the final model as a tar stream of a
  * Hugging Face model directory.
  *
  * A checkpoint directory holds model.safetensors beside the optimizer

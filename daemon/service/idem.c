@@ -1,4 +1,4 @@
-/* service_idem.c: Idempotency-Key on the POSTs that create something.
+/* service/idem.c: Idempotency-Key on the POSTs that create something.
  *
  * A key names one create of one user. Its first successful reply is stored
  * in the same transaction as what it created, so a client that retries

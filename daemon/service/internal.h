@@ -1,5 +1,5 @@
-/* service_internal.h: the state shared by service.c (loop thread) and
- * service_routes.c (HTTP threads); every field below `lock` is guarded by
+/* service/internal.h: the state shared by service/service.c (loop thread) and
+ * service/routes.c (HTTP threads); every field below `lock` is guarded by
  * it. */
 #ifndef TACOD_SERVICE_INTERNAL_H
 #define TACOD_SERVICE_INTERNAL_H
@@ -16,7 +16,7 @@
 #define TACOD_ROUTES_MAX 32
 #define TACOD_PUMP_MS 100 /* event streams are fed this often */
 /* Jobs waiting in validating_files, of all users together: a create past
- * it is refused with 429 validation_queue_full (service_validate.c). */
+ * it is refused with 429 validation_queue_full (service/validate.c). */
 #define TACOD_MAX_VALIDATING 256
 /* state_dir/reserve (service/storage.c): room to record the ends of the
  * running jobs when the disk fills */
@@ -52,19 +52,19 @@ struct tacod_service {
 	 * last tried (unix seconds) */
 	int reserve_live;
 	int64_t reserve_checked_at;
-	/* the validation thread (service_validate.c): it takes the oldest
+	/* the validation thread (service/validate.c): it takes the oldest
 	 * job in validating_files from the store, so the store is its queue */
 	pthread_t val_thread;
 	pthread_cond_t val_cond; /* signalled when there may be work */
 	int val_started, val_stop;
 	char val_job[TACOD_ID_MAX]; /* being validated now; "" when idle */
-	/* the webhook delivery thread's state (service_webhooks.c) */
+	/* the webhook delivery thread's state (webhooks/delivery.c) */
 	struct tacod_hooks *hooks;
 };
 
 int64_t tacod_now(void);
 
-/* Shared by the route files (service_routes.c, service_jobs.c, ...). */
+/* Shared by the route files (service/routes.c, service/jobs.c, ...). */
 /* The user whose rows a request sees: NULL (everything) for admins. */
 const char *tacod_route_scope(tacod_http_req *r);
 /* ?limit=, 20 by default; -1 when it is not an integer in [1,
@@ -84,7 +84,7 @@ int tacod_route_write_error(tacod_http_req *r, int code, const taco_err *err);
  * that freed room, 0 when there was none to free). */
 void tacod_reserve_make(tacod_service *s);
 int tacod_reserve_release(tacod_service *s);
-/* Idempotency-Key (service_idem.c): tacod_idem_begin replays the first
+/* Idempotency-Key (service/idem.c): tacod_idem_begin replays the first
  * reply of a key seen before (returns 1: the request is answered) or
  * refuses a key reused for another request, else returns 0 and the
  * handler goes on. tacod_idem_body is the JSON to store beside what the
@@ -124,7 +124,7 @@ int tacod_service_event(tacod_service *s, const char *job, const char *level,
 /* Asks a running job to stop (why: TACOD_STOP_*) and wakes the loop. */
 void tacod_service_request_stop(tacod_service *s, const char *id, int why);
 void tacod_service_wake(tacod_service *s);
-/* What a job file needs (service_assess.c). TACOD_ASSESS_PLAN: the memory
+/* What a job file needs (service/assess.c). TACOD_ASSESS_PLAN: the memory
  * plan, from the model's config and safetensors headers (fast);
  * TACOD_ASSESS_DATA: reading and tokenizing the data files (slow), done
  * only when they hold at most data_limit bytes. req is the create request,
@@ -145,10 +145,10 @@ void tacod_assess(tacod_service *s, const char *path, json_t *req, int what,
 		  uint64_t data_limit, tacod_assessment *a);
 /* A message of a job's worker (taco-train names files by their paths) as
  * a client may read it: the job's directory is "<job>", the server's other
- * directories are named as tacod_assess names them (service_assess.c). */
+ * directories are named as tacod_assess names them (service/assess.c). */
 void tacod_name_job_paths(const tacod_service *s, const char *job_id, char *msg,
 			  size_t cap);
-/* The validation thread (service_validate.c). notify (lock held): there
+/* The validation thread (service/validate.c). notify (lock held): there
  * is a new job in validating_files. stop (lock held): no validation starts
  * after the one in progress, whose outcome is still recorded; join (lock
  * not held) waits for the thread's end. */

@@ -1,8 +1,8 @@
-/* service_jobs.c: pause and resume.
+/* service/jobs.c: pause and resume.
  *
  * Pause keeps the job's place: a queued job is set aside at once, a running
  * one is asked to checkpoint and stop at its next step boundary (the worker
- * exits 3 and service.c marks it paused). Resume puts it back in the queue
+ * exits 3 and service/service.c marks it paused). Resume puts it back in the queue
  * with its original queue_seq, so it goes ahead of jobs created after it. */
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* service_routes.c: the REST API (OpenAI's fine-tuning paths). Handlers run
+/* service/routes.c: the REST API (OpenAI's fine-tuning paths). Handlers run
  * on the HTTP server's thread and hold the service lock while they touch
  * the store. */
 #include <dirent.h>

@@ -1,5 +1,5 @@
-/* service.c: the job lifecycle on the loop thread: scheduling, workers,
- * their events into the store. The HTTP routes are in service_routes.c. */
+/* service/service.c: the job lifecycle on the loop thread: scheduling, workers,
+ * their events into the store. The HTTP routes are in service/routes.c. */
 #include "daemon/service/internal.h"
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* service_validate.c: the data of a created job is validated off the
+/* service/validate.c: the data of a created job is validated off the
  * request threads and off the loop, by one thread of its own.
  *
  * A create answers at once with the job in validating_files; the store is

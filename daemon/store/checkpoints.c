@@ -1,4 +1,4 @@
-/* store_checkpoints.c: a job's checkpoints in the store, one a step: added
+/* store/checkpoints.c: a job's checkpoints in the store, one a step: added
  * (or replaced), listed newest cap in step order, deleted. */
 #include "daemon/store/internal.h"
 #include "daemon/store/store.h"

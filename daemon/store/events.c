@@ -1,4 +1,4 @@
-/* store_events.c: a job's events in the store (docs/events.md): appended
+/* store/events.c: a job's events in the store (docs/events.md): appended
  * with the next seq, read in seq order after a given seq. */
 #include "daemon/store/internal.h"
 #include "daemon/store/store.h"

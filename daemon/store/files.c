@@ -1,4 +1,4 @@
-/* store_files.c: uploaded files in the store: their rows, pages, deletion
+/* store/files.c: uploaded files in the store: their rows, pages, deletion
  * (refused while an unfinished job uses the file) and the count of files
  * with the same content hash. */
 #include "daemon/store/internal.h"

@@ -1,4 +1,4 @@
-/* store_idem.c: idempotency keys in the store: the stored answer of a request
+/* store/idem.c: idempotency keys in the store: the stored answer of a request
  * by (user, key), checked against the request's hash, and their purge. */
 #include "daemon/store/internal.h"
 #include "daemon/store/store.h"

@@ -1,4 +1,4 @@
-/* store_ids.c: tacod_new_id, the random ids of files, jobs and the rest. */
+/* store/ids.c: tacod_new_id, the random ids of files, jobs and the rest. */
 #include "daemon/store/store.h"
 
 #include <errno.h>

@@ -1,10 +1,10 @@
-/* store_internal.h: what the store's files share: the store handle, a
+/* store/internal.h: what the store's files share: the store handle, a
  * prepared-statement wrapper that remembers the first binding error, st_exec
  * for a statement run once, the transaction helpers, the column readers, the
  * checks on caller-supplied strings and newest-first pagination. They are
- * defined in store_sql.c; store_schema.c opens and closes the store, and
- * store_files.c, store_jobs.c, store_events.c, store_checkpoints.c and
- * store_idem.c hold one table each. */
+ * defined in store/sql.c; store/schema.c opens and closes the store, and
+ * store/files.c, store/jobs.c, store/events.c, store/checkpoints.c and
+ * store/idem.c hold one table each. */
 #ifndef TACOD_STORE_INTERNAL_H
 #define TACOD_STORE_INTERNAL_H
 
@@ -142,7 +142,7 @@ int st_page_where(tacod_store *s, const st_page_def *d, const char *user,
 int st_get(tacod_store *s, const st_page_def *d, const char *what,
 	   const char *user, const char *id, void *out, taco_err *err);
 
-/* 0 when the job exists, -ENOENT "no such job" when not (store_jobs.c). */
+/* 0 when the job exists, -ENOENT "no such job" when not (store/jobs.c). */
 int st_job_exists(tacod_store *s, const char *id, taco_err *err);
 
 #endif

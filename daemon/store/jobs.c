@@ -1,6 +1,6 @@
-/* store_jobs.c: jobs in the store: their rows, pages, the scheduler's views
+/* store/jobs.c: jobs in the store: their rows, pages, the scheduler's views
  * (by status, counts) and the compare-and-set updates. Their events are in
- * store_events.c, their checkpoints in store_checkpoints.c. */
+ * store/events.c, their checkpoints in store/checkpoints.c. */
 #include "daemon/store/internal.h"
 #include "daemon/store/store.h"
 

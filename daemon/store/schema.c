@@ -1,4 +1,4 @@
-/* store_schema.c: opening the SQLite store (its pragmas and schema), closing
+/* store/schema.c: opening the SQLite store (its pragmas and schema), closing
  * it, the integrity check and relaxed commits. */
 #include "daemon/store/internal.h"
 #include "daemon/store/store.h"
@@ -81,7 +81,7 @@ static const char schema_v1[] =
     "CREATE INDEX IF NOT EXISTS idempotency_created"
     " ON idempotency(created_at);";
 
-/* Version 2: the webhook deliveries to make (store_webhooks.c), a durable
+/* Version 2: the webhook deliveries to make (store/webhooks.c), a durable
  * queue: (state, next_attempt_at) serves the next due delivery, (job_id,
  * type, url, created_at) the progress events' rate. */
 static const char schema_v2[] =
@@ -103,7 +103,7 @@ static const char schema_v2[] =
     "CREATE INDEX IF NOT EXISTS webhook_deliveries_job"
     " ON webhook_deliveries(job_id, type, url, created_at);";
 /* Version 3: the Slurm batch job of each tacod job submitted to a Slurm
- * cluster (store_slurm.c). */
+ * cluster (store/slurm.c). */
 static const char schema_v3_slurm[] =
     "CREATE TABLE IF NOT EXISTS slurm_jobs ("
     " job_id TEXT PRIMARY KEY NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"

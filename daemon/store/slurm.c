@@ -1,4 +1,4 @@
-/* store_slurm.c: the slurm_jobs table (store_slurm.h). */
+/* store/slurm.c: the slurm_jobs table (store/slurm.h). */
 #include "daemon/store/slurm.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* store_slurm.h: the Slurm batch job behind each tacod job that runs on a
+/* store/slurm.h: the Slurm batch job behind each tacod job that runs on a
  * Slurm cluster (scheduler "slurm", docs/slurm.md): its Slurm job id and
  * how far tacod has read its events file. The row lives from the
  * submission to the job's end, so a restarted tacod finds its Slurm jobs

@@ -1,4 +1,4 @@
-/* store_sql.c: the store's SQL helpers (store_internal.h): result codes as
+/* store/sql.c: the store's SQL helpers (store/internal.h): result codes as
  * errnos, the statement cache, binds and steps, st_exec for a statement run
  * once, transactions, column readers, checks on caller-supplied strings and
  * newest-first pagination. Every statement is a constant SQL text with bound

@@ -1,4 +1,4 @@
-/* store_webhooks.c: the webhook_deliveries table: queued, the next due one
+/* store/webhooks.c: the webhook_deliveries table: queued, the next due one
  * taken, each attempt's outcome recorded, counted and purged. */
 #include "daemon/store/webhooks.h"
 

@@ -1,5 +1,5 @@
-/* store_webhooks.h: the webhook deliveries in the store, tacod's durable
- * queue of them (store_webhooks.c). A delivery is one event for one
+/* store/webhooks.h: the webhook deliveries in the store, tacod's durable
+ * queue of them (store/webhooks.c). A delivery is one event for one
  * endpoint (by URL): pending until a 2xx (delivered) or its last attempt
  * (failed). The same rules as store.h: one transaction a call (or the
  * caller's, inside tacod_store_tx_begin), negative errno with err. */

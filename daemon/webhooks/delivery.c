@@ -1,4 +1,4 @@
-/* service_webhooks.c: the webhook delivery thread and the queueing of
+/* webhooks/delivery.c: the webhook delivery thread and the queueing of
  * events. The store is the queue: the thread takes the pending delivery
  * due first under the service lock, posts it (libcurl) without the lock,
  * and records the outcome under it again. A delivery whose post was cut

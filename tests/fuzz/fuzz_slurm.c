@@ -1,5 +1,5 @@
 /* fuzz_slurm.c: what tacod reads from Slurm and from the shared job
- * directories (daemon/slurm.h): squeue's and sbatch's output, the exit
+ * directories (daemon/runner/slurm_files.h): squeue's and sbatch's output, the exit
  * status file, and tacod.json with its "slurm" object. The first byte
  * picks the parser. */
 #include <stddef.h>
