@@ -45,17 +45,10 @@ tacod_running *tacod_service_find_running(tacod_service *s, const char *id)
 /* A Slurm job is queued in tacod until taco-train starts on its node. */
 static void slurm_started(tacod_service *s, tacod_running *rj)
 {
-	tacod_job u = {0};
-
 	if (!rj->sj || tacod_store_job_transition(
 			   s->store, rj->id, TACOD_QUEUED, TACOD_RUNNING, NULL))
 		return;
-	if (!tacod_store_job_get(s->store, NULL, rj->id, &u, NULL)) {
-		if (!u.started_at)
-			u.started_at = tacod_now();
-		tacod_store_job_update(s->store, &u, NULL);
-		tacod_job_clear(&u);
-	}
+	tacod_store_job_started(s->store, rj->id, tacod_now(), NULL);
 	tacod_service_event(s, rj->id, "info", "status", "The job is running",
 			    json_pack("{ss}", "status", "running"));
 }
@@ -325,15 +318,7 @@ static void start_job(tacod_service *s, const tacod_job *j)
 	}
 	rj->started_ms = uv_now(s->loop);
 	s->run[s->n_run++] = rj;
-	{
-		tacod_job u = {0};
-		if (!tacod_store_job_get(s->store, NULL, j->id, &u, NULL)) {
-			if (!u.started_at)
-				u.started_at = tacod_now();
-			tacod_store_job_update(s->store, &u, NULL);
-			tacod_job_clear(&u);
-		}
-	}
+	tacod_store_job_started(s->store, j->id, tacod_now(), NULL);
 	tacod_service_event(s, j->id, "info", "status", "The job is running",
 			    json_pack("{ss}", "status", "running"));
 }
