@@ -134,7 +134,7 @@ tacod_running *tacod_service_find_running(tacod_service *s, const char *id);
 /* Asks a running job to stop (why: TACOD_STOP_*) and wakes the loop. */
 void tacod_service_request_stop(tacod_service *s, const char *id, int why);
 void tacod_service_wake(tacod_service *s);
-/* What a job file needs (service_assess.c). TACOD_ASSESS_PLAN: the memory
+/* What a job needs (service_assess.c). TACOD_ASSESS_PLAN: the memory
  * plan, from the model's config and safetensors headers (fast);
  * TACOD_ASSESS_DATA: reading and tokenizing the data files (slow), done
  * only when they hold at most data_limit bytes. req is the create request,
@@ -151,8 +151,12 @@ typedef struct tacod_assessment {
 	json_t *report; /* the training file's validation report, or NULL */
 	char code[48], param[48], msg[1024]; /* the first problem, if any */
 } tacod_assessment;
-void tacod_assess(tacod_service *s, const char *path, json_t *req, int what,
+void tacod_assess(tacod_service *s, const taco_job *job, json_t *req, int what,
 		  uint64_t data_limit, tacod_assessment *a);
+/* The same for the job file at path, parsed once (a job validated after a
+ * restart); a file that does not parse is the assessment's problem. */
+void tacod_assess_file(tacod_service *s, const char *path, json_t *req,
+		       int what, uint64_t data_limit, tacod_assessment *a);
 /* The validation thread (service_validate.c). notify (lock held): there
  * is a new job in validating_files. stop (lock held): no validation starts
  * after the one in progress, whose outcome is still recorded; join (lock

@@ -353,8 +353,8 @@ static int job_plan(tacod_http_req *r, void *ctx)
 		json_decref(req);
 		return 0;
 	}
-	tacod_assess(s, path, req, TACOD_ASSESS_PLAN | TACOD_ASSESS_DATA, limit,
-		     &a);
+	tacod_assess_file(s, path, req, TACOD_ASSESS_PLAN | TACOD_ASSESS_DATA,
+			  limit, &a);
 	taco_remove_flat_dir(dir, NULL);
 	terms = json_object();
 	for (int t = 0; a.planned && t < TACO_PLAN_TERMS; t++)
@@ -373,7 +373,7 @@ static int job_plan(tacod_http_req *r, void *ctx)
 		json_object_set_new(
 		    o, "settings",
 		    json_pack("{ss sb si si si}", "precision",
-			      a.plan.act_dtype == TK_BF16 ? "bf16" : "fp32",
+			      taco_plan_precision(&a.plan),
 			      "activation_offload", a.plan.offload,
 			      "mlp_chunks", a.plan.mlp_chunks,
 			      "streamed_layers", a.plan.stream_layers, "layers",
@@ -525,7 +525,7 @@ static int job_create(tacod_http_req *r, void *ctx)
 	}
 	/* the memory plan here, at once: a job that can never fit is refused
 	 * now; the data is read by the validation thread */
-	tacod_assess(s, path, req, TACOD_ASSESS_PLAN, 0, &a);
+	tacod_assess_file(s, path, req, TACOD_ASSESS_PLAN, 0, &a);
 	json_decref(a.report);
 	if (a.code[0]) {
 		taco_remove_flat_dir(dir, NULL);

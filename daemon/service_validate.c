@@ -100,7 +100,7 @@ static int validate(tacod_service *s, const tacod_job *j)
 	snprintf(path, sizeof(path), "%s/%s/job.json", s->jobs_dir, j->id);
 	snprintf(s->val_job, sizeof(s->val_job), "%s", j->id);
 	pthread_mutex_unlock(&s->lock);
-	tacod_assess(s, path, req, TACOD_ASSESS_DATA, UINT64_MAX, &a);
+	tacod_assess_file(s, path, req, TACOD_ASSESS_DATA, UINT64_MAX, &a);
 	pthread_mutex_lock(&s->lock);
 	s->val_job[0] = 0;
 	rc = record(s, j->id, &a);
