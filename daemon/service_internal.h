@@ -76,6 +76,10 @@ struct tacod_service {
 	pthread_cond_t val_cond; /* signalled when there may be work */
 	int val_started, val_stop;
 	char val_job[TACOD_ID_MAX]; /* being validated now; "" when idle */
+	/* the jobs their creates parsed, oldest first, for their validation
+	 * (tacod_validate_keep) */
+	struct tacod_kept_job *val_kept[TACOD_MAX_VALIDATING];
+	int n_val_kept;
 	/* the webhook delivery thread's state (service_webhooks.c) */
 	struct tacod_hooks *hooks;
 	struct tacod_slurm_state *slurm; /* scheduler "slurm" only */
@@ -163,6 +167,10 @@ void tacod_assess_file(tacod_service *s, const char *path, json_t *req,
  * not held) waits for the thread's end. */
 int tacod_validate_start(tacod_service *s, taco_err *err);
 void tacod_validate_notify(tacod_service *s);
+/* Keeps the job a create parsed, with its request, for the validation of
+ * job id (lock held): *job is taken (zeroed), req gets a reference. */
+void tacod_validate_keep(tacod_service *s, const char *id, taco_job *job,
+			 json_t *req);
 void tacod_validate_stop(tacod_service *s);
 void tacod_validate_join(tacod_service *s);
 /* A running job's event, and its end (the worker's exit status or
