@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -214,8 +215,8 @@ static void integral_reals(json_t *v)
 	}
 }
 
-int tacod_job_request(json_t *req, const tacod_request_ctx *ctx, json_t **job,
-		      tacod_request_error *e)
+int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
+		      tacod_job_spec *out, tacod_request_error *e)
 {
 	static const char *const keys[] = {"model",
 					   "training_file",
@@ -231,7 +232,7 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx, json_t **job,
 	char model[4200], train[4096], val[4096], p[96];
 	json_int_t epochs = TACOD_DEFAULT_EPOCHS, batch = TACOD_DEFAULT_BATCH;
 	double mult = 1.0;
-	json_t *v, *method, *out, *ext;
+	json_t *v, *method, *job, *ext;
 	const char *k;
 	struct stat st;
 	taco_job tj;
@@ -352,39 +353,51 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx, json_t **job,
 	}
 	/* a positive multiplier is a positive rate: the product of a tiny
 	 * one would underflow to 0, which the engine refuses */
-	out = json_pack(
+	job = json_pack(
 	    "{ss ss ss sI sf sI}", "model", model, "train", train, "output_dir",
 	    ctx->output_dir, "batch_size", (json_int_t)batch, "lr",
 	    fmax(TACOD_BASE_LR * mult, DBL_MIN), "seed",
 	    (json_int_t)json_integer_value(json_object_get(req, "seed")));
+	if (!job)
+		return fail(e, "", "server_error", "out of memory");
 	if (val[0])
-		json_object_set_new(out, "validation", json_string(val));
+		json_object_set_new(job, "validation", json_string(val));
 	if (ext) {
-		json_object_update(out, ext); /* tacod's options win */
+		json_object_update(job, ext); /* tacod's options win */
 		/* null is the default, as absent: the job file leaves it out */
 		json_object_foreach(ext, k, v)
 		{
 			if (json_is_null(v))
-				json_object_del(out, k);
+				json_object_del(job, k);
 		}
 	}
-	if (!json_object_get(out, "steps"))
-		json_object_set_new(out, "epochs", json_integer(epochs));
-	/* the engine's own validation, every option at once */
-	text = json_dumps(out, JSON_COMPACT);
-	r = text ? taco_job_parse(text, strlen(text), NULL, &tj, &probs)
-		 : -ENOMEM;
-	free(text);
-	taco_job_free(&tj);
+	if (!json_object_get(job, "steps"))
+		json_object_set_new(job, "epochs", json_integer(epochs));
+	/* The engine's own validation, every option at once, of the text
+	 * tacod writes: the same bytes taco-train reads, its size limit
+	 * included. Every path is absolute (models_dir and state_dir must
+	 * be), so no directory resolves them. */
+	text = json_dumps(job, JSON_INDENT(1));
+	json_decref(job);
+	if (!text)
+		return fail(e, "", "server_error", "out of memory");
+	r = taco_job_parse(text, strlen(text), NULL, &tj, &probs);
 	if (r) {
-		json_decref(out);
-		if (r == -ENOMEM)
-			return fail(e, "", "server_error", "out of memory");
+		free(text);
+		taco_job_free(&tj);
 		/* messages name their option: "seq_len: must be ..." */
 		snprintf(p, sizeof(p), "taco.%.*s",
 			 (int)strcspn(probs.msg[0], ":"), probs.msg[0]);
 		return fail(e, p, "invalid_option", "%s", probs.msg[0]);
 	}
-	*job = out;
+	out->text = text;
+	out->job = tj;
 	return 0;
+}
+
+void tacod_job_spec_free(tacod_job_spec *spec)
+{
+	free(spec->text);
+	spec->text = NULL;
+	taco_job_free(&spec->job);
 }

@@ -9,6 +9,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "job/job.h"
+
 #define TACOD_BASE_LR 1e-5
 #define TACOD_DEFAULT_EPOCHS 3
 #define TACOD_DEFAULT_BATCH 4
@@ -33,10 +35,19 @@ typedef struct tacod_request_error {
 	char message[512];
 } tacod_request_error;
 
-/* Validates req (every field; the first problem is returned) and builds the
- * job object for taco-train. Returns 0 with *job (caller owns), or -EINVAL
- * with e filled. */
-int tacod_job_request(json_t *req, const tacod_request_ctx *ctx, json_t **job,
-		      tacod_request_error *e);
+/* A create request as a job: the job file's text, and the job parsed from
+ * that very text, as taco-train will parse it. */
+typedef struct tacod_job_spec {
+	char *text;   /* the job file (JSON, docs/job.md): tacod's job.json */
+	taco_job job; /* the text parsed and validated: the daemon plans and
+			 validates the data from it, reading no file back */
+} tacod_job_spec;
+
+/* Validates req (every field; the first problem is returned) and maps it
+ * onto a job. Returns 0 with *out set (the caller frees it with
+ * tacod_job_spec_free), or -EINVAL with e filled (-ENOMEM: e says so). */
+int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
+		      tacod_job_spec *out, tacod_request_error *e);
+void tacod_job_spec_free(tacod_job_spec *spec);
 
 #endif

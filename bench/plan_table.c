@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model.h"
 #include "plan/plan.h"
 
 #define BATCH 4

@@ -9,8 +9,8 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "data/job_data.h"
 #include "job/job.h"
-#include "job/job_data.h"
 #include "plan/plan.h"
 #include "train/train.h"
 #include "util/runtime.h"

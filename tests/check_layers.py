@@ -2,6 +2,12 @@
 """check_layers.py: every quoted #include follows the layers that
 docs/architecture.md lists in its ```layers block.
 
+A module's line names the modules it may include, and, each marked with
+'!', the modules it may not reach at all, not even through the headers it
+may include: "api: engine/util engine/job !kernels" holds every header
+that api's files reach, include after include, to no kernels header (so
+api compiles with kernels/ off its include path).
+
 A quoted include resolves as the compiler resolves it: first beside the
 including file, then from engine/ ("model/model.h"), then from the
 repository root ("daemon/store/store.h"), then from kernels/ ("tk_ops.h"). An
@@ -29,22 +35,27 @@ def read_layers(root):
     m = re.search(r'^```layers\n(.*?)^```', text, re.S | re.M)
     if not m:
         sys.exit('docs/architecture.md: no ```layers block')
-    allowed = {}
+    allowed, never = {}, {}
     for n, line in enumerate(m.group(1).splitlines(), 1):
         line = line.split('#', 1)[0].strip()
         if not line:
             continue
         name, _, deps = line.partition(':')
-        allowed[name.strip()] = set(deps.split())
-    for name, deps in allowed.items():
-        for d in deps:
+        name = name.strip()
+        allowed[name] = {d for d in deps.split() if not d.startswith('!')}
+        never[name] = {d[1:] for d in deps.split() if d.startswith('!')}
+    for name in allowed:
+        for d in allowed[name] | never[name]:
             if d != '*' and d not in allowed:
                 sys.exit(f'docs/architecture.md: {name} uses unknown {d}')
+        if never[name] & allowed[name]:
+            sys.exit(f'docs/architecture.md: {name} both uses and may not '
+                     f'reach {" ".join(sorted(never[name] & allowed[name]))}')
     cycle = find_cycle(allowed)
     if cycle:
         sys.exit('docs/architecture.md: the layers go in a circle: ' +
                  ' -> '.join(cycle))
-    return allowed
+    return allowed, never
 
 
 def module_of(rel):
@@ -97,8 +108,26 @@ def resolve(root, rel, name):
     return None
 
 
+def reach(graph, start, modules):
+    """The shortest include chain from start to a file of each of modules:
+    {module: [header, ..., the file in module]}, breadth first."""
+    found, seen, queue = {}, {start}, [(start, [])]
+    while queue and len(found) < len(modules):
+        rel, chain = queue.pop(0)
+        for target in graph.get(rel, ()):
+            if target in seen:
+                continue
+            seen.add(target)
+            dep = module_of(target)
+            if dep in modules and dep not in found:
+                found[dep] = chain + [target]
+            queue.append((target, chain + [target]))
+    return found
+
+
 def check(root):
-    allowed = read_layers(root)
+    allowed, never = read_layers(root)
+    graph = {}  # file -> the files its quoted includes resolve to
     errors = []
     for top in SCANNED:
         for dirpath, _, files in os.walk(os.path.join(root, top)):
@@ -128,6 +157,7 @@ def check(root):
                         errors.append(f'{where}: resolves nowhere (qualify '
                                       'it: "model/model.h", "daemon/room/x.h")')
                         continue
+                    graph.setdefault(rel, []).append(target)
                     dep = module_of(target)
                     if dep == mod:
                         continue
@@ -135,14 +165,22 @@ def check(root):
                     if '*' not in deps and dep not in deps:
                         errors.append(f'{where}: {mod} may not include '
                                       f'{dep} (docs/architecture.md)')
+    for rel in sorted(graph):
+        mod = module_of(rel)
+        for dep, chain in sorted(reach(graph, rel, never.get(mod, ())).items()):
+            errors.append(f'{rel}: reaches {dep} through '
+                          f'{" -> ".join(chain)} ({mod} !{dep}, '
+                          'docs/architecture.md)')
     return errors
 
 
 SELF_TEST_TREE = {
     'docs/architecture.md': '```layers\nkernels:\nengine/low:\n'
-                            'engine/high: engine/low\ndaemon/a:\n'
-                            'daemon/b: daemon/a\n'
-                            'daemon: engine/high daemon/b\n'
+                            'engine/mid: kernels\n'
+                            'engine/high: engine/low\n'
+                            'daemon/a:\ndaemon/b: daemon/a\n'
+                            'daemon: engine/high engine/mid daemon/b '
+                            '!kernels\n'
                             'tests: *\n```\n',
     'daemon/a/a.h': '#include "daemon/b/b.h"\n',              # upward
     'daemon/b/b.h': '#include "daemon/a/a.h"\n',
@@ -150,14 +188,24 @@ SELF_TEST_TREE = {
     'engine/low/low.h': '#include "high/high.h"\n',      # upward
     'engine/high/high.h': '#include "low/low.h"\n#include "tk_k.h"\n',
     'engine/high/high.c': '#include "high.h"\n#include <cblas.h>\n',
+    'engine/mid/mid.h': '#include "tk_k.h"\n',            # allowed there
     'daemon/d.c': '#include "low.h"\n#include "low/low.h"\n',
-    'tests/t.c': '#include "daemon/nothere.h"\n#include <omp.h>\n',
+    'daemon/e.c': '#include "e.h"\n',
+    'daemon/e.h': '#include "mid/mid.h"\n',              # two steps away
+    'tests/t.c': '#include "daemon/nothere.h"\n#include <omp.h>\n'
+                 '#include "mid/mid.h"\n',               # tests may
 }
 SELF_TEST_EXPECT = [
     'daemon/a/a.h:1: #include "daemon/b/b.h": daemon/a may not include '
     'daemon/b',
+    'daemon/d.c: reaches kernels through engine/low/low.h -> '
+    'engine/high/high.h -> kernels/tk_k.h (daemon !kernels',
     'daemon/d.c:1: #include "low.h": resolves nowhere',
     'daemon/d.c:2: #include "low/low.h": daemon may not include engine/low',
+    'daemon/e.c: reaches kernels through daemon/e.h -> engine/mid/mid.h -> '
+    'kernels/tk_k.h (daemon !kernels',
+    'daemon/e.h: reaches kernels through engine/mid/mid.h -> '
+    'kernels/tk_k.h (daemon !kernels',
     'engine/high/high.c:2: #include <cblas.h>: a backend header',
     'engine/high/high.h:2: #include "tk_k.h": engine/high may not include '
     'kernels',

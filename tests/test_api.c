@@ -107,7 +107,8 @@ static int file_path(void *ctx, const char *id, char *path, size_t cap)
 	return 0;
 }
 
-static int request(const char *text, json_t **job, tacod_request_error *e)
+static int request_spec(const char *text, tacod_job_spec *spec,
+			tacod_request_error *e)
 {
 	static char models[4096];
 	tacod_request_ctx ctx = {models, "/state/jobs/j1/out", file_path, NULL,
@@ -118,8 +119,22 @@ static int request(const char *text, json_t **job, tacod_request_error *e)
 	/* the fixture models directory: llama_gqa is a model there */
 	snprintf(models, sizeof(models), "%s", tu_fixture("models"));
 	ck_assert_ptr_nonnull(req);
-	r = tacod_job_request(req, &ctx, job, e);
+	r = tacod_job_request(req, &ctx, spec, e);
 	json_decref(req);
+	return r;
+}
+
+/* The job file's text as a JSON object (NULL on a refusal). */
+static int request(const char *text, json_t **job, tacod_request_error *e)
+{
+	tacod_job_spec spec;
+	int r = request_spec(text, &spec, e);
+
+	if (r == 0) {
+		*job = json_loads(spec.text, JSON_REJECT_DUPLICATES, NULL);
+		ck_assert_ptr_nonnull(*job);
+		tacod_job_spec_free(&spec);
+	}
 	return r;
 }
 
@@ -165,6 +180,49 @@ START_TEST(test_request_defaults_and_mapping)
 			 "/state/files/file-val");
 	ck_assert_int_eq(json_integer_value(json_object_get(job, "seed")), 9);
 	json_decref(job);
+}
+END_TEST
+
+/* The create hands back the job parsed from the very text it would write:
+ * the daemon plans and validates from it and reads no file back. */
+START_TEST(test_request_parsed_job)
+{
+	tacod_job_spec spec;
+	tacod_request_error e;
+	taco_job_problems probs;
+	taco_job again;
+
+	ck_assert_int_eq(
+	    request_spec("{\"model\": \"llama_gqa\", \"training_file\": "
+			 "\"file-train\", \"validation_file\": \"file-val\", "
+			 "\"hyperparameters\": {\"batch_size\": 8}, "
+			 "\"seed\": 9, \"taco\": {\"seq_len\": 24, "
+			 "\"steps\": 5, \"taco\": {\"k\": 4}, "
+			 "\"freeze\": [\"model.embed_tokens\"]}}",
+			 &spec, &e),
+	    0);
+	ck_assert_int_eq(spec.job.batch_size, 8);
+	ck_assert_int_eq(spec.job.seq_len, 24);
+	ck_assert_int_eq(spec.job.steps, 5);
+	ck_assert_int_eq(spec.job.optim.k, 4);
+	ck_assert_uint_eq(spec.job.optim.seed, 9);
+	ck_assert_int_eq(spec.job.n_freeze, 1);
+	ck_assert_str_eq(spec.job.freeze[0], "model.embed_tokens");
+	ck_assert_str_eq(spec.job.train, "/state/files/file-train");
+	ck_assert_str_eq(spec.job.validation, "/state/files/file-val");
+	ck_assert_str_eq(spec.job.output_dir, "/state/jobs/j1/out");
+	ck_assert(strstr(spec.job.model, "/llama_gqa"));
+	/* the text parses to the same job, as taco-train will parse it */
+	ck_assert_int_eq(
+	    taco_job_parse(spec.text, strlen(spec.text), NULL, &again, &probs),
+	    0);
+	ck_assert_str_eq(again.model, spec.job.model);
+	ck_assert_int_eq(again.seq_len, spec.job.seq_len);
+	ck_assert_int_eq(again.n_freeze, spec.job.n_freeze);
+	taco_job_free(&again);
+	tacod_job_spec_free(&spec);
+	ck_assert_ptr_null(spec.text);
+	ck_assert_ptr_null(spec.job.freeze);
 }
 END_TEST
 
@@ -233,6 +291,7 @@ int main(void)
 
 	tcase_add_test(tc, test_objects);
 	tcase_add_test(tc, test_request_defaults_and_mapping);
+	tcase_add_test(tc, test_request_parsed_job);
 	tcase_add_loop_test(tc, test_request_errors, 0,
 			    sizeof(bad) / sizeof(bad[0]));
 	suite_add_tcase(s, tc);

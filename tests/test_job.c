@@ -2,6 +2,7 @@
 #include <check.h>
 
 #include "testutil.h"
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -490,6 +490,36 @@ START_TEST(test_job_transition)
 }
 END_TEST
 
+/* started_at is set once, by one statement that writes nothing else. */
+START_TEST(test_job_started)
+{
+	tacod_store *s = open_fresh();
+	tacod_job j;
+	taco_err err = {{0}};
+
+	add_job(s, "j1", "alice", TACOD_QUEUED, "f1", 10);
+	ck_assert_int_eq(tacod_store_job_transition(s, "j1", TACOD_QUEUED,
+						    TACOD_RUNNING, &err),
+			 0);
+	ck_assert_int_eq(tacod_store_job_started(s, "j1", 50, &err), 0);
+	ck_assert_int_eq(tacod_store_job_get(s, NULL, "j1", &j, &err), 0);
+	ck_assert_int_eq(j.started_at, 50);
+	ck_assert_int_eq(j.status, TACOD_RUNNING);
+	ck_assert_int_eq(j.created_at, 10);
+	ck_assert_str_eq(j.request, "{\"model\":\"llama-3.2-1b\"}");
+	tacod_job_clear(&j);
+	/* run again (resumed, requeued): the first start stays */
+	ck_assert_int_eq(tacod_store_job_started(s, "j1", 70, &err), 0);
+	ck_assert_int_eq(tacod_store_job_get(s, NULL, "j1", &j, &err), 0);
+	ck_assert_int_eq(j.started_at, 50);
+	tacod_job_clear(&j);
+	ck_assert_int_eq(tacod_store_job_started(s, "nope", 70, &err), -ENOENT);
+	ck_assert_int_eq(tacod_store_job_started(s, "", 70, &err), -EINVAL);
+	tacod_store_close(s);
+	remove_dir();
+}
+END_TEST
+
 START_TEST(test_by_status)
 {
 	tacod_store *s = open_fresh();
@@ -1265,6 +1295,7 @@ int main(void)
 	tcase_add_test(tc, test_file_delete_in_use);
 	tcase_add_test(tc, test_jobs_add_get_update);
 	tcase_add_test(tc, test_job_transition);
+	tcase_add_test(tc, test_job_started);
 	tcase_add_test(tc, test_by_status);
 	tcase_add_test(tc, test_events);
 	tcase_add_test(tc, test_checkpoints);

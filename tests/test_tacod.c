@@ -615,6 +615,58 @@ START_TEST(test_cancel_while_validating)
 }
 END_TEST
 
+/* Starts no job: a validated job waits in queued. */
+static void run_nothing(tacod_config *c)
+{
+	c->limits.max_running_jobs = 0;
+}
+
+/* A create parses its job once and writes its file once: the validation
+ * works from the job the create parsed, not from the file, which is
+ * replaced here, while the job waits behind a long validation, by one
+ * that does not parse; and nothing rewrites the file after. (No job
+ * runs: taco-train would refuse the replacement.) */
+START_TEST(test_create_reads_no_job_file)
+{
+	static const char garbage[] = "{\"not a job\": ";
+	char *big = big_train(), *file, *small, *a, *b, *ev, path[512];
+	char back[64] = "";
+	json_t *j;
+	FILE *f;
+
+	th_start(8ull << 30, run_nothing);
+	file = upload(big);
+	small = th_upload_count();
+	a = th_create(file, "\"steps\": 2", 200);  /* validating: seconds */
+	b = th_create(small, "\"steps\": 2", 200); /* waiting behind a */
+	snprintf(path, sizeof(path), "%s/jobs/%s/job.json", th_state, b);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	ck_assert_int_ge(fputs(garbage, f), 0);
+	ck_assert_int_eq(fclose(f), 0);
+	expect_status(b, "validating_files");
+	json_decref(th_wait_status(b, "queued"));
+	ev = events_dump(b);
+	ck_assert_msg(strstr(ev, "Files validated, moving job to queued state"),
+		      "the validation read the job file back: %s", ev);
+	free(ev);
+	ck_assert_ptr_nonnull(f = fopen(path, "r"));
+	ck_assert_ptr_nonnull(fgets(back, sizeof(back), f));
+	fclose(f);
+	ck_assert_str_eq(back, garbage);
+	for (int k = 0; k < 2; k++) {
+		ck_assert_int_eq(job_post(k ? b : a, "cancel", &j), 200);
+		json_decref(j);
+	}
+	unlink(big);
+	free(big);
+	free(file);
+	free(small);
+	free(a);
+	free(b);
+	th_stop();
+}
+END_TEST
+
 /* kill -9 while jobs wait for their files to be validated: a restarted
  * tacod validates them again, and they run. */
 START_TEST(test_kill9_while_validating)
@@ -659,6 +711,7 @@ int main(void)
 	tcase_add_test(tc, test_create_validates_in_background);
 	tcase_add_test(tc, test_bad_data_fails_in_background);
 	tcase_add_test(tc, test_cancel_while_validating);
+	tcase_add_test(tc, test_create_reads_no_job_file);
 	tcase_add_test(tc, test_kill9_while_validating);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);

@@ -1,17 +1,19 @@
-/* service/assess.c: what a job file needs and whether its data is usable:
- * the memory plan (config and safetensors headers: fast, on the request
+/* service/assess.c: what a job needs and whether its data is usable: the
+ * memory plan (config and safetensors headers: fast, on the request
  * thread) and the data's validation (tokenizing every line: slow, on the
  * validation thread of service/validate.c, or on the request thread for
- * a plan whose data is at most limits.max_sync_validate_bytes). Neither
- * touches the store: no lock is needed. Every message names the client's
- * files as the request did (file ids), never by the server's paths. */
+ * a plan whose data is at most limits.max_sync_validate_bytes). Both work
+ * from the job the request was parsed into; neither touches the store: no
+ * lock is needed. Every message names the client's files as the request
+ * did (file ids), never by the server's paths. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "daemon/service/internal.h"
+#include "data/job_data.h"
 #include "job/job.h"
-#include "job/job_data.h"
 #include "util/text.h"
 
 static void problem(tacod_assessment *a, const char *code, const char *param,
@@ -109,65 +111,60 @@ static uint64_t file_bytes(const char *path)
 	return path[0] && !stat(path, &st) ? (uint64_t)st.st_size : 0;
 }
 
-void tacod_assess(tacod_service *s, const char *path, json_t *req, int what,
+void tacod_assess(tacod_service *s, const taco_job *job, json_t *req, int what,
 		  uint64_t data_limit, tacod_assessment *a)
 {
-	taco_job job;
-	taco_job_problems probs;
-	taco_plan_input in;
-	taco_model *shapes = NULL;
 	taco_job_data data;
 	taco_err err = {{0}};
-	char path_cfg[TACOD_PATH_MAX + 16];
-	taco_config cfg;
 	int rc;
 
 	memset(a, 0, sizeof(*a));
 	/* freed below whether or not it was loaded */
 	memset(&data, 0, sizeof(data));
-	if (taco_job_load(path, &job, &probs)) {
-		problem(a, "invalid_option", NULL, probs.msg[0]);
-		name_paths(s, NULL, req, a->msg, sizeof(a->msg));
-		return;
-	}
-	a->data_bytes = file_bytes(job.train) + file_bytes(job.validation) +
-			file_bytes(job.eval_multiple_choice);
+	a->data_bytes = file_bytes(job->train) + file_bytes(job->validation) +
+			file_bytes(job->eval_multiple_choice);
 	if (what & TACOD_ASSESS_PLAN) {
-		if (taco_plan_job(&job, s->cfg.backend, s->cfg.device_memory,
-				  &a->plan, &in, &shapes, &err)) {
-			problem(a, "invalid_model", "model", err.msg);
-		} else {
+		rc = taco_plan_admit(job, s->cfg.backend, s->cfg.device_memory,
+				     &a->plan, &a->advice, &err);
+		if (rc == 0 || rc == -ENOSPC) {
 			a->planned = 1;
-			a->fits = a->plan.total <= s->cfg.device_memory;
-			if (!a->fits) {
-				taco_plan_advise(shapes, &in,
-						 s->cfg.device_memory,
-						 &a->advice, NULL);
-				taco_plan_refuse(shapes, &in, &a->plan,
-						 s->cfg.device_memory, &err);
+			a->fits = rc == 0;
+			if (rc)
 				problem(a, "insufficient_memory", NULL,
 					err.msg);
-			}
+		} else {
+			problem(a, "invalid_model", "model", err.msg);
 		}
-		taco_model_free(shapes);
 	}
 	if ((what & TACOD_ASSESS_DATA) && a->data_bytes <= data_limit) {
 		a->validated = 1;
-		snprintf(path_cfg, sizeof(path_cfg), "%s/config.json",
-			 job.model);
-		rc = taco_config_load(path_cfg, &cfg, &err) ||
-		     taco_job_data_load(&job, cfg.vocab, &data, &err);
+		rc = taco_job_data_check(job, &data, &err);
 		if (data.have_reports) {
 			a->report = taco_dataset_report_json(&data.train_report,
-							     job.train);
-			name_report(s, &job, req, a->report);
+							     job->train);
+			name_report(s, job, req, a->report);
 		}
 		if (rc)
 			problem(a, "invalid_training_file", "training_file",
 				err.msg);
 	}
-	name_paths(s, &job, req, a->msg, sizeof(a->msg));
+	name_paths(s, job, req, a->msg, sizeof(a->msg));
 	taco_job_data_free(&data);
+}
+
+void tacod_assess_file(tacod_service *s, const char *path, json_t *req,
+		       int what, uint64_t data_limit, tacod_assessment *a)
+{
+	taco_job_problems probs;
+	taco_job job;
+
+	if (taco_job_load(path, &job, &probs)) {
+		memset(a, 0, sizeof(*a));
+		problem(a, "invalid_option", NULL, probs.msg[0]);
+		name_paths(s, NULL, req, a->msg, sizeof(a->msg));
+	} else {
+		tacod_assess(s, &job, req, what, data_limit, a);
+	}
 	taco_job_free(&job);
 }
 

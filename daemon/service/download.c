@@ -14,7 +14,7 @@
 
 #include "daemon/service/internal.h"
 #include "daemon/service/tar.h"
-#include "model/export.h"
+#include "job/job_export.h"
 
 static ssize_t tar_read(void *ctx, uint64_t pos, char *buf, size_t max)
 {
@@ -54,11 +54,11 @@ static int add_base_files(tacod_tar *t, const char *top, const char *base,
 	struct stat st;
 	int rc = 0;
 
-	for (int i = 0; !rc && taco_export_base_files[i]; i++) {
+	for (int i = 0; !rc && taco_job_export_files[i]; i++) {
 		snprintf(path, sizeof(path), "%s/%s", base,
-			 taco_export_base_files[i]);
+			 taco_job_export_files[i]);
 		if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
-			rc = add(t, top, taco_export_base_files[i], base, err);
+			rc = add(t, top, taco_job_export_files[i], base, err);
 	}
 	return rc;
 }

@@ -58,6 +58,10 @@ struct tacod_service {
 	pthread_cond_t val_cond; /* signalled when there may be work */
 	int val_started, val_stop;
 	char val_job[TACOD_ID_MAX]; /* being validated now; "" when idle */
+	/* the jobs their creates parsed, oldest first, for their validation
+	 * (tacod_validate_keep) */
+	struct tacod_kept_job *val_kept[TACOD_MAX_VALIDATING];
+	int n_val_kept;
 	/* the webhook delivery thread's state (webhooks/delivery.c) */
 	struct tacod_hooks *hooks;
 };
@@ -124,7 +128,7 @@ int tacod_service_event(tacod_service *s, const char *job, const char *level,
 /* Asks a running job to stop (why: TACOD_STOP_*) and wakes the loop. */
 void tacod_service_request_stop(tacod_service *s, const char *id, int why);
 void tacod_service_wake(tacod_service *s);
-/* What a job file needs (service/assess.c). TACOD_ASSESS_PLAN: the memory
+/* What a job needs (service/assess.c). TACOD_ASSESS_PLAN: the memory
  * plan, from the model's config and safetensors headers (fast);
  * TACOD_ASSESS_DATA: reading and tokenizing the data files (slow), done
  * only when they hold at most data_limit bytes. req is the create request,
@@ -141,19 +145,27 @@ typedef struct tacod_assessment {
 	json_t *report; /* the training file's validation report, or NULL */
 	char code[48], param[48], msg[1024]; /* the first problem, if any */
 } tacod_assessment;
-void tacod_assess(tacod_service *s, const char *path, json_t *req, int what,
+void tacod_assess(tacod_service *s, const taco_job *job, json_t *req, int what,
 		  uint64_t data_limit, tacod_assessment *a);
 /* A message of a job's worker (taco-train names files by their paths) as
  * a client may read it: the job's directory is "<job>", the server's other
  * directories are named as tacod_assess names them (service/assess.c). */
 void tacod_name_job_paths(const tacod_service *s, const char *job_id, char *msg,
 			  size_t cap);
+/* The same for the job file at path, parsed once (a job validated after a
+ * restart); a file that does not parse is the assessment's problem. */
+void tacod_assess_file(tacod_service *s, const char *path, json_t *req,
+		       int what, uint64_t data_limit, tacod_assessment *a);
 /* The validation thread (service/validate.c). notify (lock held): there
  * is a new job in validating_files. stop (lock held): no validation starts
  * after the one in progress, whose outcome is still recorded; join (lock
  * not held) waits for the thread's end. */
 int tacod_validate_start(tacod_service *s, taco_err *err);
 void tacod_validate_notify(tacod_service *s);
+/* Keeps the job a create parsed, with its request, for the validation of
+ * job id (lock held): *job is taken (zeroed), req gets a reference. */
+void tacod_validate_keep(tacod_service *s, const char *id, taco_job *job,
+			 json_t *req);
 void tacod_validate_stop(tacod_service *s);
 void tacod_validate_join(tacod_service *s);
 /* Adds a follower (lock held); -EBUSY when too many streams are open. */

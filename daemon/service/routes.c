@@ -295,39 +295,42 @@ static int dataset_path(void *ctx, const char *p, char *path, size_t cap)
 	return -EACCES;
 }
 
-/* Parses and maps a create request, writes the job file into dir. 0, or
- * a 400/500/507 reply has been sent (and dir may hold a part of what was
- * written: the caller removes it). */
-static int write_job(tacod_http_req *r, tacod_service *s, json_t *req,
-		     const char *dir, const char *out, char *path,
-		     size_t path_cap)
+/* Parses and maps a create request onto a job that writes into out: 0
+ * with *spec set, or a 400/500 has been sent. */
+static int map_job(tacod_http_req *r, tacod_service *s, json_t *req,
+		   const char *out, tacod_job_spec *spec)
 {
 	tacod_request_error e;
 	file_lookup fl = {s, tacod_route_scope(r)};
 	tacod_request_ctx c = {s->cfg.models_dir, out, lookup_file,
 			       dataset_path, &fl};
-	taco_err err = {{0}};
-	json_t *job = NULL;
-	char *text;
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_job_request(req, &c, &job, &e);
+	rc = tacod_job_request(req, &c, spec, &e);
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
 		return tacod_http_error(r, 400, "invalid_request_error", e.code,
 					e.param[0] ? e.param : NULL, "%s",
 					e.message),
 		       -EINVAL;
-	text = json_dumps(job, JSON_INDENT(1));
-	json_decref(job);
-	snprintf(path, path_cap, "%s/job.json", dir);
-	if (!text)
-		rc = taco_err_set(&err, -ENOMEM, "out of memory");
-	else if (!(rc = taco_mkdir_p(dir, &err)))
-		rc = taco_write_file_atomic(path, text, strlen(text), &err);
-	free(text);
-	if (rc)
+	return 0;
+}
+
+/* Writes the job file into dir, once: the text the job was parsed from,
+ * which taco-train reads. 0, or a 500 or 507 (no server path in it) has been
+ * sent, and dir may hold a part of it: the caller removes it. */
+static int write_job(tacod_http_req *r, const char *dir,
+		     const tacod_job_spec *spec)
+{
+	char path[TACOD_PATH_MAX + 192];
+	taco_err err = {{0}};
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/job.json", dir);
+	if ((rc = taco_mkdir_p(dir, &err)) ||
+	    (rc = taco_write_file_atomic(path, spec->text, strlen(spec->text),
+					 &err)))
 		return tacod_route_write_error(r, rc, &err), rc;
 	return 0;
 }
@@ -340,26 +343,24 @@ static int job_plan(tacod_http_req *r, void *ctx)
 {
 	tacod_service *s = ctx;
 	json_t *req = tacod_http_body_json(r), *o, *terms;
-	char id[TACOD_ID_MAX], dir[TACOD_PATH_MAX + 128];
-	char out[TACOD_PATH_MAX + 160], path[TACOD_PATH_MAX + 192];
+	char id[TACOD_ID_MAX], out[TACOD_PATH_MAX + 160];
 	uint64_t limit = s->cfg.limits.max_sync_validate_bytes;
+	tacod_job_spec spec;
 	tacod_assessment a;
-	int rc;
 
 	if (!req)
 		return 0;
+	/* a job that would write here, planned from the parsed request: no
+	 * file is written */
 	tacod_new_id("plan-", id);
-	snprintf(dir, sizeof(dir), "%s/plan-%s", s->jobs_dir, id + 5);
-	snprintf(out, sizeof(out), "%s/out", dir);
-	rc = write_job(r, s, req, dir, out, path, sizeof(path));
-	if (!rc)
-		tacod_assess(s, path, req,
-			     TACOD_ASSESS_PLAN | TACOD_ASSESS_DATA, limit, &a);
-	taco_remove_flat_dir(dir, NULL);
-	if (rc) {
+	snprintf(out, sizeof(out), "%s/plan-%s/out", s->jobs_dir, id + 5);
+	if (map_job(r, s, req, out, &spec)) {
 		json_decref(req);
 		return 0;
 	}
+	tacod_assess(s, &spec.job, req, TACOD_ASSESS_PLAN | TACOD_ASSESS_DATA,
+		     limit, &a);
+	tacod_job_spec_free(&spec);
 	terms = json_object();
 	for (int t = 0; a.planned && t < TACO_PLAN_TERMS; t++)
 		json_object_set_new(terms, taco_plan_term_name(t),
@@ -377,7 +378,7 @@ static int job_plan(tacod_http_req *r, void *ctx)
 		json_object_set_new(
 		    o, "settings",
 		    json_pack("{ss sb si si si}", "precision",
-			      a.plan.act_dtype == TK_BF16 ? "bf16" : "fp32",
+			      taco_plan_precision(&a.plan),
 			      "activation_offload", a.plan.offload,
 			      "mlp_chunks", a.plan.mlp_chunks,
 			      "streamed_layers", a.plan.stream_layers, "layers",
@@ -507,8 +508,8 @@ static int job_create(tacod_http_req *r, void *ctx)
 	tacod_service *s = ctx;
 	json_t *req, *v;
 	char dir[TACOD_PATH_MAX + 128], out[TACOD_PATH_MAX + 160];
-	char path[TACOD_PATH_MAX + 192];
 	tacod_job j = {0};
+	tacod_job_spec spec = {0};
 	taco_err err = {{0}};
 	tacod_idem idem;
 	tacod_assessment a;
@@ -523,17 +524,22 @@ static int job_create(tacod_http_req *r, void *ctx)
 	tacod_new_id("ftjob-", j.id);
 	snprintf(dir, sizeof(dir), "%s/%s", s->jobs_dir, j.id);
 	snprintf(out, sizeof(out), "%s/out", dir);
-	if (write_job(r, s, req, dir, out, path, sizeof(path))) {
+	if (map_job(r, s, req, out, &spec)) {
 		rc = 0;
 		goto out;
 	}
 	/* the memory plan here, at once: a job that can never fit is refused
-	 * now; the data is read by the validation thread */
-	tacod_assess(s, path, req, TACOD_ASSESS_PLAN, 0, &a);
+	 * now, before any file is written; the data is read by the
+	 * validation thread */
+	tacod_assess(s, &spec.job, req, TACOD_ASSESS_PLAN, 0, &a);
 	json_decref(a.report);
 	if (a.code[0]) {
 		rc = tacod_http_error(r, 400, "invalid_request_error", a.code,
 				      a.param[0] ? a.param : NULL, "%s", a.msg);
+		goto out;
+	}
+	if (write_job(r, dir, &spec)) {
+		rc = 0;
 		goto out;
 	}
 	snprintf(j.user, sizeof(j.user), "%s", user_of(r));
@@ -565,8 +571,12 @@ static int job_create(tacod_http_req *r, void *ctx)
 	j.created_at = tacod_now();
 	pthread_mutex_lock(&s->lock);
 	rc = add_job(s, &j, req, &idem, &err);
-	if (rc == 0)
+	if (rc == 0) {
+		/* with the row, under the same lock: the validation takes
+		 * the job parsed here */
+		tacod_validate_keep(s, j.id, &spec.job, req);
 		tacod_validate_notify(s);
+	}
 	pthread_mutex_unlock(&s->lock);
 	created = rc == 0;
 	if (rc) {
@@ -590,6 +600,7 @@ out:
 	if (!created)
 		taco_remove_flat_dir(dir, NULL);
 	free(j.request);
+	tacod_job_spec_free(&spec);
 	json_decref(req);
 	return rc;
 }
@@ -726,8 +737,8 @@ static int job_cancel(tacod_http_req *r, void *ctx)
 				t = tacod_store_job_transition(
 				    s->store, id, from, TACOD_CANCELLED, &err);
 				if (!t)
-					t = tacod_webhooks_job_status(s->hooks, &j,
-								      &err);
+					t = tacod_webhooks_job_status(s->hooks,
+								      &j, &err);
 				t = tacod_store_tx_end(s->store, t, &err);
 			}
 			if (tacod_http_storage_errno(t)) {

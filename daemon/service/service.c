@@ -56,14 +56,8 @@ static void storage_failed(tacod_service *s, tacod_run *rj, int rc)
 static void job_running(void *ctx, tacod_run *run)
 {
 	tacod_service *s = ctx;
-	tacod_job u = {0};
 
-	if (!tacod_store_job_get(s->store, NULL, run->id, &u, NULL)) {
-		if (!u.started_at)
-			u.started_at = tacod_now();
-		tacod_store_job_update(s->store, &u, NULL);
-		tacod_job_clear(&u);
-	}
+	tacod_store_job_started(s->store, run->id, tacod_now(), NULL);
 	tacod_service_event(s, run->id, "info", "status", "The job is running",
 			    json_pack("{ss}", "status", "running"));
 }
@@ -268,7 +262,8 @@ static void finish_job(tacod_service *s, tacod_run *rj, int64_t status, int sig)
 		if (!rc) {
 			rc = tacod_store_job_update(s->store, &j, &e);
 			if (!rc)
-				rc = tacod_webhooks_job_status(s->hooks, &j, &e);
+				rc =
+				    tacod_webhooks_job_status(s->hooks, &j, &e);
 			rc = tacod_store_tx_end(s->store, rc, &e);
 		}
 		if (!rc || !tacod_http_storage_errno(rc) ||

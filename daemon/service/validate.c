@@ -12,6 +12,13 @@
  * past it gets 429). A job left in validating_files by a tacod that died is
  * still in the store, and is validated again after the restart.
  *
+ * The job is the one its create parsed (tacod_validate_keep), with the
+ * create's request: the validation reads no file back. Only a job
+ * validated after a restart (the parsed job did not survive the process;
+ * the store, the queue, holds the request) or one pushed out of the kept
+ * list by newer ones has its job.json, written once by the create, parsed:
+ * once, here, and its stored request parsed for the names it gives.
+ *
  * A dedicated thread, not uv_queue_work: the work is queued from HTTP
  * threads (uv_queue_work is loop-thread only), libuv's pool is shared and
  * small, and a drain must know whether a validation is in progress (the
@@ -88,22 +95,99 @@ static int record(tacod_service *s, const char *id, const tacod_assessment *a)
 	return rc;
 }
 
+/* A job its create parsed, with the create's request. */
+typedef struct tacod_kept_job {
+	char id[TACOD_ID_MAX];
+	taco_job job;
+	json_t *req;
+} tacod_kept_job;
+
+static void kept_free(tacod_kept_job *k)
+{
+	if (!k)
+		return;
+	taco_job_free(&k->job);
+	json_decref(k->req);
+	free(k);
+}
+
+/* At most TACOD_MAX_VALIDATING, as many as may wait: past it the oldest
+ * goes, and its job is parsed from its file when its turn comes. */
+static void put_kept(tacod_service *s, tacod_kept_job *k)
+{
+	if (s->n_val_kept == TACOD_MAX_VALIDATING) {
+		kept_free(s->val_kept[0]);
+		memmove(s->val_kept, s->val_kept + 1,
+			(size_t)(--s->n_val_kept) * sizeof(s->val_kept[0]));
+	}
+	s->val_kept[s->n_val_kept++] = k;
+}
+
+void tacod_validate_keep(tacod_service *s, const char *id, taco_job *job,
+			 json_t *req)
+{
+	tacod_kept_job *k = malloc(sizeof(*k));
+
+	/* a copy of the request: the request thread goes on with its own */
+	if (!k || !(k->req = json_deep_copy(req))) {
+		free(k);
+		return; /* validated from its file */
+	}
+	snprintf(k->id, sizeof(k->id), "%s", id);
+	k->job = *job;
+	memset(job, 0, sizeof(*job)); /* its freeze list is ours now */
+	put_kept(s, k);
+}
+
+/* The kept job of id, taken out of the list; NULL when there is none. */
+static tacod_kept_job *take_kept(tacod_service *s, const char *id)
+{
+	for (int i = 0; i < s->n_val_kept; i++) {
+		tacod_kept_job *k = s->val_kept[i];
+		if (strcmp(k->id, id))
+			continue;
+		memmove(s->val_kept + i, s->val_kept + i + 1,
+			(size_t)(--s->n_val_kept - i) * sizeof(s->val_kept[0]));
+		return k;
+	}
+	return NULL;
+}
+
+static void drop_kept(tacod_service *s)
+{
+	for (int i = 0; i < s->n_val_kept; i++)
+		kept_free(s->val_kept[i]);
+	s->n_val_kept = 0;
+}
+
 /* Validates one job (lock held on entry and on return, released while
  * the data is read). */
 static int validate(tacod_service *s, const tacod_job *j)
 {
 	char path[TACOD_PATH_MAX + 192];
-	json_t *req = j->request ? json_loads(j->request, 0, NULL) : NULL;
+	tacod_kept_job *k = take_kept(s, j->id);
+	json_t *req = k		   ? json_incref(k->req)
+		      : j->request ? json_loads(j->request, 0, NULL)
+				   : NULL;
 	tacod_assessment a;
 	int rc;
 
 	snprintf(path, sizeof(path), "%s/%s/job.json", s->jobs_dir, j->id);
 	snprintf(s->val_job, sizeof(s->val_job), "%s", j->id);
 	pthread_mutex_unlock(&s->lock);
-	tacod_assess(s, path, req, TACOD_ASSESS_DATA, UINT64_MAX, &a);
+	if (k)
+		tacod_assess(s, &k->job, req, TACOD_ASSESS_DATA, UINT64_MAX,
+			     &a);
+	else
+		tacod_assess_file(s, path, req, TACOD_ASSESS_DATA, UINT64_MAX,
+				  &a);
 	pthread_mutex_lock(&s->lock);
 	s->val_job[0] = 0;
 	rc = record(s, j->id, &a);
+	if (rc && k)
+		put_kept(s, k); /* for the retry */
+	else
+		kept_free(k);
 	json_decref(a.report);
 	json_decref(req);
 	/* the scheduler may start it; a drain may end */
@@ -139,6 +223,8 @@ static void *validator(void *arg)
 		rc = retry ? -EAGAIN
 			   : tacod_store_job_by_status(
 				 s->store, TACOD_VALIDATING, &j, 1, &n, NULL);
+		if (rc == 0 && n == 0)
+			drop_kept(s); /* of jobs cancelled while waiting */
 		if (rc || n == 0) {
 			wait_for_work(s, rc != 0);
 			retry = 0;
@@ -189,12 +275,15 @@ void tacod_validate_stop(tacod_service *s)
 
 void tacod_validate_join(tacod_service *s)
 {
-	if (!s->val_started)
-		return;
-	pthread_mutex_lock(&s->lock);
-	tacod_validate_stop(s);
-	pthread_mutex_unlock(&s->lock);
-	pthread_join(s->val_thread, NULL);
-	pthread_cond_destroy(&s->val_cond);
-	s->val_started = 0;
+	if (s->val_started) {
+		pthread_mutex_lock(&s->lock);
+		tacod_validate_stop(s);
+		pthread_mutex_unlock(&s->lock);
+		pthread_join(s->val_thread, NULL);
+		pthread_cond_destroy(&s->val_cond);
+		s->val_started = 0;
+	}
+	/* the jobs still waiting are parsed from their files at the next
+	 * start */
+	drop_kept(s);
 }

@@ -387,3 +387,22 @@ int tacod_store_job_transition(tacod_store *s, const char *id, int from, int to,
 	}
 	return st_end(s, rc, err);
 }
+
+int tacod_store_job_started(tacod_store *s, const char *id, int64_t t,
+			    taco_err *err)
+{
+	int rc = st_check_str(id, TACOD_ID_MAX, 0, "id", err);
+
+	if (rc < 0)
+		return rc;
+	rc = st_begin(s, 1, err);
+	if (rc < 0)
+		return rc;
+	rc = st_exec(s, "set started_at",
+		     "UPDATE jobs SET started_at = ?2"
+		     " WHERE id = ?1 AND started_at = 0",
+		     ST_ARGS(ST_TEXT(id), ST_INT(t)), NULL, NULL, err);
+	if (rc == 0 && st_changes(s) == 0)
+		rc = st_job_exists(s, id, err); /* started already: 0 */
+	return st_end(s, rc, err);
+}

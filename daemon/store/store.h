@@ -90,6 +90,11 @@ int tacod_store_job_update_from(tacod_store *s, const tacod_job *j, int from,
  * -EAGAIN otherwise (the compare-and-set the scheduler and the API use). */
 int tacod_store_job_transition(tacod_store *s, const char *id, int from, int to,
 			       taco_err *err);
+/* Sets a job's started_at to t (unix seconds) unless it has one: a job
+ * run again (resumed, requeued) keeps its first start. One statement, not
+ * a rewrite of the row. -ENOENT when there is no such job. */
+int tacod_store_job_started(tacod_store *s, const char *id, int64_t t,
+			    taco_err *err);
 
 /* Events: seq assigned here, returned through *seq. */
 int tacod_store_event_add(tacod_store *s, const char *job_id, const char *level,

@@ -10,7 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/model.h"
 #include "util/taco_err.h"
 
 #define TACO_DATA_MAX_LINE (64u << 20)	/* bytes in one JSONL line */

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "data.h"
+#include "job/job_opts.h" /* enum taco_template, taco_overlength */
 #include "tokenizer/tokenizer.h"
 #include "util/taco_err.h"
 
@@ -21,19 +22,6 @@
 #define TACO_DATASET_MAX_FILE (16ull << 30) /* bytes in one file */
 #define TACO_DATASET_MAX_MESSAGES 4096	    /* messages in one example */
 #define TACO_DATASET_MAX_LISTED 100	    /* problems listed in full */
-
-enum taco_template {
-	TACO_TEMPLATE_AUTO = 0, /* from tokenizer_config.json's chat_template */
-	TACO_TEMPLATE_CHATML, /* Qwen: <|im_start|>role\ncontent<|im_end|>\n */
-	TACO_TEMPLATE_LLAMA3,
-	TACO_TEMPLATE_MISTRAL, /* [INST] user [/INST] assistant</s> */
-};
-
-enum taco_overlength {
-	TACO_OVERLENGTH_TRUNCATE = 0,
-	TACO_OVERLENGTH_DROP,
-	TACO_OVERLENGTH_ERROR,
-};
 
 /* Problem codes; docs/datasets.md says what each means. */
 enum taco_problem_code {

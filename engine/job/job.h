@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "optim/optim.h"
+#include "job_opts.h"
 
 #define TACO_JOB_MAX_BYTES (1u << 20)
 #define TACO_JOB_MAX_FREEZE 256

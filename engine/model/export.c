@@ -5,23 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "job/job_export.h"
 #include "model_io.h"
 #include "util/fsutil.h"
-
-const char *const taco_export_base_files[] = {
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    NULL,
-};
 
 int taco_export(const taco_model *m, const char *base_dir, const char *out_dir,
 		uint64_t shard_bytes, taco_err *err)
@@ -37,11 +23,11 @@ int taco_export(const taco_model *m, const char *base_dir, const char *out_dir,
 	taco_remove_flat_dir(tmp, NULL);
 	if ((r = taco_mkdir_p(tmp, err)))
 		return r;
-	for (int i = 0; taco_export_base_files[i]; i++) {
+	for (int i = 0; taco_job_export_files[i]; i++) {
 		snprintf(src, sizeof(src), "%s/%s", base_dir,
-			 taco_export_base_files[i]);
+			 taco_job_export_files[i]);
 		snprintf(dst, sizeof(dst), "%s/%s", tmp,
-			 taco_export_base_files[i]);
+			 taco_job_export_files[i]);
 		if (stat(src, &st) || !S_ISREG(st.st_mode))
 			continue;
 		if ((r = taco_copy_file(src, dst, err)))

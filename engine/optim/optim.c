@@ -7,19 +7,6 @@
 #include "optim.h"
 #include "safetensors/safetensors.h"
 
-void taco_optim_defaults(taco_optim_opts *o)
-{
-	memset(o, 0, sizeof(*o));
-	o->k = 16;
-	o->beta = 0.9f;
-	o->weight_decay = 0.0f;
-	o->stochastic = 1;
-	o->adam_beta1 = 0.9f;
-	o->adam_beta2 = 0.999f;
-	o->adam_eps = 1e-8f;
-	o->adam_weight_decay = 0.0f;
-}
-
 size_t taco_optim_tensor_bytes(int kind, int ndim, int64_t R, int64_t C, int k)
 {
 	size_t idx_bytes = R <= 65535 ? 2 : 4;

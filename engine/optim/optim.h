@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "job/job_opts.h" /* taco_optim_opts, taco_optim_defaults */
 #include "model/model.h"
 #include "util/taco_err.h"
 
@@ -15,20 +16,6 @@ enum taco_optim_kind {
 	TACO_OPT_TACO,
 	TACO_OPT_ADAMW,
 };
-
-typedef struct taco_optim_opts {
-	int all_adamw; /* 1: AdamW for every tensor (the comparison baseline) */
-	int k;	       /* TACO slots per column, 1..16 */
-	float beta;
-	float weight_decay;
-	int stochastic; /* bf16 rounding of TACO updates */
-	float adam_beta1, adam_beta2, adam_eps, adam_weight_decay;
-	uint64_t seed;
-} taco_optim_opts;
-
-/* The defaults of docs/taco.md: k 16, beta 0.9, no decay, stochastic rounding;
- * AdamW 0.9 / 0.999 / 1e-8 / 0. */
-void taco_optim_defaults(taco_optim_opts *o);
 
 typedef struct taco_optim_tensor {
 	int kind;

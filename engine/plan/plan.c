@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model.h"
 #include "model/model_work.h"
 #include "optim/optim.h"
 
@@ -193,14 +194,18 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 	return 0;
 }
 
+const char *taco_plan_precision(const taco_plan *p)
+{
+	return p->act_dtype == TK_BF16 ? "bf16" : "fp32";
+}
+
 void taco_plan_settings(const taco_plan *p, char *buf, size_t len)
 {
 	int n = snprintf(buf, len,
 			 "precision %s, activation offload %s, %d MLP "
 			 "block%s%s",
-			 p->act_dtype == TK_BF16 ? "bf16" : "fp32",
-			 p->offload ? "on" : "off", p->mlp_chunks,
-			 p->mlp_chunks == 1 ? "" : "s",
+			 taco_plan_precision(p), p->offload ? "on" : "off",
+			 p->mlp_chunks, p->mlp_chunks == 1 ? "" : "s",
 			 p->overlap ? ", optimizer overlapped" : "");
 
 	if (p->stream_layers && n >= 0 && (size_t)n < len)

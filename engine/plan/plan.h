@@ -13,8 +13,12 @@
 
 #include "job/job.h"
 #include "model/mem_terms.h"
-#include "model/model.h"
+#include "model/step_opts.h"
 #include "util/taco_err.h"
+
+/* A model's tensor list and shapes (model/model.h). Only pointed to here:
+ * this header, which tacod includes, reaches no kernel header. */
+struct taco_model;
 
 enum taco_plan_backend {
 	TACO_BACKEND_CPU = 0,
@@ -56,8 +60,8 @@ const char *taco_plan_term_name(int term);
 
 /* Plans a model of these shapes (taco_model_shapes or a loaded model; the
  * tensors' dtypes are not used: weight_dtype is). */
-int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
-		      taco_plan *out, taco_err *err);
+int taco_plan_compute(const struct taco_model *shapes,
+		      const taco_plan_input *in, taco_plan *out, taco_err *err);
 
 /* What would fit in `budget` bytes when the plan does not: the largest
  * batch (same T) and sequence length (same B), 0 when none, and whether
@@ -69,7 +73,7 @@ typedef struct taco_plan_advice {
 	uint64_t frozen_embeddings_total;
 } taco_plan_advice;
 
-int taco_plan_advise(const taco_model *shapes, const taco_plan_input *in,
+int taco_plan_advise(const struct taco_model *shapes, const taco_plan_input *in,
 		     uint64_t budget, taco_plan_advice *out, taco_err *err);
 
 /* The plan input of a job on a backend, with the weights stored in
@@ -95,16 +99,27 @@ int taco_plan_dense_grads(const taco_job *job);
  * first. The settings are in out and in_out. */
 int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
 		  taco_plan *out, taco_plan_input *in_out,
-		  taco_model **shapes_out, taco_err *err);
+		  struct taco_model **shapes_out, taco_err *err);
+
+/* Admission's view of a job: taco_plan_job within budget, and when the
+ * plan does not fit, what would (taco_plan_advise) and why not
+ * (taco_plan_refuse, in err). Returns 0 when it fits, -ENOSPC when it
+ * does not (out and advice set), another negative errno when it cannot
+ * be planned (nothing set). */
+int taco_plan_admit(const taco_job *job, int backend, uint64_t budget,
+		    taco_plan *out, taco_plan_advice *advice, taco_err *err);
 
 /* "precision bf16, activation offload on, 1 MLP block": the settings of a
  * plan, for people. */
 void taco_plan_settings(const taco_plan *p, char *buf, size_t len);
 
+/* The precision planned: "bf16" or "fp32". */
+const char *taco_plan_precision(const taco_plan *p);
+
 /* Frozen flags of job->freeze over a model's tensors (caller frees).
  * A prefix matching no tensor is an error. */
-int taco_job_frozen(const taco_job *job, const taco_model *m, uint8_t **out,
-		    taco_err *err);
+int taco_job_frozen(const taco_job *job, const struct taco_model *m,
+		    uint8_t **out, taco_err *err);
 
 /* Physical memory of this machine (the CPU backend's device). */
 uint64_t taco_plan_host_memory(void);
@@ -121,7 +136,7 @@ void taco_plan_print(const taco_plan *p, FILE *f);
 
 /* Describes a plan that does not fit in budget, with what would, into err.
  * Returns -ENOSPC. */
-int taco_plan_refuse(const taco_model *shapes, const taco_plan_input *in,
+int taco_plan_refuse(const struct taco_model *shapes, const taco_plan_input *in,
 		     const taco_plan *p, uint64_t budget, taco_err *err);
 
 #endif

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model/model.h"
 #include "plan.h"
 #include "safetensors/safetensors.h"
 
@@ -183,6 +184,31 @@ int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
 out:
 	free(frozen);
 	taco_model_free(shapes);
+	return r;
+}
+
+int taco_plan_admit(const taco_job *job, int backend, uint64_t budget,
+		    taco_plan *out, taco_plan_advice *advice, taco_err *err)
+{
+	taco_plan_advice a;
+	taco_plan_input in;
+	taco_model *shapes = NULL;
+	taco_plan p;
+	int r = taco_plan_job(job, backend, budget, &p, &in, &shapes, err);
+
+	if (r)
+		return r;
+	memset(&a, 0, sizeof(a));
+	if (p.total > budget) {
+		/* the advice may fail where the refusal says why */
+		if (taco_plan_advise(shapes, &in, budget, &a, NULL))
+			memset(&a, 0, sizeof(a));
+		taco_plan_refuse(shapes, &in, &p, budget, err);
+		r = -ENOSPC;
+	}
+	taco_model_free(shapes);
+	*out = p;
+	*advice = a;
 	return r;
 }
 

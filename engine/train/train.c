@@ -15,9 +15,9 @@
 
 #include "checkpoint.h"
 #include "data/data.h"
+#include "data/job_data.h"
 #include "eval.h"
 #include "events.h"
-#include "job/job_data.h"
 #include "model/export.h"
 #include "model/model.h"
 #include "optim/optim.h"

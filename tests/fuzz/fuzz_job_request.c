@@ -49,12 +49,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				 NULL};
 	tacod_request_error e;
 	json_t *req = json_loadb((const char *)data, size, 0, NULL);
-	json_t *job = NULL;
+	tacod_job_spec spec;
 
 	if (!req)
 		return 0;
-	if (tacod_job_request(req, &ctx, &job, &e) == 0)
-		json_decref(job);
+	if (tacod_job_request(req, &ctx, &spec, &e) == 0)
+		tacod_job_spec_free(&spec);
 	else if (!e.message[0])
 		abort(); /* every refusal says why */
 	json_decref(req);

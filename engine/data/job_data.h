@@ -3,10 +3,10 @@
 #ifndef TACO_JOB_DATA_H
 #define TACO_JOB_DATA_H
 
-#include "data/data.h"
-#include "data/dataset.h"
-#include "data/mc.h"
-#include "job.h"
+#include "data.h"
+#include "dataset.h"
+#include "job/job.h"
+#include "mc.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct taco_job_data {
@@ -24,6 +24,9 @@ typedef struct taco_job_data {
  * error the reports say what is wrong, line by line. */
 int taco_job_data_load(const taco_job *job, int vocab, taco_job_data *out,
 		       taco_err *err);
+/* The same against the vocabulary of the model's config.json: what tacod
+ * checks before it queues a job, without loading the weights. */
+int taco_job_data_check(const taco_job *job, taco_job_data *out, taco_err *err);
 void taco_job_data_free(taco_job_data *d);
 
 #endif

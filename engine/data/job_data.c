@@ -1,6 +1,9 @@
 #include "job_data.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#include "model/config.h"
 
 static void opts_of(const taco_job *job, taco_dataset_opts *o)
 {
@@ -60,6 +63,19 @@ int taco_job_data_load(const taco_job *job, int vocab, taco_job_data *out,
 			      job->max_examples, &out->mc, err)))
 		return r;
 	return 0;
+}
+
+int taco_job_data_check(const taco_job *job, taco_job_data *out, taco_err *err)
+{
+	char path[TACO_PATH_MAX + 16];
+	taco_config cfg;
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	snprintf(path, sizeof(path), "%s/config.json", job->model);
+	if ((r = taco_config_load(path, &cfg, err)))
+		return r;
+	return taco_job_data_load(job, cfg.vocab, out, err);
 }
 
 void taco_job_data_free(taco_job_data *d)
