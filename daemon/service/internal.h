@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 
+#include "api/job_request.h"
 #include "daemon/http/http.h"
 #include "daemon/runner/runner.h"
 #include "daemon/service/service.h"
@@ -107,7 +108,26 @@ int tacod_idem_store(tacod_service *s, const char *user, const tacod_idem *k,
 int tacod_route_checkpoints(tacod_http_req *r, tacod_service *s, const char *id,
 			    tacod_job *j, tacod_checkpoint **out, int *n,
 			    taco_err *err);
-/* Route handlers of the other files. */
+/* The user a request is from (its token's, or its peer's). */
+const char *tacod_route_user(tacod_http_req *r);
+/* Parses and maps a create request (jobs.c) onto a job that writes into
+ * out: 0 with *spec set, or a 400/500 has been sent. */
+int tacod_route_map_job(tacod_http_req *r, tacod_service *s, json_t *req,
+			const char *out, tacod_job_spec *spec);
+/* The route handlers, a file a resource: files.c, jobs.c, plan.c,
+ * events.c, checkpoints.c, download.c, device.c, dashboard.c. */
+int tacod_route_file_upload(tacod_http_req *r, void *ctx);
+int tacod_route_file_list(tacod_http_req *r, void *ctx);
+int tacod_route_file_show(tacod_http_req *r, void *ctx);
+int tacod_route_file_content(tacod_http_req *r, void *ctx);
+int tacod_route_file_delete(tacod_http_req *r, void *ctx);
+int tacod_route_job_create(tacod_http_req *r, void *ctx);
+int tacod_route_job_plan(tacod_http_req *r, void *ctx);
+int tacod_route_job_list(tacod_http_req *r, void *ctx);
+int tacod_route_job_show(tacod_http_req *r, void *ctx);
+int tacod_route_job_cancel(tacod_http_req *r, void *ctx);
+int tacod_route_job_events(tacod_http_req *r, void *ctx);
+int tacod_route_job_checkpoints(tacod_http_req *r, void *ctx);
 int tacod_route_job_pause(tacod_http_req *r, void *ctx);
 int tacod_route_job_resume(tacod_http_req *r, void *ctx);
 int tacod_route_device(tacod_http_req *r, void *ctx);

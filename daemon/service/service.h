@@ -1,5 +1,5 @@
-/* service/service.h: tacod itself: the store, the HTTP API, the scheduler and the
- * workers, on one libuv loop. HTTP handlers run on the HTTP server's
+/* service/service.h: tacod itself: the store, the HTTP API, the scheduler and
+ * the workers, on one libuv loop. HTTP handlers run on the HTTP server's
  * thread; they touch the store under the service lock and wake the loop
  * (uv_async) for anything that starts or stops a worker. */
 #ifndef TACOD_SERVICE_H

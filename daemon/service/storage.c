@@ -4,9 +4,9 @@
  * answered 507 insufficient_storage (tacod_http_storage_error), naming no
  * path of the server's: the path and the system's message go to tacod's
  * log (stderr). A running job whose events cannot be stored is stopped and
- * fails (service/service.c); to record that on a disk that is full, tacod keeps a
- * reserve, state_dir/reserve (TACOD_RESERVE_BYTES), which it deletes then
- * and makes again once there is room. */
+ * fails (service/service.c); to record that on a disk that is full, tacod keeps
+ * a reserve, state_dir/reserve (TACOD_RESERVE_BYTES), which it deletes then and
+ * makes again once there is room. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

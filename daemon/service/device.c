@@ -1,4 +1,4 @@
-/* service/status.c: GET /v1/device and GET /metrics (Prometheus text
+/* service/device.c: GET /v1/device and GET /metrics (Prometheus text
  * exposition format 0.0.4). Both read the running set under the lock and
  * the job counts from the store; neither touches a worker. */
 #include <dirent.h>

@@ -1,0 +1,165 @@
+/* service/files.c: the files of the API (OpenAI's /v1/files): uploads,
+ * their list, their rows and content, and their deletion. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api/job_request.h"
+#include "api/objects.h"
+#include "daemon/service/internal.h"
+#include "daemon/webhooks/delivery.h"
+#include "util/fsutil.h"
+
+int tacod_route_file_upload(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	const tacod_http_upload *u = tacod_http_upload_file(r);
+	const char *purpose = tacod_http_form(r, "purpose");
+	tacod_file f = {0};
+	char dest[TACOD_PATH_MAX + 128], what[600];
+	tacod_idem idem;
+	json_t *obj;
+	taco_err err = {{0}};
+	struct stat st;
+	int rc;
+
+	if (!u)
+		return tacod_http_error(r, 400, "invalid_request_error",
+					"missing_file", "file",
+					"a multipart field 'file' is required");
+	if (!purpose || strcmp(purpose, "fine-tune"))
+		return tacod_http_error(r, 400, "invalid_request_error",
+					"invalid_purpose", "purpose",
+					"purpose must be 'fine-tune'");
+	/* a retried upload is the same content, purpose and name */
+	snprintf(what, sizeof(what), "%s/%s/%s", u->sha256, purpose,
+		 u->filename);
+	if (tacod_idem_begin(r, s, what, strlen(what), &idem))
+		return 0;
+	/* stored by content hash: the same bytes are kept once */
+	snprintf(dest, sizeof(dest), "%s/%s", s->files_dir, u->sha256);
+	if (stat(dest, &st) && (rc = tacod_http_upload_keep(r, dest, &err)))
+		return tacod_route_write_error(r, rc, &err);
+	tacod_new_id("file-", f.id);
+	snprintf(f.user, sizeof(f.user), "%s", tacod_route_user(r));
+	snprintf(f.filename, sizeof(f.filename), "%s",
+		 u->filename[0] ? u->filename : "upload.jsonl");
+	snprintf(f.purpose, sizeof(f.purpose), "%s", purpose);
+	snprintf(f.sha256, sizeof(f.sha256), "%s", u->sha256);
+	if (strlen(dest) >= sizeof(f.path))
+		return tacod_http_error(r, 500, "server_error", NULL, NULL,
+					"state_dir is too long");
+	memcpy(f.path, dest, strlen(dest) + 1);
+	f.bytes = (int64_t)u->size;
+	f.created_at = tacod_now();
+	obj = tacod_file_object(&f);
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_tx_begin(s->store, &err);
+	if (rc == 0) {
+		rc = tacod_store_file_add(s->store, &f, &err);
+		if (rc == 0)
+			rc = tacod_idem_store(s, f.user, &idem, 200, obj, &err);
+		rc = tacod_store_tx_end(s->store, rc, &err);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (rc == -EEXIST && idem.key[0] &&
+	    tacod_idem_begin(r, s, what, strlen(what), &idem))
+		rc = 0; /* a twin request won the key: its reply */
+	else if (rc)
+		rc = tacod_route_store_error(r, rc, &err, "file");
+	else
+		return tacod_http_reply_json(r, 200, obj);
+	json_decref(obj);
+	return rc;
+}
+
+int tacod_route_file_list(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	tacod_file *rows;
+	const char *after = tacod_http_query(r, "after");
+	json_t *items;
+	taco_err err = {{0}};
+	int n = 0, more = 0, rc, limit = tacod_route_limit(r);
+
+	if (limit < 0)
+		return 0;
+	if (!(rows = calloc(TACOD_LIST_MAX, sizeof(*rows))))
+		return tacod_http_error(r, 500, "server_error", NULL, NULL,
+					"out of memory");
+	items = json_array();
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_file_list(s->store, tacod_route_scope(r),
+				   after ? after : "", limit, rows, &n, &more,
+				   &err);
+	pthread_mutex_unlock(&s->lock);
+	for (int i = 0; !rc && i < n; i++)
+		json_array_append_new(items, tacod_file_object(&rows[i]));
+	free(rows);
+	if (rc) {
+		json_decref(items);
+		return tacod_route_store_error(r, rc, &err, "file");
+	}
+	return tacod_http_reply_json(r, 200, tacod_list_object(items, more));
+}
+
+static int file_get(tacod_http_req *r, void *ctx, tacod_file *f)
+{
+	tacod_service *s = ctx;
+	taco_err err = {{0}};
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_file_get(s->store, tacod_route_scope(r),
+				  tacod_http_param(r, "id"), f, &err);
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		tacod_route_store_error(r, rc, &err, "file");
+	return rc;
+}
+
+int tacod_route_file_show(tacod_http_req *r, void *ctx)
+{
+	tacod_file f;
+
+	if (file_get(r, ctx, &f))
+		return 0;
+	return tacod_http_reply_json(r, 200, tacod_file_object(&f));
+}
+
+int tacod_route_file_content(tacod_http_req *r, void *ctx)
+{
+	tacod_file f;
+
+	if (file_get(r, ctx, &f))
+		return 0;
+	return tacod_http_reply_file(r, 200, f.path, "application/octet-stream",
+				     f.filename);
+}
+
+int tacod_route_file_delete(tacod_http_req *r, void *ctx)
+{
+	tacod_service *s = ctx;
+	const char *id = tacod_http_param(r, "id");
+	taco_err err = {{0}};
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = tacod_store_file_delete(s->store, tacod_route_scope(r), id, &err);
+	pthread_mutex_unlock(&s->lock);
+	if (rc == -EBUSY)
+		return tacod_http_error(r, 409, "invalid_request_error",
+					"file_in_use", "id",
+					"a job that has not finished uses "
+					"this file");
+	if (rc)
+		return tacod_route_store_error(r, rc, &err, "file");
+	return tacod_http_reply_json(
+	    r, 200,
+	    json_pack("{ss ss sb}", "id", id, "object", "file", "deleted", 1));
+}
