@@ -22,14 +22,8 @@ fail() {
 	exit 1
 }
 
-awk -v dir="$work" '
-	/^<!-- command: [a-z-]+ -->$/ { name = $3; want = 1; next }
-	want && /^```sh$/ { want = 0; inside = 1; file = dir "/" name ".sh"; next }
-	want && !/^$/ { printf "README.md:%d: <!-- command: %s --> is not followed by a ```sh block\n", NR, name > "/dev/stderr"; exit 1 }
-	inside && /^```$/ { inside = 0; close(file); order = order name " "; next }
-	inside { print > file }
-	END { print order > (dir "/ORDER") }
-' "$src/README.md" || fail "README.md: a command marker without its block"
+sh "$src/tests/doc_blocks.sh" command "$src/README.md" "$work" ||
+	fail "README.md: a command marker without its block"
 read -r -a blocks <"$work/ORDER"
 for need in train-example gpu-smoke bench-cpu; do
 	[ -s "$work/$need.sh" ] || fail "README.md has no '<!-- command: $need -->' block"

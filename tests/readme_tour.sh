@@ -50,15 +50,8 @@ done
 	fail "no $src/build-venv/sdk: run scripts/setup.sh to make the SDK's venv"
 
 # ---- the blocks, as README.md has them
-mkdir -p "$work/blocks"
-awk -v dir="$work/blocks" '
-	/^<!-- tour: [a-z]+ -->$/ { name = $3; want = 1; next }
-	want && /^```sh$/ { want = 0; inside = 1; file = dir "/" name ".sh"; next }
-	want && !/^$/ { printf "README.md:%d: <!-- tour: %s --> is not followed by a ```sh block\n", NR, name > "/dev/stderr"; exit 1 }
-	inside && /^```$/ { inside = 0; close(file); order = order name " "; next }
-	inside { print > file }
-	END { print order > (dir "/ORDER") }
-' "$src/README.md" || fail "README.md: a tour marker without its block"
+sh "$src/tests/doc_blocks.sh" tour "$src/README.md" "$work/blocks" ||
+	fail "README.md: a tour marker without its block"
 read -r -a blocks <"$work/blocks/ORDER"
 for need in curl tacoctl sdk; do
 	[ -s "$work/blocks/$need.sh" ] || fail "README.md has no '<!-- tour: $need -->' block"

@@ -37,13 +37,9 @@ for d in /etc /usr/local /var/lib /run; do
 		-o "lowerdir=$d,upperdir=$scratch/up$n,workdir=$scratch/work$n" "$d"
 done
 
-block=$scratch/block.sh
-awk '
-	/^<!-- command: systemd-install -->$/ { want = 1; next }
-	want && /^```sh$/ { want = 0; inside = 1; next }
-	inside && /^```$/ { exit }
-	inside { print }
-' "$src/docs/tacod.md" >"$block"
+sh "$src/tests/doc_blocks.sh" command "$src/docs/tacod.md" "$scratch/blocks" ||
+	fail "docs/tacod.md: a command marker without its block"
+block=$scratch/blocks/systemd-install.sh
 [ -s "$block" ] || fail "docs/tacod.md has no '<!-- command: systemd-install -->' block"
 grep -q '^systemctl enable --now tacod' "$block" ||
 	fail "the block no longer enables tacod: update this test"
