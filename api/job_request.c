@@ -14,11 +14,12 @@
 #include "types.h"
 #include "util/text.h"
 
-static int fail(tacod_request_error *e, const char *param, const char *code,
-		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int request_fail(tacod_request_error *e, const char *param,
+			const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-static int fail(tacod_request_error *e, const char *param, const char *code,
-		const char *fmt, ...)
+static int request_fail(tacod_request_error *e, const char *param,
+			const char *code, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -30,7 +31,7 @@ static int fail(tacod_request_error *e, const char *param, const char *code,
 	return -EINVAL;
 }
 
-static int name_ok(const char *s, size_t max)
+static int request_name_ok(const char *s, size_t max)
 {
 	size_t n = strlen(s);
 
@@ -53,9 +54,10 @@ static int auto_int(json_t *v, const char *param, json_int_t lo, json_int_t hi,
 		return 0;
 	if (!json_is_integer(v) || json_integer_value(v) < lo ||
 	    json_integer_value(v) > hi)
-		return fail(e, param, "invalid_hyperparameter",
-			    "%s must be \"auto\" or an integer in [%lld, %lld]",
-			    param, (long long)lo, (long long)hi);
+		return request_fail(
+		    e, param, "invalid_hyperparameter",
+		    "%s must be \"auto\" or an integer in [%lld, %lld]", param,
+		    (long long)lo, (long long)hi);
 	*out = json_integer_value(v);
 	return 0;
 }
@@ -73,15 +75,16 @@ static int hyperparameters(json_t *h, const char *where, json_int_t *epochs,
 	if (!h)
 		return 0;
 	if (!json_is_object(h))
-		return fail(e, where, "invalid_type", "%s must be an object",
-			    where);
+		return request_fail(e, where, "invalid_type",
+				    "%s must be an object", where);
 	json_object_foreach(h, k, v)
 	{
 		if (strcmp(k, "n_epochs") && strcmp(k, "batch_size") &&
 		    strcmp(k, "learning_rate_multiplier")) {
 			snprintf(p, sizeof(p), "%s.%s", where, k);
-			return fail(e, p, "unknown_parameter",
-				    "%s is not a supported hyperparameter", p);
+			return request_fail(
+			    e, p, "unknown_parameter",
+			    "%s is not a supported hyperparameter", p);
 		}
 	}
 	snprintf(p, sizeof(p), "%s.n_epochs", where);
@@ -98,10 +101,11 @@ static int hyperparameters(json_t *h, const char *where, json_int_t *epochs,
 		snprintf(p, sizeof(p), "%s.learning_rate_multiplier", where);
 		if (!json_is_number(m) || !(json_number_value(m) > 0) ||
 		    json_number_value(m) > 1000)
-			return fail(e, p, "invalid_hyperparameter",
-				    "%s must be \"auto\" or a number in (0, "
-				    "1000]",
-				    p);
+			return request_fail(
+			    e, p, "invalid_hyperparameter",
+			    "%s must be \"auto\" or a number in (0, "
+			    "1000]",
+			    p);
 		*mult = json_number_value(m);
 	}
 	return 0;
@@ -116,9 +120,10 @@ static int metadata(json_t *m, tacod_request_error *e)
 		return 0;
 	if (!json_is_object(m) ||
 	    json_object_size(m) > TACOD_METADATA_PAIRS_MAX)
-		return fail(e, "metadata", "invalid_metadata",
-			    "metadata must be an object of at most %d pairs",
-			    TACOD_METADATA_PAIRS_MAX);
+		return request_fail(
+		    e, "metadata", "invalid_metadata",
+		    "metadata must be an object of at most %d pairs",
+		    TACOD_METADATA_PAIRS_MAX);
 	json_object_foreach(m, k, v)
 	{
 		if (tacod_utf8_chars(k, strlen(k)) > TACOD_METADATA_KEY_MAX ||
@@ -126,11 +131,11 @@ static int metadata(json_t *m, tacod_request_error *e)
 		    tacod_utf8_chars(json_string_value(v),
 				     json_string_length(v)) >
 			TACOD_METADATA_VALUE_MAX)
-			return fail(e, "metadata", "invalid_metadata",
-				    "metadata keys are at most %d characters, "
-				    "values strings of at most %d",
-				    TACOD_METADATA_KEY_MAX,
-				    TACOD_METADATA_VALUE_MAX);
+			return request_fail(
+			    e, "metadata", "invalid_metadata",
+			    "metadata keys are at most %d characters, "
+			    "values strings of at most %d",
+			    TACOD_METADATA_KEY_MAX, TACOD_METADATA_VALUE_MAX);
 	}
 	return 0;
 }
@@ -144,38 +149,42 @@ static int file_arg(json_t *req, const char *key, int required,
 	path[0] = 0;
 	if (!v || json_is_null(v)) {
 		if (required)
-			return fail(e, key, "missing_required_parameter",
-				    "%s is required", key);
+			return request_fail(e, key,
+					    "missing_required_parameter",
+					    "%s is required", key);
 		return 0;
 	}
 	if (json_is_string(v) && json_string_value(v)[0] == '/') {
 		/* a server path: only under the configured dataset roots */
 		int r;
 		if (json_string_length(v) >= cap)
-			return fail(e, key, "invalid_path", "%s is too long",
-				    key);
+			return request_fail(e, key, "invalid_path",
+					    "%s is too long", key);
 		r = ctx->dataset_path
 			? ctx->dataset_path(ctx->file_ctx, json_string_value(v),
 					    path, cap)
 			: -EACCES;
 		if (r == -ENOENT)
-			return fail(e, key, "file_not_found",
-				    "no such file: %s", json_string_value(v));
+			return request_fail(e, key, "file_not_found",
+					    "no such file: %s",
+					    json_string_value(v));
 		if (r)
-			return fail(e, key, "path_not_allowed",
-				    "%s is not under a dataset root of this "
-				    "server (dataset_roots)",
-				    json_string_value(v));
+			return request_fail(
+			    e, key, "path_not_allowed",
+			    "%s is not under a dataset root of this "
+			    "server (dataset_roots)",
+			    json_string_value(v));
 		return 0;
 	}
 	if (!json_is_string(v) || json_string_length(v) > 63)
-		return fail(e, key, "invalid_type",
-			    "%s must be a file id or an absolute path under "
-			    "a dataset root",
-			    key);
+		return request_fail(
+		    e, key, "invalid_type",
+		    "%s must be a file id or an absolute path under "
+		    "a dataset root",
+		    key);
 	if (ctx->file_path(ctx->file_ctx, json_string_value(v), path, cap))
-		return fail(e, key, "file_not_found", "no such file: %s",
-			    json_string_value(v));
+		return request_fail(e, key, "file_not_found",
+				    "no such file: %s", json_string_value(v));
 	return 0;
 }
 
@@ -242,8 +251,8 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 
 	memset(e, 0, sizeof(*e));
 	if (!json_is_object(req))
-		return fail(e, "", "invalid_request",
-			    "the body must be a JSON object");
+		return request_fail(e, "", "invalid_request",
+				    "the body must be a JSON object");
 	integral_reals(req);
 	json_object_foreach(req, k, v)
 	{
@@ -251,24 +260,25 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 		for (int i = 0; keys[i]; i++)
 			ok |= !strcmp(k, keys[i]);
 		if (!ok)
-			return fail(e, k, "unknown_parameter",
-				    "unknown parameter: %s", k);
+			return request_fail(e, k, "unknown_parameter",
+					    "unknown parameter: %s", k);
 	}
 	v = json_object_get(req, "model");
 	if (!json_is_string(v))
-		return fail(e, "model", "missing_required_parameter",
-			    "model is required: the name of a directory in "
-			    "the models directory");
-	if (!name_ok(json_string_value(v), 255))
-		return fail(e, "model", "invalid_model",
-			    "model '%s' is not a plain name",
-			    json_string_value(v));
+		return request_fail(
+		    e, "model", "missing_required_parameter",
+		    "model is required: the name of a directory in "
+		    "the models directory");
+	if (!request_name_ok(json_string_value(v), 255))
+		return request_fail(e, "model", "invalid_model",
+				    "model '%s' is not a plain name",
+				    json_string_value(v));
 	snprintf(model, sizeof(model), "%s/%s/config.json", ctx->models_dir,
 		 json_string_value(v));
 	if (stat(model, &st))
-		return fail(e, "model", "model_not_found",
-			    "model '%s' is not in the models directory",
-			    json_string_value(v));
+		return request_fail(e, "model", "model_not_found",
+				    "model '%s' is not in the models directory",
+				    json_string_value(v));
 	snprintf(model, sizeof(model), "%s/%s", ctx->models_dir,
 		 json_string_value(v));
 	if ((r = file_arg(req, "training_file", 1, ctx, train, sizeof(train),
@@ -284,29 +294,32 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 		json_t *sup = json_object_get(method, "supervised");
 		if (!json_is_object(method) || !json_is_string(t) ||
 		    strcmp(json_string_value(t), "supervised"))
-			return fail(e, "method.type", "unsupported_method",
-				    "only supervised fine-tuning is "
-				    "supported");
+			return request_fail(e, "method.type",
+					    "unsupported_method",
+					    "only supervised fine-tuning is "
+					    "supported");
 		json_object_foreach(method, k, v)
 		{
 			if (strcmp(k, "type") && strcmp(k, "supervised")) {
 				snprintf(p, sizeof(p), "method.%s", k);
-				return fail(e, p, "unsupported_method",
-					    "only supervised fine-tuning is "
-					    "supported: %s is not",
-					    p);
+				return request_fail(
+				    e, p, "unsupported_method",
+				    "only supervised fine-tuning is "
+				    "supported: %s is not",
+				    p);
 			}
 		}
 		if (sup && !json_is_object(sup))
-			return fail(e, "method.supervised", "invalid_type",
-				    "method.supervised must be an object");
+			return request_fail(
+			    e, "method.supervised", "invalid_type",
+			    "method.supervised must be an object");
 		json_object_foreach(sup, k, v)
 		{
 			if (strcmp(k, "hyperparameters")) {
 				snprintf(p, sizeof(p), "method.supervised.%s",
 					 k);
-				return fail(e, p, "unknown_parameter",
-					    "unknown parameter: %s", p);
+				return request_fail(e, p, "unknown_parameter",
+						    "unknown parameter: %s", p);
 			}
 		}
 		if ((r = hyperparameters(
@@ -317,27 +330,30 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 	}
 	v = json_object_get(req, "suffix");
 	if (v && !json_is_null(v) &&
-	    (!json_is_string(v) || !name_ok(json_string_value(v), 64)))
-		return fail(e, "suffix", "invalid_suffix",
-			    "suffix is at most 64 letters, digits, '-', '_' "
-			    "or '.'");
+	    (!json_is_string(v) || !request_name_ok(json_string_value(v), 64)))
+		return request_fail(
+		    e, "suffix", "invalid_suffix",
+		    "suffix is at most 64 letters, digits, '-', '_' "
+		    "or '.'");
 	v = json_object_get(req, "seed");
 	if (v && !json_is_null(v) &&
 	    (!json_is_integer(v) || json_integer_value(v) < 0 ||
 	     json_integer_value(v) > 2147483647))
-		return fail(e, "seed", "invalid_seed",
-			    "seed must be an integer in [0, 2147483647]");
+		return request_fail(
+		    e, "seed", "invalid_seed",
+		    "seed must be an integer in [0, 2147483647]");
 	if ((r = metadata(json_object_get(req, "metadata"), e)))
 		return r;
 	v = json_object_get(req, "integrations");
 	if (v && !json_is_null(v) &&
 	    !(json_is_array(v) && json_array_size(v) == 0))
-		return fail(e, "integrations", "unsupported_integration",
-			    "integrations are not supported");
+		return request_fail(e, "integrations",
+				    "unsupported_integration",
+				    "integrations are not supported");
 	ext = json_object_get(req, "taco");
 	if (ext && !json_is_object(ext))
-		return fail(e, "taco", "invalid_type",
-			    "taco must be an object of tacod options");
+		return request_fail(e, "taco", "invalid_type",
+				    "taco must be an object of tacod options");
 	json_object_foreach(ext, k, v)
 	{
 		/* the job file's options that the request may set; the rest
@@ -345,10 +361,10 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 		const taco_job_key *jk = taco_job_key_find(k);
 		if (!jk || jk->setter != TACO_JOB_BY_REQUEST) {
 			snprintf(p, sizeof(p), "taco.%s", k);
-			return fail(e, p, "unknown_parameter",
-				    "%s is not an option tacod takes "
-				    "(docs/job.md)",
-				    p);
+			return request_fail(e, p, "unknown_parameter",
+					    "%s is not an option tacod takes "
+					    "(docs/job.md)",
+					    p);
 		}
 	}
 	/* a positive multiplier is a positive rate: the product of a tiny
@@ -359,7 +375,7 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 	    fmax(TACOD_BASE_LR * mult, DBL_MIN), "seed",
 	    (json_int_t)json_integer_value(json_object_get(req, "seed")));
 	if (!job)
-		return fail(e, "", "server_error", "out of memory");
+		return request_fail(e, "", "server_error", "out of memory");
 	if (val[0])
 		json_object_set_new(job, "validation", json_string(val));
 	if (ext) {
@@ -380,7 +396,7 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 	text = json_dumps(job, JSON_INDENT(1));
 	json_decref(job);
 	if (!text)
-		return fail(e, "", "server_error", "out of memory");
+		return request_fail(e, "", "server_error", "out of memory");
 	r = taco_job_parse(text, strlen(text), NULL, &tj, &probs);
 	if (r) {
 		free(text);
@@ -388,7 +404,7 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 		/* messages name their option: "seq_len: must be ..." */
 		snprintf(p, sizeof(p), "taco.%.*s",
 			 (int)strcspn(probs.msg[0], ":"), probs.msg[0]);
-		return fail(e, p, "invalid_option", "%s", probs.msg[0]);
+		return request_fail(e, p, "invalid_option", "%s", probs.msg[0]);
 	}
 	out->text = text;
 	out->job = tj;

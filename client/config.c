@@ -26,7 +26,7 @@ static int config_path(char *out, size_t cap)
 }
 
 /* The config file's object; NULL with *rc = 0 when there is none. */
-static json_t *load_config(const char *path, int *rc)
+static json_t *ctl_load_config(const char *path, int *rc)
 {
 	json_error_t je;
 	struct stat st;
@@ -95,7 +95,7 @@ int ctl_connect(ctl *c)
 	if (!token)
 		token = getenv("TACOD_TOKEN");
 	if ((!url || !url[0] || !token) && !config_path(path, sizeof(path))) {
-		cfg = load_config(path, &rc);
+		cfg = ctl_load_config(path, &rc);
 		if (rc)
 			return rc;
 	}

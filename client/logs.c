@@ -11,7 +11,7 @@ typedef struct follow_ctx {
 	ctl_progress p;
 } follow_ctx;
 
-static int on_event(void *ctx, const ctl_sse_event *ev, ctl_err *err)
+static int logs_on_event(void *ctx, const ctl_sse_event *ev, ctl_err *err)
 {
 	follow_ctx *f = ctx;
 	json_t *o;
@@ -63,7 +63,7 @@ int ctl_follow(ctl *c, const char *job)
 		      "/v1/fine_tuning/jobs/%s/events?stream=true", job))
 		return CTL_FAIL;
 	ctl_progress_init(&f.p, stdout, isatty(STDOUT_FILENO));
-	rc = ctl_http_sse(&c->http, path, on_event, &f, &err);
+	rc = ctl_http_sse(&c->http, path, logs_on_event, &f, &err);
 	ctl_progress_end(&f.p);
 	if (rc)
 		return ctl_fail("%s", err.msg);

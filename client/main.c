@@ -151,7 +151,7 @@ static void group_help(const char *group, FILE *f)
 		group);
 }
 
-static void on_signal(int sig)
+static void ctl_on_signal(int sig)
 {
 	(void)sig;
 	ctl_http_interrupted = 1;
@@ -214,7 +214,7 @@ int main(int argc, char **argv)
 	/* the first signal stops transfers cleanly (a download removes its
 	 * partial files); a second one ends the process at once */
 	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
+	sa.sa_handler = ctl_on_signal;
 	sa.sa_flags = SA_RESETHAND;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);

@@ -12,7 +12,7 @@
 #define REDRAW_S 0.1  /* at most ten redraws a second */
 #define LIVE_SKEW_S 3 /* an event this recent arrived live */
 
-static double now_s(void)
+static double progress_now_s(void)
 {
 	struct timespec ts;
 
@@ -41,7 +41,7 @@ static void draw(ctl_progress *p)
 	fflush(p->f);
 	p->drawn = 1;
 	p->pending = 0;
-	p->last_draw = now_s();
+	p->last_draw = progress_now_s();
 }
 
 /* Prints a whole line, above the progress line on a terminal. */
@@ -61,7 +61,7 @@ static double eta(ctl_progress *p, json_t *data, long long created,
 		  long long step, long long total)
 {
 	json_t *e = json_object_get(data, "eta_s");
-	double t = now_s();
+	double t = progress_now_s();
 
 	if (step >= total)
 		return 0;
@@ -88,7 +88,7 @@ static double eta(ctl_progress *p, json_t *data, long long created,
 	return NAN;
 }
 
-static void progress(ctl_progress *p, json_t *ev, json_t *data)
+static void progress_print(ctl_progress *p, json_t *ev, json_t *data)
 {
 	long long step = ctl_int(data, "step");
 	long long total = ctl_int(data, "total_steps");
@@ -125,7 +125,7 @@ static void progress(ctl_progress *p, json_t *ev, json_t *data)
 	if ((int)strlen(p->line) > p->width - 1)
 		p->line[p->width - 1] = 0;
 	p->pending = 1;
-	if (step >= total || now_s() - p->last_draw >= REDRAW_S)
+	if (step >= total || progress_now_s() - p->last_draw >= REDRAW_S)
 		draw(p);
 }
 
@@ -161,7 +161,7 @@ void ctl_progress_event(ctl_progress *p, json_t *ev)
 	if (!strcmp(ctl_str(ev, "type"), "metrics") &&
 	    json_object_get(data, "total_steps") &&
 	    !json_object_get(data, "val_loss")) {
-		progress(p, ev, data);
+		progress_print(p, ev, data);
 		return;
 	}
 	if (!strcmp(ctl_str(ev, "type"), "metrics") &&

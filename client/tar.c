@@ -40,8 +40,8 @@ struct ctl_tar {
 	int finished;
 };
 
-static int fail(ctl_tar *t, ctl_err *err, int code, const char *fmt,
-		const char *name)
+static int tar_fail(ctl_tar *t, ctl_err *err, int code, const char *fmt,
+		    const char *name)
 {
 	t->failed = code;
 	return ctl_err_set(err, code, fmt, name);
@@ -80,26 +80,28 @@ static int open_dest(ctl_tar *t, ctl_err *err)
 	if (mkdir(t->dest, 0755) == 0)
 		t->made_dest = 1;
 	else if (errno != EEXIST)
-		return fail(t, err, -errno, "cannot create %s", t->dest);
+		return tar_fail(t, err, -errno, "cannot create %s", t->dest);
 	t->dirfd = open(t->dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (t->dirfd < 0)
-		return fail(t, err, -ENOTDIR, "%s is not a directory", t->dest);
+		return tar_fail(t, err, -ENOTDIR, "%s is not a directory",
+				t->dest);
 	if (!t->made_dest) {
 		int fd = dup(t->dirfd);
 		d = fd >= 0 ? fdopendir(fd) : NULL;
 		if (!d) {
 			if (fd >= 0)
 				close(fd);
-			return fail(t, err, -EIO, "cannot read %s", t->dest);
+			return tar_fail(t, err, -EIO, "cannot read %s",
+					t->dest);
 		}
 		while (empty && (e = readdir(d)))
 			empty =
 			    !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
 		closedir(d);
 		if (!empty)
-			return fail(t, err, -EEXIST,
-				    "%s already exists and is not empty",
-				    t->dest);
+			return tar_fail(t, err, -EEXIST,
+					"%s already exists and is not empty",
+					t->dest);
 	}
 	return 0;
 }
@@ -201,7 +203,7 @@ static int open_parent(ctl_tar *t, const char *rel, int create_last,
 	const char *p = rel;
 
 	if (fd < 0)
-		return fail(t, err, -errno, "cannot open %s", t->dest);
+		return tar_fail(t, err, -errno, "cannot open %s", t->dest);
 	for (;;) {
 		const char *slash = strchr(p, '/');
 		size_t n = slash ? (size_t)(slash - p) : strlen(p);
@@ -216,21 +218,22 @@ static int open_parent(ctl_tar *t, const char *rel, int create_last,
 			sub[upto] = 0;
 			if (remember(t, sub)) {
 				close(fd);
-				return fail(t, err, -ENOMEM, "%s",
-					    "out of memory");
+				return tar_fail(t, err, -ENOMEM, "%s",
+						"out of memory");
 			}
 		} else if (errno != EEXIST) {
 			close(fd);
-			return fail(t, err, -errno, "cannot create %s", rel);
+			return tar_fail(t, err, -errno, "cannot create %s",
+					rel);
 		}
 		/* O_NOFOLLOW: a name that exists as a link is refused */
 		next = openat(fd, part,
 			      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		close(fd);
 		if (next < 0)
-			return fail(t, err, -ENOTDIR,
-				    "%s: a path component is not a directory",
-				    rel);
+			return tar_fail(
+			    t, err, -ENOTDIR,
+			    "%s: a path component is not a directory", rel);
 		fd = next;
 		if (!slash)
 			return fd;
@@ -238,7 +241,7 @@ static int open_parent(ctl_tar *t, const char *rel, int create_last,
 	}
 }
 
-static int write_all(int fd, const unsigned char *p, size_t n)
+static int tar_write_all(int fd, const unsigned char *p, size_t n)
 {
 	while (n) {
 		ssize_t w = write(fd, p, n);
@@ -265,19 +268,19 @@ static int end_file(ctl_tar *t, ctl_err *err)
 	t->fd = -1;
 	if (rc) {
 		unlinkat(t->parentfd, t->tmp, 0);
-		return fail(t, err, rc, "cannot write %s", t->rel);
+		return tar_fail(t, err, rc, "cannot write %s", t->rel);
 	}
 	if (renameat2(t->parentfd, t->tmp, t->parentfd, t->leaf,
 		      RENAME_NOREPLACE)) {
 		rc = -errno;
 		unlinkat(t->parentfd, t->tmp, 0);
-		return fail(t, err, rc,
-			    rc == -EEXIST ? "the archive holds %s twice"
-					  : "cannot rename into %s",
-			    t->rel);
+		return tar_fail(t, err, rc,
+				rc == -EEXIST ? "the archive holds %s twice"
+					      : "cannot rename into %s",
+				t->rel);
 	}
 	if (remember(t, t->rel))
-		return fail(t, err, -ENOMEM, "%s", "out of memory");
+		return tar_fail(t, err, -ENOMEM, "%s", "out of memory");
 	fsync(t->parentfd);
 	close(t->parentfd);
 	t->parentfd = -1;
@@ -300,7 +303,7 @@ static int begin_file(ctl_tar *t, const char *rel, uint64_t size, ctl_err *err)
 	}
 	for (int tries = 0; t->fd < 0 && tries < 8; tries++) {
 		if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-			return fail(t, err, -EIO, "%s", "no random bytes");
+			return tar_fail(t, err, -EIO, "%s", "no random bytes");
 		snprintf(t->tmp, sizeof(t->tmp),
 			 ".tacoctl-%02x%02x%02x%02x%02x%02x.part", rnd[0],
 			 rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
@@ -311,7 +314,7 @@ static int begin_file(ctl_tar *t, const char *rel, uint64_t size, ctl_err *err)
 			break;
 	}
 	if (t->fd < 0)
-		return fail(t, err, -errno, "cannot create %s", rel);
+		return tar_fail(t, err, -errno, "cannot create %s", rel);
 	t->left = size;
 	t->padding = (BLOCK - size % BLOCK) % BLOCK;
 	t->bytes += size;
@@ -320,7 +323,7 @@ static int begin_file(ctl_tar *t, const char *rel, uint64_t size, ctl_err *err)
 }
 
 /* A complete header block: checks it and starts its entry. */
-static int header(ctl_tar *t, ctl_err *err)
+static int tar_header(ctl_tar *t, ctl_err *err)
 {
 	const unsigned char *h = t->hdr;
 	char name[NAME_MAX_BYTES], *rel;
@@ -333,17 +336,17 @@ static int header(ctl_tar *t, ctl_err *err)
 		zero = h[i] == 0;
 	if (zero) {
 		if (!t->entries)
-			return fail(t, err, -EINVAL, "%s",
-				    "the archive is empty");
+			return tar_fail(t, err, -EINVAL, "%s",
+					"the archive is empty");
 		t->state = END;
 		return 0;
 	}
 	if (memcmp(h + 257, "ustar", 5) || !checksum_ok(h))
-		return fail(t, err, -EINVAL, "%s",
-			    "not a ustar archive, or a damaged header");
+		return tar_fail(t, err, -EINVAL, "%s",
+				"not a ustar archive, or a damaged header");
 	if (++t->entries > t->lim.max_entries)
-		return fail(t, err, -EFBIG, "%s",
-			    "the archive has too many entries");
+		return tar_fail(t, err, -EFBIG, "%s",
+				"the archive has too many entries");
 	prefix = strnlen((const char *)h + 345, 155);
 	n = strnlen((const char *)h, 100);
 	if (prefix) {
@@ -357,18 +360,18 @@ static int header(ctl_tar *t, ctl_err *err)
 	}
 	size = number(h + 124, 12);
 	if (size < 0)
-		return fail(t, err, -EINVAL, "%s: invalid size", name);
+		return tar_fail(t, err, -EINVAL, "%s: invalid size", name);
 	if (type != '0' && type != 0 && type != '5')
-		return fail(t, err, -EINVAL,
-			    "%s: only files and directories are accepted "
-			    "(no links, devices or extension headers)",
-			    name);
+		return tar_fail(t, err, -EINVAL,
+				"%s: only files and directories are accepted "
+				"(no links, devices or extension headers)",
+				name);
 	n = strlen(name);
 	while (n > 1 && name[n - 1] == '/')
 		name[--n] = 0;
 	if (name[0] == '/' || safe_relative(name) < 0)
-		return fail(t, err, -EINVAL, "unsafe name in the archive: %s",
-			    name);
+		return tar_fail(t, err, -EINVAL,
+				"unsafe name in the archive: %s", name);
 	/* the top directory: the same for every entry */
 	rel = strchr(name, '/');
 	if (rel)
@@ -380,19 +383,20 @@ static int header(ctl_tar *t, ctl_err *err)
 		if (open_dest(t, err))
 			return t->failed;
 	} else if (strcmp(t->top, name)) {
-		return fail(t, err, -EINVAL,
-			    "%s: outside the archive's top directory", name);
+		return tar_fail(t, err, -EINVAL,
+				"%s: outside the archive's top directory",
+				name);
 	}
 	if (!rel) {
 		if (type != '5')
-			return fail(t, err, -EINVAL,
-				    "%s: a file outside the archive's top "
-				    "directory",
-				    name);
+			return tar_fail(t, err, -EINVAL,
+					"%s: a file outside the archive's top "
+					"directory",
+					name);
 		return 0; /* the top directory itself: dest */
 	}
 	if (safe_relative(rel) > CTL_TAR_MAX_DEPTH)
-		return fail(t, err, -EINVAL, "%s: nested too deep", rel);
+		return tar_fail(t, err, -EINVAL, "%s: nested too deep", rel);
 	if (type == '5') {
 		int fd = open_parent(t, rel, 1, err);
 		if (fd < 0)
@@ -401,15 +405,15 @@ static int header(ctl_tar *t, ctl_err *err)
 		return 0;
 	}
 	if ((uint64_t)size > t->lim.max_file)
-		return fail(t, err, -EFBIG,
-			    "%s: larger than the limit for "
-			    "one file",
-			    rel);
+		return tar_fail(t, err, -EFBIG,
+				"%s: larger than the limit for "
+				"one file",
+				rel);
 	if ((uint64_t)size > t->lim.max_total - t->bytes)
-		return fail(t, err, -EFBIG,
-			    "%s: the archive is larger than "
-			    "the limit",
-			    rel);
+		return tar_fail(t, err, -EFBIG,
+				"%s: the archive is larger than "
+				"the limit",
+				rel);
 	return begin_file(t, rel, (uint64_t)size, err);
 }
 
@@ -429,15 +433,15 @@ int ctl_tar_write(ctl_tar *t, const void *data, size_t n, ctl_err *err)
 			t->hn += k;
 			if (t->hn == BLOCK) {
 				t->hn = 0;
-				if ((rc = header(t, err)))
+				if ((rc = tar_header(t, err)))
 					return rc;
 			}
 			break;
 		case DATA:
 			k = t->left < n ? (size_t)t->left : n;
-			if ((rc = write_all(t->fd, p, k)))
-				return fail(t, err, rc, "cannot write %s",
-					    t->rel);
+			if ((rc = tar_write_all(t->fd, p, k)))
+				return tar_fail(t, err, rc, "cannot write %s",
+						t->rel);
 			t->left -= k;
 			if (!t->left && (rc = end_file(t, err)))
 				return rc;
@@ -467,11 +471,11 @@ int ctl_tar_finish(ctl_tar *t, ctl_err *err)
 	if (t->failed)
 		return t->failed;
 	if (t->state != END)
-		return fail(t, err, -EPIPE, "%s",
-			    t->entries ? "the archive is truncated"
-				       : "the archive is empty");
+		return tar_fail(t, err, -EPIPE, "%s",
+				t->entries ? "the archive is truncated"
+					   : "the archive is empty");
 	if (fsync(t->dirfd))
-		return fail(t, err, -errno, "cannot sync %s", t->dest);
+		return tar_fail(t, err, -errno, "cannot sync %s", t->dest);
 	t->finished = 1;
 	return 0;
 }

@@ -101,7 +101,7 @@ static void notify_start(uv_loop_t *loop, const tacod_config *cfg)
 	notify_armed = 1;
 }
 
-static void usage(FILE *f)
+static void tacod_usage(FILE *f)
 {
 	fprintf(f, "Usage: tacod [OPTIONS]\n"
 		   "\n"
@@ -144,7 +144,7 @@ static void on_hup(uv_signal_t *h, int signum)
 		fprintf(stderr, "tacod: reloaded the tokens file\n");
 }
 
-static void on_signal(uv_signal_t *h, int signum)
+static void tacod_on_signal(uv_signal_t *h, int signum)
 {
 	(void)signum;
 	uv_signal_stop(&sig_term);
@@ -229,15 +229,15 @@ int main(int argc, char **argv)
 			check = 1;
 			break;
 		case 'h':
-			usage(stdout);
+			tacod_usage(stdout);
 			return 0;
 		default:
-			usage(stderr);
+			tacod_usage(stderr);
 			return 2;
 		}
 	}
 	if (bad || optind != argc) {
-		usage(stderr);
+		tacod_usage(stderr);
 		return 2;
 	}
 	if (tacod_config_check(&cfg, &err)) {
@@ -262,8 +262,8 @@ int main(int argc, char **argv)
 	uv_signal_init(loop, &sig_int);
 	uv_signal_init(loop, &sig_hup);
 	sig_term.data = sig_int.data = sig_hup.data = svc;
-	uv_signal_start(&sig_term, on_signal, SIGTERM);
-	uv_signal_start(&sig_int, on_signal, SIGINT);
+	uv_signal_start(&sig_term, tacod_on_signal, SIGTERM);
+	uv_signal_start(&sig_int, tacod_on_signal, SIGINT);
 	uv_signal_start(&sig_hup, on_hup, SIGHUP);
 	notify_start(loop, &cfg);
 	uv_run(loop, UV_RUN_DEFAULT);

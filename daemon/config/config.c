@@ -146,7 +146,8 @@ static int limits(json_t *o, tacod_limits *l, const char *name, taco_err *err)
 }
 
 /* The fields of the object root, over what the tacod_config arg holds. */
-static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
+static int config_from_json(json_t *root, const char *name, void *arg,
+			    taco_err *err)
 {
 	static const char *const keys[] = {"listen",
 					   "unix_socket",
@@ -244,14 +245,14 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 int tacod_config_parse(const char *json, size_t len, const char *name,
 		       tacod_config *c, taco_err *err)
 {
-	return taco_json_read(name, json, len, 0, TACO_JSON_OBJECT, from_json,
-			      c, err);
+	return taco_json_read(name, json, len, 0, TACO_JSON_OBJECT,
+			      config_from_json, c, err);
 }
 
 int tacod_config_load(const char *path, tacod_config *c, taco_err *err)
 {
 	return taco_json_read_file(path, TACOD_CONFIG_MAX_BYTES,
-				   TACO_JSON_OBJECT, from_json, c, err);
+				   TACO_JSON_OBJECT, config_from_json, c, err);
 }
 
 int tacod_config_loopback(const tacod_config *c)

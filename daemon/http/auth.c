@@ -194,8 +194,8 @@ static int fields(char *line, char **f, int cap)
 	}
 }
 
-static int parse_line(char *line, const char *name, int lineno, entry *e,
-		      taco_err *err)
+static int auth_parse_line(char *line, const char *name, int lineno, entry *e,
+			   taco_err *err)
 {
 	char *f[3];
 	int n = fields(line, f, 3);
@@ -279,7 +279,7 @@ int tacod_auth_parse(const char *text, size_t len, const char *name,
 		line[n] = 0;
 		pos += n + 1;
 		memset(&e, 0, sizeof(e));
-		r = parse_line(line, name, lineno, &e, err);
+		r = auth_parse_line(line, name, lineno, &e, err);
 		if (r < 0)
 			goto fail;
 		if (r == 0)

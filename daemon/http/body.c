@@ -82,11 +82,11 @@ void http_drop_temp(tacod_http_req *r)
 
 /* The multipart iterator: the file part goes to a temporary file, the
  * other fields to memory. */
-static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind,
-			       const char *key, const char *filename,
-			       const char *content_type,
-			       const char *transfer_encoding, const char *data,
-			       uint64_t off, size_t size)
+static enum MHD_Result body_on_part(void *cls, enum MHD_ValueKind kind,
+				    const char *key, const char *filename,
+				    const char *content_type,
+				    const char *transfer_encoding,
+				    const char *data, uint64_t off, size_t size)
 {
 	tacod_http_req *r = cls;
 	tacod_http_server *srv = r->srv;
@@ -229,8 +229,8 @@ int http_body_mode(tacod_http_req *r, int have_len, uint64_t clen)
 			    "The upload is larger than the limit of "
 			    "%llu bytes.",
 			    (unsigned long long)srv->max_upload);
-		r->pp =
-		    MHD_create_post_processor(r->conn, 64 * 1024, on_part, r);
+		r->pp = MHD_create_post_processor(r->conn, 64 * 1024,
+						  body_on_part, r);
 		if (!r->pp)
 			return http_reject(r, 400, NULL, NULL,
 					   "The multipart/form-data body "

@@ -78,7 +78,7 @@ struct http_conn {
 /* The server of this MHD thread (set when it takes a connection). */
 static _Thread_local tacod_http_server *thread_srv;
 
-static int64_t now_ms(void)
+static int64_t conn_now_ms(void)
 {
 	struct timespec t;
 
@@ -171,7 +171,7 @@ static void wait_begin(tacod_http_server *s, http_conn *t)
 	listener *l = t->l;
 	http_client *cl = t->cl;
 
-	t->since_ms = now_ms();
+	t->since_ms = conn_now_ms();
 	t->line = 0;
 	t->waiting = 1;
 	t->next = NULL;
@@ -247,7 +247,7 @@ static void *sweeper_main(void *arg)
 
 	pthread_mutex_lock(&s->conn_lock);
 	while (!s->sweeper_stop) {
-		int64_t now = now_ms(), next = -1;
+		int64_t now = conn_now_ms(), next = -1;
 		for (int i = 0; i < 2; i++) {
 			http_conn *t;
 			while ((t = ls[i]->wait_head) &&

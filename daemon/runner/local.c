@@ -31,7 +31,7 @@ typedef struct local_job {
 	tacod_worker *w;
 } local_job;
 
-static void on_event(tacod_worker *w, json_t *e, void *ctx)
+static void local_on_event(tacod_worker *w, json_t *e, void *ctx)
 {
 	tacod_run *run = ctx;
 	tacod_runner *r = ((local_job *)run->impl)->r;
@@ -42,7 +42,7 @@ static void on_event(tacod_worker *w, json_t *e, void *ctx)
 	(void)w;
 }
 
-static void on_exit_cb(tacod_worker *w, int64_t status, int sig, void *ctx)
+static void local_on_exit(tacod_worker *w, int64_t status, int sig, void *ctx)
 {
 	tacod_run *run = ctx;
 	tacod_runner *r = ((local_job *)run->impl)->r;
@@ -55,7 +55,7 @@ static void on_exit_cb(tacod_worker *w, int64_t status, int sig, void *ctx)
 
 static void start_job(tacod_runner *r, const tacod_job *j)
 {
-	static const tacod_worker_cb cb = {on_event, on_exit_cb};
+	static const tacod_worker_cb cb = {local_on_event, local_on_exit};
 	const tacod_config *cfg = r->env.cfg;
 	tacod_run *run = calloc(1, sizeof(*run));
 	local_job *lj = calloc(1, sizeof(*lj));

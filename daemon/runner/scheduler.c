@@ -5,7 +5,7 @@ int tacod_sched_never_fits(const tacod_sched_state *st, uint64_t planned)
 	return planned > st->budget;
 }
 
-static int fits(const tacod_sched_state *st, uint64_t planned)
+static int sched_fits(const tacod_sched_state *st, uint64_t planned)
 {
 	return st->running < st->max_running &&
 	       planned <= st->budget - st->running_bytes;
@@ -19,7 +19,7 @@ int tacod_sched_pick(tacod_sched_state *st, tacod_sched_job *queue, int n,
 	if (st->running_bytes > st->budget)
 		return 0;
 	for (int i = 0; i < n; i++) {
-		if (fits(st, queue[i].planned)) {
+		if (sched_fits(st, queue[i].planned)) {
 			if (head >= 0) {
 				/* backfill past the head, a bounded number
 				 * of times */

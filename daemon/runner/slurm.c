@@ -52,7 +52,7 @@ struct tacod_slurm_state {
 #define SJ(run) ((struct tacod_sjob *)(run)->impl)
 #define LOG(r, ...) (r)->env.host.log((r)->env.host.ctx, __VA_ARGS__)
 
-static int64_t now_s(void)
+static int64_t slurm_now_s(void)
 {
 	return (int64_t)time(NULL);
 }
@@ -133,7 +133,7 @@ typedef struct line_ctx {
 
 /* An event of taco-train's; its "started" is when the job runs: queued
  * in tacod until then. */
-static void job_event(tacod_runner *s, tacod_run *rj, json_t *e)
+static void slurm_job_event(tacod_runner *s, tacod_run *rj, json_t *e)
 {
 	const char *name = json_string_value(json_object_get(e, "event"));
 
@@ -153,7 +153,7 @@ static void on_line(const char *text, size_t len, void *p)
 	/* what is not an event is skipped, as from a local worker's pipe */
 	if (e && json_is_object(e) &&
 	    json_is_string(json_object_get(e, "event")))
-		job_event(c->s, c->rj, e);
+		slurm_job_event(c->s, c->rj, e);
 	json_decref(e);
 }
 
@@ -319,7 +319,7 @@ static void sbatch_done(const tacod_slurm_result *r, void *p)
 		memset(&row, 0, sizeof(row));
 		snprintf(row.job_id, sizeof(row.job_id), "%s", rj->id);
 		row.slurm_id = id;
-		row.submitted_at = now_s();
+		row.submitted_at = slurm_now_s();
 		SJ(rj)->slurm_id = id;
 		SJ(rj)->submitted_ms = uv_now(s->env.loop);
 		tacod_store_slurm_put(s->env.store, &row, NULL);
@@ -353,7 +353,7 @@ static void submit(tacod_runner *s, const tacod_job *j)
 	rj->planned = (uint64_t)j->planned_bytes;
 	SJ(rj)->submitting = 1;
 	snprintf(row.job_id, sizeof(row.job_id), "%s", j->id);
-	row.submitted_at = now_s();
+	row.submitted_at = slurm_now_s();
 	if (tacod_slurm_clean(SJ(rj)->dir, &err) ||
 	    tacod_slurm_write_script(
 		SJ(rj)->dir, s->env.cfg->taco_train,
@@ -464,8 +464,8 @@ static void apply_stop(tacod_runner *s, tacod_run *rj)
 
 /* By the stored Slurm id; else by the name, the newest of that name (an
  * earlier attempt's may still be listed as ended). */
-static const tacod_slurm_entry *lookup(const tacod_slurm_entry *e, int n,
-				       const tacod_run *rj)
+static const tacod_slurm_entry *slurm_lookup(const tacod_slurm_entry *e, int n,
+					     const tacod_run *rj)
 {
 	const tacod_slurm_entry *best = NULL;
 
@@ -515,7 +515,7 @@ static void squeue_done(const tacod_slurm_result *r, void *p)
 		const tacod_slurm_entry *x;
 		if (!rj || !SJ(rj) || SJ(rj)->submitting)
 			continue;
-		x = lookup(e, n, rj);
+		x = slurm_lookup(e, n, rj);
 		if (x && !SJ(rj)->slurm_id) {
 			/* submitted by a tacod that stopped before sbatch's
 			 * answer: found by its name */
@@ -524,7 +524,7 @@ static void squeue_done(const tacod_slurm_result *r, void *p)
 			snprintf(row.job_id, sizeof(row.job_id), "%s", rj->id);
 			row.slurm_id = x->id;
 			row.events_offset = SJ(rj)->offset;
-			row.submitted_at = now_s();
+			row.submitted_at = slurm_now_s();
 			SJ(rj)->slurm_id = x->id;
 			tacod_store_slurm_put(s->env.store, &row, NULL);
 		}

@@ -28,7 +28,8 @@ static void problem(tacod_assessment *a, const char *code, const char *param,
 
 /* Replaces every occurrence of from in msg by to (in place, truncating at
  * cap). */
-static void replace_all(char *msg, size_t cap, const char *from, const char *to)
+static void assess_replace_all(char *msg, size_t cap, const char *from,
+			       const char *to)
 {
 	size_t nf = strlen(from), nt = strlen(to);
 	char *at = msg, *hit;
@@ -64,14 +65,15 @@ static void name_paths(const tacod_service *s, const taco_job *job, json_t *req,
 	    json_string_value(json_object_get(req, "validation_file"));
 
 	if (job) {
-		replace_all(msg, cap, job->train, train ? train : "");
+		assess_replace_all(msg, cap, job->train, train ? train : "");
 		if (job->validation[0])
-			replace_all(msg, cap, job->validation, val ? val : "");
-		replace_all(msg, cap, job->model, model ? model : "");
+			assess_replace_all(msg, cap, job->validation,
+					   val ? val : "");
+		assess_replace_all(msg, cap, job->model, model ? model : "");
 	}
-	replace_all(msg, cap, s->jobs_dir, "<job>");
-	replace_all(msg, cap, s->cfg.state_dir, "<state>");
-	replace_all(msg, cap, s->cfg.models_dir, "<models>");
+	assess_replace_all(msg, cap, s->jobs_dir, "<job>");
+	assess_replace_all(msg, cap, s->cfg.state_dir, "<state>");
+	assess_replace_all(msg, cap, s->cfg.models_dir, "<models>");
 }
 
 /* The report names the file as the client did, and so do its summary and
@@ -174,6 +176,6 @@ void tacod_name_job_paths(const tacod_service *s, const char *job_id, char *msg,
 	char dir[sizeof(s->jobs_dir) + TACOD_ID_MAX + 1];
 
 	snprintf(dir, sizeof(dir), "%s/%s", s->jobs_dir, job_id);
-	replace_all(msg, cap, dir, "<job>");
+	assess_replace_all(msg, cap, dir, "<job>");
 	name_paths(s, NULL, NULL, msg, cap);
 }

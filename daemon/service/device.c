@@ -138,9 +138,9 @@ typedef struct text {
 	int failed;
 } text;
 
-static void put(text *t, const char *fmt, ...)
+static void metrics_put(text *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-static void put(text *t, const char *fmt, ...)
+static void metrics_put(text *t, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
@@ -182,12 +182,13 @@ int tacod_route_metrics(tacod_http_req *r, void *ctx)
 					"%s",
 					err.msg[0] ? err.msg : "out of memory");
 	}
-	put(&t, "# HELP tacod_jobs Jobs by status.\n"
-		"# TYPE tacod_jobs gauge\n");
+	metrics_put(&t, "# HELP tacod_jobs Jobs by status.\n"
+			"# TYPE tacod_jobs gauge\n");
 	for (int st = 0; st <= TACOD_CANCELLED; st++)
-		put(&t, "tacod_jobs{status=\"%s\"} %lld\n",
-		    tacod_status_name(st), (long long)sn->counts[st]);
-	put(&t,
+		metrics_put(&t, "tacod_jobs{status=\"%s\"} %lld\n",
+			    tacod_status_name(st), (long long)sn->counts[st]);
+	metrics_put(
+	    &t,
 	    "# HELP tacod_queue_depth Jobs waiting to run.\n"
 	    "# TYPE tacod_queue_depth gauge\n"
 	    "tacod_queue_depth %lld\n"
@@ -202,32 +203,39 @@ int tacod_route_metrics(tacod_http_req *r, void *ctx)
 	    (long long)sn->counts[TACOD_QUEUED],
 	    (unsigned long long)s->cfg.device_memory,
 	    (unsigned long long)sn->planned);
-	put(&t, "# HELP tacod_job_planned_bytes A running job's memory plan.\n"
+	metrics_put(
+	    &t, "# HELP tacod_job_planned_bytes A running job's memory plan.\n"
 		"# TYPE tacod_job_planned_bytes gauge\n");
 	for (int i = 0; i < sn->n; i++)
-		put(&t, "tacod_job_planned_bytes{job=\"%s\"} %llu\n",
-		    sn->run[i].id, (unsigned long long)sn->run[i].planned);
-	put(&t, "# HELP tacod_job_peak_bytes A running job's measured peak "
-		"memory.\n"
-		"# TYPE tacod_job_peak_bytes gauge\n");
+		metrics_put(&t, "tacod_job_planned_bytes{job=\"%s\"} %llu\n",
+			    sn->run[i].id,
+			    (unsigned long long)sn->run[i].planned);
+	metrics_put(&t,
+		    "# HELP tacod_job_peak_bytes A running job's measured peak "
+		    "memory.\n"
+		    "# TYPE tacod_job_peak_bytes gauge\n");
 	for (int i = 0; i < sn->n; i++)
-		put(&t, "tacod_job_peak_bytes{job=\"%s\"} %llu\n",
-		    sn->run[i].id, (unsigned long long)sn->run[i].peak);
-	put(&t, "# HELP tacod_job_tokens_per_second A running job's "
-		"training throughput.\n"
-		"# TYPE tacod_job_tokens_per_second gauge\n");
+		metrics_put(&t, "tacod_job_peak_bytes{job=\"%s\"} %llu\n",
+			    sn->run[i].id, (unsigned long long)sn->run[i].peak);
+	metrics_put(&t, "# HELP tacod_job_tokens_per_second A running job's "
+			"training throughput.\n"
+			"# TYPE tacod_job_tokens_per_second gauge\n");
 	for (int i = 0; i < sn->n; i++)
-		put(&t, "tacod_job_tokens_per_second{job=\"%s\"} %.3f\n",
-		    sn->run[i].id, sn->run[i].tokens_per_s);
+		metrics_put(&t,
+			    "tacod_job_tokens_per_second{job=\"%s\"} %.3f\n",
+			    sn->run[i].id, sn->run[i].tokens_per_s);
 	tacod_http_get_stats(s->http, hs);
-	put(&t, "# HELP tacod_http_requests_total HTTP replies by status "
-		"code.\n"
-		"# TYPE tacod_http_requests_total counter\n");
+	metrics_put(&t,
+		    "# HELP tacod_http_requests_total HTTP replies by status "
+		    "code.\n"
+		    "# TYPE tacod_http_requests_total counter\n");
 	for (int c = 100; c < TACOD_HTTP_STATUS_MAX; c++)
 		if (hs->by_status[c])
-			put(&t, "tacod_http_requests_total{code=\"%d\"} %llu\n",
+			metrics_put(
+			    &t, "tacod_http_requests_total{code=\"%d\"} %llu\n",
 			    c, (unsigned long long)hs->by_status[c]);
-	put(&t,
+	metrics_put(
+	    &t,
 	    "# HELP tacod_http_streams_open Event streams open now.\n"
 	    "# TYPE tacod_http_streams_open gauge\n"
 	    "tacod_http_streams_open %llu\n"
@@ -240,7 +248,7 @@ int tacod_route_metrics(tacod_http_req *r, void *ctx)
 	{
 		char *hooks = tacod_webhooks_metrics(s->hooks);
 		if (hooks)
-			put(&t, "%s", hooks);
+			metrics_put(&t, "%s", hooks);
 		else
 			t.failed = 1;
 		free(hooks);

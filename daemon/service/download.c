@@ -26,8 +26,8 @@ static void tar_release(void *ctx)
 	tacod_tar_free(ctx);
 }
 
-static int add(tacod_tar *t, const char *top, const char *name, const char *dir,
-	       taco_err *err)
+static int download_add(tacod_tar *t, const char *top, const char *name,
+			const char *dir, taco_err *err)
 {
 	char member[2 * TACOD_NAME_MAX + 8], path[3 * TACOD_PATH_MAX];
 
@@ -58,7 +58,8 @@ static int add_base_files(tacod_tar *t, const char *top, const char *base,
 		snprintf(path, sizeof(path), "%s/%s", base,
 			 taco_job_export_files[i]);
 		if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
-			rc = add(t, top, taco_job_export_files[i], base, err);
+			rc = download_add(t, top, taco_job_export_files[i],
+					  base, err);
 	}
 	return rc;
 }
@@ -106,7 +107,7 @@ int tacod_route_checkpoint_content(tacod_http_req *r, void *ctx)
 					"No such checkpoint");
 	if ((rc = tacod_tar_new(&t, &err)) ||
 	    (rc = add_base_files(t, top, base, &err)) ||
-	    (rc = add(t, top, "model.safetensors", dir, &err))) {
+	    (rc = download_add(t, top, "model.safetensors", dir, &err))) {
 		tacod_tar_free(t);
 		/* keep_checkpoints removed it, or the job's files are gone;
 		 * the message names no server path */
@@ -122,7 +123,7 @@ int tacod_route_checkpoint_content(tacod_http_req *r, void *ctx)
 	return send_tar(r, t, top);
 }
 
-static int cmp_str(const void *a, const void *b)
+static int download_cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -153,10 +154,10 @@ static int add_dir(tacod_tar *t, const char *top, const char *dir,
 	}
 	closedir(d);
 	if (!rc)
-		qsort(names, (size_t)n, sizeof(names[0]), cmp_str);
+		qsort(names, (size_t)n, sizeof(names[0]), download_cmp_str);
 	for (int i = 0; i < n; i++) {
 		if (!rc && names[i])
-			rc = add(t, top, names[i], dir, err);
+			rc = download_add(t, top, names[i], dir, err);
 		free(names[i]);
 	}
 	return rc;

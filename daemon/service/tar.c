@@ -45,7 +45,7 @@ int tacod_tar_new(tacod_tar **out, taco_err *err)
 	return 0;
 }
 
-static int name_ok(const char *name)
+static int tar_name_ok(const char *name)
 {
 	size_t n = strlen(name);
 
@@ -73,7 +73,7 @@ int tacod_tar_add(tacod_tar *t, const char *name, const char *path,
 	if (t->n == TACOD_TAR_MAX_ENTRIES)
 		return taco_err_set(err, -E2BIG, "tar: more than %d files",
 				    TACOD_TAR_MAX_ENTRIES);
-	if (!name_ok(name))
+	if (!tar_name_ok(name))
 		return taco_err_set(err, -EINVAL, "tar: bad member name '%s'",
 				    name);
 	if (stat(path, &st) < 0)
@@ -119,7 +119,7 @@ static void octal(char *dst, int width, uint64_t v)
 		dst[i] = (char)('0' + (v & 7));
 }
 
-static void header(const entry *e, char h[BLOCK])
+static void tar_put_header(const entry *e, char h[BLOCK])
 {
 	unsigned sum = 0;
 	uint64_t mtime = e->mtime < 0 ? 0 : (uint64_t)e->mtime;
@@ -142,7 +142,7 @@ static void header(const entry *e, char h[BLOCK])
 }
 
 /* The entry whose header or data covers pos, or NULL in the trailer. */
-static entry *find(tacod_tar *t, uint64_t pos)
+static entry *tar_find(tacod_tar *t, uint64_t pos)
 {
 	int lo = 0, hi = t->n - 1;
 
@@ -189,7 +189,7 @@ ssize_t tacod_tar_read(tacod_tar *t, uint64_t pos, char *buf, size_t max)
 		return 0;
 	if (max > total - pos)
 		max = (size_t)(total - pos);
-	e = find(t, pos);
+	e = tar_find(t, pos);
 	if (!e) { /* the two zero blocks */
 		memset(buf, 0, max);
 		return (ssize_t)max;
@@ -198,7 +198,7 @@ ssize_t tacod_tar_read(tacod_tar *t, uint64_t pos, char *buf, size_t max)
 	if (in < BLOCK) {
 		char h[BLOCK];
 		size_t n = BLOCK - (size_t)in;
-		header(e, h);
+		tar_put_header(e, h);
 		if (n > max)
 			n = max;
 		memcpy(buf, h + in, n);

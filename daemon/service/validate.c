@@ -46,7 +46,8 @@ static char *outcome_data(const char *status, json_t *report)
 
 /* Records the outcome (lock held): 0, or a store error (tried again
  * later). A job that is no longer validating (cancelled) is left alone. */
-static int record(tacod_service *s, const char *id, const tacod_assessment *a)
+static int validate_record(tacod_service *s, const char *id,
+			   const tacod_assessment *a)
 {
 	taco_err err = {{0}};
 	tacod_job f = {0};
@@ -162,7 +163,7 @@ static void drop_kept(tacod_service *s)
 
 /* Validates one job (lock held on entry and on return, released while
  * the data is read). */
-static int validate(tacod_service *s, const tacod_job *j)
+static int validate_job(tacod_service *s, const tacod_job *j)
 {
 	char path[TACOD_PATH_MAX + 192];
 	tacod_kept_job *k = take_kept(s, j->id);
@@ -183,7 +184,7 @@ static int validate(tacod_service *s, const tacod_job *j)
 				  &a);
 	pthread_mutex_lock(&s->lock);
 	s->val_job[0] = 0;
-	rc = record(s, j->id, &a);
+	rc = validate_record(s, j->id, &a);
 	if (rc && k)
 		put_kept(s, k); /* for the retry */
 	else
@@ -230,7 +231,7 @@ static void *validator(void *arg)
 			retry = 0;
 			continue;
 		}
-		retry = validate(s, &j) != 0;
+		retry = validate_job(s, &j) != 0;
 		tacod_job_clear(&j);
 	}
 	pthread_mutex_unlock(&s->lock);

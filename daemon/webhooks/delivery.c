@@ -39,7 +39,7 @@ struct tacod_hooks {
 	const tacod_webhooks *endpoints;
 };
 
-static int64_t now_ms(void)
+static int64_t delivery_now_ms(void)
 {
 	struct timespec t;
 
@@ -52,7 +52,7 @@ static uint32_t random32(void)
 	uint32_t r = 0;
 
 	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r))
-		r = (uint32_t)now_ms() * 2654435761u;
+		r = (uint32_t)delivery_now_ms() * 2654435761u;
 	return r;
 }
 
@@ -210,17 +210,17 @@ static int deliver(tacod_hooks *h, tacod_delivery *d)
 		h->delivered++;
 		rc = tacod_store_delivery_record(
 		    h->store, d->id, TACOD_DELIVERY_DELIVERED, attempts,
-		    now_ms(), NULL, NULL);
+		    delivery_now_ms(), NULL, NULL);
 	} else if (attempts >= w.max_attempts) {
 		h->gave_up++;
-		rc = tacod_store_delivery_record(h->store, d->id,
-						 TACOD_DELIVERY_FAILED,
-						 attempts, now_ms(), why, NULL);
+		rc = tacod_store_delivery_record(
+		    h->store, d->id, TACOD_DELIVERY_FAILED, attempts,
+		    delivery_now_ms(), why, NULL);
 	} else {
 		h->failed_attempt++;
 		rc = tacod_store_delivery_record(
 		    h->store, d->id, TACOD_DELIVERY_PENDING, attempts,
-		    now_ms() +
+		    delivery_now_ms() +
 			tacod_webhook_backoff_ms(&w, attempts, random32()),
 		    why, NULL);
 	}
@@ -244,7 +244,7 @@ static void *deliverer(void *arg)
 	pthread_mutex_lock(h->lock);
 	while (!atomic_load(&h->stop)) {
 		tacod_delivery d = {0};
-		int64_t now = now_ms(), next = INT64_MAX;
+		int64_t now = delivery_now_ms(), next = INT64_MAX;
 		int found = 0, rc;
 
 		purge(h);
@@ -340,7 +340,7 @@ static int enqueue(tacod_hooks *h, const char *job, const char *type,
 	snprintf(d.type, sizeof(d.type), "%s", type);
 	snprintf(d.job_id, sizeof(d.job_id), "%s", job);
 	d.created_at = (int64_t)time(NULL);
-	d.next_attempt_at = now_ms();
+	d.next_attempt_at = delivery_now_ms();
 	d.payload =
 	    tacod_webhook_payload(d.event_id, type, d.created_at, job, data);
 	if (!d.payload)

@@ -47,8 +47,8 @@ static int parse_strip(struct tok_loader *L, struct tok_dec *d, json_t *o,
 	return 0;
 }
 
-static int parse_metaspace(struct tok_loader *L, struct tok_dec *d, json_t *o,
-			   const char *where)
+static int parse_metaspace_decoder(struct tok_loader *L, struct tok_dec *d,
+				   json_t *o, const char *where)
 {
 	static const char *const keys[] = {
 	    "type",  "replacement",	 "prepend_scheme",
@@ -138,7 +138,7 @@ int tok_parse_decoder(struct tok_loader *L, json_t *o, const char *where,
 	if (!strcmp(type, "Strip"))
 		return parse_strip(L, d, o, where);
 	if (!strcmp(type, "Metaspace"))
-		return parse_metaspace(L, d, o, where);
+		return parse_metaspace_decoder(L, d, o, where);
 	return parse_replace(L, d, o, where);
 }
 

@@ -77,11 +77,12 @@ struct gload {
 	int64_t max_added; /* highest id of an added token, -1: none */
 };
 
-static int fail(struct gload *G, int code, const char *file, const char *fmt,
-		...) __attribute__((format(printf, 4, 5)));
+static int gpt2_fail(struct gload *G, int code, const char *file,
+		     const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-static int fail(struct gload *G, int code, const char *file, const char *fmt,
-		...)
+static int gpt2_fail(struct gload *G, int code, const char *file,
+		     const char *fmt, ...)
 {
 	va_list ap;
 
@@ -123,7 +124,7 @@ static int utf8_ok(const char *s, size_t n)
 
 static int oom(struct gload *G, const char *file)
 {
-	return fail(G, -ENOMEM, file, "out of memory");
+	return gpt2_fail(G, -ENOMEM, file, "out of memory");
 }
 
 static void file_name(char *out, size_t cap, const char *dir, const char *name)
@@ -141,15 +142,16 @@ static int parse_json(struct gload *G, const char *buf, size_t len,
 
 	*out = NULL;
 	if (len > TACO_TOK_MAX_FILE)
-		return fail(G, -EFBIG, file, "%zu bytes, over the limit of %u",
-			    len, TACO_TOK_MAX_FILE);
+		return gpt2_fail(G, -EFBIG, file,
+				 "%zu bytes, over the limit of %u", len,
+				 TACO_TOK_MAX_FILE);
 	*out = json_loadb(buf, len, flags, &je);
 	if (!*out)
-		return fail(G, -EINVAL, file,
-			    "malformed JSON at line %d column %d: %s", je.line,
-			    je.column, je.text);
+		return gpt2_fail(G, -EINVAL, file,
+				 "malformed JSON at line %d column %d: %s",
+				 je.line, je.column, je.text);
 	if (!json_is_object(*out))
-		return fail(G, -EINVAL, file, "must be a JSON object");
+		return gpt2_fail(G, -EINVAL, file, "must be a JSON object");
 	return 0;
 }
 
@@ -169,20 +171,23 @@ static int parse_vocab(struct gload *G)
 		return r;
 	G->n_vocab = json_object_size(G->vocab);
 	if (G->n_vocab > TACO_TOK_MAX_VOCAB)
-		return fail(G, -EFBIG, file, "%zu tokens, over the limit of %u",
-			    G->n_vocab, TACO_TOK_MAX_VOCAB);
+		return gpt2_fail(G, -EFBIG, file,
+				 "%zu tokens, over the limit of %u", G->n_vocab,
+				 TACO_TOK_MAX_VOCAB);
 	json_object_foreach(G->vocab, key, v)
 	{
 		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
 		    json_integer_value(v) >= (json_int_t)TACO_TOK_MAX_VOCAB)
-			return fail(G, -EINVAL, file,
-				    "the id of '%.200s' must be an integer in "
-				    "[0, %u)",
-				    key, TACO_TOK_MAX_VOCAB);
+			return gpt2_fail(
+			    G, -EINVAL, file,
+			    "the id of '%.200s' must be an integer in "
+			    "[0, %u)",
+			    key, TACO_TOK_MAX_VOCAB);
 		if (strlen(key) > TACO_TOK_MAX_TOKEN_LEN)
-			return fail(G, -EFBIG, file,
-				    "token '%.40s...' is longer than %d bytes",
-				    key, TACO_TOK_MAX_TOKEN_LEN);
+			return gpt2_fail(
+			    G, -EFBIG, file,
+			    "token '%.40s...' is longer than %d bytes", key,
+			    TACO_TOK_MAX_TOKEN_LEN);
 		if (json_integer_value(v) > max_id)
 			max_id = json_integer_value(v);
 	}
@@ -196,9 +201,10 @@ static int parse_vocab(struct gload *G)
 	{
 		json_int_t id = json_integer_value(v);
 		if (owner[id]) {
-			r = fail(G, -EINVAL, file,
-				 "id %lld is used by '%.200s' and '%.200s'",
-				 (long long)id, owner[id], key);
+			r = gpt2_fail(
+			    G, -EINVAL, file,
+			    "id %lld is used by '%.200s' and '%.200s'",
+			    (long long)id, owner[id], key);
 			break;
 		}
 		owner[id] = key;
@@ -285,9 +291,9 @@ static int parse_merges(struct gload *G, json_t **out)
 
 	*out = NULL;
 	if (G->f->merges_len > TACO_TOK_MAX_FILE)
-		return fail(G, -EFBIG, G->merges_name,
-			    "%zu bytes, over the limit of %u", G->f->merges_len,
-			    TACO_TOK_MAX_FILE);
+		return gpt2_fail(G, -EFBIG, G->merges_name,
+				 "%zu bytes, over the limit of %u",
+				 G->f->merges_len, TACO_TOK_MAX_FILE);
 	if (!(arr = json_array()) ||
 	    !(tmp = malloc(2 * (size_t)TACO_TOK_MAX_TOKEN_LEN + 2))) {
 		json_decref(arr);
@@ -309,8 +315,9 @@ static int parse_merges(struct gload *G, json_t **out)
 		} else if (e - p >= 8 && !memcmp(p, "#version", 8)) {
 			/* the format's header, skipped wherever it is */
 		} else if (++n_merges > TACO_TOK_MAX_MERGES) {
-			r = fail(G, -EFBIG, G->merges_name,
-				 "more than %u merges", TACO_TOK_MAX_MERGES);
+			r = gpt2_fail(G, -EFBIG, G->merges_name,
+				      "more than %u merges",
+				      TACO_TOK_MAX_MERGES);
 		} else {
 			r = merge_line(G, p, (size_t)(e - p), line, arr, tmp);
 		}
@@ -336,8 +343,9 @@ static int get_flag(struct gload *G, json_t *o, const char *file,
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_boolean(v))
-		return fail(G, -EINVAL, file, "%s%s%s must be true or false",
-			    where, where[0] ? "." : "", key);
+		return gpt2_fail(G, -EINVAL, file,
+				 "%s%s%s must be true or false", where,
+				 where[0] ? "." : "", key);
 	*out = json_is_true(v);
 	return 0;
 }
@@ -366,15 +374,16 @@ static int parse_token(struct gload *G, json_t *v, const char *file,
 			for (int i = 0; keys[i]; i++)
 				ok |= !strcmp(k, keys[i]);
 			if (!ok)
-				return fail(G, -ENOTSUP, file,
-					    "%s field '%s' is not supported",
-					    where, k);
+				return gpt2_fail(
+				    G, -ENOTSUP, file,
+				    "%s field '%s' is not supported", where, k);
 		}
 		x = json_object_get(v, "__type");
 		if (x && !(json_is_string(x) &&
 			   !strcmp(json_string_value(x), "AddedToken")))
-			return fail(G, -EINVAL, file,
-				    "%s.__type must be \"AddedToken\"", where);
+			return gpt2_fail(G, -EINVAL, file,
+					 "%s.__type must be \"AddedToken\"",
+					 where);
 		if ((r = get_flag(G, v, file, where, "single_word", 0,
 				  &d->single_word)) ||
 		    (r = get_flag(G, v, file, where, "lstrip", 0,
@@ -391,23 +400,24 @@ static int parse_token(struct gload *G, json_t *v, const char *file,
 			return r;
 		c = json_object_get(v, "content");
 		if (!json_is_string(c))
-			return fail(G, -EINVAL, file,
-				    "%s.content must be a string", where);
+			return gpt2_fail(G, -EINVAL, file,
+					 "%s.content must be a string", where);
 	} else if (json_is_string(v)) {
 		d->special = 1;
 	} else {
-		return fail(G, -EINVAL, file,
-			    "%s must be a string, an AddedToken object or "
-			    "null",
-			    where);
+		return gpt2_fail(G, -EINVAL, file,
+				 "%s must be a string, an AddedToken object or "
+				 "null",
+				 where);
 	}
 	d->s = json_string_value(c);
 	d->n = json_string_length(c);
 	if (!d->n)
-		return fail(G, -EINVAL, file, "%s is an empty token", where);
+		return gpt2_fail(G, -EINVAL, file, "%s is an empty token",
+				 where);
 	if (d->n > TACO_TOK_MAX_TOKEN_LEN)
-		return fail(G, -EFBIG, file, "%s is longer than %d bytes",
-			    where, TACO_TOK_MAX_TOKEN_LEN);
+		return gpt2_fail(G, -EFBIG, file, "%s is longer than %d bytes",
+				 where, TACO_TOK_MAX_TOKEN_LEN);
 	*present = 1;
 	return 0;
 }
@@ -424,15 +434,15 @@ static int check_config(struct gload *G, json_t *o, const char *file)
 	if (json_is_string(v) &&
 	    strcmp(json_string_value(v), "GPT2Tokenizer") &&
 	    strcmp(json_string_value(v), "GPT2TokenizerFast"))
-		return fail(G, -ENOTSUP, file,
-			    "tokenizer_class '%.200s' is not supported "
-			    "(GPT2Tokenizer only)",
-			    json_string_value(v));
+		return gpt2_fail(G, -ENOTSUP, file,
+				 "tokenizer_class '%.200s' is not supported "
+				 "(GPT2Tokenizer only)",
+				 json_string_value(v));
 	if ((r = get_flag(G, o, file, "", "split_special_tokens", 0, &b)))
 		return r;
 	if (b)
-		return fail(G, -ENOTSUP, file,
-			    "split_special_tokens true is not supported");
+		return gpt2_fail(G, -ENOTSUP, file,
+				 "split_special_tokens true is not supported");
 	json_object_foreach(o, k, v)
 	{
 		size_t n = strlen(k);
@@ -446,15 +456,16 @@ static int check_config(struct gload *G, json_t *o, const char *file)
 		    !strcmp(k, "add_bos_token") || !strcmp(k, "add_eos_token");
 		if (!named && n > 6 && !strcmp(k + n - 6, "_token") &&
 		    (json_is_string(v) || json_is_object(v)))
-			return fail(G, -ENOTSUP, file,
-				    "'%.200s' (a model-specific special "
-				    "token) is not supported",
-				    k);
+			return gpt2_fail(G, -ENOTSUP, file,
+					 "'%.200s' (a model-specific special "
+					 "token) is not supported",
+					 k);
 		if (!strcmp(k, "extra_special_tokens") && json_is_object(v))
-			return fail(G, -ENOTSUP, file,
-				    "extra_special_tokens as an object "
-				    "(model-specific special tokens) is not "
-				    "supported");
+			return gpt2_fail(
+			    G, -ENOTSUP, file,
+			    "extra_special_tokens as an object "
+			    "(model-specific special tokens) is not "
+			    "supported");
 	}
 	return 0;
 }
@@ -468,11 +479,11 @@ static int extras_list(struct gload *G, json_t *v, const char *file,
 	if (json_is_null(v))
 		return 0;
 	if (!json_is_array(v))
-		return fail(G, -EINVAL, file, "%s must be a list", key);
+		return gpt2_fail(G, -EINVAL, file, "%s must be a list", key);
 	if (json_array_size(v) > TACO_TOK_MAX_ADDED)
-		return fail(G, -EFBIG, file,
-			    "%s has %zu entries, over the limit of %d", key,
-			    json_array_size(v), TACO_TOK_MAX_ADDED);
+		return gpt2_fail(G, -EFBIG, file,
+				 "%s has %zu entries, over the limit of %d",
+				 key, json_array_size(v), TACO_TOK_MAX_ADDED);
 	*out = json_array_size(v) ? v : NULL;
 	return 0;
 }
@@ -517,9 +528,10 @@ static int find_extras(struct gload *G, json_t *cfg, json_t *map, json_t **out,
 		if (json_is_null(x))
 			*out = NULL;
 		else if (l && *out)
-			return fail(G, -ENOTSUP, G->map_name,
-				    "extra special tokens here and in "
-				    "tokenizer_config.json are not supported");
+			return gpt2_fail(
+			    G, -ENOTSUP, G->map_name,
+			    "extra special tokens here and in "
+			    "tokenizer_config.json are not supported");
 		else if (l) {
 			*out = l;
 			*file = G->map_name;
@@ -561,17 +573,18 @@ static int add_def(struct gload *G, const struct gdef *d0, const char *file,
 		if (a->d.single_word != d.single_word ||
 		    a->d.lstrip != d.lstrip || a->d.rstrip != d.rstrip ||
 		    a->d.normalized != d.normalized)
-			return fail(G, -ENOTSUP, file,
-				    "%s: '%.200s' is defined twice with "
-				    "different lstrip, rstrip, single_word or "
-				    "normalized",
-				    where, d.s);
+			return gpt2_fail(
+			    G, -ENOTSUP, file,
+			    "%s: '%.200s' is defined twice with "
+			    "different lstrip, rstrip, single_word or "
+			    "normalized",
+			    where, d.s);
 		a->d.special |= d.special;
 		return 0;
 	}
 	if (G->n_added >= TACO_TOK_MAX_ADDED)
-		return fail(G, -EFBIG, file, "more than %d added tokens",
-			    TACO_TOK_MAX_ADDED);
+		return gpt2_fail(G, -EFBIG, file, "more than %d added tokens",
+				 TACO_TOK_MAX_ADDED);
 	if (G->n_added == G->cap_added) {
 		size_t c = G->cap_added ? G->cap_added * 2 : 16;
 		struct gadded *g = realloc(G->added, c * sizeof(*g));
@@ -595,10 +608,11 @@ static int add_def(struct gload *G, const struct gdef *d0, const char *file,
 		if (G->max_added + 1 > next)
 			next = G->max_added + 1;
 		if (next >= (int64_t)TACO_TOK_MAX_VOCAB)
-			return fail(G, -EFBIG, file,
-				    "%s: '%.200s' would get an id over the "
-				    "limit of %u",
-				    where, d.s, TACO_TOK_MAX_VOCAB);
+			return gpt2_fail(
+			    G, -EFBIG, file,
+			    "%s: '%.200s' would get an id over the "
+			    "limit of %u",
+			    where, d.s, TACO_TOK_MAX_VOCAB);
 		a->id = (int32_t)next;
 	}
 	if (a->id > G->max_added)
@@ -640,10 +654,11 @@ static int add_decoder_tokens(struct gload *G, json_t *atd,
 	int r = 0;
 
 	if (n > TACO_TOK_MAX_ADDED)
-		return fail(G, -EFBIG, file,
-			    "added_tokens_decoder has %zu entries, over the "
-			    "limit of %d",
-			    n, TACO_TOK_MAX_ADDED);
+		return gpt2_fail(
+		    G, -EFBIG, file,
+		    "added_tokens_decoder has %zu entries, over the "
+		    "limit of %d",
+		    n, TACO_TOK_MAX_ADDED);
 	if (!(e = calloc(n + 1, sizeof(*e))))
 		return oom(G, file);
 	json_object_foreach(atd, k, v)
@@ -651,10 +666,11 @@ static int add_decoder_tokens(struct gload *G, json_t *atd,
 		char *endp;
 		long long idx = strtoll(k, &endp, 10);
 		if (!k[0] || *endp || idx < 0 || !json_is_object(v)) {
-			r = fail(G, -EINVAL, file,
-				 "added_tokens_decoder['%.200s'] must be an "
-				 "AddedToken object under an index",
-				 k);
+			r = gpt2_fail(
+			    G, -EINVAL, file,
+			    "added_tokens_decoder['%.200s'] must be an "
+			    "AddedToken object under an index",
+			    k);
 			break;
 		}
 		e[i].index = idx;
@@ -694,7 +710,7 @@ static int add_extras(struct gload *G, json_t *list, const char *file)
 		if ((r = parse_token(G, v, file, where, &d, &present)))
 			return r;
 		if (!present)
-			return fail(G, -EINVAL, file, "%s is null", where);
+			return gpt2_fail(G, -EINVAL, file, "%s is null", where);
 		d.special = 1;
 		if ((r = add_def(G, &d, file, where)))
 			return r;
@@ -919,8 +935,8 @@ static int collect_added(struct gload *G, json_t *cfg, json_t **map,
 	if ((r = named_from(G, cfg, G->config_name, N)))
 		return r;
 	if (atd && !json_is_object(atd) && !json_is_null(atd))
-		return fail(G, -EINVAL, G->config_name,
-			    "added_tokens_decoder must be an object");
+		return gpt2_fail(G, -EINVAL, G->config_name,
+				 "added_tokens_decoder must be an object");
 	if (!atd && (r = read_legacy(G, map, N)))
 		return r;
 	if ((r = find_extras(G, cfg, *map, &extras, &extras_file)))
