@@ -75,6 +75,10 @@ typedef struct tacod_job {
 				  none */
 	int64_t queue_seq;    /* FIFO order of the queue */
 	int retries;
+	/* when DELETE /v1/models removed the fine-tuned model (0: never):
+	 * its name is refused from then on */
+	int64_t model_deleted_at;
+	char result_file[TACOD_ID_MAX]; /* the results CSV's file id, or "" */
 } tacod_job;
 
 void tacod_job_clear(tacod_job *j); /* frees request and error */

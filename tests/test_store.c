@@ -1065,7 +1065,7 @@ START_TEST(test_reopen)
 				 SQLITE_OK);
 		ck_assert_int_eq(sqlite3_step(q), SQLITE_ROW);
 		ck_assert_int_eq(sqlite3_column_int(q, 0), 1);
-		ck_assert_int_eq(sqlite3_column_int(q, 1), 3);
+		ck_assert_int_eq(sqlite3_column_int(q, 1), 4);
 		sqlite3_finalize(q);
 		ck_assert_int_eq(sqlite3_prepare_v2(raw, "PRAGMA journal_mode",
 						    -1, &q, NULL),
@@ -1084,6 +1084,50 @@ START_TEST(test_reopen)
 	ck_assert_int_eq(tacod_store_open(db, &s, &err), -ENOTSUP);
 	ck_assert_ptr_null(s);
 	ck_assert_ptr_nonnull(strstr(err.msg, "newer"));
+	remove_dir();
+}
+END_TEST
+
+/* A version 3 store (jobs without model_deleted_at and result_file) gains
+ * both columns on open, its rows kept, and the new fields round-trip. */
+START_TEST(test_schema_v4_columns)
+{
+	tacod_store *s = open_fresh();
+	taco_err err = {{0}};
+	tacod_job j = {0};
+	sqlite3 *raw;
+
+	add_job(s, "j1", "alice", TACOD_SUCCEEDED, "f1", 10);
+	tacod_store_close(s);
+	ck_assert_int_eq(sqlite3_open(db, &raw), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_exec(raw,
+				      "ALTER TABLE jobs DROP COLUMN "
+				      "model_deleted_at;"
+				      "ALTER TABLE jobs DROP COLUMN result_file;"
+				      "UPDATE schema_version SET version = 3",
+				      NULL, NULL, NULL),
+			 SQLITE_OK);
+	sqlite3_close(raw);
+	ck_assert_msg(tacod_store_open(db, &s, &err) == 0, "%s", err.msg);
+	ck_assert_int_eq(tacod_store_job_get(s, NULL, "j1", &j, &err), 0);
+	ck_assert_int_eq(j.model_deleted_at, 0);
+	ck_assert_str_eq(j.result_file, "");
+	j.model_deleted_at = 77;
+	snprintf(j.result_file, sizeof(j.result_file), "file-r");
+	ck_assert_int_eq(tacod_store_job_update(s, &j, &err), 0);
+	tacod_job_clear(&j);
+	ck_assert_int_eq(tacod_store_job_get(s, NULL, "j1", &j, &err), 0);
+	ck_assert_int_eq(j.model_deleted_at, 77);
+	ck_assert_str_eq(j.result_file, "file-r");
+	tacod_job_clear(&j);
+	ck_assert_int_eq(tacod_store_integrity_check(s, &err), 0);
+	tacod_store_close(s);
+	/* opened again: nothing to add, nothing lost */
+	ck_assert_msg(tacod_store_open(db, &s, &err) == 0, "%s", err.msg);
+	ck_assert_int_eq(tacod_store_job_get(s, NULL, "j1", &j, &err), 0);
+	ck_assert_int_eq(j.model_deleted_at, 77);
+	tacod_job_clear(&j);
+	tacod_store_close(s);
 	remove_dir();
 }
 END_TEST
@@ -1303,6 +1347,7 @@ int main(void)
 	tcase_add_test(tc, test_slurm_rows);
 	tcase_add_test(tc, test_limits);
 	tcase_add_test(tc, test_reopen);
+	tcase_add_test(tc, test_schema_v4_columns);
 	tcase_add_test(tc, test_open_errors);
 	tcase_add_test(tc, test_kill9_durability);
 	suite_add_tcase(s, tc);

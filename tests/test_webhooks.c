@@ -403,7 +403,7 @@ START_TEST(test_store_queue)
 				     -1, &q, NULL),
 				 SQLITE_OK);
 		ck_assert_int_eq(sqlite3_step(q), SQLITE_ROW);
-		ck_assert_int_eq(sqlite3_column_int(q, 0), 3);
+		ck_assert_int_eq(sqlite3_column_int(q, 0), 4);
 		sqlite3_finalize(q);
 	}
 	sqlite3_close(raw);

@@ -7,12 +7,13 @@
 #include <errno.h>
 #include <string.h>
 
-/* Column order of every job statement: ?1 is id, ?2..?20 the rest. */
+/* Column order of every job statement: ?1 is id, ?2..?22 the rest. */
 #define JOB_COLS                                                               \
 	"id, user, status, model, training_file, validation_file, suffix,"     \
 	" request, error, fine_tuned_model, output_dir, trained_tokens,"       \
 	" planned_bytes, measured_peak_bytes, created_at, started_at,"         \
-	" finished_at, estimated_finish, queue_seq, retries"
+	" finished_at, estimated_finish, queue_seq, retries,"                  \
+	" model_deleted_at, result_file"
 
 #define JOB_SET                                                                \
 	"user = ?2, status = ?3, model = ?4, training_file = ?5,"              \
@@ -20,7 +21,8 @@
 	" fine_tuned_model = ?10, output_dir = ?11, trained_tokens = ?12,"     \
 	" planned_bytes = ?13, measured_peak_bytes = ?14, created_at = ?15,"   \
 	" started_at = ?16, finished_at = ?17, estimated_finish = ?18,"        \
-	" queue_seq = ?19, retries = ?20"
+	" queue_seq = ?19, retries = ?20, model_deleted_at = ?21,"             \
+	" result_file = ?22"
 
 static int check_job(const tacod_job *j, taco_err *err)
 {
@@ -54,15 +56,18 @@ static int check_job(const tacod_job *j, taco_err *err)
 	if (rc == 0)
 		rc = st_check_str(j->output_dir, sizeof(j->output_dir), 1,
 				  "output_dir", err);
+	if (rc == 0)
+		rc = st_check_str(j->result_file, sizeof(j->result_file), 1,
+				  "result_file", err);
 	if (rc == 0 && j->retries < 0)
 		rc = taco_err_set(err, -EINVAL, "retries: negative");
 	return rc;
 }
 
-/* The binds of a job statement: the fields as ?1..?20 with queue_seq as
- * ?19, and from as ?21 when from >= 0; ST_ARG_END after the last. */
+/* The binds of a job statement: the fields as ?1..?22 with queue_seq as
+ * ?19, and from as ?23 when from >= 0; ST_ARG_END after the last. */
 typedef struct job_args {
-	st_arg v[22];
+	st_arg v[24];
 } job_args;
 
 static job_args bind_job(const tacod_job *j, int64_t queue_seq, int from)
@@ -88,10 +93,12 @@ static job_args bind_job(const tacod_job *j, int64_t queue_seq, int from)
 	    ST_INT(j->estimated_finish),
 	    ST_INT(queue_seq),
 	    ST_INT(j->retries),
+	    ST_INT(j->model_deleted_at),
+	    ST_TEXT(j->result_file),
 	}};
 
 	if (from >= 0)
-		a.v[20] = ST_INT(from);
+		a.v[22] = ST_INT(from);
 	return a;
 }
 
@@ -138,6 +145,10 @@ static int read_job(sqlite3_stmt *st, tacod_job *j, taco_err *err)
 	j->estimated_finish = sqlite3_column_int64(st, 17);
 	j->queue_seq = sqlite3_column_int64(st, 18);
 	j->retries = sqlite3_column_int(st, 19);
+	j->model_deleted_at = sqlite3_column_int64(st, 20);
+	if (rc == 0)
+		rc = st_col_str(st, 21, j->result_file, sizeof(j->result_file),
+				"result_file", err);
 	if (rc < 0)
 		tacod_job_clear(j);
 	return rc;
@@ -175,7 +186,7 @@ int tacod_store_job_add(tacod_store *s, tacod_job *j, taco_err *err)
 		    st_exec(s, "add job",
 			    "INSERT INTO jobs(" JOB_COLS ") VALUES (?1, ?2, ?3,"
 			    " ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
-			    " ?15, ?16, ?17, ?18, ?19, ?20)",
+			    " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
 			    a.v, NULL, NULL, err);
 		if (rc == -EEXIST)
 			taco_err_set(err, rc, "job %s already exists", j->id);
@@ -336,7 +347,7 @@ static int job_update(tacod_store *s, const tacod_job *j, int from,
 	a = bind_job(j, j->queue_seq, from);
 	rc = st_exec(s, "update job",
 		     from >= 0 ? "UPDATE jobs SET " JOB_SET
-				 " WHERE id = ?1 AND status = ?21"
+				 " WHERE id = ?1 AND status = ?23"
 			       : "UPDATE jobs SET " JOB_SET " WHERE id = ?1",
 		     a.v, NULL, NULL, err);
 	if (rc == 0 && st_changes(s) == 0) {

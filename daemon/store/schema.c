@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Version 2 adds webhook_deliveries, 3 slurm_jobs. The steps only create
- * what is missing, so their order does not matter to a database that
- * skipped one. */
-#define SCHEMA_VERSION 3
+/* Version 2 adds webhook_deliveries, 3 slurm_jobs, 4 two columns of jobs
+ * (model_deleted_at, result_file). The steps only create what is missing,
+ * so their order does not matter to a database that skipped one. */
+#define SCHEMA_VERSION 4
 
 /* Version 1. The list indexes: (user, created_at) and (created_at) serve the
  * newest-first lists (every index ends in the rowid, the tie-break), the
@@ -111,6 +111,39 @@ static const char schema_v3_slurm[] =
     " events_offset INTEGER NOT NULL,"
     " submitted_at INTEGER NOT NULL);";
 
+/* Version 4: the columns jobs gained, each added when it is missing (SQLite
+ * has no ADD COLUMN IF NOT EXISTS). */
+static const struct {
+	const char *name, *sql;
+} schema_v4_jobs[] = {
+    {"model_deleted_at", "ALTER TABLE jobs ADD COLUMN model_deleted_at"
+			 " INTEGER NOT NULL DEFAULT 0"},
+    {"result_file", "ALTER TABLE jobs ADD COLUMN result_file"
+		    " TEXT NOT NULL DEFAULT ''"},
+};
+
+static int add_job_columns(tacod_store *s, taco_err *err)
+{
+	int rc = 0;
+
+	for (size_t i = 0;
+	     rc == 0 && i < sizeof(schema_v4_jobs) / sizeof(*schema_v4_jobs);
+	     i++) {
+		int64_t have = 0;
+		rc = st_exec(s, "read jobs columns",
+			     "SELECT count(*) FROM pragma_table_info('jobs')"
+			     " WHERE name = ?1",
+			     ST_ARGS(ST_TEXT(schema_v4_jobs[i].name)),
+			     st_read_int64, &have, err);
+		if (rc == 1)
+			rc = 0;
+		if (rc == 0 && !have)
+			rc = st_exec_sql(s, "create schema v4",
+					 schema_v4_jobs[i].sql, err);
+	}
+	return rc;
+}
+
 static int pragma(tacod_store *s, const char *sql, const char *expect,
 		  taco_err *err)
 {
@@ -171,6 +204,8 @@ static int schema_update(tacod_store *s, taco_err *err)
 		rc = st_exec_sql(s, "create schema v2", schema_v2, err);
 	if (rc == 0)
 		rc = st_exec_sql(s, "create schema v3", schema_v3_slurm, err);
+	if (rc == 0)
+		rc = add_job_columns(s, err);
 	if (rc == 0 && version != SCHEMA_VERSION) {
 		rc = st_exec_sql(s, "set schema_version",
 				 "DELETE FROM schema_version", err);
