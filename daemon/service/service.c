@@ -87,10 +87,12 @@ static void job_event(void *ctx, tacod_run *rj, json_t *e)
 		json_int_t total =
 		    json_integer_value(json_object_get(e, "total_steps"));
 		double eta = json_real_value(json_object_get(e, "eta_s"));
+		json_t *acc = json_object_get(e, "token_accuracy");
 		json_t *data = json_pack(
-		    "{sI sI sO sO sO sO}", "step", step, "total_steps", total,
-		    "train_loss", json_object_get(e, "loss"), "learning_rate",
-		    json_object_get(e, "lr"), "tokens_per_s",
+		    "{sI sI sO sO sO sO sO}", "step", step, "total_steps",
+		    total, "train_loss", json_object_get(e, "loss"),
+		    "train_mean_token_accuracy", acc ? acc : json_null(),
+		    "learning_rate", json_object_get(e, "lr"), "tokens_per_s",
 		    json_object_get(e, "tokens_per_s"), "mem_peak_bytes",
 		    json_object_get(e, "mem_peak_bytes"));
 		snprintf(msg, sizeof(msg), "Step %lld/%lld: training loss=%.4f",

@@ -51,6 +51,7 @@ typedef struct trainer {
 	int64_t step, total, start_step;
 	int64_t tokens_seen;
 	double t_start, loss;
+	double accuracy; /* of the last step: targets that are the argmax */
 	taco_events ev;
 	taco_plan plan;
 	int lock_fd; /* flock of output_dir/.lock, -1 when not held */
@@ -176,6 +177,7 @@ static int train_step(trainer *tr, taco_err *err)
 	size_t rows = (size_t)j->batch_size * j->seq_len;
 	int64_t norm = 0;
 	double loss = 0;
+	int64_t correct = 0;
 	int r;
 
 	for (int a = 0; a < j->grad_accum; a++)
@@ -201,6 +203,7 @@ static int train_step(trainer *tr, taco_err *err)
 					 &st, err)))
 			return r;
 		loss = st.loss_sum;
+		correct = st.n_correct;
 		goto done;
 	}
 	taco_optim_begin_step(tr->o);
@@ -223,6 +226,7 @@ static int train_step(trainer *tr, taco_err *err)
 		if ((r = taco_model_step(tr->m, &b, norm, &sink, &st, err)))
 			return r;
 		loss += st.loss_sum;
+		correct += st.n_correct;
 	}
 	for (int i = 0; i < tr->m->n_tensors; i++)
 		if (tr->g.dense[i])
@@ -231,6 +235,7 @@ done:
 	tr->step++;
 	tr->tokens_seen += (int64_t)rows * j->grad_accum;
 	tr->loss = norm ? loss / (double)norm : 0.0;
+	tr->accuracy = norm ? (double)correct / (double)norm : 0.0;
 	return 0;
 }
 
@@ -404,9 +409,10 @@ static void progress(trainer *tr)
 		taco_events_emit(
 		    &tr->ev, "progress",
 		    json_pack(
-			"{sI sI sf sf sI sf sf sf sI sI}", "step",
+			"{sI sI sf sf sf sI sf sf sf sI sI}", "step",
 			(json_int_t)tr->step, "total_steps",
-			(json_int_t)tr->total, "loss", tr->loss, "lr",
+			(json_int_t)tr->total, "loss", tr->loss,
+			"token_accuracy", tr->accuracy, "lr",
 			(double)tr->g.lr, "tokens", (json_int_t)tr->tokens_seen,
 			"tokens_per_s", tps, "elapsed_s", el, "eta_s", eta,
 			"mem_bytes", (json_int_t)tr->m->ops->mem_current(),
