@@ -1,5 +1,7 @@
 #include "job_request.h"
 
+#include "api/model_name.h"
+
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -29,21 +31,6 @@ static int request_fail(tacod_request_error *e, const char *param,
 	taco_text_vformat(e->message, sizeof(e->message), fmt, ap);
 	va_end(ap);
 	return -EINVAL;
-}
-
-static int request_name_ok(const char *s, size_t max)
-{
-	size_t n = strlen(s);
-
-	if (!n || n > max || !strcmp(s, ".") || !strcmp(s, ".."))
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!(s[i] == '-' || s[i] == '_' || s[i] == '.' ||
-		      (s[i] >= '0' && s[i] <= '9') ||
-		      (s[i] >= 'a' && s[i] <= 'z') ||
-		      (s[i] >= 'A' && s[i] <= 'Z')))
-			return 0;
-	return 1;
 }
 
 /* "auto" or an integer in [lo, hi]; *out untouched for "auto". */
@@ -224,6 +211,52 @@ static void integral_reals(json_t *v)
 	}
 }
 
+/* The directory taco-train reads the model named by v from: a base model's
+ * in models_dir, or what ctx->model_path makes of a fine-tuned model or a
+ * checkpoint (api/model_name.h). */
+static int model_arg(json_t *v, const tacod_request_ctx *ctx, char *path,
+		     size_t cap, tacod_request_error *e)
+{
+	tacod_model_name m;
+	const char *name = json_string_value(v);
+	struct stat st;
+	int r;
+
+	if (!json_is_string(v))
+		return request_fail(
+		    e, "model", "missing_required_parameter",
+		    "model is required: the name of a directory in the "
+		    "models directory, or of a fine-tuned model (ft:...)");
+	if (tacod_model_name_parse(name, &m))
+		return request_fail(e, "model", "invalid_model",
+				    "model '%s' is neither a plain name nor a "
+				    "fine-tuned model's name (ft:...)",
+				    name);
+	if (m.kind != TACOD_MODEL_BASE) {
+		r = ctx->model_path
+			? ctx->model_path(ctx->file_ctx, name, path, cap)
+			: -ENOENT;
+		if (r == -ENOENT)
+			return request_fail(e, "model", "model_not_found",
+					    "model '%s' does not exist", name);
+		if (r) {
+			request_fail(e, "model", "server_error",
+				     "model '%s' cannot be used: %s", name,
+				     strerror(-r));
+			return r == -EINVAL ? -EIO : r;
+		}
+		return 0;
+	}
+	if ((size_t)snprintf(path, cap, "%s/%s/config.json", ctx->models_dir,
+			     name) >= cap ||
+	    stat(path, &st))
+		return request_fail(e, "model", "model_not_found",
+				    "model '%s' is not in the models directory",
+				    name);
+	snprintf(path, cap, "%s/%s", ctx->models_dir, name);
+	return 0;
+}
+
 int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 		      tacod_job_spec *out, tacod_request_error *e)
 {
@@ -243,7 +276,6 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 	double mult = 1.0;
 	json_t *v, *method, *job, *ext;
 	const char *k;
-	struct stat st;
 	taco_job tj;
 	taco_job_problems probs;
 	char *text;
@@ -263,24 +295,9 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 			return request_fail(e, k, "unknown_parameter",
 					    "unknown parameter: %s", k);
 	}
-	v = json_object_get(req, "model");
-	if (!json_is_string(v))
-		return request_fail(
-		    e, "model", "missing_required_parameter",
-		    "model is required: the name of a directory in "
-		    "the models directory");
-	if (!request_name_ok(json_string_value(v), 255))
-		return request_fail(e, "model", "invalid_model",
-				    "model '%s' is not a plain name",
-				    json_string_value(v));
-	snprintf(model, sizeof(model), "%s/%s/config.json", ctx->models_dir,
-		 json_string_value(v));
-	if (stat(model, &st))
-		return request_fail(e, "model", "model_not_found",
-				    "model '%s' is not in the models directory",
-				    json_string_value(v));
-	snprintf(model, sizeof(model), "%s/%s", ctx->models_dir,
-		 json_string_value(v));
+	if ((r = model_arg(json_object_get(req, "model"), ctx, model,
+			   sizeof(model), e)))
+		return r;
 	if ((r = file_arg(req, "training_file", 1, ctx, train, sizeof(train),
 			  e)) ||
 	    (r = file_arg(req, "validation_file", 0, ctx, val, sizeof(val), e)))
@@ -330,7 +347,8 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 	}
 	v = json_object_get(req, "suffix");
 	if (v && !json_is_null(v) &&
-	    (!json_is_string(v) || !request_name_ok(json_string_value(v), 64)))
+	    (!json_is_string(v) ||
+	     !tacod_model_name_plain(json_string_value(v), 64)))
 		return request_fail(
 		    e, "suffix", "invalid_suffix",
 		    "suffix is at most 64 letters, digits, '-', '_' "

@@ -25,6 +25,11 @@ typedef struct tacod_request_ctx {
 	 * -ENOENT, or -EACCES when it is not under a dataset root. NULL: no
 	 * paths are allowed. Both callbacks get file_ctx. */
 	int (*dataset_path)(void *ctx, const char *p, char *path, size_t cap);
+	/* The model directory (config, tokenizer, weights: what taco-train
+	 * reads) of a fine-tuned model or checkpoint name the requesting user
+	 * may train from: 0, or -ENOENT when there is no such model for this
+	 * user, or another negative errno. NULL: only base models. */
+	int (*model_path)(void *ctx, const char *name, char *path, size_t cap);
 	void *file_ctx;
 } tacod_request_ctx;
 
@@ -45,7 +50,9 @@ typedef struct tacod_job_spec {
 
 /* Validates req (every field; the first problem is returned) and maps it
  * onto a job. Returns 0 with *out set (the caller frees it with
- * tacod_job_spec_free), or -EINVAL with e filled (-ENOMEM: e says so). */
+ * tacod_job_spec_free), or -EINVAL with e filled (a bad request), or the
+ * model_path callback's failure other than -ENOENT with e filled (the
+ * server's: -ENOMEM, -ENOSPC, ...). */
 int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 		      tacod_job_spec *out, tacod_request_error *e);
 void tacod_job_spec_free(tacod_job_spec *spec);

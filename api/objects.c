@@ -1,5 +1,7 @@
 #include "objects.h"
 
+#include "api/model_name.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -115,7 +117,7 @@ json_t *tacod_checkpoint_object(const tacod_checkpoint *c, const tacod_job *j)
 	const char *job =
 	    strncmp(c->job_id, "ftjob-", 6) ? c->job_id : c->job_id + 6;
 	json_t *m = c->metrics ? json_loads(c->metrics, 0, NULL) : NULL;
-	char id[TACOD_ID_MAX + 32], name[2 * TACOD_NAME_MAX + 128];
+	char id[TACOD_ID_MAX + 32], name[TACOD_MODEL_NAME_MAX];
 
 	/* OpenAI's clients require metrics; the step is always known */
 	if (!json_is_object(m)) {
@@ -124,13 +126,23 @@ json_t *tacod_checkpoint_object(const tacod_checkpoint *c, const tacod_job *j)
 	}
 	json_object_set_new(m, "step", json_integer(c->step));
 	snprintf(id, sizeof(id), "ftckpt-%s-%lld", job, (long long)c->step);
-	snprintf(name, sizeof(name), "ft:%s:%s:%s:ckpt-step-%lld", j->model,
-		 j->suffix, job, (long long)c->step);
+	if (tacod_model_name_format(j->model, j->suffix, j->id, c->step, name,
+				    sizeof(name)))
+		name[0] = 0; /* a row a store check would have refused */
 	return json_pack("{ss ss sI ss sI ss so}", "id", id, "object",
 			 "fine_tuning.job.checkpoint", "created_at",
 			 (json_int_t)c->created_at, "fine_tuning_job_id",
 			 c->job_id, "step_number", (json_int_t)c->step,
 			 "fine_tuned_model_checkpoint", name, "metrics", m);
+}
+
+json_t *tacod_model_object(const char *id, int64_t created,
+			   const char *owned_by, const char *root,
+			   const char *parent)
+{
+	return json_pack("{ss ss sI ss ss so}", "id", id, "object", "model",
+			 "created", (json_int_t)created, "owned_by", owned_by,
+			 "root", root, "parent", str_or_null(parent));
 }
 
 json_t *tacod_list_object(json_t *items, int has_more)

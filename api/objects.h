@@ -25,6 +25,14 @@ json_t *tacod_event_object(const tacod_event *e);
  *  "metrics": c->metrics with "step"}; j is the checkpoint's job. */
 json_t *tacod_checkpoint_object(const tacod_checkpoint *c, const tacod_job *j);
 
+/* {"id", "object": "model", "created", "owned_by", "root", "parent"}: OpenAI's
+ * model with two fields of tacod's (as vLLM's): root, the base model at the
+ * start of its chain, and parent, the model it was trained from (NULL: none,
+ * a base model). */
+json_t *tacod_model_object(const char *id, int64_t created,
+			   const char *owned_by, const char *root,
+			   const char *parent);
+
 /* {"object": "list", "data": items (stolen), "has_more", "first_id",
  *  "last_id"} */
 json_t *tacod_list_object(json_t *items, int has_more);

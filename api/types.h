@@ -12,6 +12,11 @@
 #define TACOD_ID_MAX 64
 #define TACOD_USER_MAX 64
 #define TACOD_NAME_MAX 256
+/* A model's name (api/model_name.h): a base name of at most
+ * TACOD_BASE_NAME_MAX, or an ft: name built on one (with a suffix of 64 and
+ * a checkpoint's step) */
+#define TACOD_BASE_NAME_MAX 255
+#define TACOD_MODEL_NAME_MAX 400
 #define TACOD_PATH_MAX 4096
 #define TACOD_LIST_MAX 100	 /* rows in one list call */
 #define TACOD_TEXT_MAX (1 << 20) /* bytes of one JSON or message text */
@@ -60,13 +65,13 @@ typedef struct tacod_job {
 	char id[TACOD_ID_MAX]; /* "ftjob-<24 hex>" */
 	char user[TACOD_USER_MAX];
 	int status;
-	char model[TACOD_NAME_MAX];
+	char model[TACOD_MODEL_NAME_MAX]; /* what the request named */
 	char training_file[TACOD_ID_MAX];
 	char validation_file[TACOD_ID_MAX]; /* "" = none */
-	char suffix[64];
+	char suffix[65];		    /* at most 64 characters */
 	char *request; /* JSON: the create request as accepted (owned) */
 	char *error;   /* JSON {"message","code","param"} or NULL (owned) */
-	char fine_tuned_model[TACOD_NAME_MAX]; /* "" until succeeded */
+	char fine_tuned_model[TACOD_MODEL_NAME_MAX]; /* "" until succeeded */
 	char output_dir[TACOD_PATH_MAX];
 	int64_t trained_tokens;
 	int64_t planned_bytes, measured_peak_bytes;

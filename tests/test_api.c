@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "api/job_request.h"
+#include "api/model_name.h"
 #include "api/objects.h"
 #include "testutil.h"
 
@@ -107,12 +108,27 @@ static int file_path(void *ctx, const char *id, char *path, size_t cap)
 	return 0;
 }
 
+/* Fine-tuned models: "ft:llama_gqa:s:abc" is the user's (its directory
+ * the fixture's llama_gqa), "ft:llama_gqa:s:full" fails for want of room. */
+static int model_path(void *ctx, const char *name, char *path, size_t cap)
+{
+	(void)ctx;
+	if (!strcmp(name, "ft:llama_gqa:s:full"))
+		return -ENOSPC;
+	if (strcmp(name, "ft:llama_gqa:s:abc"))
+		return -ENOENT;
+	snprintf(path, cap, "%s", tu_fixture("models/llama_gqa"));
+	return 0;
+}
+
 static int request_spec(const char *text, tacod_job_spec *spec,
 			tacod_request_error *e)
 {
 	static char models[4096];
-	tacod_request_ctx ctx = {models, "/state/jobs/j1/out", file_path, NULL,
-				 NULL};
+	tacod_request_ctx ctx = {.models_dir = models,
+				 .output_dir = "/state/jobs/j1/out",
+				 .file_path = file_path,
+				 .model_path = model_path};
 	json_t *req = json_loads(text, 0, NULL);
 	int r;
 
@@ -137,6 +153,122 @@ static int request(const char *text, json_t **job, tacod_request_error *e)
 	}
 	return r;
 }
+
+/* Model names (api/model_name.h): parsed, formed with the root of the
+ * chain, and refused when malformed. */
+START_TEST(test_model_names)
+{
+	static const char *const bad[] = {
+	    "",
+	    "ft:",
+	    "ft:a",
+	    "ft:a:s",
+	    "ft:a:s:",
+	    "ft::s:abc",
+	    "ft:a:s:abc:",
+	    "ft:a:s:abc:ckpt-step-",
+	    "ft:a:s:abc:ckpt-step-01",
+	    "ft:a:s:abc:ckpt-step--1",
+	    "ft:a:s:abc:step-1",
+	    "ft:a:s:abc:ckpt-step-1:x",
+	    "ft:a/b:s:abc",
+	    "ft:a:s/t:abc",
+	    "..",
+	    "a b",
+	    "ft:a:s:abc:ckpt-step-1234567890123456789",
+	};
+	tacod_model_name m;
+	char out[TACOD_MODEL_NAME_MAX], big[300];
+
+	ck_assert_int_eq(tacod_model_name_parse("llama_gqa", &m), 0);
+	ck_assert_int_eq(m.kind, TACOD_MODEL_BASE);
+	ck_assert_str_eq(m.root, "llama_gqa");
+	ck_assert_int_eq(tacod_model_name_parse("ft:llama_gqa:sdk:0a1b", &m),
+			 0);
+	ck_assert_int_eq(m.kind, TACOD_MODEL_FINE_TUNED);
+	ck_assert_str_eq(m.root, "llama_gqa");
+	ck_assert_str_eq(m.suffix, "sdk");
+	ck_assert_str_eq(m.job_id, "ftjob-0a1b");
+	ck_assert_int_eq(
+	    tacod_model_name_parse("ft:llama_gqa::0a1b:ckpt-step-30", &m), 0);
+	ck_assert_int_eq(m.kind, TACOD_MODEL_CHECKPOINT);
+	ck_assert_str_eq(m.suffix, "");
+	ck_assert_int_eq(m.step, 30);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(tacod_model_name_parse(bad[i], &m) == -EINVAL,
+			      "'%s' parsed", bad[i]);
+	/* a job from a base, from a fine-tuned model, from a checkpoint: the
+	 * root stays the base */
+	ck_assert_int_eq(tacod_model_name_format("llama_gqa", "a", "ftjob-01",
+						 -1, out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "ft:llama_gqa:a:01");
+	ck_assert_int_eq(tacod_model_name_format("ft:llama_gqa:a:01", "b",
+						 "ftjob-02", -1, out,
+						 sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "ft:llama_gqa:b:02");
+	ck_assert_int_eq(
+	    tacod_model_name_format("ft:llama_gqa:b:02:ckpt-step-4", "",
+				    "ftjob-03", 7, out, sizeof(out)),
+	    0);
+	ck_assert_str_eq(out, "ft:llama_gqa::03:ckpt-step-7");
+	ck_assert_int_eq(tacod_model_name_root(out, big, sizeof(big)), 0);
+	ck_assert_str_eq(big, "llama_gqa");
+	/* the longest names fit the store's columns */
+	memset(big, 'm', TACOD_BASE_NAME_MAX);
+	big[TACOD_BASE_NAME_MAX] = 0;
+	ck_assert_int_eq(
+	    tacod_model_name_format(
+		big,
+		"ssssssssssssssssssssssssssssssssssssssssssssssssssss"
+		"ssssssssssss",
+		"ftjob-0123456789abcdef01234567", 999999999999999999, out,
+		sizeof(out)),
+	    0);
+	ck_assert_int_eq(tacod_model_name_parse(out, &m), 0);
+	ck_assert_int_eq(m.step, 999999999999999999);
+	ck_assert_int_eq(tacod_model_name_format("ft:bad", "", "ftjob-1", -1,
+						 out, sizeof(out)),
+			 -EINVAL);
+	ck_assert_int_eq(
+	    tacod_model_name_format("llama_gqa", "s", "ftjob-1", -1, out, 8),
+	    -ENAMETOOLONG);
+}
+END_TEST
+
+/* A fine-tuned model as the model: the directory model_path gives; one
+ * the user does not have is model_not_found, a server failure is that
+ * failure. */
+START_TEST(test_request_fine_tuned_model)
+{
+	tacod_request_error e;
+	tacod_job_spec spec;
+
+	ck_assert_int_eq(request_spec("{\"model\": \"ft:llama_gqa:s:abc\", "
+				      "\"training_file\": \"file-train\"}",
+				      &spec, &e),
+			 0);
+	ck_assert_str_eq(spec.job.model, tu_fixture("models/llama_gqa"));
+	tacod_job_spec_free(&spec);
+	ck_assert_int_eq(request_spec("{\"model\": \"ft:llama_gqa:s:other\", "
+				      "\"training_file\": \"file-train\"}",
+				      &spec, &e),
+			 -EINVAL);
+	ck_assert_str_eq(e.code, "model_not_found");
+	ck_assert_str_eq(e.param, "model");
+	ck_assert_int_eq(request_spec("{\"model\": \"ft:llama_gqa:s:full\", "
+				      "\"training_file\": \"file-train\"}",
+				      &spec, &e),
+			 -ENOSPC);
+	ck_assert_ptr_nonnull(strstr(e.message, "ft:llama_gqa:s:full"));
+	ck_assert_int_eq(request_spec("{\"model\": \"ft:llama_gqa\", "
+				      "\"training_file\": \"file-train\"}",
+				      &spec, &e),
+			 -EINVAL);
+	ck_assert_str_eq(e.code, "invalid_model");
+}
+END_TEST
 
 START_TEST(test_request_defaults_and_mapping)
 {
@@ -290,6 +422,8 @@ int main(void)
 	TCase *tc = tcase_create("api");
 
 	tcase_add_test(tc, test_objects);
+	tcase_add_test(tc, test_model_names);
+	tcase_add_test(tc, test_request_fine_tuned_model);
 	tcase_add_test(tc, test_request_defaults_and_mapping);
 	tcase_add_test(tc, test_request_parsed_job);
 	tcase_add_loop_test(tc, test_request_errors, 0,

@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/store/store.h"
 #include "daemon/store/slurm.h"
+#include "daemon/store/store.h"
 
 static char dir[256];
 static char db[320];
@@ -1100,13 +1100,14 @@ START_TEST(test_schema_v4_columns)
 	add_job(s, "j1", "alice", TACOD_SUCCEEDED, "f1", 10);
 	tacod_store_close(s);
 	ck_assert_int_eq(sqlite3_open(db, &raw), SQLITE_OK);
-	ck_assert_int_eq(sqlite3_exec(raw,
-				      "ALTER TABLE jobs DROP COLUMN "
-				      "model_deleted_at;"
-				      "ALTER TABLE jobs DROP COLUMN result_file;"
-				      "UPDATE schema_version SET version = 3",
-				      NULL, NULL, NULL),
-			 SQLITE_OK);
+	ck_assert_int_eq(
+	    sqlite3_exec(raw,
+			 "ALTER TABLE jobs DROP COLUMN "
+			 "model_deleted_at;"
+			 "ALTER TABLE jobs DROP COLUMN result_file;"
+			 "UPDATE schema_version SET version = 3",
+			 NULL, NULL, NULL),
+	    SQLITE_OK);
 	sqlite3_close(raw);
 	ck_assert_msg(tacod_store_open(db, &s, &err) == 0, "%s", err.msg);
 	ck_assert_int_eq(tacod_store_job_get(s, NULL, "j1", &j, &err), 0);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "api/model_name.h"
 #include "daemon/service/internal.h"
 #include "daemon/service/tar.h"
 #include "job/job_export.h"
@@ -81,7 +82,7 @@ int tacod_route_checkpoint_content(tacod_http_req *r, void *ctx)
 	int64_t step = step_of(tacod_http_param(r, "checkpoint"));
 	tacod_checkpoint *c = NULL;
 	char top[TACOD_ID_MAX + 32], dir[TACOD_PATH_MAX] = "";
-	char base[2 * TACOD_PATH_MAX];
+	char base[2 * TACOD_PATH_MAX], root[TACOD_MODEL_NAME_MAX];
 	tacod_job j = {0};
 	taco_err err = {{0}};
 	tacod_tar *t = NULL;
@@ -99,7 +100,11 @@ int tacod_route_checkpoint_content(tacod_http_req *r, void *ctx)
 		return tacod_route_store_error(r, rc, &err, "job");
 	}
 	snprintf(top, sizeof(top), "ftckpt-%s-%lld", id + 6, (long long)step);
-	snprintf(base, sizeof(base), "%s/%s", s->cfg.models_dir, j.model);
+	/* the config and tokenizer of the base at the root of the job's
+	 * chain (api/model_name.h) */
+	if (tacod_model_name_root(j.model, root, sizeof(root)))
+		root[0] = 0;
+	snprintf(base, sizeof(base), "%s/%s", s->cfg.models_dir, root);
 	tacod_job_clear(&j);
 	if (!dir[0])
 		return tacod_http_error(r, 404, "invalid_request_error",
@@ -171,7 +176,7 @@ int tacod_route_model_content(tacod_http_req *r, void *ctx)
 	tacod_job j = {0};
 	taco_err err = {{0}};
 	tacod_tar *t = NULL;
-	int rc, done;
+	int rc, done, deleted;
 
 	pthread_mutex_lock(&s->lock);
 	rc = tacod_store_job_get(s->store, tacod_route_scope(r), id, &j, &err);
@@ -179,6 +184,7 @@ int tacod_route_model_content(tacod_http_req *r, void *ctx)
 	if (rc)
 		return tacod_route_store_error(r, rc, &err, "job");
 	done = j.status == TACOD_SUCCEEDED;
+	deleted = j.model_deleted_at != 0;
 	snprintf(dir, sizeof(dir), "%s/model", j.output_dir);
 	/* the model's name without its colons, as a directory name */
 	snprintf(top, sizeof(top), "%.60s", j.fine_tuned_model);
@@ -191,6 +197,11 @@ int tacod_route_model_content(tacod_http_req *r, void *ctx)
 					"not_found", "id",
 					"the job has no model yet: it has not "
 					"succeeded");
+	if (deleted)
+		return tacod_http_error(r, 404, "invalid_request_error",
+					"not_found", "id",
+					"the job's fine-tuned model was "
+					"deleted (DELETE /v1/models)");
 	if ((rc = tacod_tar_new(&t, &err)) ||
 	    (rc = add_dir(t, top, dir, &err))) {
 		tacod_tar_free(t);

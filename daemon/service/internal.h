@@ -14,7 +14,7 @@
 #include "plan/plan.h"
 
 #define TACOD_MAX_STREAMS 256 /* event streams open at once */
-#define TACOD_ROUTES_MAX 32
+#define TACOD_ROUTES_MAX 48
 #define TACOD_PUMP_MS 100 /* event streams are fed this often */
 /* Jobs waiting in validating_files, of all users together: a create past
  * it is refused with 429 validation_queue_full (service/validate.c). */
@@ -110,10 +110,24 @@ int tacod_route_checkpoints(tacod_http_req *r, tacod_service *s, const char *id,
 			    taco_err *err);
 /* The user a request is from (its token's, or its peer's). */
 const char *tacod_route_user(tacod_http_req *r);
-/* Parses and maps a create request (jobs.c) onto a job that writes into
- * out: 0 with *spec set, or a 400/500 has been sent. */
+/* Parses and maps a create request (jobs.c) onto a job in the directory
+ * dir, which it writes into dir/out; a fine-tuned model it starts from is
+ * linked into dir/base (models.c). 0 with *spec set, or a 4xx/5xx has been
+ * sent; dir may hold dir/base either way: the caller removes what it does
+ * not keep (tacod_route_remove_job_dir). */
 int tacod_route_map_job(tacod_http_req *r, tacod_service *s, json_t *req,
-			const char *out, tacod_job_spec *spec);
+			const char *dir, tacod_job_spec *spec);
+/* Removes what a create or a plan left in dir: dir/base and dir. */
+void tacod_route_remove_job_dir(const char *dir);
+/* models.c: the model directory dst (made here) for a job of scope (NULL:
+ * anyone) starting from the fine-tuned model or checkpoint name: 0,
+ * -ENOENT when scope has no such model, or another negative errno (dst
+ * removed). Lock held. */
+int tacod_models_assemble(tacod_service *s, const char *scope, const char *name,
+			  const char *dst, taco_err *err);
+int tacod_route_model_list(tacod_http_req *r, void *ctx);
+int tacod_route_model_show(tacod_http_req *r, void *ctx);
+int tacod_route_model_delete(tacod_http_req *r, void *ctx);
 /* The route handlers, a file a resource: files.c, jobs.c, plan.c,
  * events.c, checkpoints.c, download.c, device.c, dashboard.c. */
 int tacod_route_file_upload(tacod_http_req *r, void *ctx);

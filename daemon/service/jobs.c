@@ -25,6 +25,7 @@
 typedef struct file_lookup {
 	tacod_service *s;
 	const char *user; /* scope */
+	const char *base; /* where a fine-tuned model is linked (models.c) */
 } file_lookup;
 
 static int lookup_file(void *ctx, const char *id, char *path, size_t cap)
@@ -66,26 +67,56 @@ static int dataset_path(void *ctx, const char *p, char *path, size_t cap)
 	return -EACCES;
 }
 
-/* Parses and maps a create request onto a job that writes into out: 0
- * with *spec set, or a 400/500 has been sent. */
-int tacod_route_map_job(tacod_http_req *r, tacod_service *s, json_t *req,
-			const char *out, tacod_job_spec *spec)
+/* A fine-tuned model or checkpoint as the job's own model directory. */
+static int model_path(void *ctx, const char *name, char *path, size_t cap)
 {
-	tacod_request_error e;
-	file_lookup fl = {s, tacod_route_scope(r)};
-	tacod_request_ctx c = {s->cfg.models_dir, out, lookup_file,
-			       dataset_path, &fl};
+	file_lookup *l = ctx;
 	int rc;
 
+	if (strlen(l->base) >= cap)
+		return -ENAMETOOLONG;
+	/* called with the service lock held */
+	rc = tacod_models_assemble(l->s, l->user, name, l->base, NULL);
+	if (rc == 0)
+		memcpy(path, l->base, strlen(l->base) + 1);
+	return rc;
+}
+
+int tacod_route_map_job(tacod_http_req *r, tacod_service *s, json_t *req,
+			const char *dir, tacod_job_spec *spec)
+{
+	char out[TACOD_PATH_MAX + 160], base[TACOD_PATH_MAX + 160];
+	tacod_request_error e;
+	file_lookup fl = {s, tacod_route_scope(r), base};
+	tacod_request_ctx c = {s->cfg.models_dir, out,	      lookup_file,
+			       dataset_path,	  model_path, &fl};
+	int rc;
+
+	snprintf(out, sizeof(out), "%s/out", dir);
+	snprintf(base, sizeof(base), "%s/base", dir);
 	pthread_mutex_lock(&s->lock);
 	rc = tacod_job_request(req, &c, spec, &e);
 	pthread_mutex_unlock(&s->lock);
-	if (rc)
+	if (rc == -EINVAL)
 		return tacod_http_error(r, 400, "invalid_request_error", e.code,
 					e.param[0] ? e.param : NULL, "%s",
 					e.message),
 		       -EINVAL;
+	if (rc) {
+		taco_err err = {{0}};
+		taco_err_set(&err, rc, "%s", e.message);
+		return tacod_route_write_error(r, rc, &err), rc;
+	}
 	return 0;
+}
+
+void tacod_route_remove_job_dir(const char *dir)
+{
+	char base[TACOD_PATH_MAX + 160];
+
+	snprintf(base, sizeof(base), "%s/base", dir);
+	taco_remove_flat_dir(base, NULL);
+	taco_remove_flat_dir(dir, NULL);
 }
 
 /* Writes the job file into dir, once: the text the job was parsed from,
@@ -200,7 +231,7 @@ int tacod_route_job_create(tacod_http_req *r, void *ctx)
 	tacod_new_id("ftjob-", j.id);
 	snprintf(dir, sizeof(dir), "%s/%s", s->jobs_dir, j.id);
 	snprintf(out, sizeof(out), "%s/out", dir);
-	if (tacod_route_map_job(r, s, req, out, &spec)) {
+	if (tacod_route_map_job(r, s, req, dir, &spec)) {
 		rc = 0;
 		goto out;
 	}
@@ -274,7 +305,7 @@ out:
 	/* a create that failed leaves nothing: its row and events were one
 	 * transaction, its directory goes here */
 	if (!created)
-		taco_remove_flat_dir(dir, NULL);
+		tacod_route_remove_job_dir(dir);
 	free(j.request);
 	tacod_job_spec_free(&spec);
 	json_decref(req);

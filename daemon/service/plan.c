@@ -23,7 +23,7 @@ int tacod_route_job_plan(tacod_http_req *r, void *ctx)
 {
 	tacod_service *s = ctx;
 	json_t *req = tacod_http_body_json(r), *o, *terms;
-	char id[TACOD_ID_MAX], out[TACOD_PATH_MAX + 160];
+	char id[TACOD_ID_MAX], dir[TACOD_PATH_MAX + 160];
 	uint64_t limit = s->cfg.limits.max_sync_validate_bytes;
 	tacod_job_spec spec;
 	tacod_assessment a;
@@ -31,16 +31,19 @@ int tacod_route_job_plan(tacod_http_req *r, void *ctx)
 	if (!req)
 		return 0;
 	/* a job that would write here, planned from the parsed request: no
-	 * file is written */
+	 * file is written but, for a fine-tuned model, the links of its
+	 * model directory, which go with the plan */
 	tacod_new_id("plan-", id);
-	snprintf(out, sizeof(out), "%s/plan-%s/out", s->jobs_dir, id + 5);
-	if (tacod_route_map_job(r, s, req, out, &spec)) {
+	snprintf(dir, sizeof(dir), "%s/plan-%s", s->jobs_dir, id + 5);
+	if (tacod_route_map_job(r, s, req, dir, &spec)) {
+		tacod_route_remove_job_dir(dir);
 		json_decref(req);
 		return 0;
 	}
 	tacod_assess(s, &spec.job, req, TACOD_ASSESS_PLAN | TACOD_ASSESS_DATA,
 		     limit, &a);
 	tacod_job_spec_free(&spec);
+	tacod_route_remove_job_dir(dir);
 	terms = json_object();
 	for (int t = 0; a.planned && t < TACO_PLAN_TERMS; t++)
 		json_object_set_new(terms, taco_plan_term_name(t),

@@ -1,9 +1,9 @@
 /* service/routes.c: the REST API (OpenAI's fine-tuning paths): the route
  * table, the helpers every resource's file shares, and the small routes
- * (health, models, the API's description). Handlers run on the HTTP
+ * (health, the API's description). Handlers run on the HTTP
  * server's thread and hold the service lock while they touch the store;
  * each resource has its file: files.c, jobs.c, plan.c, events.c,
- * checkpoints.c, download.c, device.c, dashboard.c. */
+ * checkpoints.c, download.c, models.c, device.c, dashboard.c. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -72,35 +72,6 @@ static int healthz(tacod_http_req *r, void *ctx)
 	return tacod_http_reply_json(r, 200, json_pack("{ss}", "status", "ok"));
 }
 
-/* ---- models ------------------------------------------------------------ */
-
-static int models(tacod_http_req *r, void *ctx)
-{
-	tacod_service *s = ctx;
-	json_t *items = json_array();
-	DIR *d = opendir(s->cfg.models_dir);
-	struct dirent *e;
-	char path[TACOD_PATH_MAX + 320];
-	struct stat st;
-
-	while (d && (e = readdir(d))) {
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "%s/%s/config.json",
-			 s->cfg.models_dir, e->d_name);
-		if (stat(path, &st))
-			continue;
-		json_array_append_new(items, json_pack("{ss ss sI ss}", "id",
-						       e->d_name, "object",
-						       "model", "created",
-						       (json_int_t)st.st_mtime,
-						       "owned_by", "tacod"));
-	}
-	if (d)
-		closedir(d);
-	return tacod_http_reply_json(r, 200, tacod_list_object(items, 0));
-}
-
 extern const unsigned char tacod_openapi_yaml[];
 extern const size_t tacod_openapi_yaml_len;
 
@@ -117,7 +88,10 @@ void tacod_service_routes(tacod_service *s)
 {
 	const tacod_http_route routes[] = {
 	    {"GET", "/healthz", healthz, NULL, 0},
-	    {"GET", "/v1/models", models, NULL, 0},
+	    {"GET", "/v1/models", tacod_route_model_list, NULL, 0},
+	    {"GET", "/v1/models/{model}", tacod_route_model_show, NULL, 0},
+	    {"DELETE", "/v1/models/{model}", tacod_route_model_delete, NULL,
+	     0},
 	    {"POST", "/v1/files", tacod_route_file_upload, s->upload_dir, 0},
 	    {"GET", "/v1/files", tacod_route_file_list, NULL, 0},
 	    {"GET", "/v1/files/{id}", tacod_route_file_show, NULL, 0},

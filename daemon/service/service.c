@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "api/model_name.h"
 #include "api/objects.h"
 #include "daemon/runner/scheduler.h"
 #include "daemon/webhooks/delivery.h"
@@ -156,17 +157,6 @@ static void job_event(void *ctx, tacod_run *rj, json_t *e)
 	storage_failed(s, rj, rc);
 }
 
-/* The fine-tuned model's name: ft:<base>:<suffix>:<job>, as OpenAI's. */
-static void model_name(const tacod_job *j, char *out, size_t cap)
-{
-	char tmp[TACOD_NAME_MAX + TACOD_ID_MAX + 128];
-
-	snprintf(tmp, sizeof(tmp), "ft:%.*s:%.*s:%.*s", 120, j->model, 60,
-		 j->suffix, 60, j->id + (strncmp(j->id, "ftjob-", 6) ? 0 : 6));
-	memcpy(out, tmp, cap - 1 < sizeof(tmp) ? cap - 1 : sizeof(tmp));
-	out[cap - 1] = 0;
-}
-
 static void finish_job(tacod_service *s, tacod_run *rj, int64_t status, int sig)
 {
 	tacod_job j = {0};
@@ -181,7 +171,11 @@ static void finish_job(tacod_service *s, tacod_run *rj, int64_t status, int sig)
 	} else if (status == 0 && !sig) {
 		to = TACOD_SUCCEEDED;
 		msg = "The job has successfully completed";
-		model_name(&j, j.fine_tuned_model, sizeof(j.fine_tuned_model));
+		/* ft:<root>:<suffix>:<job>, as OpenAI's (api/model_name.h);
+		 * the request was refused if it could not fit */
+		tacod_model_name_format(j.model, j.suffix, j.id, -1,
+					j.fine_tuned_model,
+					sizeof(j.fine_tuned_model));
 	} else if (status == 3 && !sig) {
 		to = rj->stop == TACOD_STOP_CANCEL  ? TACOD_CANCELLED
 		     : rj->stop == TACOD_STOP_PAUSE ? TACOD_PAUSED

@@ -113,3 +113,42 @@ int tacod_store_checkpoint_delete(tacod_store *s, const char *job_id,
 				  job_id, (long long)step);
 	return st_end(s, rc, err);
 }
+
+static int read_one_checkpoint(sqlite3_stmt *st, void *ctx, taco_err *err)
+{
+	tacod_checkpoint *c = ctx;
+	int rc =
+	    st_col_str(st, 0, c->path, sizeof(c->path), "checkpoint path", err);
+
+	c->created_at = sqlite3_column_int64(st, 1);
+	if (rc == 0)
+		rc = st_col_dup(st, 2, &c->metrics, "checkpoint metrics", err);
+	return rc;
+}
+
+int tacod_store_checkpoint_get(tacod_store *s, const char *job_id, int64_t step,
+			       tacod_checkpoint *out, taco_err *err)
+{
+	tacod_checkpoint c = {0};
+	int rc = st_check_str(job_id, sizeof(c.job_id), 0, "job_id", err);
+
+	if (rc < 0)
+		return rc;
+	memcpy(c.job_id, job_id, strlen(job_id) + 1);
+	c.step = step;
+	rc = st_exec(s, "get checkpoint",
+		     "SELECT path, created_at, metrics FROM checkpoints"
+		     " WHERE job_id = ?1 AND step = ?2",
+		     ST_ARGS(ST_TEXT(job_id), ST_INT(step)),
+		     read_one_checkpoint, &c, err);
+	if (rc == 0)
+		return taco_err_set(err, -ENOENT,
+				    "no checkpoint of job %s at step %lld",
+				    job_id, (long long)step);
+	if (rc < 0) {
+		free(c.metrics);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}

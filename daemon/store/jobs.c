@@ -417,3 +417,61 @@ int tacod_store_job_started(tacod_store *s, const char *id, int64_t t,
 		rc = st_job_exists(s, id, err); /* started already: 0 */
 	return st_end(s, rc, err);
 }
+
+static int read_model(sqlite3_stmt *st, tacod_model_row *m, taco_err *err)
+{
+	int rc = st_col_str(st, 0, m->name, sizeof(m->name), "fine_tuned_model",
+			    err);
+
+	if (rc == 0)
+		rc = st_col_str(st, 1, m->parent, sizeof(m->parent),
+				"job model", err);
+	if (rc == 0)
+		rc = st_col_str(st, 2, m->user, sizeof(m->user), "job user",
+				err);
+	if (rc == 0)
+		rc = st_col_str(st, 3, m->job_id, sizeof(m->job_id), "job id",
+				err);
+	m->created = sqlite3_column_int64(st, 4);
+	return rc;
+}
+
+int tacod_store_model_list(tacod_store *s, const char *user,
+			   tacod_model_row *out, int cap, int *n, int *has_more,
+			   taco_err *err)
+{
+	st_query q;
+	int rc;
+
+	*n = 0;
+	*has_more = 0;
+	if (cap < 0)
+		return taco_err_set(err, -EINVAL, "cap: negative");
+	rc = st_prep(s, &q, "list models",
+		     "SELECT fine_tuned_model, model, user, id, finished_at"
+		     " FROM jobs WHERE status = ?1 AND fine_tuned_model != ''"
+		     " AND model_deleted_at = 0 AND (?2 IS NULL OR user = ?2)"
+		     " ORDER BY finished_at DESC, rowid DESC",
+		     err);
+	if (rc < 0)
+		return rc;
+	st_int(&q, 1, TACOD_SUCCEEDED);
+	st_text(&q, 2, user);
+	while ((rc = st_step(&q, err)) == 1) {
+		if (*n == cap) {
+			*has_more = 1;
+			rc = 0;
+			break;
+		}
+		memset(&out[*n], 0, sizeof(out[*n]));
+		if ((rc = read_model(q.st, &out[*n], err)) < 0)
+			break;
+		(*n)++;
+	}
+	st_done(&q);
+	if (rc < 0) {
+		*n = 0;
+		*has_more = 0;
+	}
+	return rc < 0 ? rc : 0;
+}

@@ -96,6 +96,20 @@ int tacod_store_job_transition(tacod_store *s, const char *id, int from, int to,
 int tacod_store_job_started(tacod_store *s, const char *id, int64_t t,
 			    taco_err *err);
 
+/* The fine-tuned models of user (NULL: of everyone) that are not deleted:
+ * the succeeded jobs' fine_tuned_model, newest first, at most cap;
+ * *has_more when more are left. */
+typedef struct tacod_model_row {
+	char name[TACOD_MODEL_NAME_MAX];
+	char parent[TACOD_MODEL_NAME_MAX]; /* the job's model */
+	char user[TACOD_USER_MAX];
+	char job_id[TACOD_ID_MAX];
+	int64_t created; /* the job's finished_at */
+} tacod_model_row;
+int tacod_store_model_list(tacod_store *s, const char *user,
+			   tacod_model_row *out, int cap, int *n, int *has_more,
+			   taco_err *err);
+
 /* Events: seq assigned here, returned through *seq. */
 int tacod_store_event_add(tacod_store *s, const char *job_id, const char *level,
 			  const char *type, const char *message,
@@ -113,6 +127,10 @@ int tacod_store_checkpoint_add(tacod_store *s, const tacod_checkpoint *c,
 int tacod_store_checkpoint_list(tacod_store *s, const char *job_id,
 				tacod_checkpoint *out, int cap, int *n,
 				taco_err *err);
+/* The checkpoint of job_id at step: -ENOENT when there is none. out's
+ * metrics are the caller's to free. */
+int tacod_store_checkpoint_get(tacod_store *s, const char *job_id, int64_t step,
+			       tacod_checkpoint *out, taco_err *err);
 int tacod_store_checkpoint_delete(tacod_store *s, const char *job_id,
 				  int64_t step, taco_err *err);
 

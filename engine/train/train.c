@@ -412,11 +412,11 @@ static void progress(trainer *tr)
 			"{sI sI sf sf sf sI sf sf sf sI sI}", "step",
 			(json_int_t)tr->step, "total_steps",
 			(json_int_t)tr->total, "loss", tr->loss,
-			"token_accuracy", tr->accuracy, "lr",
-			(double)tr->g.lr, "tokens", (json_int_t)tr->tokens_seen,
-			"tokens_per_s", tps, "elapsed_s", el, "eta_s", eta,
-			"mem_bytes", (json_int_t)tr->m->ops->mem_current(),
-			"mem_peak_bytes", (json_int_t)tr->m->ops->mem_peak()));
+			"token_accuracy", tr->accuracy, "lr", (double)tr->g.lr,
+			"tokens", (json_int_t)tr->tokens_seen, "tokens_per_s",
+			tps, "elapsed_s", el, "eta_s", eta, "mem_bytes",
+			(json_int_t)tr->m->ops->mem_current(), "mem_peak_bytes",
+			(json_int_t)tr->m->ops->mem_peak()));
 	if (!tr->opts->progress ||
 	    (tr->opts->progress == TACO_PROGRESS_LINES &&
 	     tr->step % j->log_every && tr->step != tr->total))
