@@ -245,7 +245,7 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	snprintf(body, sizeof(body),
 		 "{\"model\": \"%s\", \"training_file\": \"%s\"}", ft, file);
 	expect_error(
-	    as("carol-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j), 400,
+	    as("carol-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j), 404,
 	    j, "model_not_found");
 	/* a name tacod did not form (another root) is no model either */
 	snprintf(body, sizeof(body), "ft:llama_mha:one:%s", a + 6);
@@ -328,7 +328,7 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	snprintf(body, sizeof(body),
 		 "{\"model\": \"%s\", \"training_file\": \"%s\"}", ft, file);
 	expect_error(
-	    as("alice-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j), 400,
+	    as("alice-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j), 404,
 	    j, "model_not_found");
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/model/content",
 		 a);

@@ -97,10 +97,13 @@ int tacod_route_map_job(tacod_http_req *r, tacod_service *s, json_t *req,
 	pthread_mutex_lock(&s->lock);
 	rc = tacod_job_request(req, &c, spec, &e);
 	pthread_mutex_unlock(&s->lock);
+	/* a model the caller has not: 404, as GET /v1/models/{model} says
+	 * it, another user's fine-tuned model alike */
 	if (rc == -EINVAL)
-		return tacod_http_error(r, 400, "invalid_request_error", e.code,
-					e.param[0] ? e.param : NULL, "%s",
-					e.message),
+		return tacod_http_error(
+			   r, strcmp(e.code, "model_not_found") ? 400 : 404,
+			   "invalid_request_error", e.code,
+			   e.param[0] ? e.param : NULL, "%s", e.message),
 		       -EINVAL;
 	if (rc) {
 		taco_err err = {{0}};
