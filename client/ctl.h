@@ -20,8 +20,8 @@ enum { CTL_OK = 0, CTL_FAIL = 1, CTL_USAGE = 2 };
 
 #define CTL_DEFAULT_URL "http://127.0.0.1:8226"
 #define CTL_CONFIG_MAX (64u << 10) /* bytes of the config file */
-#define CTL_ID_MAX 256		   /* an id, escaped */
-#define CTL_PATH_MAX 1024	   /* a request path */
+#define CTL_ID_MAX 1280		   /* an id or a model name, escaped */
+#define CTL_PATH_MAX 2048	   /* a request path */
 #define CTL_LIST_PAGE 100	   /* rows asked per list request */
 #define CTL_LIST_MAX 100000	   /* rows listed at most */
 

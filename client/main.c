@@ -78,7 +78,17 @@ const ctl_cmd ctl_commands[] = {
      "directory",
      "  -o, --output DIR         the directory to create (or an empty one);"
      "\n                           default: the checkpoint's name\n"},
-    {"models", NULL, ctl_cmd_models, "", "list the base models", NULL},
+    {"models", NULL, ctl_cmd_models, "[list | get MODEL | rm MODEL...]",
+     "list the base models and your fine-tuned models, show one (a "
+     "checkpoint too), or delete fine-tuned models",
+     "  list                     the base models and your fine-tuned "
+     "models (default)\n"
+     "  get MODEL                one model: a base, a fine-tuned model "
+     "(ft:...) or a\n"
+     "                           checkpoint (ft:...:ckpt-step-N)\n"
+     "  rm MODEL...              delete fine-tuned models: their weights "
+     "go, their\n"
+     "                           names are refused from then on\n"},
     {"device", NULL, ctl_cmd_device, "",
      "the device, its memory and the jobs on it", NULL},
     {NULL, NULL, NULL, NULL, NULL, NULL},

@@ -358,7 +358,7 @@ START_TEST(test_files_jobs_checkpoints)
 {
 	run r;
 	char *file, *job, dir[128], other[128], ckpt[128], path[512];
-	char server[512];
+	char server[512], ft[100];
 	json_t *j;
 	struct stat st;
 
@@ -482,6 +482,47 @@ START_TEST(test_files_jobs_checkpoints)
 	has(r.err, "not empty");
 	run_free(&r);
 	ck_assert(same_file(path, server));
+
+	/* the fine-tuned model: listed, shown, trained from (as from a
+	 * checkpoint), then deleted */
+	snprintf(ft, sizeof(ft), "ft:llama_gqa:ctl:%s", job + 6);
+	ck_run(0, &r, "models");
+	has(r.out, "PARENT");
+	has(r.out, ft);
+	has(r.out, "llama_gqa");
+	run_free(&r);
+	ck_run(0, &r, "models", "get", ft);
+	has(r.out, "root      llama_gqa");
+	has(r.out, "parent    llama_gqa");
+	run_free(&r);
+	snprintf(other, sizeof(other), "%s:ckpt-step-6", ft);
+	ck_run(0, &r, "models", "get", other);
+	has(r.out, other);
+	run_free(&r);
+	ck_run(0, &r, "plan", "--model", ft, "--train",
+	       tu_fixture("data/count_train.jsonl"), "--steps", "2",
+	       "--seq-len", "24");
+	run_free(&r);
+	ck_run(0, &r, "jobs", "create", "--model", other, "--train",
+	       tu_fixture("data/count_train.jsonl"), "--steps", "2",
+	       "--seq-len", "24", "--suffix", "again", "--follow");
+	has(r.out, "succeeded: ft:llama_gqa:again:");
+	run_free(&r);
+	ck_run(0, &r, "models", "rm", ft);
+	has(r.out, "deleted");
+	run_free(&r);
+	ck_run(1, &r, "models", "get", ft);
+	one_error_line(&r);
+	has(r.err, "does not exist");
+	run_free(&r);
+	ck_run(1, &r, "models", "rm", "llama_gqa");
+	one_error_line(&r);
+	has(r.err, "base model");
+	run_free(&r);
+	ck_run(2, &r, "models", "get");
+	run_free(&r);
+	ck_run(2, &r, "models", "frobnicate");
+	run_free(&r);
 
 	/* the file is no longer used by an unfinished job */
 	ck_run(0, &r, "files", "rm", file);
