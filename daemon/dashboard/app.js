@@ -428,8 +428,13 @@
 			el('section', { class: 'card wide' }, el('h2', {}, 'Memory plan and data report'), plan,
 				el('p', { class: 'muted small', id: 'plan-hint' }, 'Check the plan to see the memory it needs, term by term, and the validation report of the data; nothing is created.')))]);
 
+		// the base models, then the user's fine-tuned ones (a job starts
+		// from those weights: docs/tacod.md, "Models")
 		A.call('GET', '/v1/models').then((r) => {
-			append(clear(model), r.data.map((m) => el('option', { value: m.id }, m.id)));
+			const opt = (m) => el('option', { value: m.id, title: m.parent ? 'from ' + m.parent : m.id }, m.id);
+			const tuned = r.data.filter((m) => m.parent);
+			append(clear(model), r.data.filter((m) => !m.parent).map(opt),
+				tuned.length ? el('optgroup', { label: 'Fine-tuned' }, tuned.map(opt)) : null);
 		}).catch((e) => append(status, [errorBox(e)]));
 
 		async function body() {

@@ -377,8 +377,12 @@ def run(t, locked, d, shots):
 
     # ---- a job through the form
     d.get(t.url + "/#/new")
+    # the base model first; the fine-tuned models (of the jobs that
+    # succeeded above, if any) in their group after it
     wait(d, "the models", lambda: [o.get_attribute("value") for o in
-                                   d.find_elements(By.CSS_SELECTOR, "#model option")] == ["tacod-demo"])
+                                   d.find_elements(By.CSS_SELECTOR, "#model > option")] == ["tacod-demo"])
+    tuned = [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "#model optgroup option")]
+    check(all(m.startswith("ft:tacod-demo:") for m in tuned), f"fine-tuned models offered: {tuned}")
     d.find_element(By.ID, "train-file").send_keys(str(train))
     d.find_element(By.ID, "val-file").send_keys(str(val))
     Select(d.find_element(By.ID, "model")).select_by_value("tacod-demo")
