@@ -17,6 +17,7 @@ Retries are off (max_retries=0): the SDK retries 409 and 5xx by default,
 which would hide an error behind a delay. Run by CTest as `openai_sdk`.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -35,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 TRAIN = FIXTURES / "data" / "count_train.jsonl"
 DEADLINE_S = 120  # for a job to reach a status
+# two users: the test's, and another who must see none of its objects
+TOKEN, OTHER_TOKEN = "sdk-token-alice", "sdk-token-carol"
+TOKENS = {TOKEN: "alice", OTHER_TOKEN: "carol"}
 
 
 def free_port():
@@ -52,8 +56,13 @@ class Tacod:
         self.proc = None
         for _ in range(3):  # another process may take the port first
             self.port = free_port()
+            tokens = self.dir / "tokens"
+            tokens.write_text(
+                "".join(f"{hashlib.sha256(t.encode()).hexdigest()} {u} user\n" for t, u in TOKENS.items())
+            )
             cfg = {
                 "listen": f"127.0.0.1:{self.port}",
+                "tokens_file": str(tokens),
                 "state_dir": str(self.dir / "state"),
                 "models_dir": str(FIXTURES / "models"),
                 "taco_train": str(Path(bin_dir) / "taco-train"),
@@ -75,11 +84,12 @@ class Tacod:
 
     def wait_healthy(self):
         url = f"http://127.0.0.1:{self.port}/healthz"
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
         for _ in range(100):
             if self.proc.poll() is not None:
                 return False
             try:
-                with urllib.request.urlopen(url, timeout=2) as r:
+                with urllib.request.urlopen(req, timeout=2) as r:
                     if r.status == 200:
                         return True
             except OSError:
@@ -126,10 +136,13 @@ def wait_status(client, job_id, status):
 
 def run(base_url):
     strict = openai.OpenAI(
-        base_url=base_url, api_key="unused", max_retries=0, timeout=30, _strict_response_validation=True
+        base_url=base_url, api_key=TOKEN, max_retries=0, timeout=30, _strict_response_validation=True
     )
     # the SDK's FineTuningJob has no "paused": only for paused jobs
-    lenient = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=30)
+    lenient = openai.OpenAI(base_url=base_url, api_key=TOKEN, max_retries=0, timeout=30)
+    other = openai.OpenAI(
+        base_url=base_url, api_key=OTHER_TOKEN, max_retries=0, timeout=30, _strict_response_validation=True
+    )
     client = strict
     steps = []
 
@@ -260,6 +273,7 @@ def run(base_url):
     gone = wait_status(client, long_job.id, "cancelled")
     check(gone.finished_at is not None and gone.fine_tuned_model is None, "cancelled job")
     steps.append("jobs.cancel")
+    steps += fine_tuned_models(client, other, f, done, c)
 
     # ---- errors
     try:
@@ -295,6 +309,65 @@ def run(base_url):
     check(bad.id in job.error.message, f"bad data: the error names {job.error.message}")
     check(job.finished_at is not None, "bad data: finished_at")
     steps.append("jobs.create of invalid data: validating_files, then failed")
+    return steps
+
+def fine_tuned_models(client, other, f, done, ckpt):
+    """Issue 31, part 1: SFT, then a job from the first's fine_tuned_model,
+    then one from a checkpoint; the models list, retrieve and delete; and a
+    second user's 404s. done: a succeeded job, ckpt: a checkpoint object."""
+    steps = []
+    ft = done.fine_tuned_model
+    mine = {m.id: m for m in client.models.list()}
+    check(ft in mine and mine[ft].owned_by == "alice", f"models.list lacks {ft}: {list(mine)}")
+    extra = mine[ft].model_extra or {}
+    check(extra.get("root") == "llama_gqa" and extra.get("parent") == "llama_gqa", f"{ft}: {extra}")
+    check(mine["llama_gqa"].owned_by == "tacod", "a base model's owner")
+    m = client.models.retrieve(ft)
+    check(m.id == ft and m.owned_by == "alice" and m.created >= done.created_at, f"models.retrieve: {m}")
+    m = client.models.retrieve(ckpt.fine_tuned_model_checkpoint)
+    check(m.id == ckpt.fine_tuned_model_checkpoint, f"models.retrieve of a checkpoint: {m}")
+    steps.append("models.list/retrieve: a fine-tuned model and a checkpoint")
+
+    # the second user: every one of them is a 404, as a model that does not exist
+    check(ft not in [x.id for x in other.models.list()], "another user lists the model")
+    for call in (
+        lambda: other.models.retrieve(ft),
+        lambda: other.models.retrieve("ft:llama_gqa:sdk:000000000000000000000000"),
+        lambda: other.models.delete(ft),
+        lambda: other.fine_tuning.jobs.create(model=ft, training_file=f.id),
+        lambda: other.fine_tuning.jobs.retrieve(done.id),
+    ):
+        try:
+            call()
+            check(False, "another user reached alice's model or job")
+        except openai.NotFoundError as e:
+            check(e.status_code == 404, f"another user: {e.status_code}")
+    steps.append("a second user's 404s")
+
+    # a job from the fine-tuned model, then one from a checkpoint
+    for start, suffix in ((ft, "again"), (ckpt.fine_tuned_model_checkpoint, "ckpt")):
+        job = client.fine_tuning.jobs.create(
+            model=start, training_file=f.id, suffix=suffix, extra_body={"taco": {"steps": 2, "seq_len": 24}}
+        )
+        check(job.model == start, f"jobs.create from {start}: model {job.model}")
+        job = wait_status(client, job.id, "succeeded")
+        name = f"ft:llama_gqa:{suffix}:{job.id[6:]}"
+        check(job.fine_tuned_model == name, f"the chain's name: {job.fine_tuned_model}")
+        m = client.models.retrieve(name)
+        check((m.model_extra or {}).get("parent") == start, f"{name}'s parent: {m.model_extra}")
+    steps.append("jobs.create from a fine-tuned model and from a checkpoint")
+
+    gone = client.models.delete(ft)
+    check(gone.id == ft and gone.deleted and gone.object == "model", f"models.delete: {gone}")
+    for call in (lambda: client.models.retrieve(ft), lambda: client.fine_tuning.jobs.create(model=ft, training_file=f.id)):
+        try:
+            call()
+            check(False, "a deleted model is still there")
+        except openai.NotFoundError as e:
+            check(e.code == "model_not_found", f"a deleted model: {e.code}")
+    check(ft not in [x.id for x in client.models.list()], "models.list still has the deleted model")
+    check(client.fine_tuning.jobs.retrieve(done.id).fine_tuned_model == ft, "the job forgot its model")
+    steps.append("models.delete")
     return steps
 
 
