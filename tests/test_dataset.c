@@ -220,6 +220,40 @@ START_TEST(test_every_validation_code)
 }
 END_TEST
 
+/* OpenAI's function-calling fields and a message's name are not rendered:
+ * a warning each, and the examples train as the plain chats. */
+START_TEST(test_ignored_fields_warn)
+{
+	taco_dataset_opts o;
+	taco_dataset_report rep;
+	taco_data *d = NULL;
+	taco_err err = {{0}};
+	char *path = write_tmp(
+	    "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, "
+	    "{\"role\": \"assistant\", \"content\": \"y\"}], \"tools\": "
+	    "[], \"parallel_tool_calls\": false}\n"
+	    "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", "
+	    "\"name\": \"ann\"}, {\"role\": \"assistant\", \"content\": "
+	    "\"y\"}]}\n");
+
+	opts(&o, TACO_TEMPLATE_CHATML);
+	o.seq_len = 64;
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err), 0);
+	ck_assert_int_eq(rep.errors, 0);
+	ck_assert_int_eq(rep.warnings, 3);
+	ck_assert_int_eq(rep.by_code[TACO_P_IGNORED_FIELD], 3);
+	ck_assert_int_eq(rep.kept, 2);
+	ck_assert_ptr_nonnull(strstr(rep.listed[0].detail, "\"tools\""));
+	ck_assert_ptr_nonnull(
+	    strstr(rep.listed[1].detail, "\"parallel_tool_calls\""));
+	ck_assert_ptr_nonnull(strstr(rep.listed[2].detail, "messages[0].name"));
+	ck_assert_str_eq(taco_problem_name(TACO_P_IGNORED_FIELD),
+			 "ignored_field");
+	taco_data_free(d);
+	unlink(path);
+}
+END_TEST
+
 /* The Llama 3 template's `| trim` is Python's str.strip(): every
  * str.isspace() character (NBSP, U+3000, U+2028, \x0b, \x1c-\x1f, \x85,
  * ...) is stripped, others (U+200B, U+FEFF, ...) are not; against
@@ -442,6 +476,7 @@ int main(void)
 	tcase_add_test(tc, test_completion_and_text);
 	tcase_add_test(tc, test_train_on_all);
 	tcase_add_test(tc, test_every_validation_code);
+	tcase_add_test(tc, test_ignored_fields_warn);
 	tcase_add_test(tc, test_llama3_trim);
 	tcase_add_test(tc, test_summary_first_error);
 	tcase_add_test(tc, test_overlength_policies);

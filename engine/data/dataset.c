@@ -26,6 +26,7 @@ static const char *const problem_names[TACO_P_COUNT] = {
     [TACO_P_ALL_LABELS_MASKED] = "all_labels_masked",
     [TACO_P_LINE_TOO_LONG] = "line_too_long",
     [TACO_P_INVALID_TOKEN] = "invalid_token",
+    [TACO_P_IGNORED_FIELD] = "ignored_field",
 };
 
 const char *taco_problem_name(int code)
@@ -514,6 +515,10 @@ static const char *const roles[] = {"system", "user", "assistant", NULL};
 
 /* Checks a chat example; fills m[0..*n). Returns 1 when it may be
  * rendered, 0 after reporting its errors. */
+/* Fields of OpenAI's chat lines that no chat template here renders. */
+static const char *const ignored_chat_fields[] = {"tools", "functions",
+						  "parallel_tool_calls", NULL};
+
 static int check_chat(loader *L, int64_t line, json_t *msgs, message *m, int *n)
 {
 	size_t i;
@@ -562,6 +567,11 @@ static int check_chat(loader *L, int64_t line, json_t *msgs, message *m, int *n)
 			ok = 0;
 			continue;
 		}
+		if (json_object_get(e, "name"))
+			report(L->rep, line, TACO_P_IGNORED_FIELD, 0,
+			       "messages[%zu].name is not read: the message "
+			       "is rendered without it",
+			       i);
 		m[i].role = json_string_value(role);
 		m[i].content = json_string_value(content);
 		m[i].content_len = json_string_length(content);
@@ -713,6 +723,14 @@ static int do_line(loader *L, int64_t line, const char *buf, size_t len,
 		return 0;
 	}
 	if (json_object_get(root, "messages")) {
+		/* OpenAI's function-calling fields: the chat is rendered
+		 * without them, which its owner should know */
+		for (int k = 0; ignored_chat_fields[k]; k++)
+			if (json_object_get(root, ignored_chat_fields[k]))
+				report(L->rep, line, TACO_P_IGNORED_FIELD, 0,
+				       "\"%s\" is not read: the chat trains "
+				       "without it",
+				       ignored_chat_fields[k]);
 		if (L->tmpl == TACO_TEMPLATE_AUTO) {
 			r = taco_template_detect(L->o->model_dir, &L->tmpl,
 						 err);

@@ -40,6 +40,8 @@ enum taco_problem_code {
 	TACO_P_ALL_LABELS_MASKED,
 	TACO_P_LINE_TOO_LONG,
 	TACO_P_INVALID_TOKEN,
+	TACO_P_IGNORED_FIELD, /* a warning: an OpenAI field tacod does not read
+			       */
 	TACO_P_COUNT
 };
 
