@@ -573,6 +573,45 @@ START_TEST(test_ended_after_steps)
 }
 END_TEST
 
+/* A result file that cannot be written (its temporary file's directory is
+ * a plain file): the job succeeds all the same, and an event says so. */
+START_TEST(test_results_not_written)
+{
+	char *train, *job, dir[128];
+	json_t *j, *ev;
+	int told = 0;
+	FILE *f;
+
+	th_start(8ull << 30, NULL);
+	train = upload("data/count_train.jsonl");
+	snprintf(dir, sizeof(dir), "%s/uploads", th_state);
+	ck_assert_int_eq(rmdir(dir), 0);
+	ck_assert_ptr_nonnull(f = fopen(dir, "w"));
+	fclose(f);
+	job = create(train, NULL, "\"steps\": 3, \"log_every\": 1");
+	j = th_wait_status(job, "succeeded");
+	ck_assert_int_eq(json_array_size(json_object_get(j, "result_files")),
+			 0);
+	ck_assert_ptr_nonnull(json_object_get(j, "fine_tuned_model"));
+	json_decref(j);
+	ev = events_of(job);
+	for (size_t i = 0; i < json_array_size(ev); i++)
+		told |= !strncmp(th_str(json_array_get(ev, i), "message"),
+				 "The result file could not be written", 36);
+	ck_assert(told);
+	/* the job's end is its last event still */
+	ck_assert_str_eq(
+	    th_str(json_array_get(ev, json_array_size(ev) - 1), "message"),
+	    "The job has successfully completed");
+	json_decref(ev);
+	ck_assert_int_eq(unlink(dir), 0);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	free(job);
+	free(train);
+	th_stop();
+}
+END_TEST
+
 /* Starts no job: a validated job waits in queued. */
 static void run_nothing(tacod_config *c)
 {
@@ -616,6 +655,7 @@ int main(void)
 	tcase_add_test(tc, test_results_purpose_not_uploaded);
 	tcase_add_test(tc, test_ended_after_steps);
 	tcase_add_test(tc, test_cancelled_before_steps);
+	tcase_add_test(tc, test_results_not_written);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }
