@@ -215,7 +215,7 @@ static int add_file(tacod_service *s, const tacod_file *f, const char *job,
 
 void tacod_results_attach(tacod_service *s, tacod_job *j)
 {
-	char tmp[TACOD_PATH_MAX + 32];
+	char tmp[TACOD_PATH_MAX + 32], msg[256];
 	uint8_t digest[32];
 	csv c = {.fd = -1, .step = INT64_MIN};
 	tacod_file f = {0};
@@ -240,15 +240,15 @@ void tacod_results_attach(tacod_service *s, tacod_job *j)
 		rc = taco_err_set(&err, -ENAMETOOLONG, "state_dir is too long");
 		goto fail;
 	}
-	if ((rc = keep_bytes(s, tmp, f.path, &err)))
-		goto fail;
 	tacod_new_id("file-", f.id);
 	snprintf(f.user, sizeof(f.user), "%s", j->user);
 	snprintf(f.filename, sizeof(f.filename), "%s", RESULTS_FILENAME);
 	snprintf(f.purpose, sizeof(f.purpose), "%s", TACOD_PURPOSE_RESULTS);
 	f.bytes = c.bytes;
 	f.created_at = tacod_now();
-	if ((rc = add_file(s, &f, j->id, &err))) {
+	if ((rc = keep_bytes(s, tmp, f.path, &err)) ||
+	    (rc = add_file(s, &f, j->id, &err))) {
+		/* bytes that no file has are not left behind */
 		tacod_file_bytes_release(s, f.sha256);
 		goto fail;
 	}
@@ -258,11 +258,7 @@ fail:
 	/* the job's end is recorded already; only the file is missing. The
 	 * event names no server path; tacod's log has the whole message */
 	fprintf(stderr, "tacod: %s: its result file: %s\n", j->id, err.msg);
-	{
-		char msg[256];
-		snprintf(msg, sizeof(msg),
-			 "The result file could not be written: %s",
-			 strerror(-rc));
-		tacod_service_event(s, j->id, "warn", "message", msg, NULL);
-	}
+	snprintf(msg, sizeof(msg), "The result file could not be written: %s",
+		 strerror(-rc));
+	tacod_service_event(s, j->id, "warn", "message", msg, NULL);
 }
