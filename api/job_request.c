@@ -132,6 +132,7 @@ static int file_arg(json_t *req, const char *key, int required,
 		    tacod_request_error *e)
 {
 	json_t *v = json_object_get(req, key);
+	int r;
 
 	path[0] = 0;
 	if (!v || json_is_null(v)) {
@@ -143,7 +144,6 @@ static int file_arg(json_t *req, const char *key, int required,
 	}
 	if (json_is_string(v) && json_string_value(v)[0] == '/') {
 		/* a server path: only under the configured dataset roots */
-		int r;
 		if (json_string_length(v) >= cap)
 			return request_fail(e, key, "invalid_path",
 					    "%s is too long", key);
@@ -169,7 +169,14 @@ static int file_arg(json_t *req, const char *key, int required,
 		    "%s must be a file id or an absolute path under "
 		    "a dataset root",
 		    key);
-	if (ctx->file_path(ctx->file_ctx, json_string_value(v), path, cap))
+	r = ctx->file_path(ctx->file_ctx, json_string_value(v), path, cap);
+	if (r == -EINVAL)
+		return request_fail(e, key, "invalid_file_purpose",
+				    "%s: %s is not a file of purpose "
+				    "'fine-tune' (a job's result file is not "
+				    "training data)",
+				    key, json_string_value(v));
+	if (r)
 		return request_fail(e, key, "file_not_found",
 				    "no such file: %s", json_string_value(v));
 	return 0;

@@ -19,7 +19,8 @@ typedef struct tacod_request_ctx {
 	const char *models_dir;
 	const char *output_dir; /* where this job writes */
 	/* The path of an uploaded file the requesting user may read:
-	 * 0, or -ENOENT when there is no such file for this user. */
+	 * 0, -ENOENT when there is no such file for this user, or -EINVAL
+	 * when the file is not data (a job's result file). */
 	int (*file_path)(void *ctx, const char *id, char *path, size_t cap);
 	/* The resolved path of a dataset named by an absolute path: 0,
 	 * -ENOENT, or -EACCES when it is not under a dataset root. NULL: no

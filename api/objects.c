@@ -50,7 +50,9 @@ json_t *tacod_job_object(const tacod_job *j)
 	json_object_set_new(o, "fine_tuned_model",
 			    str_or_null(j->fine_tuned_model));
 	json_object_set_new(o, "organization_id", json_string("org-tacod"));
-	json_object_set_new(o, "result_files", json_array());
+	json_object_set_new(o, "result_files",
+			    j->result_file[0] ? json_pack("[s]", j->result_file)
+					      : json_array());
 	json_object_set_new(o, "status",
 			    json_string(tacod_status_name(j->status)));
 	/* from the request: a dataset path does not fit the id column */
@@ -119,12 +121,21 @@ json_t *tacod_checkpoint_object(const tacod_checkpoint *c, const tacod_job *j)
 	json_t *m = c->metrics ? json_loads(c->metrics, 0, NULL) : NULL;
 	char id[TACOD_ID_MAX + 32], name[TACOD_MODEL_NAME_MAX];
 
-	/* OpenAI's clients require metrics; the step is always known */
+	/* OpenAI's clients require metrics; the step is always known, and a
+	 * field a checkpoint recorded before tacod filled them is null */
+	static const char *const fields[] = {
+	    "train_loss",      "train_mean_token_accuracy",
+	    "valid_loss",      "valid_mean_token_accuracy",
+	    "full_valid_loss", "full_valid_mean_token_accuracy"};
+
 	if (!json_is_object(m)) {
 		json_decref(m);
 		m = json_object();
 	}
 	json_object_set_new(m, "step", json_integer(c->step));
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+		if (!json_object_get(m, fields[i]))
+			json_object_set_new(m, fields[i], json_null());
 	snprintf(id, sizeof(id), "ftckpt-%s-%lld", job, (long long)c->step);
 	if (tacod_model_name_format(j->model, j->suffix, j->id, c->step, name,
 				    sizeof(name)))

@@ -13,7 +13,8 @@ json_t *tacod_file_object(const tacod_file *f);
 
 /* {"id", "object": "fine_tuning.job", "model", "status", ...}: the
  * request's hyperparameters, seed, suffix, metadata and taco extension are
- * echoed from j->request. */
+ * echoed from j->request; result_files is [j->result_file] when it has
+ * one. */
 json_t *tacod_job_object(const tacod_job *j);
 
 /* {"id": "ftevent-...", "object": "fine_tuning.job.event", "created_at",
@@ -22,7 +23,8 @@ json_t *tacod_event_object(const tacod_event *e);
 
 /* {"id": "ftckpt-...", "object": "fine_tuning.job.checkpoint", "created_at",
  *  "fine_tuning_job_id", "step_number", "fine_tuned_model_checkpoint",
- *  "metrics": c->metrics with "step"}; j is the checkpoint's job. */
+ *  "metrics": c->metrics with "step", OpenAI's other metrics null where
+ *  c->metrics lacks them}; j is the checkpoint's job. */
 json_t *tacod_checkpoint_object(const tacod_checkpoint *c, const tacod_job *j);
 
 /* {"id", "object": "model", "created", "owned_by", "root", "parent"}: OpenAI's

@@ -32,12 +32,18 @@
 #define TACOD_METADATA_KEY_MAX 64
 #define TACOD_METADATA_VALUE_MAX 512
 
-/* An uploaded file, stored by content hash under the state directory. */
+/* A file's purposes: an upload's, and a job's result file's (its step
+ * metrics as CSV, made by tacod when the job ends; never uploaded). */
+#define TACOD_PURPOSE_FINE_TUNE "fine-tune"
+#define TACOD_PURPOSE_RESULTS "fine-tune-results"
+
+/* An uploaded file (or a job's result file), stored by content hash under
+ * the state directory. */
 typedef struct tacod_file {
 	char id[TACOD_ID_MAX];	   /* "file-<24 hex>" */
 	char user[TACOD_USER_MAX]; /* owner */
 	char filename[TACOD_NAME_MAX];
-	char purpose[32];	   /* "fine-tune", ... */
+	char purpose[32];	   /* TACOD_PURPOSE_* */
 	char sha256[65];	   /* hex */
 	char path[TACOD_PATH_MAX]; /* where the bytes are */
 	int64_t bytes;

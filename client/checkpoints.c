@@ -8,13 +8,26 @@
 
 enum { OPT_OUTPUT = CTL_OPT_OWN };
 
+/* A metric of the checkpoint's ("-" when tacod has none). */
+static const char *metric(json_t *k, const char *name, char *buf, size_t cap)
+{
+	json_t *v = json_object_get(json_object_get(k, "metrics"), name);
+
+	if (!json_is_number(v))
+		return "-";
+	snprintf(buf, cap, "%.4f", json_number_value(v));
+	return buf;
+}
+
 static int ckpt_row(ctl_table *t, json_t *k)
 {
-	char when[32], step[32];
+	char when[32], step[32], train[32], valid[32];
 
 	snprintf(step, sizeof(step), "%lld", ctl_int(k, "step_number"));
 	return ctl_table_row(
 	    t, ctl_str(k, "id"), step,
+	    metric(k, "train_loss", train, sizeof(train)),
+	    metric(k, "valid_loss", valid, sizeof(valid)),
 	    ctl_fmt_time(ctl_int(k, "created_at"), when, sizeof(when)),
 	    ctl_str(k, "fine_tuned_model_checkpoint")[0]
 		? ctl_str(k, "fine_tuned_model_checkpoint")
@@ -52,9 +65,10 @@ int ctl_cmd_checkpoints_list(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 		return CTL_OK;
 	}
 	data = json_object_get(r.json, "data");
-	ctl_table_init(&t, 4);
-	t.right[1] = 1;
-	ctl_table_row(&t, "ID", "STEP", "CREATED", "MODEL CHECKPOINT");
+	ctl_table_init(&t, 6);
+	t.right[1] = t.right[2] = t.right[3] = 1;
+	ctl_table_row(&t, "ID", "STEP", "TRAIN LOSS", "VALID LOSS", "CREATED",
+		      "MODEL CHECKPOINT");
 	for (size_t i = 0; i < json_array_size(data); i++)
 		ckpt_row(&t, json_array_get(data, i));
 	ctl_table_print(&t, stdout);

@@ -70,7 +70,7 @@ static int file_row(ctl_table *t, json_t *f)
 
 	snprintf(bytes, sizeof(bytes), "%lld", ctl_int(f, "bytes"));
 	return ctl_table_row(
-	    t, ctl_str(f, "id"), bytes,
+	    t, ctl_str(f, "id"), ctl_str(f, "purpose"), bytes,
 	    ctl_fmt_time(ctl_int(f, "created_at"), when, sizeof(when)),
 	    ctl_str(f, "filename"));
 }
@@ -80,9 +80,9 @@ int ctl_cmd_files_list(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 	ctl_table t;
 	int rc;
 
-	ctl_table_init(&t, 4);
-	t.right[1] = 1;
-	ctl_table_row(&t, "ID", "BYTES", "CREATED", "FILENAME");
+	ctl_table_init(&t, 5);
+	t.right[2] = 1;
+	ctl_table_row(&t, "ID", "PURPOSE", "BYTES", "CREATED", "FILENAME");
 	rc = ctl_list(c, cmd, argc, argv, "/v1/files", file_row, &t);
 	ctl_table_free(&t);
 	return rc;

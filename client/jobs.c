@@ -219,6 +219,9 @@ static void show_job(json_t *j)
 	      ctl_fmt_time(ctl_int(j, "estimated_finish"), buf, sizeof(buf)));
 	field("training_file", ctl_str(j, "training_file"));
 	field("validation_file", ctl_str(j, "validation_file"));
+	/* the CSV of its step metrics, once it has ended: files get -o */
+	field("result_file", json_string_value(json_array_get(
+				 json_object_get(j, "result_files"), 0)));
 	snprintf(buf, sizeof(buf), "%lld", tokens);
 	field("trained_tokens", tokens ? buf : NULL);
 	field("suffix", ctl_str(j, "user_provided_suffix"));

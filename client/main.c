@@ -35,7 +35,7 @@ const ctl_cmd ctl_commands[] = {
      "upload data files; prints each file's id",
      "  --purpose P              the files' purpose (default fine-tune)\n"},
     {"files", "list", ctl_cmd_files_list, "[--limit N] [--after ID]",
-     "list uploaded files", list_help},
+     "list files: uploads and jobs' result files", list_help},
     {"files", "get", ctl_cmd_files_get, "[-o FILE] ID",
      "show a file, or download its content with -o",
      "  -o, --output FILE        write the content to FILE (- for standard "

@@ -3,6 +3,7 @@
 #include <check.h>
 
 #include "testutil.h"
+#include <jansson.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -515,6 +516,110 @@ START_TEST(test_job_started)
 	tacod_job_clear(&j);
 	ck_assert_int_eq(tacod_store_job_started(s, "nope", 70, &err), -ENOENT);
 	ck_assert_int_eq(tacod_store_job_started(s, "", 70, &err), -EINVAL);
+	tacod_store_close(s);
+	remove_dir();
+}
+END_TEST
+
+/* The walk of tacod_store_event_metrics_each: "step:train_loss|val_loss"
+ * of each event, in the order given. */
+static int walk(void *ctx, int64_t step, const char *data)
+{
+	char *out = ctx;
+	json_t *d = json_loads(data, 0, NULL);
+	json_t *v = json_object_get(d, "train_loss");
+	size_t n = strlen(out);
+
+	if (!v)
+		v = json_object_get(d, "val_loss");
+	snprintf(out + n, 512 - n, "%lld:%g ", (long long)step,
+		 json_number_value(v));
+	json_decref(d);
+	return step == 99 ? -ECANCELED : 0;
+}
+
+/* A job's metrics events found by step (the newest at or before a step,
+ * with a key) and walked in step order; its result file named and
+ * forgotten when the file is deleted. */
+START_TEST(test_metrics_and_result_file)
+{
+	tacod_store *s = open_fresh();
+	static const char *const data[] = {
+	    "{\"step\":1,\"train_loss\":5}", "{\"step\":2,\"train_loss\":4}",
+	    "{\"step\":2,\"val_loss\":7,\"event\":\"eval\"}",
+	    "{\"step\":3,\"train_loss\":3}",
+	    /* resumed from step 1: steps 2 and 3 again */
+	    "{\"step\":2,\"train_loss\":2.5}", "{\"step\":3,\"train_loss\":2}",
+	    "{\"step\":4,\"mc_accuracy\":0.5,\"event\":\"eval\"}"};
+	char *text = NULL, order[512] = "";
+	tacod_job j;
+	taco_err err = {{0}};
+
+	add_job(s, "j1", "alice", TACOD_SUCCEEDED, "f1", 10);
+	for (size_t i = 0; i < sizeof(data) / sizeof(data[0]); i++)
+		ck_assert_int_eq(tacod_store_event_add(s, "j1", "info",
+						       "metrics", "m", data[i],
+						       NULL, &err),
+				 0);
+	/* not metrics, or no step: never found */
+	ck_assert_int_eq(tacod_store_event_add(s, "j1", "info", "message", "x",
+					       "{\"step\":3,"
+					       "\"train_loss\":9}",
+					       NULL, &err),
+			 0);
+	ck_assert_int_eq(tacod_store_event_add(s, "j1", "info", "metrics", "x",
+					       "{\"train_loss\":9}", NULL,
+					       &err),
+			 0);
+	ck_assert_int_eq(tacod_store_event_metrics_last(s, "j1", "train_loss",
+							3, &text, &err),
+			 0);
+	ck_assert_str_eq(text, "{\"step\":3,\"train_loss\":2}");
+	free(text);
+	ck_assert_int_eq(tacod_store_event_metrics_last(s, "j1", "train_loss",
+							2, &text, &err),
+			 0);
+	ck_assert_str_eq(text, "{\"step\":2,\"train_loss\":2.5}");
+	free(text);
+	ck_assert_int_eq(
+	    tacod_store_event_metrics_last(s, "j1", "val_loss", 9, &text, &err),
+	    0);
+	ck_assert_str_eq(text,
+			 "{\"step\":2,\"val_loss\":7,\"event\":\"eval\"}");
+	free(text);
+	text = NULL;
+	ck_assert_int_eq(
+	    tacod_store_event_metrics_last(s, "j1", "val_loss", 1, &text, &err),
+	    -ENOENT);
+	ck_assert_ptr_null(text);
+	ck_assert_int_eq(tacod_store_event_metrics_last(
+			     s, "j1", "val_loss') OR ('1", 9, &text, &err),
+			 -EINVAL);
+	ck_assert_int_eq(
+	    tacod_store_event_metrics_each(s, "j1", walk, order, &err), 0);
+	ck_assert_str_eq(order, "1:5 2:4 2:7 2:2.5 3:3 3:2 4:0 ");
+	/* the callback's error stops the walk */
+	ck_assert_int_eq(tacod_store_event_add(s, "j1", "info", "metrics", "m",
+					       "{\"step\":99,\"train_loss\":1}",
+					       NULL, &err),
+			 0);
+	order[0] = 0;
+	ck_assert_int_eq(
+	    tacod_store_event_metrics_each(s, "j1", walk, order, &err),
+	    -ECANCELED);
+
+	add_file(s, "fr", "alice", 20);
+	ck_assert_int_eq(tacod_store_job_set_result_file(s, "j1", "fr", &err),
+			 0);
+	ck_assert_int_eq(tacod_store_job_get(s, NULL, "j1", &j, &err), 0);
+	ck_assert_str_eq(j.result_file, "fr");
+	tacod_job_clear(&j);
+	ck_assert_int_eq(tacod_store_job_set_result_file(s, "nope", "fr", &err),
+			 -ENOENT);
+	ck_assert_int_eq(tacod_store_file_delete(s, "alice", "fr", &err), 0);
+	ck_assert_int_eq(tacod_store_job_get(s, NULL, "j1", &j, &err), 0);
+	ck_assert_str_eq(j.result_file, "");
+	tacod_job_clear(&j);
 	tacod_store_close(s);
 	remove_dir();
 }
@@ -1342,6 +1447,7 @@ int main(void)
 	tcase_add_test(tc, test_job_transition);
 	tcase_add_test(tc, test_job_started);
 	tcase_add_test(tc, test_by_status);
+	tcase_add_test(tc, test_metrics_and_result_file);
 	tcase_add_test(tc, test_events);
 	tcase_add_test(tc, test_checkpoints);
 	tcase_add_test(tc, test_idempotency);

@@ -27,6 +27,7 @@
 #include "daemon/http/auth.h"
 #include "tacod_harness.h"
 #include "testutil.h"
+#include "util/fsutil.h"
 
 #define RUN_TIMEOUT_S 240
 #define MAX_ARGS 48
@@ -358,7 +359,7 @@ START_TEST(test_files_jobs_checkpoints)
 {
 	run r;
 	char *file, *job, dir[128], other[128], ckpt[128], path[512];
-	char server[512], ft[100];
+	char server[512], ft[100], results[64];
 	json_t *j;
 	struct stat st;
 
@@ -408,7 +409,36 @@ START_TEST(test_files_jobs_checkpoints)
 	ck_run(0, &r, "jobs", "get", job);
 	has(r.out, "succeeded");
 	has(r.out, "trained_tokens");
+	/* its result file: named, listed, downloaded */
+	j = get_job(job);
+	snprintf(results, sizeof(results), "%s",
+		 json_string_value(
+		     json_array_get(json_object_get(j, "result_files"), 0)));
+	json_decref(j);
+	ck_assert_msg(!strncmp(results, "file-", 5), "%s", results);
+	snprintf(path, sizeof(path), "result_file        %s\n", results);
+	has(r.out, path);
 	run_free(&r);
+	ck_run(0, &r, "files", "list");
+	has(r.out, "PURPOSE");
+	has(r.out, results);
+	has(r.out, "fine-tune-results");
+	has(r.out, "step_metrics.csv");
+	run_free(&r);
+	snprintf(path, sizeof(path), "%s/step_metrics.csv", home);
+	ck_run(0, &r, "files", "get", results, "-o", path);
+	run_free(&r);
+	{
+		char *csv = NULL;
+		size_t len = 0;
+		ck_assert_int_eq(
+		    taco_read_file(path, 1 << 20, &csv, &len, NULL), 0);
+		const char *head = "step,train_loss,train_accuracy,"
+				   "valid_loss,valid_mean_token_accuracy,";
+		ck_assert_msg(!strncmp(csv, head, strlen(head)), "%s", csv);
+		has(csv, "\n6,");
+		free(csv);
+	}
 	ck_run(0, &r, "jobs", "get", job, "--json");
 	j = parse(r.out);
 	ck_assert_str_eq(th_str(j, "id"), job);
@@ -453,6 +483,7 @@ START_TEST(test_files_jobs_checkpoints)
 	snprintf(ckpt, sizeof(ckpt), "ftckpt-%s-6", job + 6);
 	has(r.out, ckpt);
 	has(r.out, "STEP");
+	has(r.out, "TRAIN LOSS");
 	run_free(&r);
 	snprintf(dir, sizeof(dir), "%s/step6", home);
 	ck_run(0, &r, "checkpoints", "download", job, "6", "-o", dir);

@@ -376,6 +376,62 @@ START_TEST(test_sigterm_checkpoints)
 }
 END_TEST
 
+/* A step is evaluated before it is checkpointed (tacod gives a checkpoint
+ * the evaluation of its step): every eval_every-th step and the last, once
+ * each, the last before its checkpoint and the export; and a run resumed
+ * at its last step still evaluates it. */
+START_TEST(test_eval_before_checkpoint)
+{
+	const char *job;
+	run r, r2;
+	json_t *e;
+	size_t i;
+	long long evals[8], ckpts[8];
+	int ne = 0, nc = 0, exported_after = 0;
+
+	make_tmpdir();
+	job = write_job("e", "llama_gqa",
+			"\"steps\": 5, \"lr\": 0.01, \"eval_every\": 2, "
+			"\"checkpoint_every\": 5, \"keep_checkpoints\": 3");
+	r = run_train(job, 0, NULL, 0, 0);
+	ck_assert_int_eq(r.status, 0);
+	json_array_foreach(r.events, i, e)
+	{
+		const char *name =
+		    json_string_value(json_object_get(e, "event"));
+		long long step = json_integer_value(json_object_get(e, "step"));
+		if (!strcmp(name, "eval") && ne < 8)
+			evals[ne++] = step;
+		if (!strcmp(name, "checkpoint") && nc < 8) {
+			ck_assert_int_eq(ne, 3); /* step 5's came first */
+			ckpts[nc++] = step;
+		}
+		if (!strcmp(name, "exported"))
+			exported_after = ne;
+	}
+	ck_assert_int_eq(ne, 3);
+	ck_assert_int_eq(evals[0], 2);
+	ck_assert_int_eq(evals[1], 4);
+	ck_assert_int_eq(evals[2], 5);
+	ck_assert_int_eq(nc, 1);
+	ck_assert_int_eq(ckpts[0], 5);
+	ck_assert_int_eq(exported_after, 3);
+	/* resumed from the last step's checkpoint: no step to run, the end
+	 * evaluated all the same */
+	r2 = run_train(job, 1, NULL, 0, 0);
+	ck_assert_int_eq(r2.status, 0);
+	ck_assert_int_eq(json_integer_value(json_object_get(
+			     last_event(&r2, "started"), "start_step")),
+			 5);
+	ck_assert_int_eq(json_integer_value(
+			     json_object_get(last_event(&r2, "eval"), "step")),
+			 5);
+	json_decref(r.events);
+	json_decref(r2.events);
+	rm_tmpdir();
+}
+END_TEST
+
 /* An OPT model with the GPT-2 style tokenizer OPT ships (vocab.json +
  * merges.txt) and no chat template: chat data trains with the
  * chat_template option and is refused without it, naming the option;
@@ -732,6 +788,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 2);
 	tcase_add_loop_test(tc, test_weights_host_resume, 0, 3);
 	tcase_add_test(tc, test_sigterm_checkpoints);
+	tcase_add_test(tc, test_eval_before_checkpoint);
 	tcase_add_test(tc, test_cli_errors);
 	tcase_add_test(tc, test_validate_and_plan_cli);
 	tcase_add_test(tc, test_second_signal_exits_at_once);

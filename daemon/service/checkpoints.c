@@ -15,6 +15,51 @@
 #include "daemon/webhooks/delivery.h"
 #include "util/fsutil.h"
 
+/* Sets m's names[i] to the number at keys[i] of the job's newest metrics
+ * event at or before step that has a number at src (lock held); null where
+ * there is none. */
+static void metrics_from(tacod_service *s, const char *job, int64_t step,
+			 const char *src, json_t *m, const char *const *keys,
+			 const char *const *names, int n)
+{
+	char *text = NULL;
+	json_t *d = NULL;
+
+	if (!tacod_store_event_metrics_last(s->store, job, src, step, &text,
+					    NULL))
+		d = json_loads(text, 0, NULL);
+	free(text);
+	for (int i = 0; i < n; i++) {
+		json_t *v = json_object_get(d, keys[i]);
+		json_object_set_new(m, names[i],
+				    json_is_number(v) ? json_incref(v)
+						      : json_null());
+	}
+	json_decref(d);
+}
+
+char *tacod_checkpoint_metrics(tacod_service *s, const char *job, int64_t step)
+{
+	/* a training step's metrics event (service.c) */
+	static const char *const train[] = {"train_loss",
+					    "train_mean_token_accuracy"};
+	/* taco-train's eval event: the whole validation set, so the full_
+	 * fields are the same numbers */
+	static const char *const eval[] = {"val_loss", "val_token_accuracy",
+					   "val_loss", "val_token_accuracy"};
+	static const char *const eval_names[] = {
+	    "valid_loss", "valid_mean_token_accuracy", "full_valid_loss",
+	    "full_valid_mean_token_accuracy"};
+	json_t *m = json_pack("{sI}", "step", (json_int_t)step);
+	char *text;
+
+	metrics_from(s, job, step, "train_loss", m, train, train, 2);
+	metrics_from(s, job, step, "val_loss", m, eval, eval_names, 4);
+	text = json_dumps(m, JSON_COMPACT);
+	json_decref(m);
+	return text;
+}
+
 int tacod_route_checkpoints(tacod_http_req *r, tacod_service *s, const char *id,
 			    tacod_job *j, tacod_checkpoint **out, int *n,
 			    taco_err *err)

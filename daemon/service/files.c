@@ -32,19 +32,19 @@ int tacod_route_file_upload(tacod_http_req *r, void *ctx)
 		return tacod_http_error(r, 400, "invalid_request_error",
 					"missing_file", "file",
 					"a multipart field 'file' is required");
-	if (!purpose || strcmp(purpose, "fine-tune"))
-		return tacod_http_error(r, 400, "invalid_request_error",
-					"invalid_purpose", "purpose",
-					"purpose must be 'fine-tune'");
+	if (!purpose || strcmp(purpose, TACOD_PURPOSE_FINE_TUNE))
+		return tacod_http_error(
+		    r, 400, "invalid_request_error", "invalid_purpose",
+		    "purpose",
+		    "purpose must be '" TACOD_PURPOSE_FINE_TUNE
+		    "' (a '" TACOD_PURPOSE_RESULTS "' file is made by tacod "
+		    "when a job ends)");
 	/* a retried upload is the same content, purpose and name */
 	snprintf(what, sizeof(what), "%s/%s/%s", u->sha256, purpose,
 		 u->filename);
 	if (tacod_idem_begin(r, s, what, strlen(what), &idem))
 		return 0;
-	/* stored by content hash: the same bytes are kept once */
 	snprintf(dest, sizeof(dest), "%s/%s", s->files_dir, u->sha256);
-	if (stat(dest, &st) && (rc = tacod_http_upload_keep(r, dest, &err)))
-		return tacod_route_write_error(r, rc, &err);
 	tacod_new_id("file-", f.id);
 	snprintf(f.user, sizeof(f.user), "%s", tacod_route_user(r));
 	snprintf(f.filename, sizeof(f.filename), "%s",
@@ -59,6 +59,13 @@ int tacod_route_file_upload(tacod_http_req *r, void *ctx)
 	f.created_at = tacod_now();
 	obj = tacod_file_object(&f);
 	pthread_mutex_lock(&s->lock);
+	/* stored by content hash: the same bytes are kept once. Under the
+	 * lock, as a delete removes the bytes no file has any more */
+	if (stat(dest, &st) && (rc = tacod_http_upload_keep(r, dest, &err))) {
+		pthread_mutex_unlock(&s->lock);
+		json_decref(obj);
+		return tacod_route_write_error(r, rc, &err);
+	}
 	rc = tacod_store_tx_begin(s->store, &err);
 	if (rc == 0) {
 		rc = tacod_store_file_add(s->store, &f, &err);
@@ -66,6 +73,8 @@ int tacod_route_file_upload(tacod_http_req *r, void *ctx)
 			rc = tacod_idem_store(s, f.user, &idem, 200, obj, &err);
 		rc = tacod_store_tx_end(s->store, rc, &err);
 	}
+	if (rc)
+		tacod_file_bytes_release(s, f.sha256);
 	pthread_mutex_unlock(&s->lock);
 	if (rc == -EEXIST && idem.key[0] &&
 	    tacod_idem_begin(r, s, what, strlen(what), &idem))
@@ -142,15 +151,35 @@ int tacod_route_file_content(tacod_http_req *r, void *ctx)
 				     f.filename);
 }
 
+void tacod_file_bytes_release(tacod_service *s, const char *sha256)
+{
+	char path[TACOD_PATH_MAX + 128];
+	int64_t n = 1;
+
+	/* a store that cannot tell keeps the bytes */
+	if (tacod_store_file_count_sha256(s->store, sha256, &n, NULL) || n)
+		return;
+	snprintf(path, sizeof(path), "%s/%s", s->files_dir, sha256);
+	if (unlink(path) && errno != ENOENT)
+		fprintf(stderr, "tacod: cannot remove %s: %s\n", path,
+			strerror(errno));
+}
+
 int tacod_route_file_delete(tacod_http_req *r, void *ctx)
 {
 	tacod_service *s = ctx;
 	const char *id = tacod_http_param(r, "id");
+	tacod_file f;
 	taco_err err = {{0}};
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_file_delete(s->store, tacod_route_scope(r), id, &err);
+	rc = tacod_store_file_get(s->store, tacod_route_scope(r), id, &f, &err);
+	if (!rc)
+		rc = tacod_store_file_delete(s->store, tacod_route_scope(r), id,
+					     &err);
+	if (!rc)
+		tacod_file_bytes_release(s, f.sha256);
 	pthread_mutex_unlock(&s->lock);
 	if (rc == -EBUSY)
 		return tacod_http_error(r, 409, "invalid_request_error",

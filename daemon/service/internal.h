@@ -108,6 +108,22 @@ int tacod_idem_store(tacod_service *s, const char *user, const tacod_idem *k,
 int tacod_route_checkpoints(tacod_http_req *r, tacod_service *s, const char *id,
 			    tacod_job *j, tacod_checkpoint **out, int *n,
 			    taco_err *err);
+/* A checkpoint's metrics at step, under OpenAI's names, from the job's
+ * stored events (lock held): step; train_loss and
+ * train_mean_token_accuracy of the last training step at or before it;
+ * valid_loss, valid_mean_token_accuracy and their full_valid_ twins of the
+ * last evaluation at or before it; null where there is none. JSON text
+ * (malloc'd), NULL when out of memory. */
+char *tacod_checkpoint_metrics(tacod_service *s, const char *job, int64_t step);
+/* A job that has just ended (its end recorded; lock held): its step
+ * metrics as a CSV File of purpose fine-tune-results, named in the job's
+ * result_file and in j->result_file (service/results.c). Nothing when the
+ * job has no step metrics or has a result file. A failure is told in the
+ * job's events and tacod's log, and changes nothing else. */
+void tacod_results_attach(tacod_service *s, tacod_job *j);
+/* Removes the bytes of files_dir/<sha256> when no file has them any more
+ * (lock held: an upload keeps its bytes under it). */
+void tacod_file_bytes_release(tacod_service *s, const char *sha256);
 /* The user a request is from (its token's, or its peer's). */
 const char *tacod_route_user(tacod_http_req *r);
 /* Parses and maps a create request (jobs.c) onto a job in the directory

@@ -36,6 +36,9 @@ static int lookup_file(void *ctx, const char *id, char *path, size_t cap)
 	/* called with the service lock held */
 	if (tacod_store_file_get(l->s->store, l->user, id, &f, NULL))
 		return -ENOENT;
+	/* a job's result file is not training data */
+	if (strcmp(f.purpose, TACOD_PURPOSE_FINE_TUNE))
+		return -EINVAL;
 	snprintf(path, cap, "%s", f.path);
 	return 0;
 }
@@ -459,6 +462,8 @@ int tacod_route_job_cancel(tacod_http_req *r, void *ctx)
 				tacod_store_event_add(
 				    s->store, id, "info", "status",
 				    "The job was cancelled", NULL, NULL, NULL);
+				/* one paused, or queued again, after steps */
+				tacod_results_attach(s, &j);
 				/* one submitted to Slurm: its Slurm job goes */
 				tacod_service_request_stop(s, id,
 							   TACOD_STOP_CANCEL);

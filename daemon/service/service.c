@@ -36,6 +36,12 @@ int tacod_service_event(tacod_service *s, const char *job, const char *level,
 	return rc;
 }
 
+static int terminal(int status)
+{
+	return status == TACOD_SUCCEEDED || status == TACOD_FAILED ||
+	       status == TACOD_CANCELLED;
+}
+
 /* ---- what the runners tell (runner.h's host; lock held) ---------------- */
 
 /* A running job's row or event could not be written for lack of room
@@ -89,12 +95,14 @@ static void job_event(void *ctx, tacod_run *rj, json_t *e)
 		    json_integer_value(json_object_get(e, "total_steps"));
 		double eta = json_real_value(json_object_get(e, "eta_s"));
 		json_t *acc = json_object_get(e, "token_accuracy");
+		json_t *tokens = json_object_get(e, "tokens");
 		json_t *data = json_pack(
-		    "{sI sI sO sO sO sO sO}", "step", step, "total_steps",
+		    "{sI sI sO sO sO sO sO sO}", "step", step, "total_steps",
 		    total, "train_loss", json_object_get(e, "loss"),
 		    "train_mean_token_accuracy", acc ? acc : json_null(),
 		    "learning_rate", json_object_get(e, "lr"), "tokens_per_s",
-		    json_object_get(e, "tokens_per_s"), "mem_peak_bytes",
+		    json_object_get(e, "tokens_per_s"), "tokens",
+		    tokens ? tokens : json_null(), "mem_peak_bytes",
 		    json_object_get(e, "mem_peak_bytes"));
 		snprintf(msg, sizeof(msg), "Step %lld/%lld: training loss=%.4f",
 			 (long long)step, (long long)total,
@@ -130,7 +138,11 @@ static void job_event(void *ctx, tacod_run *rj, json_t *e)
 		snprintf(c.path, sizeof(c.path), "%s",
 			 json_string_value(json_object_get(e, "path")));
 		c.created_at = tacod_now();
+		/* taco-train evaluates a step before it checkpoints it: the
+		 * step's evaluation is stored already */
+		c.metrics = tacod_checkpoint_metrics(s, rj->id, c.step);
 		rc = tacod_store_checkpoint_add(s->store, &c, NULL);
+		free(c.metrics);
 		snprintf(msg, sizeof(msg), "Checkpoint at step %lld",
 			 (long long)c.step);
 		u = tacod_service_event(s, rj->id, "info", "checkpoint", msg,
@@ -262,6 +274,8 @@ static void finish_job(tacod_service *s, tacod_run *rj, int64_t status, int sig)
 				    tacod_webhooks_job_status(s->hooks, &j, &e);
 			rc = tacod_store_tx_end(s->store, rc, &e);
 		}
+		if (!rc && terminal(to))
+			tacod_results_attach(s, &j);
 		if (!rc || !tacod_http_storage_errno(rc) ||
 		    !tacod_reserve_release(s)) {
 			if (rc)
@@ -312,7 +326,9 @@ static void job_start_failed(void *ctx, const char *id, const char *msg)
 		int rc = tacod_store_job_update(s->store, &f, NULL);
 		if (!rc)
 			rc = tacod_webhooks_job_status(s->hooks, &f, NULL);
-		tacod_store_tx_end(s->store, rc, NULL);
+		/* one queued again after steps (a restart, a crash) */
+		if (!tacod_store_tx_end(s->store, rc, NULL))
+			tacod_results_attach(s, &f);
 	}
 	tacod_job_clear(&f);
 }
@@ -339,12 +355,6 @@ int tacod_service_follow(tacod_service *s, const char *job,
 	f->stream = stream;
 	f->last_seq = after_seq;
 	return 0;
-}
-
-static int terminal(int status)
-{
-	return status == TACOD_SUCCEEDED || status == TACOD_FAILED ||
-	       status == TACOD_CANCELLED;
 }
 
 /* One event as server-sent-event bytes: id, event type, data (compact

@@ -134,3 +134,79 @@ int tacod_store_event_list(tacod_store *s, const char *job_id,
 	}
 	return rc;
 }
+
+/* A key of the metrics events' data, in a JSON path: a plain name. */
+static int check_data_key(const char *key, taco_err *err)
+{
+	size_t n = key ? strlen(key) : 0;
+
+	if (n == 0 || n > 64 || strspn(key, "abcdefghijklmnopqrstuvwxyz_") != n)
+		return taco_err_set(err, -EINVAL,
+				    "key: must be 1 to 64 of a-z and _");
+	return 0;
+}
+
+int tacod_store_event_metrics_last(tacod_store *s, const char *job_id,
+				   const char *key, int64_t max_step,
+				   char **data, taco_err *err)
+{
+	st_query q;
+	int rc = st_check_str(job_id, TACOD_ID_MAX, 0, "job_id", err);
+
+	if (rc == 0)
+		rc = check_data_key(key, err);
+	if (rc < 0)
+		return rc;
+	/* newest first along the (job_id, seq) key: the scan stops at the
+	 * first match, a few events back from the end */
+	rc = st_prep(s, &q, "find the last metrics",
+		     "SELECT data FROM events WHERE job_id = ?1"
+		     " AND type = 'metrics' AND json_valid(data)"
+		     " AND json_type(data, '$.' || ?2) IN ('integer', 'real')"
+		     " AND json_type(data, '$.step') = 'integer'"
+		     " AND json_extract(data, '$.step') <= ?3"
+		     " ORDER BY seq DESC LIMIT 1",
+		     err);
+	if (rc < 0)
+		return rc;
+	st_text(&q, 1, job_id);
+	st_text(&q, 2, key);
+	st_int(&q, 3, max_step);
+	rc = st_step(&q, err);
+	if (rc == 1)
+		rc = st_col_dup(q.st, 0, data, "event data", err);
+	else if (rc == 0)
+		rc = taco_err_set(err, -ENOENT, "job %s: no metrics with %s",
+				  job_id, key);
+	st_done(&q);
+	return rc;
+}
+
+int tacod_store_event_metrics_each(tacod_store *s, const char *job_id,
+				   tacod_store_data_fn fn, void *ctx,
+				   taco_err *err)
+{
+	st_query q;
+	int rc = st_check_str(job_id, TACOD_ID_MAX, 0, "job_id", err);
+
+	if (rc < 0)
+		return rc;
+	rc = st_prep(s, &q, "list metrics by step",
+		     "SELECT json_extract(data, '$.step'), data FROM events"
+		     " WHERE job_id = ?1 AND type = 'metrics'"
+		     " AND json_valid(data)"
+		     " AND json_type(data, '$.step') = 'integer'"
+		     " ORDER BY json_extract(data, '$.step'), seq",
+		     err);
+	if (rc < 0)
+		return rc;
+	st_text(&q, 1, job_id);
+	while ((rc = st_step(&q, err)) == 1) {
+		rc = fn(ctx, sqlite3_column_int64(q.st, 0),
+			(const char *)sqlite3_column_text(q.st, 1));
+		if (rc)
+			break;
+	}
+	st_done(&q);
+	return rc;
+}

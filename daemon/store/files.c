@@ -160,6 +160,12 @@ int tacod_store_file_delete(tacod_store *s, const char *user, const char *id,
 			     " AND json_extract(body, '$.object') = 'file'"
 			     " AND json_extract(body, '$.id') = ?1",
 			     ST_ARGS(ST_TEXT(id)), NULL, NULL, err);
+	/* a deleted result file is no longer one of its job's */
+	if (rc == 0)
+		rc = st_exec(s, "forget the job's result file",
+			     "UPDATE jobs SET result_file = '' WHERE"
+			     " result_file = ?1",
+			     ST_ARGS(ST_TEXT(id)), NULL, NULL, err);
 	if (rc == 0)
 		rc =
 		    st_exec(s, "delete file", "DELETE FROM files WHERE id = ?1",

@@ -474,4 +474,23 @@ int tacod_store_model_list(tacod_store *s, const char *user,
 		*has_more = 0;
 	}
 	return rc < 0 ? rc : 0;
+
+int tacod_store_job_set_result_file(tacod_store *s, const char *id,
+				    const char *file_id, taco_err *err)
+{
+	int rc = st_check_str(id, TACOD_ID_MAX, 0, "id", err);
+
+	if (rc == 0)
+		rc = st_check_str(file_id, TACOD_ID_MAX, 1, "result_file", err);
+	if (rc < 0)
+		return rc;
+	rc = st_begin(s, 1, err);
+	if (rc < 0)
+		return rc;
+	rc = st_exec(s, "set result_file",
+		     "UPDATE jobs SET result_file = ?2 WHERE id = ?1",
+		     ST_ARGS(ST_TEXT(id), ST_TEXT(file_id)), NULL, NULL, err);
+	if (rc == 0 && st_changes(s) == 0)
+		rc = st_job_exists(s, id, err); /* the same name already: 0 */
+	return st_end(s, rc, err);
 }

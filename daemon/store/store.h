@@ -51,7 +51,8 @@ int tacod_store_file_get(tacod_store *s, const char *user, const char *id,
 int tacod_store_file_list(tacod_store *s, const char *user, const char *after,
 			  int limit, tacod_file *out, int *n, int *has_more,
 			  taco_err *err);
-/* Refused with -EBUSY while a job that is not finished uses the file. */
+/* Refused with -EBUSY while a job that is not finished uses the file. A
+ * job whose result file it is names none from then on. */
 int tacod_store_file_delete(tacod_store *s, const char *user, const char *id,
 			    taco_err *err);
 /* How many files (of any user) have this content: the bytes may go when it
@@ -95,6 +96,10 @@ int tacod_store_job_transition(tacod_store *s, const char *id, int from, int to,
  * a rewrite of the row. -ENOENT when there is no such job. */
 int tacod_store_job_started(tacod_store *s, const char *id, int64_t t,
 			    taco_err *err);
+/* Names the job's result file (file_id, "" for none). One statement, not
+ * a rewrite of the row. -ENOENT when there is no such job. */
+int tacod_store_job_set_result_file(tacod_store *s, const char *id,
+				    const char *file_id, taco_err *err);
 
 /* The fine-tuned models of user (NULL: of everyone) that are not deleted:
  * the succeeded jobs' fine_tuned_model, newest first, at most cap;
@@ -118,6 +123,21 @@ int tacod_store_event_add(tacod_store *s, const char *job_id, const char *level,
 int tacod_store_event_list(tacod_store *s, const char *job_id,
 			   int64_t after_seq, int limit, tacod_event *out,
 			   int *n, int *has_more, taco_err *err);
+/* The data (JSON text, malloc'd into *data) of the job's newest metrics
+ * event, by seq, whose data has a number at `key` (a-z and _) and whose
+ * step is at most max_step; -ENOENT when there is none. By seq: a step run
+ * again after a resume is told by its newest run. */
+int tacod_store_event_metrics_last(tacod_store *s, const char *job_id,
+				   const char *key, int64_t max_step,
+				   char **data, taco_err *err);
+/* Calls fn with the data of each of the job's metrics events that have an
+ * integer step: by step, and by seq within a step. fn returns 0 to go on;
+ * its negative errno stops the walk and is returned. fn must not use the
+ * store. */
+typedef int (*tacod_store_data_fn)(void *ctx, int64_t step, const char *data);
+int tacod_store_event_metrics_each(tacod_store *s, const char *job_id,
+				   tacod_store_data_fn fn, void *ctx,
+				   taco_err *err);
 
 /* A job's checkpoint at a step; adding a step again replaces it (a job
  * resumed from an earlier checkpoint saves the same steps again). */

@@ -49,6 +49,7 @@ typedef struct trainer {
 	uint64_t order_epoch;
 	taco_cursor cur;
 	int64_t step, total, start_step;
+	int64_t eval_step; /* the step of the last evaluation; -1: none */
 	int64_t tokens_seen;
 	double t_start, loss;
 	double accuracy; /* of the last step: targets that are the argmax */
@@ -282,6 +283,7 @@ static int evaluate(trainer *tr, taco_err *err)
 		    ev, json_pack("{sf sI}", "mc_accuracy", mc_acc,
 				  "mc_examples", (json_int_t)tr->data.mc->n));
 	taco_events_emit(&tr->ev, "eval", ev);
+	tr->eval_step = tr->step;
 	if (!tr->opts->progress)
 		return 0;
 	fprintf(stderr, "%seval at step %lld:",
@@ -600,7 +602,10 @@ static int finish(trainer *tr, taco_err *err)
 	char out[4200];
 	int r;
 
-	if ((tr->val || tr->data.mc) && (r = evaluate(tr, err)))
+	/* the last step's evaluation came before its checkpoint (the loop's);
+	 * a run resumed at its last step has none yet */
+	if ((tr->val || tr->data.mc) && tr->eval_step != tr->step &&
+	    (r = evaluate(tr, err)))
 		return r;
 	snprintf(out, sizeof(out), "%s/model", tr->job->output_dir);
 	if ((r = taco_export(tr->m, tr->job->model, out,
@@ -621,6 +626,7 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 
 	memset(&tr, 0, sizeof(tr));
 	tr.lock_fd = -1;
+	tr.eval_step = -1;
 	tr.job = job;
 	tr.opts = opts;
 	tr.ops = opts->ops ? opts->ops : tk_cpu_ops();
@@ -643,8 +649,12 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 		if ((r = train_step(&tr, err)) || (r = backend_check(&tr, err)))
 			goto out;
 		progress(&tr);
-		if ((tr.val || tr.data.mc) && job->eval_every &&
-		    tr.step % job->eval_every == 0 && tr.step < tr.total &&
+		/* a step's evaluation before its checkpoint, so that tacod
+		 * gives the checkpoint that step's evaluation (the last step's
+		 * too: the end's evaluation) */
+		if ((tr.val || tr.data.mc) &&
+		    ((job->eval_every && tr.step % job->eval_every == 0) ||
+		     tr.step == tr.total) &&
 		    (r = evaluate(&tr, err)))
 			goto out;
 		if (job->checkpoint_every &&

@@ -17,7 +17,9 @@ Retries are off (max_retries=0): the SDK retries 409 and 5xx by default,
 which would hide an error behind a delay. Run by CTest as `openai_sdk`.
 """
 
+import csv
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -132,6 +134,80 @@ def wait_status(client, job_id, status):
         )
         check(time.monotonic() - t0 < DEADLINE_S, f"{job_id} never reached {status} (is {job.status})")
         time.sleep(0.1)
+
+
+RESULTS_HEADER = [
+    "step",
+    "train_loss",
+    "train_accuracy",
+    "valid_loss",
+    "valid_mean_token_accuracy",
+    "full_valid_loss",
+    "full_valid_mean_token_accuracy",
+    "learning_rate",
+    "tokens_per_s",
+    "tokens",
+    "mem_peak_bytes",
+]
+
+
+def results_and_metrics(client, train_id):
+    """Checkpoint metrics under OpenAI's names and the result file, through the SDK."""
+    val = client.files.create(file=("count_val.jsonl", (FIXTURES / "data" / "count_val.jsonl").read_bytes()), purpose="fine-tune")
+    # evaluations at 2, 4 and 6 (the last step), checkpoints at 3 and 6
+    taco = {"steps": 6, "seq_len": 24, "eval_every": 2, "checkpoint_every": 3, "keep_checkpoints": 4, "log_every": 1}
+    job = client.fine_tuning.jobs.create(
+        model="llama_gqa", training_file=train_id, validation_file=val.id, suffix="res", extra_body={"taco": taco}
+    )
+    done = wait_status(client, job.id, "succeeded")
+    events = list(client.fine_tuning.jobs.list_events(job.id, limit=100))
+    steps = {e.data["step"]: e.data for e in events if e.type == "metrics" and "train_loss" in (e.data or {})}
+    evals = {e.data["step"]: e.data for e in events if e.type == "metrics" and "val_loss" in (e.data or {})}
+    check(sorted(steps) == [1, 2, 3, 4, 5, 6] and sorted(evals) == [2, 4, 6], f"metrics events: {sorted(steps)} {sorted(evals)}")
+
+    ckpts = client.fine_tuning.jobs.checkpoints.list(job.id).data
+    check(sorted(c.step_number for c in ckpts) == [3, 6], f"checkpoints: {[c.step_number for c in ckpts]}")
+    for c in ckpts:
+        m, n = c.metrics, c.step_number
+        ev = evals[2 if n == 3 else 6]  # the last evaluation at or before the step
+        check(m.step == n, f"checkpoint {n}: metrics.step {m.step}")
+        check(m.train_loss == steps[n]["train_loss"], f"checkpoint {n}: train_loss {m.train_loss}")
+        check(
+            m.train_mean_token_accuracy == steps[n]["train_mean_token_accuracy"],
+            f"checkpoint {n}: train_mean_token_accuracy {m.train_mean_token_accuracy}",
+        )
+        check(m.valid_loss == ev["val_loss"] and m.full_valid_loss == ev["val_loss"], f"checkpoint {n}: {m}")
+        check(
+            m.valid_mean_token_accuracy == ev["val_token_accuracy"]
+            and m.full_valid_mean_token_accuracy == ev["val_token_accuracy"],
+            f"checkpoint {n}: {m}",
+        )
+
+    check(len(done.result_files) == 1, f"result_files: {done.result_files}")
+    rid = done.result_files[0]
+    rf = client.files.retrieve(rid)
+    check(rf.purpose == "fine-tune-results" and rf.filename == "step_metrics.csv", f"result file: {rf}")
+    listed = [x for x in client.files.list() if x.id == rid]
+    check(len(listed) == 1 and listed[0].purpose == "fine-tune-results", f"files.list: {listed}")
+    text = client.files.content(rid).read().decode()
+    check(len(text.encode()) == rf.bytes, "result file: bytes")
+    rows = list(csv.reader(io.StringIO(text)))
+    check(rows[0] == RESULTS_HEADER, f"result file header: {rows[0]}")
+    by_step = {int(r[0]): r for r in rows[1:]}
+    check(sorted(by_step) == [1, 2, 3, 4, 5, 6], f"result file steps: {sorted(by_step)}")
+    for n, r in by_step.items():
+        check(float(r[1]) == steps[n]["train_loss"], f"result file: step {n} train_loss {r[1]}")
+        check(float(r[2]) == steps[n]["train_mean_token_accuracy"], f"result file: step {n} train_accuracy {r[2]}")
+        if n in evals:
+            check(float(r[3]) == evals[n]["val_loss"] == float(r[5]), f"result file: step {n} valid_loss {r[3]}")
+        else:
+            check(r[3] == r[4] == r[5] == r[6] == "", f"result file: step {n} has no evaluation: {r}")
+    try:
+        client.fine_tuning.jobs.create(model="llama_gqa", training_file=rid, extra_body={"taco": {"seq_len": 24}})
+        check(False, "a result file was accepted as training data")
+    except openai.BadRequestError as e:
+        check(e.code == "invalid_file_purpose" and e.param == "training_file", f"result file as data: {e.code} {e.param}")
+    return ["checkpoint metrics and the result file (fine-tune-results CSV)"]
 
 
 def run(base_url):
@@ -309,6 +385,7 @@ def run(base_url):
     check(bad.id in job.error.message, f"bad data: the error names {job.error.message}")
     check(job.finished_at is not None, "bad data: finished_at")
     steps.append("jobs.create of invalid data: validating_files, then failed")
+    steps += results_and_metrics(client, f.id)
     return steps
 
 def fine_tuned_models(client, other, f, done, ckpt):
