@@ -93,6 +93,26 @@ static json_t *wait_for(const char *id, const char *status)
 	return NULL;
 }
 
+/* Polls until the job has trained a step. */
+static void wait_trained(const char *id)
+{
+	char path[256];
+	json_t *j;
+
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", id);
+	for (int i = 0;; i++) {
+		ck_assert_int_eq(as("alice-t", "GET", path, NULL, NULL, &j),
+				 200);
+		if (json_integer_value(json_object_get(j, "trained_tokens"))) {
+			json_decref(j);
+			return;
+		}
+		json_decref(j);
+		ck_assert_int_lt(i, 1200);
+		usleep(100000);
+	}
+}
+
 /* The training loss of a job's first step. */
 static double first_loss(const char *id)
 {
@@ -275,45 +295,54 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 		closedir(dir);
 	}
 
-	/* job b from a's fine-tuned model: a's weights (linked, not
-	 * copied), so its first step is already better than a's on the same
-	 * batch; its name keeps the root */
+	/* job b from a's fine-tuned model: a's weights, so its first step is
+	 * already better than a's on the same batch; its name keeps the
+	 * root; once it has ended its model directory is gone */
 	b = create(ft, file, "two", "\"steps\": 2");
-	snprintf(path, sizeof(path), "%s/jobs/%s/base/model.safetensors",
-		 th_state, b);
-	snprintf(body, sizeof(body), "%s/jobs/%s/out/model/model.safetensors",
-		 th_state, a);
-	ck_assert(inode(path) == inode(body));
-	snprintf(path, sizeof(path), "%s/jobs/%s/base/generation_config.json",
-		 th_state, b);
-	ck_assert_int_eq(access(path, F_OK), 0);
 	j = wait_for(b, "succeeded");
 	snprintf(body, sizeof(body), "ft:llama_gqa:two:%s", b + 6);
 	ck_assert_str_eq(th_str(j, "fine_tuned_model"), body);
 	json_decref(j);
 	ck_assert_double_lt(first_loss(b), first_loss(a) - 0.05);
+	snprintf(path, sizeof(path), "%s/jobs/%s/base", th_state, b);
+	ck_assert_int_ne(access(path, F_OK), 0);
 	m = listed("alice-t", body);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_str_eq(th_str(m, "parent"), ft);
 	ck_assert_str_eq(th_str(m, "root"), "llama_gqa");
 	json_decref(m);
 
-	/* job c from a's checkpoint at step 2 */
-	c = create(ckpt, file, "three", "\"steps\": 2");
+	/* job c from a's checkpoint at step 2: its weights linked, not
+	 * copied, beside the base's other files */
+	c = create(ckpt, file, "three", "\"steps\": 100000");
+	json_decref(wait_for(c, "running"));
 	snprintf(path, sizeof(path), "%s/jobs/%s/base/model.safetensors",
 		 th_state, c);
 	snprintf(body, sizeof(body),
 		 "%s/jobs/%s/out/checkpoints/step-00000002/model.safetensors",
 		 th_state, a);
 	ck_assert(inode(path) == inode(body));
-	j = wait_for(c, "succeeded");
-	json_decref(j);
+	snprintf(path, sizeof(path), "%s/jobs/%s/base/generation_config.json",
+		 th_state, c);
+	ck_assert_int_eq(access(path, F_OK), 0);
+	wait_trained(c);
 	ck_assert_double_lt(first_loss(c), first_loss(a) - 0.02);
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/cancel", c);
+	ck_assert_int_eq(as("alice-t", "POST", path, "{}", NULL, &j), 200);
+	json_decref(j);
+	json_decref(wait_for(c, "cancelled"));
+	snprintf(path, sizeof(path), "%s/jobs/%s/base", th_state, c);
+	ck_assert_int_ne(access(path, F_OK), 0);
 
 	/* job d runs from the fine-tuned model while it is deleted */
 	d = create(ft, file, "four", "\"steps\": 100000");
 	j = wait_for(d, "running");
 	json_decref(j);
+	snprintf(path, sizeof(path), "%s/jobs/%s/base/model.safetensors",
+		 th_state, d);
+	snprintf(body, sizeof(body), "%s/jobs/%s/out/model/model.safetensors",
+		 th_state, a);
+	ck_assert(inode(path) == inode(body));
 	ck_assert_int_eq(model_call("alice-t", "DELETE", ft, &j), 200);
 	ck_assert_str_eq(th_str(j, "id"), ft);
 	ck_assert(json_is_true(json_object_get(j, "deleted")));
@@ -343,17 +372,7 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	json_decref(j);
 	/* d keeps working: it steps, pauses, resumes from its checkpoint
 	 * and steps again */
-	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", d);
-	for (int i = 0;; i++) {
-		ck_assert_int_eq(as("alice-t", "GET", path, NULL, NULL, &j),
-				 200);
-		if (json_integer_value(json_object_get(j, "trained_tokens")))
-			break;
-		json_decref(j);
-		ck_assert_int_lt(i, 1200);
-		usleep(100000);
-	}
-	json_decref(j);
+	wait_trained(d);
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/pause", d);
 	ck_assert_int_eq(as("alice-t", "POST", path, "{}", NULL, &j), 200);
 	json_decref(j);

@@ -141,6 +141,9 @@ void tacod_route_remove_job_dir(const char *dir);
  * removed). Lock held. */
 int tacod_models_assemble(tacod_service *s, const char *scope, const char *name,
 			  const char *dst, taco_err *err);
+/* models.c: the model directory of a job that has ended (succeeded,
+ * failed, cancelled) is removed; a job from a base model has none. */
+void tacod_models_release(tacod_service *s, const char *job_id);
 int tacod_route_model_list(tacod_http_req *r, void *ctx);
 int tacod_route_model_show(tacod_http_req *r, void *ctx);
 int tacod_route_model_delete(tacod_http_req *r, void *ctx);

@@ -464,6 +464,7 @@ int tacod_route_job_cancel(tacod_http_req *r, void *ctx)
 				    "The job was cancelled", NULL, NULL, NULL);
 				/* one paused, or queued again, after steps */
 				tacod_results_attach(s, &j);
+				tacod_models_release(s, id);
 				/* one submitted to Slurm: its Slurm job goes */
 				tacod_service_request_stop(s, id,
 							   TACOD_STOP_CANCEL);

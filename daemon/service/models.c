@@ -340,3 +340,13 @@ int tacod_route_model_delete(tacod_http_req *r, void *ctx)
 					       "object", "model", "deleted",
 					       1));
 }
+
+void tacod_models_release(tacod_service *s, const char *job_id)
+{
+	char dir[TACOD_PATH_MAX + 160];
+
+	/* a job that has ended runs no more: the links it started from go,
+	 * so deleting its parent model frees the space */
+	snprintf(dir, sizeof(dir), "%s/%s/base", s->jobs_dir, job_id);
+	taco_remove_flat_dir(dir, NULL);
+}

@@ -274,8 +274,10 @@ static void finish_job(tacod_service *s, tacod_run *rj, int64_t status, int sig)
 				    tacod_webhooks_job_status(s->hooks, &j, &e);
 			rc = tacod_store_tx_end(s->store, rc, &e);
 		}
-		if (!rc && terminal(to))
+		if (!rc && terminal(to)) {
 			tacod_results_attach(s, &j);
+			tacod_models_release(s, j.id);
+		}
 		if (!rc || !tacod_http_storage_errno(rc) ||
 		    !tacod_reserve_release(s)) {
 			if (rc)
@@ -327,8 +329,10 @@ static void job_start_failed(void *ctx, const char *id, const char *msg)
 		if (!rc)
 			rc = tacod_webhooks_job_status(s->hooks, &f, NULL);
 		/* one queued again after steps (a restart, a crash) */
-		if (!tacod_store_tx_end(s->store, rc, NULL))
+		if (!tacod_store_tx_end(s->store, rc, NULL)) {
 			tacod_results_attach(s, &f);
+			tacod_models_release(s, f.id);
+		}
 	}
 	tacod_job_clear(&f);
 }

@@ -85,6 +85,8 @@ static int validate_record(tacod_service *s, const char *id,
 						   &err);
 	}
 	rc = tacod_store_tx_end(s->store, rc, &err);
+	if (rc == 0 && f.status == TACOD_FAILED)
+		tacod_models_release(s, id);
 	tacod_job_clear(&f);
 	free(data);
 	if (rc == -EAGAIN || rc == -ENOENT)

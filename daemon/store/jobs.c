@@ -474,6 +474,7 @@ int tacod_store_model_list(tacod_store *s, const char *user,
 		*has_more = 0;
 	}
 	return rc < 0 ? rc : 0;
+}
 
 int tacod_store_job_set_result_file(tacod_store *s, const char *id,
 				    const char *file_id, taco_err *err)
