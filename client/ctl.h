@@ -86,6 +86,9 @@ int ctl_call(ctl *c, const char *method, const char *path, json_t *body,
 /* The request path fmt with each %s an id, percent-escaped; CTL_OK or
  * CTL_FAIL (printed). */
 int ctl_pathf(char *out, size_t cap, const char *fmt, ...);
+/* DELETE fmt (one %s, an id) of each of argv, printing "deleted ID" (or
+ * the reply with --json); CTL_FAIL when any failed (each said why). */
+int ctl_delete_each(ctl *c, const char *fmt, int argc, char **argv);
 
 /* Writes the body exactly as the server sent it, then a newline if it has
  * none. */

@@ -198,8 +198,7 @@ int ctl_cmd_files_get(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 
 int ctl_cmd_files_rm(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 {
-	char path[CTL_PATH_MAX];
-	int first, rc, failed = 0;
+	int first, rc;
 
 	rc = ctl_parse(c, cmd, argc, argv, NULL, NULL, NULL, NULL, &first);
 	if (rc != CTL_GO_ON)
@@ -208,18 +207,5 @@ int ctl_cmd_files_rm(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 		return ctl_usage(cmd, "expected a file id");
 	if ((rc = ctl_connect(c)))
 		return rc;
-	for (int i = first; i < argc; i++) {
-		ctl_resp r = {0};
-		if (ctl_pathf(path, sizeof(path), "/v1/files/%s", argv[i]) ||
-		    ctl_call(c, "DELETE", path, NULL, 0, &r)) {
-			failed = 1;
-			continue;
-		}
-		if (c->json)
-			ctl_print_raw(&r);
-		else
-			printf("deleted %s\n", argv[i]);
-		ctl_resp_free(&r);
-	}
-	return failed ? CTL_FAIL : CTL_OK;
+	return ctl_delete_each(c, "/v1/files/%s", argc - first, argv + first);
 }

@@ -64,27 +64,6 @@ static int get(ctl *c, const char *name)
 	return CTL_OK;
 }
 
-static int rm(ctl *c, int argc, char **argv)
-{
-	char path[CTL_PATH_MAX];
-	int failed = 0;
-
-	for (int i = 0; i < argc; i++) {
-		ctl_resp r = {0};
-		if (ctl_pathf(path, sizeof(path), "/v1/models/%s", argv[i]) ||
-		    ctl_call(c, "DELETE", path, NULL, 0, &r)) {
-			failed = 1;
-			continue;
-		}
-		if (c->json)
-			ctl_print_raw(&r);
-		else
-			printf("deleted %s\n", argv[i]);
-		ctl_resp_free(&r);
-	}
-	return failed ? CTL_FAIL : CTL_OK;
-}
-
 int ctl_cmd_models(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 {
 	const char *what;
@@ -100,7 +79,10 @@ int ctl_cmd_models(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 	if (!strcmp(what, "get") && n == 1)
 		return (rc = ctl_connect(c)) ? rc : get(c, argv[first + 1]);
 	if (!strcmp(what, "rm") && n >= 1)
-		return (rc = ctl_connect(c)) ? rc : rm(c, n, argv + first + 1);
+		return (rc = ctl_connect(c))
+			   ? rc
+			   : ctl_delete_each(c, "/v1/models/%s", n,
+					     argv + first + 1);
 	if (strcmp(what, "list") && strcmp(what, "get") && strcmp(what, "rm"))
 		return ctl_usage(cmd, "unknown command 'models %s'", what);
 	return ctl_usage(cmd, "models %s: %s", what,

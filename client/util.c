@@ -307,3 +307,24 @@ void ctl_table_free(ctl_table *t)
 	free(t->cell);
 	memset(t, 0, sizeof(*t));
 }
+
+int ctl_delete_each(ctl *c, const char *fmt, int argc, char **argv)
+{
+	char path[CTL_PATH_MAX];
+	int failed = 0;
+
+	for (int i = 0; i < argc; i++) {
+		ctl_resp r = {0};
+		if (ctl_pathf(path, sizeof(path), fmt, argv[i]) ||
+		    ctl_call(c, "DELETE", path, NULL, 0, &r)) {
+			failed = 1; /* said on stderr; the others still go */
+			continue;
+		}
+		if (c->json)
+			ctl_print_raw(&r);
+		else
+			printf("deleted %s\n", argv[i]);
+		ctl_resp_free(&r);
+	}
+	return failed ? CTL_FAIL : CTL_OK;
+}

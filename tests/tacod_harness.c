@@ -2,6 +2,8 @@
  * the real binary on a unix socket, and a curl client for it. */
 #include "tacod_harness.h"
 
+#include "daemon/http/auth.h"
+
 #include <check.h>
 #include <curl/curl.h>
 #include <pthread.h>
@@ -152,6 +154,29 @@ long th_call_x(const char *method, const char *path, const char *json,
 	curl_mime_free(mime);
 	curl_easy_cleanup(c);
 	return status;
+}
+
+void th_token_line(FILE *f, const char *token, const char *user,
+		   const char *role)
+{
+	tacod_auth_sha256 c;
+	uint8_t d[32];
+
+	tacod_auth_sha256_init(&c);
+	tacod_auth_sha256_update(&c, token, strlen(token));
+	tacod_auth_sha256_final(&c, d);
+	for (int i = 0; i < 32; i++)
+		fprintf(f, "%02x", d[i]);
+	fprintf(f, " %s %s\n", user, role);
+}
+
+long th_as(const char *token, const char *method, const char *path,
+	   const char *json, const char *upload, json_t **out)
+{
+	char h[128];
+
+	snprintf(h, sizeof(h), "Authorization: Bearer %s", token);
+	return th_call_x(method, path, json, upload, h, out, NULL, NULL);
 }
 
 long th_call(const char *method, const char *path, const char *json,

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "daemon/config/config.h"
@@ -36,6 +37,13 @@ long th_call(const char *method, const char *path, const char *json,
  * Last-Event-ID. */
 char *th_get_text(const char *path, const char *last_id);
 const char *th_str(json_t *o, const char *k);
+
+/* A line of a tokens file: token's SHA-256, user and role. */
+void th_token_line(FILE *f, const char *token, const char *user,
+		   const char *role);
+/* th_call with "Authorization: Bearer token". */
+long th_as(const char *token, const char *method, const char *path,
+	   const char *json, const char *upload, json_t **out);
 
 /* Uploads the count training data: the file id. */
 char *th_upload_count(void);

@@ -629,20 +629,6 @@ START_TEST(test_plan_sync_validation_limit)
 }
 END_TEST
 
-static void token_line(FILE *f, const char *token, const char *user,
-		       const char *role)
-{
-	tacod_auth_sha256 c;
-	uint8_t d[32];
-
-	tacod_auth_sha256_init(&c);
-	tacod_auth_sha256_update(&c, token, strlen(token));
-	tacod_auth_sha256_final(&c, d);
-	for (int i = 0; i < 32; i++)
-		fprintf(f, "%02x", d[i]);
-	fprintf(f, " %s %s\n", user, role);
-}
-
 /* The real binary: SIGHUP reads the tokens file again. */
 START_TEST(test_sighup_reloads_tokens)
 {
@@ -659,7 +645,7 @@ START_TEST(test_sighup_reloads_tokens)
 	snprintf(cfg, sizeof(cfg), "%s/tacod.json", dir);
 	snprintf(tokens, sizeof(tokens), "%s/tokens", dir);
 	f = fopen(tokens, "w");
-	token_line(f, "token-a", "alice", "user");
+	th_token_line(f, "token-a", "alice", "user");
 	fclose(f);
 	listen_port = 20000 + (int)(getpid() % 20000);
 	f = fopen(cfg, "w");
@@ -684,7 +670,7 @@ START_TEST(test_sighup_reloads_tokens)
 			 401);
 	json_decref(j);
 	f = fopen(tokens, "w");
-	token_line(f, "token-b", "bob", "user");
+	th_token_line(f, "token-b", "bob", "user");
 	fclose(f);
 	kill(pid, SIGHUP);
 	for (int i = 0; i < 50; i++) { /* the signal is handled on the loop */
@@ -818,15 +804,6 @@ static void with_tokens(tacod_config *c)
 	snprintf(c->tokens_file, sizeof(c->tokens_file), "%s", tokens_path);
 }
 
-static long as(const char *token, const char *method, const char *path,
-	       const char *json, const char *upload, json_t **out)
-{
-	char h[128];
-
-	snprintf(h, sizeof(h), "Authorization: Bearer %s", token);
-	return th_call_x(method, path, json, upload, h, out, NULL, NULL);
-}
-
 /* Users see and touch only their own files and jobs (another user's are
  * 404, as if they did not exist); an admin sees everyone's. */
 START_TEST(test_users_are_isolated)
@@ -838,13 +815,13 @@ START_TEST(test_users_are_isolated)
 	snprintf(tokens_path, sizeof(tokens_path), "/tmp/tacod-tok-%d",
 		 (int)getpid());
 	f = fopen(tokens_path, "w");
-	token_line(f, "alice-t", "alice", "user");
-	token_line(f, "carol-t", "carol", "user");
-	token_line(f, "bob-t", "bob", "admin");
+	th_token_line(f, "alice-t", "alice", "user");
+	th_token_line(f, "carol-t", "carol", "user");
+	th_token_line(f, "bob-t", "bob", "admin");
 	fclose(f);
 	th_start(8ull << 30, with_tokens);
-	ck_assert_int_eq(as("alice-t", "POST", "/v1/files", NULL,
-			    tu_fixture("data/count_train.jsonl"), &j),
+	ck_assert_int_eq(th_as("alice-t", "POST", "/v1/files", NULL,
+			       tu_fixture("data/count_train.jsonl"), &j),
 			 200);
 	file = strdup(th_str(j, "id"));
 	json_decref(j);
@@ -853,12 +830,14 @@ START_TEST(test_users_are_isolated)
 		 "\"taco\": {\"steps\": 100000, \"seq_len\": 24}}",
 		 file);
 	ck_assert_int_eq(
-	    as("alice-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j), 200);
+	    th_as("alice-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j),
+	    200);
 	job = strdup(th_str(j, "id"));
 	json_decref(j);
 	/* carol: nothing of alice's exists */
 	ck_assert_int_eq(
-	    as("carol-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j), 400);
+	    th_as("carol-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j),
+	    400);
 	ck_assert_str_eq(th_str(json_object_get(j, "error"), "code"),
 			 "file_not_found");
 	json_decref(j);
@@ -872,23 +851,24 @@ START_TEST(test_users_are_isolated)
 	};
 	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
 		snprintf(path, sizeof(path), paths[i][1], job);
-		ck_assert_int_eq(as("carol-t", paths[i][0], path,
-				    strcmp(paths[i][0], "POST") ? NULL : "{}",
-				    NULL, &j),
-				 404);
+		ck_assert_int_eq(
+		    th_as("carol-t", paths[i][0], path,
+			  strcmp(paths[i][0], "POST") ? NULL : "{}", NULL, &j),
+		    404);
 		json_decref(j);
 	}
 	snprintf(path, sizeof(path), "/v1/files/%s/content", file);
-	ck_assert_int_eq(as("carol-t", "GET", path, NULL, NULL, &j), 404);
+	ck_assert_int_eq(th_as("carol-t", "GET", path, NULL, NULL, &j), 404);
 	json_decref(j);
 	snprintf(path, sizeof(path), "/v1/files/%s", file);
-	ck_assert_int_eq(as("carol-t", "DELETE", path, NULL, NULL, &j), 404);
+	ck_assert_int_eq(th_as("carol-t", "DELETE", path, NULL, NULL, &j), 404);
 	json_decref(j);
 	ck_assert_int_eq(
-	    as("carol-t", "GET", "/v1/fine_tuning/jobs", NULL, NULL, &j), 200);
+	    th_as("carol-t", "GET", "/v1/fine_tuning/jobs", NULL, NULL, &j),
+	    200);
 	ck_assert_int_eq(json_array_size(json_object_get(j, "data")), 0);
 	json_decref(j);
-	ck_assert_int_eq(as("carol-t", "GET", "/v1/files", NULL, NULL, &j),
+	ck_assert_int_eq(th_as("carol-t", "GET", "/v1/files", NULL, NULL, &j),
 			 200);
 	ck_assert_int_eq(json_array_size(json_object_get(j, "data")), 0);
 	json_decref(j);
@@ -897,18 +877,19 @@ START_TEST(test_users_are_isolated)
 			 401);
 	json_decref(j);
 	ck_assert_int_eq(
-	    as("mallory", "GET", "/v1/fine_tuning/jobs", NULL, NULL, &j), 401);
+	    th_as("mallory", "GET", "/v1/fine_tuning/jobs", NULL, NULL, &j),
+	    401);
 	json_decref(j);
 	/* bob, an admin, sees and stops alice's job */
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", job);
-	ck_assert_int_eq(as("bob-t", "GET", path, NULL, NULL, &j), 200);
+	ck_assert_int_eq(th_as("bob-t", "GET", path, NULL, NULL, &j), 200);
 	json_decref(j);
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/cancel", job);
-	ck_assert_int_eq(as("bob-t", "POST", path, "{}", NULL, &j), 200);
+	ck_assert_int_eq(th_as("bob-t", "POST", path, "{}", NULL, &j), 200);
 	json_decref(j);
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", job);
 	for (int i = 0;; i++) {
-		ck_assert_int_eq(as("alice-t", "GET", path, NULL, NULL, &j),
+		ck_assert_int_eq(th_as("alice-t", "GET", path, NULL, NULL, &j),
 				 200);
 		if (!strcmp(th_str(j, "status"), "cancelled"))
 			break;

@@ -22,32 +22,9 @@
 
 static char tokens_path[128];
 
-static void token_line(FILE *f, const char *token, const char *user,
-		       const char *role)
-{
-	tacod_auth_sha256 c;
-	uint8_t d[32];
-
-	tacod_auth_sha256_init(&c);
-	tacod_auth_sha256_update(&c, token, strlen(token));
-	tacod_auth_sha256_final(&c, d);
-	for (int i = 0; i < 32; i++)
-		fprintf(f, "%02x", d[i]);
-	fprintf(f, " %s %s\n", user, role);
-}
-
 static void with_tokens(tacod_config *c)
 {
 	snprintf(c->tokens_file, sizeof(c->tokens_file), "%s", tokens_path);
-}
-
-static long as(const char *token, const char *method, const char *path,
-	       const char *json, const char *upload, json_t **out)
-{
-	char h[128];
-
-	snprintf(h, sizeof(h), "Authorization: Bearer %s", token);
-	return th_call_x(method, path, json, upload, h, out, NULL, NULL);
 }
 
 /* alice's job from model with these taco options: its id. */
@@ -65,7 +42,8 @@ static char *create(const char *model, const char *file, const char *suffix,
 		 "24, %s}}",
 		 model, file, suffix, taco);
 	ck_assert_int_eq(
-	    as("alice-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j), 200);
+	    th_as("alice-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j),
+	    200);
 	ck_assert_str_eq(th_str(j, "model"), model);
 	id = strdup(th_str(j, "id"));
 	json_decref(j);
@@ -80,7 +58,7 @@ static json_t *wait_for(const char *id, const char *status)
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", id);
 	for (int i = 0; i < 1200; i++) {
 		json_decref(j);
-		ck_assert_int_eq(as("alice-t", "GET", path, NULL, NULL, &j),
+		ck_assert_int_eq(th_as("alice-t", "GET", path, NULL, NULL, &j),
 				 200);
 		if (!strcmp(th_str(j, "status"), status))
 			return j;
@@ -101,7 +79,7 @@ static void wait_trained(const char *id)
 
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", id);
 	for (int i = 0;; i++) {
-		ck_assert_int_eq(as("alice-t", "GET", path, NULL, NULL, &j),
+		ck_assert_int_eq(th_as("alice-t", "GET", path, NULL, NULL, &j),
 				 200);
 		if (json_integer_value(json_object_get(j, "trained_tokens"))) {
 			json_decref(j);
@@ -123,7 +101,7 @@ static double first_loss(const char *id)
 
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/events?limit=100",
 		 id);
-	ck_assert_int_eq(as("alice-t", "GET", path, NULL, NULL, &j), 200);
+	ck_assert_int_eq(th_as("alice-t", "GET", path, NULL, NULL, &j), 200);
 	json_array_foreach(json_object_get(j, "data"), i, e)
 	{
 		json_t *d = json_object_get(e, "data");
@@ -151,7 +129,8 @@ static json_t *listed(const char *token, const char *name)
 	json_t *j, *m, *found = NULL;
 	size_t i;
 
-	ck_assert_int_eq(as(token, "GET", "/v1/models", NULL, NULL, &j), 200);
+	ck_assert_int_eq(th_as(token, "GET", "/v1/models", NULL, NULL, &j),
+			 200);
 	json_array_foreach(json_object_get(j, "data"), i, m)
 	{
 		if (!strcmp(th_str(m, "id"), name))
@@ -170,7 +149,7 @@ static long model_call(const char *token, const char *method, const char *name,
 	/* as the SDK sends it: the colons escaped */
 	snprintf(path, sizeof(path), "/v1/models/%s", esc);
 	curl_free(esc);
-	return as(token, method, path, NULL, NULL, out);
+	return th_as(token, method, path, NULL, NULL, out);
 }
 
 /* got is evaluated first: it sets j */
@@ -203,13 +182,13 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	snprintf(tokens_path, sizeof(tokens_path), "/tmp/tacod-tok-m-%d",
 		 (int)getpid());
 	f = fopen(tokens_path, "w");
-	token_line(f, "alice-t", "alice", "user");
-	token_line(f, "carol-t", "carol", "user");
-	token_line(f, "bob-t", "bob", "admin");
+	th_token_line(f, "alice-t", "alice", "user");
+	th_token_line(f, "carol-t", "carol", "user");
+	th_token_line(f, "bob-t", "bob", "admin");
 	fclose(f);
 	th_start(8ull << 30, with_tokens);
-	ck_assert_int_eq(as("alice-t", "POST", "/v1/files", NULL,
-			    tu_fixture("data/count_train.jsonl"), &j),
+	ck_assert_int_eq(th_as("alice-t", "POST", "/v1/files", NULL,
+			       tu_fixture("data/count_train.jsonl"), &j),
 			 200);
 	file = strdup(th_str(j, "id"));
 	json_decref(j);
@@ -265,8 +244,8 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	snprintf(body, sizeof(body),
 		 "{\"model\": \"%s\", \"training_file\": \"%s\"}", ft, file);
 	expect_error(
-	    as("carol-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j), 404,
-	    j, "model_not_found");
+	    th_as("carol-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j),
+	    404, j, "model_not_found");
 	/* a name tacod did not form (another root) is no model either */
 	snprintf(body, sizeof(body), "ft:llama_mha:one:%s", a + 6);
 	expect_error(model_call("alice-t", "GET", body, &j), 404, j,
@@ -278,7 +257,8 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 		 "{\"steps\": 2, \"seq_len\": 24}}",
 		 ft, file);
 	ck_assert_int_eq(
-	    as("alice-t", "POST", "/v1/fine_tuning/plan", body, NULL, &j), 200);
+	    th_as("alice-t", "POST", "/v1/fine_tuning/plan", body, NULL, &j),
+	    200);
 	ck_assert(json_is_true(json_object_get(j, "fits")));
 	ck_assert_int_gt(json_integer_value(json_object_get(j, "total_bytes")),
 			 0);
@@ -328,7 +308,7 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	wait_trained(c);
 	ck_assert_double_lt(first_loss(c), first_loss(a) - 0.02);
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/cancel", c);
-	ck_assert_int_eq(as("alice-t", "POST", path, "{}", NULL, &j), 200);
+	ck_assert_int_eq(th_as("alice-t", "POST", path, "{}", NULL, &j), 200);
 	json_decref(j);
 	json_decref(wait_for(c, "cancelled"));
 	snprintf(path, sizeof(path), "%s/jobs/%s/base", th_state, c);
@@ -357,15 +337,15 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	snprintf(body, sizeof(body),
 		 "{\"model\": \"%s\", \"training_file\": \"%s\"}", ft, file);
 	expect_error(
-	    as("alice-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j), 404,
-	    j, "model_not_found");
+	    th_as("alice-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j),
+	    404, j, "model_not_found");
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/model/content",
 		 a);
-	expect_error(as("alice-t", "GET", path, NULL, NULL, &j), 404, j,
+	expect_error(th_as("alice-t", "GET", path, NULL, NULL, &j), 404, j,
 		     "not_found");
 	/* the job record stays, and so do the checkpoints as models */
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", a);
-	ck_assert_int_eq(as("alice-t", "GET", path, NULL, NULL, &j), 200);
+	ck_assert_int_eq(th_as("alice-t", "GET", path, NULL, NULL, &j), 200);
 	ck_assert_str_eq(th_str(j, "fine_tuned_model"), ft);
 	json_decref(j);
 	ck_assert_int_eq(model_call("alice-t", "GET", ckpt, &j), 200);
@@ -374,15 +354,15 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	 * and steps again */
 	wait_trained(d);
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/pause", d);
-	ck_assert_int_eq(as("alice-t", "POST", path, "{}", NULL, &j), 200);
+	ck_assert_int_eq(th_as("alice-t", "POST", path, "{}", NULL, &j), 200);
 	json_decref(j);
 	json_decref(wait_for(d, "paused"));
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/resume", d);
-	ck_assert_int_eq(as("alice-t", "POST", path, "{}", NULL, &j), 200);
+	ck_assert_int_eq(th_as("alice-t", "POST", path, "{}", NULL, &j), 200);
 	json_decref(j);
 	json_decref(wait_for(d, "running"));
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/cancel", d);
-	ck_assert_int_eq(as("alice-t", "POST", path, "{}", NULL, &j), 200);
+	ck_assert_int_eq(th_as("alice-t", "POST", path, "{}", NULL, &j), 200);
 	json_decref(j);
 	json_decref(wait_for(d, "cancelled"));
 
