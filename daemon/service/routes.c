@@ -32,23 +32,53 @@ const char *tacod_route_user(tacod_http_req *r)
 	return tacod_http_identity(r)->user;
 }
 
-int tacod_route_limit(tacod_http_req *r)
+int tacod_route_page_limit(tacod_http_req *r, int dflt, int max)
 {
 	const char *l = tacod_http_query(r, "limit");
 	char *end;
 	long n;
 
 	if (!l)
-		return 20;
+		return dflt;
 	errno = 0;
 	n = strtol(l, &end, 10);
-	if (end == l || *end || errno || n < 1 || n > TACOD_LIST_MAX) {
-		tacod_http_error(
-		    r, 400, "invalid_request_error", "invalid_value", "limit",
-		    "limit must be an integer from 1 to %d", TACOD_LIST_MAX);
+	if (end == l || *end || errno || n < 1 || n > max) {
+		tacod_http_error(r, 400, "invalid_request_error",
+				 "invalid_value", "limit",
+				 "limit must be an integer from 1 to %d", max);
 		return -1;
 	}
 	return (int)n;
+}
+
+int tacod_route_limit(tacod_http_req *r)
+{
+	return tacod_route_page_limit(r, 20, TACOD_LIST_MAX);
+}
+
+int64_t tacod_route_item_number(const char *item_id, const char *prefix,
+				const char *job, taco_err *err)
+{
+	size_t np = strlen(prefix);
+	size_t nj = strncmp(job, "ftjob-", 6) ? strlen(job) : strlen(job) - 6;
+	const char *p = item_id + np;
+	char *end;
+	long long v;
+
+	if (strlen(item_id) >= TACOD_ID_MAX)
+		return taco_err_set(err, -EINVAL, "after: longer than %d bytes",
+				    TACOD_ID_MAX - 1);
+	if (strncmp(item_id, prefix, np) ||
+	    strncmp(p, job + strlen(job) - nj, nj) || p[nj] != '-')
+		return taco_err_set(err, -ENOENT, "after: no such id");
+	p += nj + 1;
+	if (*p < '0' || *p > '9' || (p[0] == '0' && p[1]))
+		return taco_err_set(err, -ENOENT, "after: no such id");
+	errno = 0;
+	v = strtoll(p, &end, 10);
+	if (*end || errno)
+		return taco_err_set(err, -ENOENT, "after: no such id");
+	return v;
 }
 
 int tacod_route_store_error(tacod_http_req *r, int code, const taco_err *err,
