@@ -14,7 +14,7 @@
 #include "plan/plan.h"
 
 #define TACOD_MAX_STREAMS 256 /* event streams open at once */
-#define TACOD_ROUTES_MAX 32
+#define TACOD_ROUTES_MAX 48
 #define TACOD_PUMP_MS 100 /* event streams are fed this often */
 /* Jobs waiting in validating_files, of all users together: a create past
  * it is refused with 429 validation_queue_full (service/validate.c). */

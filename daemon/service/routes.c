@@ -3,7 +3,9 @@
  * (health, models, the API's description). Handlers run on the HTTP
  * server's thread and hold the service lock while they touch the store;
  * each resource has its file: files.c, jobs.c, plan.c, events.c,
- * checkpoints.c, download.c, device.c, dashboard.c. */
+ * checkpoints.c, download.c, device.c, dashboard.c; OpenAI's paths tacod
+ * does not serve (checkpoint permissions, graders) answer a documented
+ * 404 here. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -131,6 +133,32 @@ static int models(tacod_http_req *r, void *ctx)
 	return tacod_http_reply_json(r, 200, tacod_list_object(items, 0));
 }
 
+/* ---- OpenAI's fine-tuning paths tacod does not serve ---------------- */
+
+/* A documented 404 in the error envelope (the SDK's NotFoundError), not
+ * the unknown_url of a mistyped path: these exist in OpenAI's API. */
+static int checkpoint_permissions(tacod_http_req *r, void *ctx)
+{
+	(void)ctx;
+	return tacod_http_error(
+	    r, 404, "invalid_request_error", "not_supported", NULL,
+	    "checkpoint permissions are not supported: tacod has no "
+	    "organizations or projects to share a checkpoint with; a "
+	    "checkpoint is its job owner's, and GET "
+	    "/v1/fine_tuning/jobs/{id}/checkpoints/{checkpoint}/content "
+	    "downloads it");
+}
+
+static int alpha_graders(tacod_http_req *r, void *ctx)
+{
+	(void)ctx;
+	return tacod_http_error(r, 404, "invalid_request_error",
+				"not_supported", NULL,
+				"graders are not supported: they serve "
+				"reinforcement fine-tuning, and tacod runs "
+				"supervised fine-tuning only");
+}
+
 extern const unsigned char tacod_openapi_yaml[];
 extern const size_t tacod_openapi_yaml_len;
 
@@ -173,6 +201,22 @@ void tacod_service_routes(tacod_service *s)
 	     tacod_route_checkpoint_content, NULL, 0},
 	    {"GET", "/v1/fine_tuning/jobs/{id}/model/content",
 	     tacod_route_model_content, NULL, 0},
+	    {"GET",
+	     "/v1/fine_tuning/checkpoints/{fine_tuned_model_checkpoint}/"
+	     "permissions",
+	     checkpoint_permissions, NULL, 0},
+	    {"POST",
+	     "/v1/fine_tuning/checkpoints/{fine_tuned_model_checkpoint}/"
+	     "permissions",
+	     checkpoint_permissions, NULL, 0},
+	    {"DELETE",
+	     "/v1/fine_tuning/checkpoints/{fine_tuned_model_checkpoint}/"
+	     "permissions/{permission_id}",
+	     checkpoint_permissions, NULL, 0},
+	    {"POST", "/v1/fine_tuning/alpha/graders/run", alpha_graders, NULL,
+	     0},
+	    {"POST", "/v1/fine_tuning/alpha/graders/validate", alpha_graders,
+	     NULL, 0},
 	    {"GET", "/v1/device", tacod_route_device, NULL, 0},
 	    {"GET", "/metrics", tacod_route_metrics, NULL, 0},
 	    {"GET", "/v1/openapi.yaml", openapi, NULL, 0},
