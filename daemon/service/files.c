@@ -100,12 +100,17 @@ int tacod_route_file_list(tacod_http_req *r, void *ctx)
 		return tacod_http_error(r, 400, "invalid_request_error",
 					"invalid_value", "order",
 					"order must be asc or desc");
-	/* no file has a purpose longer than the column holds */
+	/* every purpose of OpenAI's is such a word, and none is longer than
+	 * the column holds */
 	if (purpose &&
-	    (!purpose[0] || strlen(purpose) >= sizeof(rows->purpose)))
+	    (!purpose[0] || strlen(purpose) >= sizeof(rows->purpose) ||
+	     strspn(purpose, "abcdefghijklmnopqrstuvwxyz"
+			     "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+		 strlen(purpose)))
 		return tacod_http_error(r, 400, "invalid_request_error",
 					"invalid_value", "purpose",
-					"purpose must be 1 to %zu bytes",
+					"purpose must be 1 to %zu letters, "
+					"digits, '-' or '_'",
 					sizeof(rows->purpose) - 1);
 	if (!(rows = calloc(TACOD_LIST_MAX, sizeof(*rows))))
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
