@@ -78,6 +78,29 @@ int tacod_route_file_upload(tacod_http_req *r, void *ctx)
 	return rc;
 }
 
+/* The purposes of OpenAI's FileObject, the values its `purpose` filter
+ * takes (tacod's files are fine-tune and fine-tune-results). */
+static const char *const openai_purposes[] = {
+    "assistants", "assistants_output", "batch",	 "batch_output",
+    "fine-tune",  "fine-tune-results", "vision", "user_data"};
+
+#define N_PURPOSES (sizeof(openai_purposes) / sizeof(openai_purposes[0]))
+
+/* 1 when p is one of them; else 0 with them listed in list. */
+static int openai_purpose(const char *p, char *list, size_t cap)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < N_PURPOSES; i++)
+		if (!strcmp(p, openai_purposes[i]))
+			return 1;
+	list[0] = 0;
+	for (size_t i = 0; i < N_PURPOSES && n < cap; i++)
+		n += (size_t)snprintf(list + n, cap - n, "%s%s", i ? ", " : "",
+				      openai_purposes[i]);
+	return 0;
+}
+
 /* GET /v1/files: OpenAI's `order` (desc, newest first, by default),
  * `purpose` and `after`; `limit` takes OpenAI's range (1 to 10000, 10000
  * by default) and a page holds at most TACOD_LIST_MAX (has_more says the
@@ -89,6 +112,7 @@ int tacod_route_file_list(tacod_http_req *r, void *ctx)
 	const char *after = tacod_http_query(r, "after");
 	const char *order = tacod_http_query(r, "order");
 	const char *purpose = tacod_http_query(r, "purpose");
+	char list[256];
 	json_t *items;
 	taco_err err = {{0}};
 	int n = 0, more = 0, rc;
@@ -100,18 +124,12 @@ int tacod_route_file_list(tacod_http_req *r, void *ctx)
 		return tacod_http_error(r, 400, "invalid_request_error",
 					"invalid_value", "order",
 					"order must be asc or desc");
-	/* every purpose of OpenAI's is such a word, and none is longer than
-	 * the column holds */
-	if (purpose &&
-	    (!purpose[0] || strlen(purpose) >= sizeof(rows->purpose) ||
-	     strspn(purpose, "abcdefghijklmnopqrstuvwxyz"
-			     "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
-		 strlen(purpose)))
+	if (purpose && !openai_purpose(purpose, list, sizeof(list)))
 		return tacod_http_error(r, 400, "invalid_request_error",
 					"invalid_value", "purpose",
-					"purpose must be 1 to %zu letters, "
-					"digits, '-' or '_'",
-					sizeof(rows->purpose) - 1);
+					"purpose must be one of OpenAI's file "
+					"purposes: %s",
+					list);
 	if (!(rows = calloc(TACOD_LIST_MAX, sizeof(*rows))))
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
 					"out of memory");
