@@ -502,7 +502,25 @@ def part4_checkpoint_paging(client, training_file):
     expect_error(openai.NotFoundError, "not_found", "after", lambda: ckpts.list(job.id, after="ftckpt-other-3"))
     expect_error(openai.BadRequestError, "invalid_value", "limit", lambda: ckpts.list(job.id, limit=0))
     expect_error(openai.BadRequestError, "invalid_value", "limit", lambda: ckpts.list(job.id, limit=101))
-    return ["checkpoints paging (limit, after, has_more, auto-paging)"]
+    return ["checkpoints paging (limit, after, has_more, auto-paging)", part4_events_paging(client, job.id)]
+
+
+def part4_events_paging(client, job_id):
+    """Events newest first: auto-paging visits each once, and has_more is
+    false on the last page, also after an id past the newest."""
+    events = client.fine_tuning.jobs.list_events
+    every = events(job_id, limit=100)
+    ids = [e.id for e in every.data]
+    check(len(ids) > 6 and not every.has_more, f"list_events: {len(ids)} events")
+    check([e.id for e in events(job_id, limit=3)] == ids, "list_events auto-paging with limit=3")
+    check(len(events(job_id).data) == min(20, len(ids)), "list_events: OpenAI's default limit, 20")
+    tail = events(job_id, limit=len(ids), after=ids[0])
+    check([e.id for e in tail.data] == ids[1:] and not tail.has_more, "list_events after the newest")
+    past = events(job_id, limit=2, after=f"ftevent-{job_id[6:]}-999999")
+    check([e.id for e in past.data] == ids[:2] and past.has_more, "list_events after an id past the newest")
+    end = events(job_id, after=ids[-1])
+    check(end.data == [] and not end.has_more and end.first_id is None, "list_events after the oldest")
+    return "events paging (limit, after, has_more, auto-paging)"
 
 
 def part4_files_paging(client):
