@@ -33,11 +33,18 @@ static int request_fail(tacod_request_error *e, const char *param,
 	return -EINVAL;
 }
 
+/* "auto" or absent: tacod's default. */
+static int is_auto(json_t *v)
+{
+	return !v ||
+	       (json_is_string(v) && !strcmp(json_string_value(v), "auto"));
+}
+
 /* "auto" or an integer in [lo, hi]; *out untouched for "auto". */
 static int auto_int(json_t *v, const char *param, json_int_t lo, json_int_t hi,
 		    json_int_t *out, tacod_request_error *e)
 {
-	if (!v || (json_is_string(v) && !strcmp(json_string_value(v), "auto")))
+	if (is_auto(v))
 		return 0;
 	if (!json_is_integer(v) || json_integer_value(v) < lo ||
 	    json_integer_value(v) > hi)
@@ -83,8 +90,7 @@ static int hyperparameters(json_t *h, const char *where, json_int_t *epochs,
 			  e)))
 		return r;
 	m = json_object_get(h, "learning_rate_multiplier");
-	if (m &&
-	    !(json_is_string(m) && !strcmp(json_string_value(m), "auto"))) {
+	if (!is_auto(m)) {
 		snprintf(p, sizeof(p), "%s.learning_rate_multiplier", where);
 		if (!json_is_number(m) || !(json_number_value(m) > 0) ||
 		    json_number_value(m) > 1000)
@@ -96,6 +102,91 @@ static int hyperparameters(json_t *h, const char *where, json_int_t *epochs,
 		*mult = json_number_value(m);
 	}
 	return 0;
+}
+
+/* A hyperparameter given in both places must be the same value: the
+ * deprecated top-level one cannot quietly lose to method's, nor win. */
+static int hyperparameters_agree(json_t *top, json_t *sup,
+				 tacod_request_error *e)
+{
+	static const char *const names[] = {"n_epochs", "batch_size",
+					    "learning_rate_multiplier", NULL};
+
+	for (int i = 0; top && sup && names[i]; i++) {
+		json_t *a = json_object_get(top, names[i]);
+		json_t *b = json_object_get(sup, names[i]);
+		char p[96];
+
+		if (!a || !b || json_equal(a, b))
+			continue;
+		snprintf(p, sizeof(p), "method.supervised.hyperparameters.%s",
+			 names[i]);
+		return request_fail(e, p, "conflicting_hyperparameters",
+				    "%s differs from the deprecated "
+				    "hyperparameters.%s: give it in one place, "
+				    "or the same value in both",
+				    p, names[i]);
+	}
+	return 0;
+}
+
+/* method (supervised only) and the hyperparameters, of both places. */
+static int method_hyperparameters(json_t *req, json_int_t *epochs,
+				  json_int_t *batch, double *mult,
+				  tacod_request_error *e)
+{
+	json_t *top = json_object_get(req, "hyperparameters");
+	json_t *method = json_object_get(req, "method");
+	json_t *t, *sup, *v;
+	const char *k;
+	char p[96];
+	int r;
+
+	if ((r = hyperparameters(top, "hyperparameters", epochs, batch, mult,
+				 e)))
+		return r;
+	if (!method)
+		return 0;
+	if (!json_is_object(method))
+		return request_fail(e, "method", "invalid_type",
+				    "method must be an object");
+	t = json_object_get(method, "type");
+	if (!json_is_string(t))
+		return request_fail(e, "method.type",
+				    "missing_required_parameter",
+				    "method.type is required: \"supervised\"");
+	if (strcmp(json_string_value(t), "supervised"))
+		return request_fail(e, "method.type", "unsupported_method",
+				    "method.type '%s' is not supported: tacod "
+				    "runs supervised fine-tuning only",
+				    json_string_value(t));
+	json_object_foreach(method, k, v)
+	{
+		if (strcmp(k, "type") && strcmp(k, "supervised")) {
+			snprintf(p, sizeof(p), "method.%s", k);
+			return request_fail(e, p, "unsupported_method",
+					    "only supervised fine-tuning is "
+					    "supported: %s is not",
+					    p);
+		}
+	}
+	sup = json_object_get(method, "supervised");
+	if (sup && !json_is_object(sup))
+		return request_fail(e, "method.supervised", "invalid_type",
+				    "method.supervised must be an object");
+	json_object_foreach(sup, k, v)
+	{
+		if (strcmp(k, "hyperparameters")) {
+			snprintf(p, sizeof(p), "method.supervised.%s", k);
+			return request_fail(e, p, "unknown_parameter",
+					    "unknown parameter: %s", p);
+		}
+	}
+	v = json_object_get(sup, "hyperparameters");
+	if ((r = hyperparameters(v, "method.supervised.hyperparameters", epochs,
+				 batch, mult, e)))
+		return r;
+	return hyperparameters_agree(top, v, e);
 }
 
 static int metadata(json_t *m, tacod_request_error *e)
@@ -281,7 +372,7 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 	char model[4200], train[4096], val[4096], p[96];
 	json_int_t epochs = TACOD_DEFAULT_EPOCHS, batch = TACOD_DEFAULT_BATCH;
 	double mult = 1.0;
-	json_t *v, *method, *job, *ext;
+	json_t *v, *job, *ext;
 	const char *k;
 	taco_job tj;
 	taco_job_problems probs;
@@ -309,49 +400,8 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 			  e)) ||
 	    (r = file_arg(req, "validation_file", 0, ctx, val, sizeof(val), e)))
 		return r;
-	if ((r = hyperparameters(json_object_get(req, "hyperparameters"),
-				 "hyperparameters", &epochs, &batch, &mult, e)))
+	if ((r = method_hyperparameters(req, &epochs, &batch, &mult, e)))
 		return r;
-	method = json_object_get(req, "method");
-	if (method) {
-		json_t *t = json_object_get(method, "type");
-		json_t *sup = json_object_get(method, "supervised");
-		if (!json_is_object(method) || !json_is_string(t) ||
-		    strcmp(json_string_value(t), "supervised"))
-			return request_fail(e, "method.type",
-					    "unsupported_method",
-					    "only supervised fine-tuning is "
-					    "supported");
-		json_object_foreach(method, k, v)
-		{
-			if (strcmp(k, "type") && strcmp(k, "supervised")) {
-				snprintf(p, sizeof(p), "method.%s", k);
-				return request_fail(
-				    e, p, "unsupported_method",
-				    "only supervised fine-tuning is "
-				    "supported: %s is not",
-				    p);
-			}
-		}
-		if (sup && !json_is_object(sup))
-			return request_fail(
-			    e, "method.supervised", "invalid_type",
-			    "method.supervised must be an object");
-		json_object_foreach(sup, k, v)
-		{
-			if (strcmp(k, "hyperparameters")) {
-				snprintf(p, sizeof(p), "method.supervised.%s",
-					 k);
-				return request_fail(e, p, "unknown_parameter",
-						    "unknown parameter: %s", p);
-			}
-		}
-		if ((r = hyperparameters(
-			 json_object_get(sup, "hyperparameters"),
-			 "method.supervised.hyperparameters", &epochs, &batch,
-			 &mult, e)))
-			return r;
-	}
 	v = json_object_get(req, "suffix");
 	if (v && !json_is_null(v) &&
 	    (!json_is_string(v) ||
@@ -441,4 +491,35 @@ void tacod_job_spec_free(tacod_job_spec *spec)
 	free(spec->text);
 	spec->text = NULL;
 	taco_job_free(&spec->job);
+}
+
+/* A multiplier as a client would write it: taco.lr / TACOD_BASE_LR in
+ * twelve digits, not 2.9999999999999996. */
+static double round12(double v)
+{
+	char b[32];
+
+	snprintf(b, sizeof(b), "%.12g", v);
+	return strtod(b, NULL);
+}
+
+json_t *tacod_job_hyperparameters(json_t *req)
+{
+	json_int_t epochs = TACOD_DEFAULT_EPOCHS, batch = TACOD_DEFAULT_BATCH;
+	json_t *ext = json_object_get(req, "taco");
+	json_t *lr = json_object_get(ext, "lr");
+	json_t *steps = json_object_get(ext, "steps");
+	double mult = 1.0;
+	tacod_request_error e;
+
+	if (method_hyperparameters(req, &epochs, &batch, &mult, &e))
+		return NULL;
+	/* what the job file says: taco.lr wins over the multiplier, and
+	 * taco.steps sets the length instead of the epochs */
+	if (json_is_number(lr))
+		mult = round12(json_number_value(lr) / TACOD_BASE_LR);
+	return json_pack(
+	    "{so sI sf}", "n_epochs",
+	    steps && !json_is_null(steps) ? json_null() : json_integer(epochs),
+	    "batch_size", (json_int_t)batch, "learning_rate_multiplier", mult);
 }

@@ -58,4 +58,12 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 		      tacod_job_spec *out, tacod_request_error *e);
 void tacod_job_spec_free(tacod_job_spec *spec);
 
+/* The hyperparameters a request accepted by tacod_job_request runs with,
+ * as OpenAI's job object shows them: {"n_epochs", "batch_size",
+ * "learning_rate_multiplier"}, "auto" and absent resolved to tacod's
+ * defaults, from either place (method.supervised or the deprecated top
+ * level), taco.lr as its multiplier, and n_epochs null when taco.steps
+ * sets the length. NULL when req is not such a request. */
+json_t *tacod_job_hyperparameters(json_t *req);
+
 #endif

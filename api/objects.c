@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "job_request.h"
+
 static json_t *str_or_null(const char *s)
 {
 	return s && s[0] ? json_string(s) : json_null();
@@ -17,10 +19,13 @@ static json_t *time_or_null(int64_t t)
 
 json_t *tacod_file_object(const tacod_file *f)
 {
-	return json_pack("{ss ss sI sI ss ss ss}", "id", f->id, "object",
+	/* tacod's files never expire, and the (deprecated) status_details
+	 * has nothing to say: a file's problems fail the job that uses it */
+	return json_pack("{ss ss sI sI ss ss ss sn sn}", "id", f->id, "object",
 			 "file", "bytes", (json_int_t)f->bytes, "created_at",
 			 (json_int_t)f->created_at, "filename", f->filename,
-			 "purpose", f->purpose, "status", "processed");
+			 "purpose", f->purpose, "status", "processed",
+			 "expires_at", "status_details");
 }
 
 /* A field of the stored request, or a default when it is absent or null
@@ -40,7 +45,7 @@ json_t *tacod_job_object(const tacod_job *j)
 {
 	json_t *req = j->request ? json_loads(j->request, 0, NULL) : NULL;
 	json_t *err = j->error ? json_loads(j->error, 0, NULL) : NULL;
-	json_t *o = json_object();
+	json_t *o = json_object(), *hp;
 
 	json_object_set_new(o, "id", json_string(j->id));
 	json_object_set_new(o, "object", json_string("fine_tuning.job"));
@@ -70,17 +75,20 @@ json_t *tacod_job_object(const tacod_job *j)
 			    time_or_null(j->estimated_finish));
 	json_object_set_new(o, "user_provided_suffix", str_or_null(j->suffix));
 	json_object_set_new(o, "integrations", json_array());
-	json_object_set_new(
-	    o, "hyperparameters",
-	    from_request(req, "hyperparameters", json_object()));
+	/* the values the job runs with, in both places, as OpenAI's job
+	 * object has them (the request's own, should it be no request
+	 * tacod accepts) */
+	hp = tacod_job_hyperparameters(req);
+	if (!hp)
+		hp = from_request(req, "hyperparameters", json_object());
+	json_object_set_new(o, "hyperparameters", hp);
 	json_object_set_new(o, "seed",
 			    from_request(req, "seed", json_integer(0)));
 	json_object_set_new(o, "metadata",
 			    from_request(req, "metadata", json_null()));
-	json_object_set_new(
-	    o, "method",
-	    from_request(req, "method",
-			 json_pack("{ss}", "type", "supervised")));
+	json_object_set_new(o, "method",
+			    json_pack("{ss s{sO}}", "type", "supervised",
+				      "supervised", "hyperparameters", hp));
 	json_object_set_new(o, "taco",
 			    from_request(req, "taco", json_object()));
 	/* tacod's extension: the memory plan admission used, and the peak the

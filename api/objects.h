@@ -8,13 +8,15 @@
 #include "types.h"
 
 /* {"id", "object": "file", "bytes", "created_at", "filename", "purpose",
- *  "status": "processed"} */
+ *  "status": "processed", "expires_at": null, "status_details": null} */
 json_t *tacod_file_object(const tacod_file *f);
 
 /* {"id", "object": "fine_tuning.job", "model", "status", ...}: the
- * request's hyperparameters, seed, suffix, metadata and taco extension are
- * echoed from j->request; result_files is [j->result_file] when it has
- * one. */
+ * request's seed, suffix, metadata and taco extension are echoed from
+ * j->request; its hyperparameters are the effective ones
+ * (tacod_job_hyperparameters), in "hyperparameters" and in
+ * "method.supervised.hyperparameters" alike; result_files is
+ * [j->result_file] when it has one. */
 json_t *tacod_job_object(const tacod_job *j);
 
 /* {"id": "ftevent-...", "object": "fine_tuning.job.event", "created_at",

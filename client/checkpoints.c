@@ -34,46 +34,76 @@ static int ckpt_row(ctl_table *t, json_t *k)
 		: "-");
 }
 
-/* GET the job's checkpoints into *r. */
-static int get_list(ctl *c, const char *job, ctl_resp *r)
+/* GET the next page of the job's checkpoints (newest first) into *r: the
+ * first when *after is "", then after *after, which becomes the page's
+ * last id; *more tells whether another page follows. */
+static int next_page(ctl *c, const char *job, char *after, size_t cap,
+		     ctl_resp *r, int *more)
 {
 	char path[CTL_PATH_MAX];
+	size_t n;
+	int rc;
 
 	if (ctl_pathf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/checkpoints",
 		      job))
 		return CTL_FAIL;
-	return ctl_call(c, "GET", path, NULL, 0, r);
+	n = strlen(path);
+	if ((size_t)snprintf(path + n, sizeof(path) - n, "?limit=%d",
+			     CTL_LIST_PAGE) >= sizeof(path) - n)
+		return ctl_fail("the request path is too long");
+	n = strlen(path);
+	if (after[0] &&
+	    ctl_pathf(path + n, sizeof(path) - n, "&after=%s", after))
+		return CTL_FAIL;
+	if ((rc = ctl_call(c, "GET", path, NULL, 0, r)))
+		return rc;
+	*more = json_is_true(json_object_get(r->json, "has_more")) &&
+		json_array_size(json_object_get(r->json, "data")) > 0;
+	snprintf(after, cap, "%s", ctl_str(r->json, "last_id"));
+	*more = *more && after[0];
+	return CTL_OK;
 }
 
 int ctl_cmd_checkpoints_list(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 {
+	char after[CTL_ID_MAX] = "";
 	ctl_resp r = {0};
-	json_t *data;
 	ctl_table t;
-	int first, rc;
+	int first, rc, more = 1;
 
 	rc = ctl_parse(c, cmd, argc, argv, NULL, NULL, NULL, NULL, &first);
 	if (rc != CTL_GO_ON)
 		return rc;
 	if (argc - first != 1)
 		return ctl_usage(cmd, "expected one job id");
-	if ((rc = ctl_connect(c)) || (rc = get_list(c, argv[first], &r)))
+	if ((rc = ctl_connect(c)))
 		return rc;
-	if (c->json) {
-		ctl_print_raw(&r);
-		ctl_resp_free(&r);
-		return CTL_OK;
-	}
-	data = json_object_get(r.json, "data");
 	ctl_table_init(&t, 6);
 	t.right[1] = t.right[2] = t.right[3] = 1;
 	ctl_table_row(&t, "ID", "STEP", "TRAIN LOSS", "VALID LOSS", "CREATED",
 		      "MODEL CHECKPOINT");
-	for (size_t i = 0; i < json_array_size(data); i++)
-		ckpt_row(&t, json_array_get(data, i));
+	/* every page; --json: the first, as the server sent it */
+	while (more) {
+		json_t *data;
+
+		if ((rc = next_page(c, argv[first], after, sizeof(after), &r,
+				    &more))) {
+			ctl_table_free(&t);
+			return rc;
+		}
+		if (c->json) {
+			ctl_print_raw(&r);
+			ctl_resp_free(&r);
+			ctl_table_free(&t);
+			return CTL_OK;
+		}
+		data = json_object_get(r.json, "data");
+		for (size_t i = 0; i < json_array_size(data); i++)
+			ckpt_row(&t, json_array_get(data, i));
+		ctl_resp_free(&r);
+	}
 	ctl_table_print(&t, stdout);
 	ctl_table_free(&t);
-	ctl_resp_free(&r);
 	return CTL_OK;
 }
 
@@ -97,27 +127,31 @@ static int into_tar(void *ctx, const void *data, size_t n, ctl_err *err)
 static int checkpoint_id(ctl *c, const char *job, const char *arg, char *id,
 			 size_t cap)
 {
+	char after[CTL_ID_MAX] = "";
 	long long step;
 	ctl_resp r = {0};
-	json_t *data;
-	int rc;
+	int rc = CTL_FAIL, more = 1;
 
 	if (ctl_parse_int(arg, 0, 1000000000000ll, &step)) {
 		snprintf(id, cap, "%s", arg);
 		return CTL_OK;
 	}
-	if ((rc = get_list(c, job, &r)))
-		return rc;
-	data = json_object_get(r.json, "data");
-	rc = CTL_FAIL;
-	for (size_t i = 0; i < json_array_size(data) && rc; i++) {
-		json_t *k = json_array_get(data, i);
-		if (ctl_int(k, "step_number") == step) {
-			snprintf(id, cap, "%s", ctl_str(k, "id"));
-			rc = CTL_OK;
+	while (rc && more) {
+		json_t *data;
+		int got;
+
+		if ((got = next_page(c, job, after, sizeof(after), &r, &more)))
+			return got;
+		data = json_object_get(r.json, "data");
+		for (size_t i = 0; i < json_array_size(data) && rc; i++) {
+			json_t *k = json_array_get(data, i);
+			if (ctl_int(k, "step_number") == step) {
+				snprintf(id, cap, "%s", ctl_str(k, "id"));
+				rc = CTL_OK;
+			}
 		}
+		ctl_resp_free(&r);
 	}
-	ctl_resp_free(&r);
 	if (rc)
 		ctl_fail("%s has no checkpoint at step %lld", job, step);
 	return rc;

@@ -37,6 +37,11 @@ START_TEST(test_objects)
 	ck_assert_str_eq(json_string_value(json_object_get(o, "object")),
 			 "file");
 	ck_assert_int_eq(json_integer_value(json_object_get(o, "bytes")), 12);
+	/* every field of OpenAI's FileObject: what tacod has not, null */
+	ck_assert(json_is_null(json_object_get(o, "expires_at")));
+	ck_assert(json_is_null(json_object_get(o, "status_details")));
+	ck_assert_str_eq(json_string_value(json_object_get(o, "status")),
+			 "processed");
 	json_decref(o);
 
 	j.request = strdup("{\"hyperparameters\": {\"n_epochs\": 2}, "
@@ -51,6 +56,19 @@ START_TEST(test_objects)
 	    json_integer_value(json_object_get(
 		json_object_get(o, "hyperparameters"), "n_epochs")),
 	    2);
+	/* the values the job runs with, the same in method.supervised */
+	ck_assert_int_eq(
+	    json_integer_value(json_object_get(
+		json_object_get(o, "hyperparameters"), "batch_size")),
+	    TACOD_DEFAULT_BATCH);
+	ck_assert(json_equal(
+	    json_object_get(o, "hyperparameters"),
+	    json_object_get(
+		json_object_get(json_object_get(o, "method"), "supervised"),
+		"hyperparameters")));
+	ck_assert_str_eq(json_string_value(json_object_get(
+			     json_object_get(o, "method"), "type")),
+			 "supervised");
 	ck_assert_int_eq(json_integer_value(json_object_get(o, "seed")), 4);
 	ck_assert_int_eq(json_integer_value(json_object_get(
 			     json_object_get(o, "taco"), "seq_len")),
@@ -358,6 +376,110 @@ START_TEST(test_request_parsed_job)
 }
 END_TEST
 
+/* OpenAI's method.supervised.hyperparameters and the deprecated top-level
+ * hyperparameters: both are read, and given in both places they agree. */
+START_TEST(test_request_hyperparameters_both)
+{
+	json_t *job = NULL;
+	tacod_request_error e;
+
+	/* disjoint fields from each place; the same value in both (2.0 is
+	 * the integer 2) */
+	ck_assert_int_eq(
+	    request("{\"model\": \"llama_gqa\", \"training_file\": "
+		    "\"file-train\", \"hyperparameters\": {\"n_epochs\": 2, "
+		    "\"learning_rate_multiplier\": 0.5}, \"method\": "
+		    "{\"type\": \"supervised\", \"supervised\": "
+		    "{\"hyperparameters\": {\"n_epochs\": 2.0, "
+		    "\"batch_size\": 16}}}}",
+		    &job, &e),
+	    0);
+	ck_assert_int_eq(json_integer_value(json_object_get(job, "epochs")), 2);
+	ck_assert_int_eq(json_integer_value(json_object_get(job, "batch_size")),
+			 16);
+	ck_assert_double_eq_tol(json_real_value(json_object_get(job, "lr")),
+				5e-6, 1e-15);
+	json_decref(job);
+	/* disagreeing: refused, naming method's field */
+	ck_assert_int_eq(
+	    request("{\"model\": \"llama_gqa\", \"training_file\": "
+		    "\"file-train\", \"hyperparameters\": {\"batch_size\": "
+		    "8}, \"method\": {\"type\": \"supervised\", "
+		    "\"supervised\": {\"hyperparameters\": {\"batch_size\": "
+		    "16}}}}",
+		    &job, &e),
+	    -EINVAL);
+	ck_assert_str_eq(e.param,
+			 "method.supervised.hyperparameters.batch_size");
+	ck_assert_str_eq(e.code, "conflicting_hyperparameters");
+	ck_assert_ptr_nonnull(strstr(e.message, "hyperparameters.batch_size"));
+	/* "auto" in one place and a value in the other disagree too */
+	ck_assert_int_eq(
+	    request("{\"model\": \"llama_gqa\", \"training_file\": "
+		    "\"file-train\", \"hyperparameters\": "
+		    "{\"learning_rate_multiplier\": \"auto\"}, \"method\": "
+		    "{\"type\": \"supervised\", \"supervised\": "
+		    "{\"hyperparameters\": {\"learning_rate_multiplier\": "
+		    "2}}}}",
+		    &job, &e),
+	    -EINVAL);
+	ck_assert_str_eq(
+	    e.param,
+	    "method.supervised.hyperparameters.learning_rate_multiplier");
+}
+END_TEST
+
+/* The effective hyperparameters, as the job object shows them. */
+START_TEST(test_job_hyperparameters)
+{
+	static const struct {
+		const char *req, *want;
+	} cases[] = {
+	    {"{}", "{\"n_epochs\":3,\"batch_size\":4,"
+		   "\"learning_rate_multiplier\":1.0}"},
+	    {"{\"hyperparameters\": {\"n_epochs\": \"auto\", "
+	     "\"batch_size\": 2}}",
+	     "{\"n_epochs\":3,\"batch_size\":2,"
+	     "\"learning_rate_multiplier\":1.0}"},
+	    {"{\"method\": {\"type\": \"supervised\", \"supervised\": "
+	     "{\"hyperparameters\": {\"n_epochs\": 5, "
+	     "\"learning_rate_multiplier\": 0.25}}}}",
+	     "{\"n_epochs\":5,\"batch_size\":4,"
+	     "\"learning_rate_multiplier\":0.25}"},
+	    /* taco.lr wins over the multiplier; taco.steps over the epochs */
+	    {"{\"hyperparameters\": {\"n_epochs\": 2, "
+	     "\"learning_rate_multiplier\": 7}, \"taco\": {\"lr\": 3e-5, "
+	     "\"steps\": 10}}",
+	     "{\"n_epochs\":null,\"batch_size\":4,"
+	     "\"learning_rate_multiplier\":3.0}"},
+	    {"{\"taco\": {\"steps\": null}}",
+	     "{\"n_epochs\":3,\"batch_size\":4,"
+	     "\"learning_rate_multiplier\":1.0}"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		json_t *req = json_loads(cases[i].req, 0, NULL);
+		json_t *hp = tacod_job_hyperparameters(req);
+		char *got;
+
+		ck_assert_ptr_nonnull(hp);
+		got = json_dumps(hp, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		ck_assert_msg(!strcmp(got, cases[i].want), "case %zu: %s", i,
+			      got);
+		free(got);
+		json_decref(hp);
+		json_decref(req);
+	}
+	/* not a request tacod accepts: none */
+	{
+		json_t *req = json_loads(
+		    "{\"hyperparameters\": {\"n_epochs\": 0}}", 0, NULL);
+		ck_assert_ptr_null(tacod_job_hyperparameters(req));
+		json_decref(req);
+	}
+}
+END_TEST
+
 static const struct {
 	const char *body, *param, *code;
 } bad[] = {
@@ -384,6 +506,25 @@ static const struct {
     {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
      "\"method\": {\"type\": \"dpo\"}}",
      "method.type", "unsupported_method"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"supervised\": {}}}",
+     "method.type", "missing_required_parameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": \"supervised\"}",
+     "method", "invalid_type"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"supervised\", \"dpo\": {}}}",
+     "method.dpo", "unsupported_method"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"supervised\", \"supervised\": "
+     "{\"hyperparameters\": {\"n_epochs\": \"many\"}}}}",
+     "method.supervised.hyperparameters.n_epochs", "invalid_hyperparameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"hyperparameters\": {\"n_epochs\": 1}, \"method\": {\"type\": "
+     "\"supervised\", \"supervised\": {\"hyperparameters\": "
+     "{\"n_epochs\": 2}}}}",
+     "method.supervised.hyperparameters.n_epochs",
+     "conflicting_hyperparameters"},
     {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
      "\"suffix\": \"a b\"}",
      "suffix", "invalid_suffix"},
@@ -426,6 +567,8 @@ int main(void)
 	tcase_add_test(tc, test_request_fine_tuned_model);
 	tcase_add_test(tc, test_request_defaults_and_mapping);
 	tcase_add_test(tc, test_request_parsed_job);
+	tcase_add_test(tc, test_request_hyperparameters_both);
+	tcase_add_test(tc, test_job_hyperparameters);
 	tcase_add_loop_test(tc, test_request_errors, 0,
 			    sizeof(bad) / sizeof(bad[0]));
 	suite_add_tcase(s, tc);

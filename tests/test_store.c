@@ -186,69 +186,143 @@ START_TEST(test_files_list_pagination)
 	add_file(s, "f5", "alice", 30);
 	add_file(s, "f6", "alice", 40);
 	add_file(s, "f7", "alice", 5);
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, "alice", "", 3, out, &n, &more, &err), 0);
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 0, "", 3, out,
+					       &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, 3);
 	ck_assert_int_eq(more, 1);
 	ck_assert_str_eq(out[0].id, "f6");
 	ck_assert_str_eq(out[1].id, "f5");
 	ck_assert_str_eq(out[2].id, "f4");
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, "alice", "f4", 3, out, &n, &more, &err),
-	    0);
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 0, "f4", 3,
+					       out, &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, 3);
 	ck_assert_int_eq(more, 1);
 	ck_assert_str_eq(out[0].id, "f3");
 	ck_assert_str_eq(out[1].id, "f2");
 	ck_assert_str_eq(out[2].id, "f1");
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, "alice", "f1", 3, out, &n, &more, &err),
-	    0);
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 0, "f1", 3,
+					       out, &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, 1);
 	ck_assert_int_eq(more, 0);
 	ck_assert_str_eq(out[0].id, "f7");
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, "alice", "f7", 3, out, &n, &more, &err),
-	    0);
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 0, "f7", 3,
+					       out, &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, 0);
 	ck_assert_int_eq(more, 0);
 	/* Exactly the rest: no more after it. */
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, "alice", "f3", 3, out, &n, &more, &err),
-	    0);
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 0, "f3", 3,
+					       out, &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, 3);
 	ck_assert_int_eq(more, 0);
 	/* NULL after is the start too. */
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, "alice", NULL, 7, out, &n, &more, &err),
-	    0);
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 0, NULL, 7,
+					       out, &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, 7);
 	ck_assert_int_eq(more, 0);
 	/* Limits are clamped to [1, TACOD_LIST_MAX]. */
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, "alice", "", 0, out, &n, &more, &err), 0);
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 0, "", 0, out,
+					       &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, 1);
 	ck_assert_int_eq(more, 1);
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, "alice", "", -5, out, &n, &more, &err), 0);
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 0, "", -5, out,
+					       &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, 1);
 	for (int i = 0; i < TACOD_LIST_MAX; i++) {
 		char id[32];
 		snprintf(id, sizeof(id), "bulk-%03d", i);
 		add_file(s, id, "alice", 1000 + i);
 	}
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, "alice", "", 100000, out, &n, &more, &err),
-	    0);
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 0, "", 100000,
+					       out, &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, TACOD_LIST_MAX);
 	ck_assert_int_eq(more, 1);
 	ck_assert_str_eq(out[0].id, "bulk-099");
 	/* An unknown start is an error, not an empty page. */
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, "alice", "nope", 3, out, &n, &more, &err),
-	    -ENOENT);
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 0, "nope", 3,
+					       out, &n, &more, &err),
+			 -ENOENT);
 	ck_assert_ptr_nonnull(strstr(err.msg, "after"));
 	free(out);
+	tacod_store_close(s);
+	remove_dir();
+}
+END_TEST
+
+/* Oldest first (OpenAI's order=asc), and one purpose only: the same
+ * cursor rules as newest first. */
+START_TEST(test_files_list_order_purpose)
+{
+	tacod_store *s = open_fresh();
+	tacod_file out[8], f;
+	taco_err err = {{0}};
+	int n, more;
+
+	add_file(s, "f1", "alice", 10);
+	add_file(s, "f2", "alice", 20);
+	add_file(s, "f3", "alice", 20);
+	f = make_file("r1", "alice", 15);
+	snprintf(f.purpose, sizeof(f.purpose), "fine-tune-results");
+	ck_assert_int_eq(tacod_store_file_add(s, &f, &err), 0);
+	add_file(s, "b1", "bob", 1);
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 1, "", 2, out,
+					       &n, &more, &err),
+			 0);
+	ck_assert_int_eq(n, 2);
+	ck_assert_int_eq(more, 1);
+	ck_assert_str_eq(out[0].id, "f1");
+	ck_assert_str_eq(out[1].id, "r1");
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 1, "r1", 2,
+					       out, &n, &more, &err),
+			 0);
+	ck_assert_int_eq(n, 2);
+	ck_assert_int_eq(more, 0);
+	ck_assert_str_eq(out[0].id, "f2"); /* a tie: rowid order */
+	ck_assert_str_eq(out[1].id, "f3");
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 1, "f3", 2,
+					       out, &n, &more, &err),
+			 0);
+	ck_assert_int_eq(n, 0);
+	ck_assert_int_eq(more, 0);
+	/* a purpose filters both orders, and the cursor may be any file */
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", "fine-tune", 0, "",
+					       8, out, &n, &more, &err),
+			 0);
+	ck_assert_int_eq(n, 3);
+	ck_assert_str_eq(out[0].id, "f3");
+	ck_assert_str_eq(out[2].id, "f1");
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", "fine-tune", 1, "r1",
+					       8, out, &n, &more, &err),
+			 0);
+	ck_assert_int_eq(n, 2);
+	ck_assert_str_eq(out[0].id, "f2");
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", "fine-tune-results",
+					       0, "", 8, out, &n, &more, &err),
+			 0);
+	ck_assert_int_eq(n, 1);
+	ck_assert_str_eq(out[0].id, "r1");
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", "batch", 0, "", 8,
+					       out, &n, &more, &err),
+			 0);
+	ck_assert_int_eq(n, 0);
+	ck_assert_int_eq(more, 0);
+	/* another user's file is no cursor, in either order */
+	ck_assert_int_eq(tacod_store_file_list(s, "alice", NULL, 1, "b1", 8,
+					       out, &n, &more, &err),
+			 -ENOENT);
+	ck_assert_int_eq(tacod_store_file_list(
+			     s, "alice", "a-purpose-longer-than-the-column", 0,
+			     "", 8, out, &n, &more, &err),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "purpose"));
 	tacod_store_close(s);
 	remove_dir();
 }
@@ -280,22 +354,24 @@ START_TEST(test_ownership)
 	ck_assert_str_eq(j.user, "alice");
 	tacod_job_clear(&j);
 
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, "bob", "", 10, files, &n, &more, &err), 0);
+	ck_assert_int_eq(tacod_store_file_list(s, "bob", NULL, 0, "", 10, files,
+					       &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, 1);
 	ck_assert_str_eq(files[0].id, "fb");
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, NULL, "", 10, files, &n, &more, &err), 0);
+	ck_assert_int_eq(tacod_store_file_list(s, NULL, NULL, 0, "", 10, files,
+					       &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, 2);
 	ck_assert_str_eq(files[0].id, "fb");
 	ck_assert_str_eq(files[1].id, "fa");
 	/* Another user's id as the start does not leak either. */
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, "bob", "fa", 10, files, &n, &more, &err),
-	    -ENOENT);
-	ck_assert_int_eq(
-	    tacod_store_file_list(s, NULL, "fb", 10, files, &n, &more, &err),
-	    0);
+	ck_assert_int_eq(tacod_store_file_list(s, "bob", NULL, 0, "fa", 10,
+					       files, &n, &more, &err),
+			 -ENOENT);
+	ck_assert_int_eq(tacod_store_file_list(s, NULL, NULL, 0, "fb", 10,
+					       files, &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, 1);
 	ck_assert_str_eq(files[0].id, "fa");
 
@@ -706,6 +782,13 @@ START_TEST(test_events)
 	    tacod_store_event_add(s, "ja", "info", "", "x", NULL, &seq, &err),
 	    -EINVAL);
 
+	/* where a newest-first page starts: the last seq, 0 for none */
+	ck_assert_int_eq(tacod_store_event_newest(s, "ja", &seq, &err), 0);
+	ck_assert_int_eq(seq, 10);
+	ck_assert_int_eq(tacod_store_event_newest(s, "jb", &seq, &err), 0);
+	ck_assert_int_eq(seq, 3);
+	ck_assert_int_eq(tacod_store_event_newest(s, "nope", &seq, &err), 0);
+	ck_assert_int_eq(seq, 0);
 	ck_assert_int_eq(
 	    tacod_store_event_list(s, "ja", 0, 4, ev, &n, &more, &err), 0);
 	ck_assert_int_eq(n, 4);
@@ -757,7 +840,7 @@ START_TEST(test_checkpoints)
 	tacod_store *s = open_fresh();
 	tacod_checkpoint c, out[8];
 	taco_err err = {{0}};
-	int n;
+	int n, more;
 
 	add_job(s, "j1", "alice", TACOD_RUNNING, "f", 1);
 	memset(&c, 0, sizeof(c));
@@ -770,11 +853,13 @@ START_TEST(test_checkpoints)
 		c.metrics = step == 300 ? NULL : (char *)"{\"loss\":2}";
 		ck_assert_int_eq(tacod_store_checkpoint_add(s, &c, &err), 0);
 	}
-	ck_assert_int_eq(tacod_store_checkpoint_list(s, "j1", out, 8, &n, &err),
+	ck_assert_int_eq(tacod_store_checkpoint_list(s, "j1", INT64_MAX, 8, out,
+						     &n, &more, &err),
 			 0);
 	ck_assert_int_eq(n, 5);
+	ck_assert_int_eq(more, 0);
 	for (int i = 0; i < n; i++) {
-		ck_assert_int_eq(out[i].step, 100 * (i + 1));
+		ck_assert_int_eq(out[i].step, 100 * (5 - i));
 		ck_assert_str_eq(out[i].job_id, "j1");
 		if (out[i].step == 300)
 			ck_assert_ptr_null(out[i].metrics);
@@ -782,15 +867,54 @@ START_TEST(test_checkpoints)
 			ck_assert_str_eq(out[i].metrics, "{\"loss\":2}");
 		free(out[i].metrics);
 	}
-	/* A small cap gets the latest, still lowest step first. */
-	ck_assert_int_eq(tacod_store_checkpoint_list(s, "j1", out, 2, &n, &err),
+	/* Pages of two, newest first, each below the last step seen. */
+	ck_assert_int_eq(tacod_store_checkpoint_list(s, "j1", INT64_MAX, 2, out,
+						     &n, &more, &err),
 			 0);
 	ck_assert_int_eq(n, 2);
-	ck_assert_int_eq(out[0].step, 400);
-	ck_assert_int_eq(out[1].step, 500);
-	ck_assert_str_eq(out[1].path, "/state/jobs/j1/ckpt-500");
+	ck_assert_int_eq(more, 1);
+	ck_assert_int_eq(out[0].step, 500);
+	ck_assert_int_eq(out[1].step, 400);
+	ck_assert_str_eq(out[0].path, "/state/jobs/j1/ckpt-500");
 	free(out[0].metrics);
 	free(out[1].metrics);
+	ck_assert_int_eq(
+	    tacod_store_checkpoint_list(s, "j1", 400, 2, out, &n, &more, &err),
+	    0);
+	ck_assert_int_eq(n, 2);
+	ck_assert_int_eq(more, 1);
+	ck_assert_int_eq(out[0].step, 300);
+	ck_assert_int_eq(out[1].step, 200);
+	free(out[0].metrics);
+	free(out[1].metrics);
+	/* the last page: exactly what is left, nothing more */
+	ck_assert_int_eq(
+	    tacod_store_checkpoint_list(s, "j1", 200, 1, out, &n, &more, &err),
+	    0);
+	ck_assert_int_eq(n, 1);
+	ck_assert_int_eq(more, 0);
+	ck_assert_int_eq(out[0].step, 100);
+	free(out[0].metrics);
+	/* a cursor that names no row still pages by step */
+	ck_assert_int_eq(
+	    tacod_store_checkpoint_list(s, "j1", 250, 8, out, &n, &more, &err),
+	    0);
+	ck_assert_int_eq(n, 2);
+	ck_assert_int_eq(out[0].step, 200);
+	for (int i = 0; i < n; i++)
+		free(out[i].metrics);
+	ck_assert_int_eq(
+	    tacod_store_checkpoint_list(s, "j1", 100, 8, out, &n, &more, &err),
+	    0);
+	ck_assert_int_eq(n, 0);
+	ck_assert_int_eq(more, 0);
+	/* limits are clamped to [1, TACOD_LIST_MAX] */
+	ck_assert_int_eq(tacod_store_checkpoint_list(s, "j1", INT64_MAX, 0, out,
+						     &n, &more, &err),
+			 0);
+	ck_assert_int_eq(n, 1);
+	ck_assert_int_eq(more, 1);
+	free(out[0].metrics);
 	/* The same step again replaces it. */
 	c.step = 200;
 	snprintf(c.path, sizeof(c.path), "/elsewhere");
@@ -799,12 +923,13 @@ START_TEST(test_checkpoints)
 	ck_assert_int_eq(tacod_store_checkpoint_delete(s, "j1", 100, &err), 0);
 	ck_assert_int_eq(tacod_store_checkpoint_delete(s, "j1", 100, &err),
 			 -ENOENT);
-	ck_assert_int_eq(tacod_store_checkpoint_list(s, "j1", out, 8, &n, &err),
+	ck_assert_int_eq(tacod_store_checkpoint_list(s, "j1", INT64_MAX, 8, out,
+						     &n, &more, &err),
 			 0);
 	ck_assert_int_eq(n, 4);
-	ck_assert_int_eq(out[0].step, 200);
-	ck_assert_str_eq(out[0].path, "/elsewhere");
-	ck_assert_ptr_null(out[0].metrics);
+	ck_assert_int_eq(out[3].step, 200);
+	ck_assert_str_eq(out[3].path, "/elsewhere");
+	ck_assert_ptr_null(out[3].metrics);
 	for (int i = 0; i < n; i++)
 		free(out[i].metrics);
 	snprintf(c.job_id, sizeof(c.job_id), "nope");
@@ -812,8 +937,9 @@ START_TEST(test_checkpoints)
 	c.step = -1;
 	snprintf(c.job_id, sizeof(c.job_id), "j1");
 	ck_assert_int_eq(tacod_store_checkpoint_add(s, &c, &err), -EINVAL);
-	ck_assert_int_eq(
-	    tacod_store_checkpoint_list(s, "nope", out, 8, &n, &err), 0);
+	ck_assert_int_eq(tacod_store_checkpoint_list(s, "nope", INT64_MAX, 8,
+						     out, &n, &more, &err),
+			 0);
 	ck_assert_int_eq(n, 0);
 	tacod_store_close(s);
 	remove_dir();
@@ -989,8 +1115,8 @@ START_TEST(test_limits)
 	ck_rejects(tacod_store_file_delete(s, "alice", id64, &err), "id");
 	{
 		tacod_file *page = calloc(1, sizeof(*page));
-		ck_rejects(tacod_store_file_list(s, "alice", id64, 1, page, &n,
-						 &more, &err),
+		ck_rejects(tacod_store_file_list(s, "alice", NULL, 0, id64, 1,
+						 page, &n, &more, &err),
 			   "after");
 		free(page);
 	}
@@ -1071,8 +1197,9 @@ START_TEST(test_limits)
 	/* Nothing refused was stored. */
 	{
 		tacod_file *page = calloc(TACOD_LIST_MAX, sizeof(*page));
-		ck_assert_int_eq(tacod_store_file_list(s, NULL, "", 100, page,
-						       &n, &more, &err),
+		ck_assert_int_eq(tacod_store_file_list(s, NULL, NULL, 0, "",
+						       100, page, &n, &more,
+						       &err),
 				 0);
 		ck_assert_int_eq(n, 1);
 		free(page);
@@ -1136,8 +1263,10 @@ START_TEST(test_reopen)
 		ck_assert_str_eq(ev[0].message, "running");
 		for (int i = 0; i < n; i++)
 			tacod_event_clear(&ev[i]);
-		ck_assert_int_eq(
-		    tacod_store_checkpoint_list(s, "j1", cs, 4, &n, &err), 0);
+		ck_assert_int_eq(tacod_store_checkpoint_list(s, "j1", INT64_MAX,
+							     4, cs, &n, &more,
+							     &err),
+				 0);
 		ck_assert_int_eq(n, 1);
 		ck_assert_str_eq(cs[0].path, "/ck/10");
 		ck_assert_int_eq(tacod_store_idem_get(s, "alice", "k", "h", &st,
@@ -1412,16 +1541,17 @@ START_TEST(test_kill9_durability)
 			/* At most the one commit that beat its marker. */
 			ck_assert_int_ge(seen, events);
 			ck_assert_int_le(seen, events + 1);
-			ck_assert_int_eq(tacod_store_checkpoint_list(
-					     s, id, cs, 64, &n, &err),
-					 0);
-			/* Steps 5, 10, ..., ckpt at least (the latest 64). */
+			ck_assert_int_eq(
+			    tacod_store_checkpoint_list(s, id, INT64_MAX, 64,
+							cs, &n, &more, &err),
+			    0);
+			/* Steps ckpt at least, ..., 10, 5 (the latest 64). */
 			ck_assert_int_ge(n, ckpt / 5 < 64 ? ckpt / 5 : 64);
 			if (ckpt > 0)
-				ck_assert_int_ge(cs[n - 1].step, ckpt);
+				ck_assert_int_ge(cs[0].step, ckpt);
 			for (int i = 1; i < n; i++)
 				ck_assert_int_eq(cs[i].step,
-						 cs[i - 1].step + 5);
+						 cs[i - 1].step - 5);
 			for (int i = 0; i < n; i++)
 				free(cs[i].metrics);
 		}
@@ -1441,6 +1571,7 @@ int main(void)
 	tcase_add_test(tc, test_ids_and_names);
 	tcase_add_test(tc, test_files_add_get);
 	tcase_add_test(tc, test_files_list_pagination);
+	tcase_add_test(tc, test_files_list_order_purpose);
 	tcase_add_test(tc, test_ownership);
 	tcase_add_test(tc, test_file_delete_in_use);
 	tcase_add_test(tc, test_jobs_add_get_update);

@@ -303,7 +303,7 @@
 				eta.textContent = job.estimated_finish ? duration(job.estimated_finish - Date.now() / 1000) : '–';
 		}
 		async function renderCheckpoints() {
-			const list = await A.call('GET', q + '/checkpoints');
+			const list = await A.call('GET', q + '/checkpoints?limit=100');
 			const key = job.status + list.data.map((c) => c.id).join(',');
 			if (key === ckptShown)
 				return;

@@ -80,21 +80,24 @@ int tacod_route_checkpoint_content(tacod_http_req *r, void *ctx)
 	tacod_service *s = ctx;
 	const char *id = tacod_http_param(r, "id");
 	int64_t step = step_of(tacod_http_param(r, "checkpoint"));
-	tacod_checkpoint *c = NULL;
+	tacod_checkpoint c[2];
 	char top[TACOD_ID_MAX + 32], dir[TACOD_PATH_MAX] = "";
 	char base[2 * TACOD_PATH_MAX], root[TACOD_MODEL_NAME_MAX];
 	tacod_job j = {0};
 	taco_err err = {{0}};
 	tacod_tar *t = NULL;
-	int n = 0, rc;
+	int n = 0, more, rc;
 
-	rc = tacod_route_checkpoints(r, s, id, &j, &c, &n, &err);
+	/* the newest kept checkpoint at or below the step: the one asked
+	 * for, or none */
+	rc = tacod_route_checkpoints(
+	    r, s, id, step < 0 || step == INT64_MAX ? 0 : step + 1, 1, &j, c,
+	    &n, &more, &err);
 	for (int i = 0; i < n; i++) {
 		if (c[i].step == step)
 			snprintf(dir, sizeof(dir), "%s", c[i].path);
 		free(c[i].metrics);
 	}
-	free(c);
 	if (rc) {
 		tacod_job_clear(&j);
 		return tacod_route_store_error(r, rc, &err, "job");

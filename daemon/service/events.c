@@ -55,29 +55,6 @@ static int job_follow(tacod_http_req *r, tacod_service *s, const char *id)
 	return 0;
 }
 
-/* The seq of `after`, the id of an event of job: "ftevent-<job id without
- * ftjob->-<seq>", as the files' and jobs' lists page, 400 when longer than
- * an id, 404 when it names no event of this job. */
-static int64_t after_seq(const char *after, const char *job, taco_err *err)
-{
-	size_t n = strlen(job) > 6 ? strlen(job) - 6 : 0;
-	const char *p = after + 8;
-	char *end;
-	long long seq;
-
-	if (strlen(after) >= TACOD_ID_MAX)
-		return taco_err_set(err, -EINVAL, "after: longer than %d bytes",
-				    TACOD_ID_MAX - 1);
-	if (strncmp(after, "ftevent-", 8) || strncmp(p, job + 6, n) ||
-	    p[n] != '-' || p[n + 1] < '1' || p[n + 1] > '9')
-		return taco_err_set(err, -ENOENT, "no such event");
-	errno = 0;
-	seq = strtoll(p + n + 1, &end, 10);
-	if (*end || errno)
-		return taco_err_set(err, -ENOENT, "no such event");
-	return seq;
-}
-
 /* Events, newest first as OpenAI lists them. */
 int tacod_route_job_events(tacod_http_req *r, void *ctx)
 {
@@ -88,7 +65,7 @@ int tacod_route_job_events(tacod_http_req *r, void *ctx)
 	taco_err err = {{0}};
 	json_t *items = json_array();
 	int n = 0, more = 0, rc, limit;
-	int64_t after = 0, total = 0;
+	int64_t after = 0, newest = 0;
 	const char *stream = tacod_http_query(r, "stream");
 	const char *after_id = tacod_http_query(r, "after");
 
@@ -100,22 +77,28 @@ int tacod_route_job_events(tacod_http_req *r, void *ctx)
 					"stream must be true or false");
 	}
 	/* limit and after page the list; a stream does not use them, but
-	 * they are checked the same */
+	 * they are checked the same: after is an event id of this job
+	 * ("ftevent-<job id without ftjob->-<seq>"), as the files' and jobs'
+	 * lists page */
 	if ((limit = tacod_route_limit(r)) < 0) {
 		free(ev);
 		json_decref(items);
 		return 0;
 	}
-	if (after_id && after_id[0] &&
-	    (rc = (int)after_seq(after_id, id, &err)) < 0) {
+	if (after_id && after_id[0]) {
+		after = tacod_route_item_number(after_id, "ftevent-", id, &err);
+		if (after == 0)
+			after = taco_err_set(&err, -ENOENT, "no such event");
+	}
+	if (after < 0) {
 		free(ev);
 		json_decref(items);
-		if (rc == -ENOENT)
+		if (after == -ENOENT)
 			return tacod_http_error(r, 404, "invalid_request_error",
 						"not_found", "after",
 						"after names no event of this "
 						"job");
-		return tacod_route_store_error(r, rc, &err, "event");
+		return tacod_route_store_error(r, (int)after, &err, "event");
 	}
 	if (stream && !strcmp(stream, "true")) {
 		free(ev);
@@ -129,28 +112,19 @@ int tacod_route_job_events(tacod_http_req *r, void *ctx)
 	}
 	pthread_mutex_lock(&s->lock);
 	rc = tacod_store_job_get(s->store, tacod_route_scope(r), id, &j, &err);
+	if (!rc)
+		rc = tacod_store_event_newest(s->store, id, &newest, &err);
 	/* Newest first, as OpenAI's: the page ends below `after` (an event
 	 * id from the previous page) or at the newest event. A job's seqs run
-	 * 1, 2, ... without gaps, so a page is one window of them. */
-	if (after_id && !after_id[0])
-		after_id = NULL; /* empty: from the newest, as none */
-	total = after_id ? after_seq(after_id, id, &err) - 1 : 0;
-	while (!rc && !after_id) {
-		rc = tacod_store_event_list(s->store, id, after, TACOD_LIST_MAX,
-					    ev, &n, &more, &err);
-		for (int i = 0; i < n; i++) {
-			total = ev[i].seq;
-			tacod_event_clear(&ev[i]);
-		}
-		n = 0;
-		if (rc || !more)
-			break;
-		after = total;
-	}
-	if (!rc && total > 0)
+	 * 1, 2, ... without gaps, so a page is one window of them, and older
+	 * ones follow when the window does not reach seq 1. */
+	if (after > 0 && after - 1 < newest)
+		newest = after - 1;
+	if (!rc && newest > 0)
 		rc = tacod_store_event_list(
-		    s->store, id, total > limit ? total - limit : 0,
-		    (int)(total < limit ? total : limit), ev, &n, &more, &err);
+		    s->store, id, newest > limit ? newest - limit : 0,
+		    (int)(newest < limit ? newest : limit), ev, &n, &more,
+		    &err);
 	pthread_mutex_unlock(&s->lock);
 	tacod_job_clear(&j);
 	for (int i = n - 1; !rc && i >= 0; i--)
@@ -163,5 +137,5 @@ int tacod_route_job_events(tacod_http_req *r, void *ctx)
 		return tacod_route_store_error(r, rc, &err, "job");
 	}
 	return tacod_http_reply_json(r, 200,
-				     tacod_list_object(items, total > limit));
+				     tacod_list_object(items, newest > limit));
 }

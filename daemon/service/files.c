@@ -87,25 +87,68 @@ int tacod_route_file_upload(tacod_http_req *r, void *ctx)
 	return rc;
 }
 
+/* The purposes of OpenAI's FileObject, the values its `purpose` filter
+ * takes (tacod's files are fine-tune and fine-tune-results). */
+static const char *const openai_purposes[] = {
+    "assistants", "assistants_output", "batch",	 "batch_output",
+    "fine-tune",  "fine-tune-results", "vision", "user_data"};
+
+#define N_PURPOSES (sizeof(openai_purposes) / sizeof(openai_purposes[0]))
+
+/* 1 when p is one of them; else 0 with them listed in list. */
+static int openai_purpose(const char *p, char *list, size_t cap)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < N_PURPOSES; i++)
+		if (!strcmp(p, openai_purposes[i]))
+			return 1;
+	list[0] = 0;
+	for (size_t i = 0; i < N_PURPOSES && n < cap; i++)
+		n += (size_t)snprintf(list + n, cap - n, "%s%s", i ? ", " : "",
+				      openai_purposes[i]);
+	return 0;
+}
+
+/* GET /v1/files: OpenAI's `order` (desc, newest first, by default),
+ * `purpose` and `after`; `limit` takes OpenAI's range (1 to 10000, 10000
+ * by default) and a page holds at most TACOD_LIST_MAX (has_more says the
+ * rest follows). */
 int tacod_route_file_list(tacod_http_req *r, void *ctx)
 {
 	tacod_service *s = ctx;
 	tacod_file *rows;
 	const char *after = tacod_http_query(r, "after");
+	const char *order = tacod_http_query(r, "order");
+	const char *purpose = tacod_http_query(r, "purpose");
+	char list[256];
 	json_t *items;
 	taco_err err = {{0}};
-	int n = 0, more = 0, rc, limit = tacod_route_limit(r);
+	int n = 0, more = 0, rc;
+	int limit = tacod_route_page_limit(r, 10000, 10000);
 
 	if (limit < 0)
 		return 0;
+	if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+		return tacod_http_error(r, 400, "invalid_request_error",
+					"invalid_value", "order",
+					"order must be asc or desc");
+	if (purpose && !openai_purpose(purpose, list, sizeof(list)))
+		return tacod_http_error(r, 400, "invalid_request_error",
+					"invalid_value", "purpose",
+					"purpose must be one of OpenAI's file "
+					"purposes: %s",
+					list);
 	if (!(rows = calloc(TACOD_LIST_MAX, sizeof(*rows))))
 		return tacod_http_error(r, 500, "server_error", NULL, NULL,
 					"out of memory");
 	items = json_array();
 	pthread_mutex_lock(&s->lock);
-	rc = tacod_store_file_list(s->store, tacod_route_scope(r),
-				   after ? after : "", limit, rows, &n, &more,
-				   &err);
+	rc = tacod_store_file_list(
+	    s->store, tacod_route_scope(r), purpose,
+	    order && !strcmp(order, "asc"), after ? after : "",
+	    limit < TACOD_LIST_MAX ? limit : TACOD_LIST_MAX, rows, &n, &more,
+	    &err);
 	pthread_mutex_unlock(&s->lock);
 	for (int i = 0; !rc && i < n; i++)
 		json_array_append_new(items, tacod_file_object(&rows[i]));

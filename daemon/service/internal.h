@@ -72,8 +72,11 @@ int64_t tacod_now(void);
 /* Shared by the route files (service/routes.c, service/jobs.c, ...). */
 /* The user whose rows a request sees: NULL (everything) for admins. */
 const char *tacod_route_scope(tacod_http_req *r);
-/* ?limit=, 20 by default; -1 when it is not an integer in [1,
- * TACOD_LIST_MAX] (a 400 has been sent). */
+/* ?limit=, dflt when absent; -1 when it is not an integer in [1, max]
+ * (a 400 has been sent). */
+int tacod_route_page_limit(tacod_http_req *r, int dflt, int max);
+/* The same, 20 by default and at most TACOD_LIST_MAX (OpenAI's default for
+ * jobs and events). */
 int tacod_route_limit(tacod_http_req *r);
 /* A store error as the HTTP error that fits (404 naming `what`, 400, 507
  * for a full or failing disk, 500). */
@@ -102,11 +105,15 @@ int tacod_idem_begin(tacod_http_req *r, tacod_service *s, const void *data,
 		     size_t len, tacod_idem *out);
 int tacod_idem_store(tacod_service *s, const char *user, const tacod_idem *k,
 		     int status, json_t *body, taco_err *err);
-/* The job id (as the request's user sees it) and its checkpoints, lowest
- * step first; *out (calloc'd, TACOD_LIST_MAX rows) is the caller's to
- * free, with each row's metrics, whatever the result. */
+/* The job id (as the request's user sees it) and one page of its
+ * checkpoints that can still be downloaded, newest step first: steps
+ * below before_step (INT64_MAX: from the newest), at most limit (1 to
+ * TACOD_LIST_MAX) into out (TACOD_LIST_MAX + 1 rows), each row's metrics
+ * the caller's to free; *has_more when an older one follows. Rows whose
+ * weights keep_checkpoints removed are deleted on the way. */
 int tacod_route_checkpoints(tacod_http_req *r, tacod_service *s, const char *id,
-			    tacod_job *j, tacod_checkpoint **out, int *n,
+			    int64_t before_step, int limit, tacod_job *j,
+			    tacod_checkpoint *out, int *n, int *has_more,
 			    taco_err *err);
 /* A checkpoint's metrics at step, under OpenAI's names, from the job's
  * stored events (lock held): step; train_loss and
@@ -124,6 +131,11 @@ void tacod_results_attach(tacod_service *s, tacod_job *j);
 /* Removes the bytes of files_dir/<sha256> when no file has them any more
  * (lock held: an upload keeps its bytes under it). */
 void tacod_file_bytes_release(tacod_service *s, const char *sha256);
+/* N of the id of a job's event or checkpoint, "<prefix><job id without
+ * ftjob->-N" (N >= 0 in decimal, no leading zero): -EINVAL when it is
+ * longer than an id, -ENOENT when it is no such id of this job. */
+int64_t tacod_route_item_number(const char *item_id, const char *prefix,
+				const char *job, taco_err *err);
 /* The user a request is from (its token's, or its peer's). */
 const char *tacod_route_user(tacod_http_req *r);
 /* Parses and maps a create request (jobs.c) onto a job in the directory

@@ -3,7 +3,9 @@
  * (health, the API's description). Handlers run on the HTTP
  * server's thread and hold the service lock while they touch the store;
  * each resource has its file: files.c, jobs.c, plan.c, events.c,
- * checkpoints.c, download.c, models.c, device.c, dashboard.c. */
+ * checkpoints.c, download.c, models.c, device.c, dashboard.c; OpenAI's
+ * paths tacod does not serve (checkpoint permissions, graders) answer a
+ * documented 404 here. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -32,23 +34,53 @@ const char *tacod_route_user(tacod_http_req *r)
 	return tacod_http_identity(r)->user;
 }
 
-int tacod_route_limit(tacod_http_req *r)
+int tacod_route_page_limit(tacod_http_req *r, int dflt, int max)
 {
 	const char *l = tacod_http_query(r, "limit");
 	char *end;
 	long n;
 
 	if (!l)
-		return 20;
+		return dflt;
 	errno = 0;
 	n = strtol(l, &end, 10);
-	if (end == l || *end || errno || n < 1 || n > TACOD_LIST_MAX) {
-		tacod_http_error(
-		    r, 400, "invalid_request_error", "invalid_value", "limit",
-		    "limit must be an integer from 1 to %d", TACOD_LIST_MAX);
+	if (end == l || *end || errno || n < 1 || n > max) {
+		tacod_http_error(r, 400, "invalid_request_error",
+				 "invalid_value", "limit",
+				 "limit must be an integer from 1 to %d", max);
 		return -1;
 	}
 	return (int)n;
+}
+
+int tacod_route_limit(tacod_http_req *r)
+{
+	return tacod_route_page_limit(r, 20, TACOD_LIST_MAX);
+}
+
+int64_t tacod_route_item_number(const char *item_id, const char *prefix,
+				const char *job, taco_err *err)
+{
+	size_t np = strlen(prefix);
+	size_t nj = strncmp(job, "ftjob-", 6) ? strlen(job) : strlen(job) - 6;
+	const char *p = item_id + np;
+	char *end;
+	long long v;
+
+	if (strlen(item_id) >= TACOD_ID_MAX)
+		return taco_err_set(err, -EINVAL, "after: longer than %d bytes",
+				    TACOD_ID_MAX - 1);
+	if (strncmp(item_id, prefix, np) ||
+	    strncmp(p, job + strlen(job) - nj, nj) || p[nj] != '-')
+		return taco_err_set(err, -ENOENT, "after: no such id");
+	p += nj + 1;
+	if (*p < '0' || *p > '9' || (p[0] == '0' && p[1]))
+		return taco_err_set(err, -ENOENT, "after: no such id");
+	errno = 0;
+	v = strtoll(p, &end, 10);
+	if (*end || errno)
+		return taco_err_set(err, -ENOENT, "after: no such id");
+	return v;
 }
 
 int tacod_route_store_error(tacod_http_req *r, int code, const taco_err *err,
@@ -70,6 +102,32 @@ static int healthz(tacod_http_req *r, void *ctx)
 {
 	(void)ctx;
 	return tacod_http_reply_json(r, 200, json_pack("{ss}", "status", "ok"));
+}
+
+/* ---- OpenAI's fine-tuning paths tacod does not serve ---------------- */
+
+/* A documented 404 in the error envelope (the SDK's NotFoundError), not
+ * the unknown_url of a mistyped path: these exist in OpenAI's API. */
+static int checkpoint_permissions(tacod_http_req *r, void *ctx)
+{
+	(void)ctx;
+	return tacod_http_error(
+	    r, 404, "invalid_request_error", "not_supported", NULL,
+	    "checkpoint permissions are not supported: tacod has no "
+	    "organizations or projects to share a checkpoint with; a "
+	    "checkpoint is its job owner's, and GET "
+	    "/v1/fine_tuning/jobs/{id}/checkpoints/{checkpoint}/content "
+	    "downloads it");
+}
+
+static int alpha_graders(tacod_http_req *r, void *ctx)
+{
+	(void)ctx;
+	return tacod_http_error(r, 404, "invalid_request_error",
+				"not_supported", NULL,
+				"graders are not supported: they serve "
+				"reinforcement fine-tuning, and tacod runs "
+				"supervised fine-tuning only");
 }
 
 extern const unsigned char tacod_openapi_yaml[];
@@ -116,6 +174,22 @@ void tacod_service_routes(tacod_service *s)
 	     tacod_route_checkpoint_content, NULL, 0},
 	    {"GET", "/v1/fine_tuning/jobs/{id}/model/content",
 	     tacod_route_model_content, NULL, 0},
+	    {"GET",
+	     "/v1/fine_tuning/checkpoints/{fine_tuned_model_checkpoint}/"
+	     "permissions",
+	     checkpoint_permissions, NULL, 0},
+	    {"POST",
+	     "/v1/fine_tuning/checkpoints/{fine_tuned_model_checkpoint}/"
+	     "permissions",
+	     checkpoint_permissions, NULL, 0},
+	    {"DELETE",
+	     "/v1/fine_tuning/checkpoints/{fine_tuned_model_checkpoint}/"
+	     "permissions/{permission_id}",
+	     checkpoint_permissions, NULL, 0},
+	    {"POST", "/v1/fine_tuning/alpha/graders/run", alpha_graders, NULL,
+	     0},
+	    {"POST", "/v1/fine_tuning/alpha/graders/validate", alpha_graders,
+	     NULL, 0},
 	    {"GET", "/v1/device", tacod_route_device, NULL, 0},
 	    {"GET", "/metrics", tacod_route_metrics, NULL, 0},
 	    {"GET", "/v1/openapi.yaml", openapi, NULL, 0},

@@ -1,5 +1,5 @@
 /* store/checkpoints.c: a job's checkpoints in the store, one a step: added
- * (or replaced), listed newest cap in step order, deleted. */
+ * (or replaced), listed in pages newest step first, deleted. */
 #include "daemon/store/internal.h"
 #include "daemon/store/store.h"
 
@@ -41,31 +41,38 @@ int tacod_store_checkpoint_add(tacod_store *s, const tacod_checkpoint *c,
 }
 
 int tacod_store_checkpoint_list(tacod_store *s, const char *job_id,
-				tacod_checkpoint *out, int cap, int *n,
+				int64_t before_step, int limit,
+				tacod_checkpoint *out, int *n, int *has_more,
 				taco_err *err)
 {
 	st_query q;
 	int rc;
 
 	*n = 0;
+	*has_more = 0;
+	limit = st_clamp_limit(limit);
 	rc = st_check_str(job_id, TACOD_ID_MAX, 0, "job_id", err);
 	if (rc < 0)
 		return rc;
-	if (cap <= 0)
-		return cap == 0 ? 0
-				: taco_err_set(err, -EINVAL, "cap: negative");
+	/* one row past the page tells whether older ones follow */
 	rc = st_prep(s, &q, "list checkpoints",
-		     "SELECT job_id, step, path, created_at, metrics FROM"
-		     " (SELECT * FROM checkpoints WHERE job_id = ?1"
-		     " ORDER BY step DESC LIMIT ?2) ORDER BY step",
+		     "SELECT job_id, step, path, created_at, metrics"
+		     " FROM checkpoints WHERE job_id = ?1 AND step < ?2"
+		     " ORDER BY step DESC LIMIT ?3",
 		     err);
 	if (rc < 0)
 		return rc;
 	st_text(&q, 1, job_id);
-	st_int(&q, 2, cap);
-	while ((rc = st_step(&q, err)) == 1 && *n < cap) {
+	st_int(&q, 2, before_step);
+	st_int(&q, 3, limit + 1);
+	while ((rc = st_step(&q, err)) == 1) {
 		tacod_checkpoint *c = &out[*n];
 
+		if (*n == limit) {
+			*has_more = 1;
+			rc = 0;
+			break;
+		}
 		memset(c, 0, sizeof(*c));
 		rc = st_col_str(q.st, 0, c->job_id, sizeof(c->job_id),
 				"checkpoint job_id", err);
@@ -82,14 +89,13 @@ int tacod_store_checkpoint_list(tacod_store *s, const char *job_id,
 		(*n)++;
 	}
 	st_done(&q);
-	if (rc == 1)
-		rc = 0;
 	if (rc < 0) {
 		for (int i = 0; i < *n; i++) {
 			free(out[i].metrics);
 			out[i].metrics = NULL;
 		}
 		*n = 0;
+		*has_more = 0;
 	}
 	return rc;
 }

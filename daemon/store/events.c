@@ -1,5 +1,6 @@
 /* store/events.c: a job's events in the store (docs/events.md): appended
- * with the next seq, read in seq order after a given seq. */
+ * with the next seq, read in seq order after a given seq; the newest's seq
+ * (where a newest-first page starts). */
 #include "daemon/store/internal.h"
 #include "daemon/store/store.h"
 
@@ -65,6 +66,23 @@ int tacod_store_event_add(tacod_store *s, const char *job_id, const char *level,
 	if (rc == 0 && seq)
 		*seq = next;
 	return rc;
+}
+
+int tacod_store_event_newest(tacod_store *s, const char *job_id, int64_t *seq,
+			     taco_err *err)
+{
+	int64_t v = 0;
+	int rc = st_check_str(job_id, TACOD_ID_MAX, 0, "job_id", err);
+
+	if (rc == 0)
+		rc = st_exec(s, "newest event",
+			     "SELECT coalesce(max(seq), 0) FROM events"
+			     " WHERE job_id = ?1",
+			     ST_ARGS(ST_TEXT(job_id)), st_read_int64, &v, err);
+	if (rc < 0)
+		return rc;
+	*seq = v;
+	return 0;
 }
 
 static int read_event(sqlite3_stmt *st, tacod_event *e, taco_err *err)

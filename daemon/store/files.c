@@ -104,12 +104,19 @@ int tacod_store_file_get(tacod_store *s, const char *user, const char *id,
 	return st_get(s, &file_page, "file", user, id, out, err);
 }
 
-int tacod_store_file_list(tacod_store *s, const char *user, const char *after,
-			  int limit, tacod_file *out, int *n, int *has_more,
-			  taco_err *err)
+int tacod_store_file_list(tacod_store *s, const char *user, const char *purpose,
+			  int ascending, const char *after, int limit,
+			  tacod_file *out, int *n, int *has_more, taco_err *err)
 {
-	return st_page(s, &file_page, user, after, limit, out, n, has_more,
-		       err);
+	int rc = purpose ? st_check_str(purpose, sizeof(out->purpose), 0,
+					"purpose", err)
+			 : 0;
+
+	if (rc < 0)
+		return rc;
+	return st_page_order(s, &file_page, user,
+			     purpose ? "purpose = ?5" : NULL, purpose, after,
+			     ascending, limit, out, n, has_more, err);
 }
 
 /* The row of a job that still uses the file: the refusal. */

@@ -137,6 +137,12 @@ int st_page(tacod_store *s, const st_page_def *d, const char *user,
 int st_page_where(tacod_store *s, const st_page_def *d, const char *user,
 		  const char *cond, const char *cond_arg, const char *after,
 		  int limit, void *out, int *n, int *has_more, taco_err *err);
+/* The same, oldest first when ascending (the page starts after `after` in
+ * that order). */
+int st_page_order(tacod_store *s, const st_page_def *d, const char *user,
+		  const char *cond, const char *cond_arg, const char *after,
+		  int ascending, int limit, void *out, int *n, int *has_more,
+		  taco_err *err);
 /* The row with this id read into out (d->read at index 0); -ENOENT "no
  * such <what>" when there is none or user (NULL: anyone) may not see it. */
 int st_get(tacod_store *s, const st_page_def *d, const char *what,

@@ -1,8 +1,8 @@
 /* store/sql.c: the store's SQL helpers (store/internal.h): result codes as
  * errnos, the statement cache, binds and steps, st_exec for a statement run
  * once, transactions, column readers, checks on caller-supplied strings and
- * newest-first pagination. Every statement is a constant SQL text with bound
- * parameters; every write is one BEGIN IMMEDIATE ... COMMIT. */
+ * pagination (newest or oldest first). Every statement is a constant SQL text
+ * with bound parameters; every write is one BEGIN IMMEDIATE ... COMMIT. */
 #include "daemon/store/internal.h"
 #include "daemon/store/store.h"
 
@@ -338,7 +338,7 @@ int st_clamp_limit(int limit)
 	return limit > TACOD_LIST_MAX ? TACOD_LIST_MAX : limit;
 }
 
-/* ---- newest-first pages ---- */
+/* ---- pages, newest or oldest first ---- */
 
 /* st_anchor's row: created_at and rowid. */
 static int read_anchor(sqlite3_stmt *st, void *ctx, taco_err *err)
@@ -433,6 +433,15 @@ int st_page_where(tacod_store *s, const st_page_def *d, const char *user,
 		  const char *cond, const char *cond_arg, const char *after,
 		  int limit, void *out, int *n, int *has_more, taco_err *err)
 {
+	return st_page_order(s, d, user, cond, cond_arg, after, 0, limit, out,
+			     n, has_more, err);
+}
+
+int st_page_order(tacod_store *s, const st_page_def *d, const char *user,
+		  const char *cond, const char *cond_arg, const char *after,
+		  int ascending, int limit, void *out, int *n, int *has_more,
+		  taco_err *err)
+{
 	char sql[2048];
 	int64_t at, row;
 	st_query q;
@@ -444,11 +453,15 @@ int st_page_where(tacod_store *s, const st_page_def *d, const char *user,
 	rc = st_check_user(user, 1, err);
 	if (rc < 0)
 		return rc;
-	/* created_at <= ?1 bounds the index range; the rest breaks ties. */
+	/* created_at bounds the index range; the rest breaks ties. */
 	if (snprintf(sql, sizeof(sql),
-		     "SELECT %s FROM %s WHERE %s created_at <= ?1"
-		     " AND (created_at < ?1 OR rowid < ?2)%s%s%s"
-		     " ORDER BY created_at DESC, rowid DESC LIMIT ?3",
+		     ascending
+			 ? "SELECT %s FROM %s WHERE %s created_at >= ?1"
+			   " AND (created_at > ?1 OR rowid > ?2)%s%s%s"
+			   " ORDER BY created_at, rowid LIMIT ?3"
+			 : "SELECT %s FROM %s WHERE %s created_at <= ?1"
+			   " AND (created_at < ?1 OR rowid < ?2)%s%s%s"
+			   " ORDER BY created_at DESC, rowid DESC LIMIT ?3",
 		     d->cols, d->table, user ? "user = ?4 AND" : "",
 		     cond ? " AND (" : "", cond ? cond : "",
 		     cond ? ")" : "") >= (int)sizeof(sql))
@@ -458,6 +471,9 @@ int st_page_where(tacod_store *s, const st_page_def *d, const char *user,
 	if (rc < 0)
 		return rc;
 	rc = st_anchor(s, d->table, user, after, &at, &row, err);
+	/* oldest first from the start: below every row */
+	if (rc == 0 && ascending && (!after || !*after))
+		at = row = INT64_MIN;
 	if (rc == 0)
 		rc = st_prep(s, &q, d->table, sql, err);
 	if (rc == 0) {

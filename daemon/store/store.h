@@ -42,14 +42,17 @@ int tacod_store_relaxed(tacod_store *s, int on, taco_err *err);
 void tacod_new_id(const char *prefix, char out[TACOD_ID_MAX]);
 
 /* Files. user NULL means any user (admin); another user's rows are
- * -ENOENT, never -EPERM, so ids do not leak. Lists are newest first,
- * starting after the id `after` ("" = from the start), at most limit
- * (<= TACOD_LIST_MAX) rows; *has_more tells whether more follow. */
+ * -ENOENT, never -EPERM, so ids do not leak. Lists are newest first
+ * (unless they say otherwise), starting after the id `after` ("" = from
+ * the start), at most limit (<= TACOD_LIST_MAX) rows; *has_more tells
+ * whether more follow. */
 int tacod_store_file_add(tacod_store *s, const tacod_file *f, taco_err *err);
 int tacod_store_file_get(tacod_store *s, const char *user, const char *id,
 			 tacod_file *out, taco_err *err);
-int tacod_store_file_list(tacod_store *s, const char *user, const char *after,
-			  int limit, tacod_file *out, int *n, int *has_more,
+/* Of one purpose (NULL: any), oldest first when ascending. */
+int tacod_store_file_list(tacod_store *s, const char *user, const char *purpose,
+			  int ascending, const char *after, int limit,
+			  tacod_file *out, int *n, int *has_more,
 			  taco_err *err);
 /* Refused with -EBUSY while a job that is not finished uses the file. A
  * job whose result file it is names none from then on. */
@@ -119,6 +122,9 @@ int tacod_store_model_list(tacod_store *s, const char *user,
 int tacod_store_event_add(tacod_store *s, const char *job_id, const char *level,
 			  const char *type, const char *message,
 			  const char *data_json, int64_t *seq, taco_err *err);
+/* The seq of a job's newest event in *seq, 0 when it has none. */
+int tacod_store_event_newest(tacod_store *s, const char *job_id, int64_t *seq,
+			     taco_err *err);
 /* Events with seq > after_seq, oldest first, at most limit. */
 int tacod_store_event_list(tacod_store *s, const char *job_id,
 			   int64_t after_seq, int limit, tacod_event *out,
@@ -143,9 +149,13 @@ int tacod_store_event_metrics_each(tacod_store *s, const char *job_id,
  * resumed from an earlier checkpoint saves the same steps again). */
 int tacod_store_checkpoint_add(tacod_store *s, const tacod_checkpoint *c,
 			       taco_err *err);
-/* Lowest step first; when the job has more than cap, the cap latest. */
+/* One page of a job's checkpoints, newest step first: those with a step
+ * below before_step (INT64_MAX: from the newest), at most limit (clamped
+ * to [1, TACOD_LIST_MAX]); *has_more tells whether older ones follow.
+ * Each row's metrics is the caller's to free. */
 int tacod_store_checkpoint_list(tacod_store *s, const char *job_id,
-				tacod_checkpoint *out, int cap, int *n,
+				int64_t before_step, int limit,
+				tacod_checkpoint *out, int *n, int *has_more,
 				taco_err *err);
 /* The checkpoint of job_id at step: -ENOENT when there is none. out's
  * metrics are the caller's to free. */

@@ -13,6 +13,16 @@ the SDK's, not tacod's: its FineTuningJob.status does not list "paused", so
 the calls that return a paused job go through a default (lenient) client,
 as a user's would, and the test checks the status it carries.
 
+Beyond the SDK's own validation, every JSON reply either client gets goes
+through strict_reply (an httpx response hook): the object, each item of a
+list page and each nested object through the SDK's pydantic model of its
+route, with no required field missing, every field of the main objects
+present (null for what tacod does not know), and no field beyond the SDK's
+but tacod's documented extensions (EXTENSIONS, which must be what
+api/openapi.yaml marks `x-tacod-extension`) and OpenAI's list fields that
+the SDK's page classes do not declare; an error reply is exactly OpenAI's
+error object.
+
 Retries are off (max_retries=0): the SDK retries 409 and 5xx by default,
 which would hide an error behind a delay. Run by CTest as `openai_sdk`.
 """
@@ -22,6 +32,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,9 +41,16 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
+import httpx
 import openai
+import pydantic
+import yaml
+from openai.types import FileDeleted, FileObject, Model, ModelDeleted
+from openai.types.fine_tuning import FineTuningJob, FineTuningJobEvent
+from openai.types.fine_tuning.jobs import FineTuningJobCheckpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -119,6 +137,131 @@ class Tacod:
 def check(cond, what):
     if not cond:
         raise AssertionError(what)
+
+
+# ---- strict validation of every reply
+
+# tacod's extension fields, by the SDK model they extend: api/openapi.yaml
+# marks exactly these `x-tacod-extension` (check_extensions_match_spec).
+EXTENSIONS = {
+    "FineTuningJob": {"user_provided_suffix", "taco", "planned_memory_bytes", "measured_peak_memory_bytes"},
+    "Model": {"root", "parent"},
+}
+# The spec's schema of each SDK model above.
+SPEC_SCHEMAS = {"FineTuningJob": "FineTuningJob", "FileObject": "File", "FineTuningJobEvent": "FineTuningJobEvent",
+                "FineTuningJobCheckpoint": "FineTuningJobCheckpoint", "Model": "Model"}
+# The objects tacod sends whole: every field of the SDK's model is there.
+COMPLETE = {"FineTuningJob", "FileObject", "FineTuningJobEvent", "FineTuningJobCheckpoint", "Model",
+            "FileDeleted", "ModelDeleted"}
+# OpenAI's list object: what its pages carry (the SDK's page classes
+# declare only data and has_more).
+PAGE_KEYS = {"object", "data", "has_more", "first_id", "last_id"}
+ERROR_KEYS = {"message", "type", "param", "code"}
+ID = r"[A-Za-z0-9_.:%-]+"
+# (method, path under /v1, the SDK model of the reply, is it a list page)
+REPLIES = [
+    ("GET", r"/models", Model, True),
+    ("GET", rf"/models/{ID}", Model, False),
+    ("DELETE", rf"/models/{ID}", ModelDeleted, False),
+    ("GET", r"/files", FileObject, True),
+    ("POST", r"/files", FileObject, False),
+    ("GET", rf"/files/{ID}", FileObject, False),
+    ("DELETE", rf"/files/{ID}", FileDeleted, False),
+    ("GET", r"/fine_tuning/jobs", FineTuningJob, True),
+    ("POST", r"/fine_tuning/jobs", FineTuningJob, False),
+    ("GET", rf"/fine_tuning/jobs/{ID}", FineTuningJob, False),
+    ("POST", rf"/fine_tuning/jobs/{ID}/(cancel|pause|resume)", FineTuningJob, False),
+    ("GET", rf"/fine_tuning/jobs/{ID}/events", FineTuningJobEvent, True),
+    ("GET", rf"/fine_tuning/jobs/{ID}/checkpoints", FineTuningJobCheckpoint, True),
+]
+SEEN = Counter()  # replies validated, by model (and "error")
+
+
+def strict_model(m, where):
+    """An SDK model instance (and the models inside it): no required field
+    missing, every field of a COMPLETE one present, nothing beyond the
+    SDK's fields but EXTENSIONS."""
+    name = type(m).__name__
+    fields = type(m).model_fields
+    missing = [f for f, info in fields.items() if info.is_required() and f not in m.model_fields_set]
+    check(not missing, f"{where}: {name} lacks required {missing}")
+    if name in COMPLETE:
+        absent = sorted(set(fields) - m.model_fields_set)
+        check(not absent, f"{where}: {name} lacks {absent} (null is how tacod says it does not know)")
+    extra = set(m.model_extra or {}) - EXTENSIONS.get(name, set())
+    check(not extra, f"{where}: {name} has fields beyond the SDK's and tacod's extensions: {sorted(extra)}")
+    for f in fields:
+        v = getattr(m, f)
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, pydantic.BaseModel):
+                strict_model(x, f"{where}.{f}")
+
+
+def strict_object(model, data, where):
+    check(isinstance(data, dict), f"{where}: not an object: {data!r}")
+    if model is FineTuningJob and data.get("status") == "paused":
+        # tacod's status (api/openapi.yaml), which the SDK's Literal lacks
+        data = dict(data, status="running")
+    try:
+        m = model.model_validate(data)
+    except pydantic.ValidationError as e:
+        raise AssertionError(f"{where}: not a valid {model.__name__}: {e}") from None
+    strict_model(m, where)
+    SEEN[model.__name__] += 1
+
+
+def strict_body(method, path, status, body):
+    where = f"{method} {path} ({status})"
+    if status >= 400:
+        err = body.get("error") if isinstance(body, dict) else None
+        check(isinstance(body, dict) and set(body) == {"error"}, f"{where}: not an error envelope: {body}")
+        check(isinstance(err, dict) and set(err) == ERROR_KEYS, f"{where}: error fields {sorted(err or {})}")
+        check(isinstance(err["message"], str) and err["message"] and isinstance(err["type"], str), f"{where}: {err}")
+        check(all(err[k] is None or isinstance(err[k], str) for k in ("param", "code")), f"{where}: {err}")
+        SEEN["error"] += 1
+        return
+    for m, pattern, model, page in REPLIES:
+        if m == method and re.fullmatch(pattern, path):
+            break
+    else:
+        raise AssertionError(f"{where}: no SDK type known for this reply")
+    if not page:
+        strict_object(model, body, where)
+        return
+    check(isinstance(body, dict) and set(body) == PAGE_KEYS, f"{where}: list fields {sorted(body)}")
+    data = body["data"]
+    check(body["object"] == "list" and isinstance(data, list) and isinstance(body["has_more"], bool), where)
+    ids = [x.get("id") if isinstance(x, dict) else None for x in data]
+    check(body["first_id"] == (ids[0] if ids else None), f"{where}: first_id {body['first_id']} of {ids}")
+    check(body["last_id"] == (ids[-1] if ids else None), f"{where}: last_id {body['last_id']} of {ids}")
+    check(len(set(ids)) == len(ids), f"{where}: an id twice in one page: {ids}")
+    for i, x in enumerate(data):
+        strict_object(model, x, f"{where} data[{i}]")
+
+
+def strict_reply(response):
+    """httpx's response hook: every JSON reply through strict_body."""
+    if not response.headers.get("content-type", "").startswith("application/json"):
+        return
+    response.read()
+    path = response.request.url.path
+    check(path.startswith("/v1/"), f"a reply from outside /v1: {path}")
+    strict_body(response.request.method, path[3:], response.status_code, response.json())
+
+
+def strict_http():
+    return httpx.Client(event_hooks={"response": [strict_reply]})
+
+
+def check_extensions_match_spec():
+    """EXTENSIONS is what api/openapi.yaml marks x-tacod-extension."""
+    schemas = yaml.safe_load((ROOT / "api" / "openapi.yaml").read_text())["components"]["schemas"]
+    for model, schema in SPEC_SCHEMAS.items():
+        props = schemas[schema].get("properties", {})
+        marked = {k for k, v in props.items() if isinstance(v, dict) and v.get("x-tacod-extension")}
+        allowed = EXTENSIONS.get(model, set())
+        check(marked == allowed, f"{schema}: the spec marks {sorted(marked)}, the test allows {sorted(allowed)}")
+    return "strict validation: the extension fields allowed are the spec's"
 
 
 def wait_status(client, job_id, status):
@@ -212,12 +355,22 @@ def results_and_metrics(client, train_id):
 
 def run(base_url):
     strict = openai.OpenAI(
-        base_url=base_url, api_key=TOKEN, max_retries=0, timeout=30, _strict_response_validation=True
+        base_url=base_url,
+        api_key=TOKEN,
+        max_retries=0,
+        timeout=30,
+        _strict_response_validation=True,
+        http_client=strict_http(),
     )
     # the SDK's FineTuningJob has no "paused": only for paused jobs
-    lenient = openai.OpenAI(base_url=base_url, api_key=TOKEN, max_retries=0, timeout=30)
+    lenient = openai.OpenAI(base_url=base_url, api_key=TOKEN, max_retries=0, timeout=30, http_client=strict_http())
     other = openai.OpenAI(
-        base_url=base_url, api_key=OTHER_TOKEN, max_retries=0, timeout=30, _strict_response_validation=True
+        base_url=base_url,
+        api_key=OTHER_TOKEN,
+        max_retries=0,
+        timeout=30,
+        _strict_response_validation=True,
+        http_client=strict_http(),
     )
     client = strict
     steps = []
@@ -262,8 +415,9 @@ def run(base_url):
     check(job.status == "validating_files" and job.model == "llama_gqa", f"jobs.create: {job.status} {job.model}")
     check(job.training_file == f.id and job.validation_file is None, "jobs.create: files")
     check(job.seed == 1 and job.metadata == {"run": "sdk"}, f"jobs.create: {job.seed} {job.metadata}")
+    # the values the job runs with: taco.steps, not n_epochs, sets its length
     check(
-        job.hyperparameters.n_epochs == 1 and job.hyperparameters.batch_size == 4,
+        job.hyperparameters.n_epochs is None and job.hyperparameters.batch_size == 4,
         f"jobs.create: {job.hyperparameters}",
     )
     check(job.fine_tuned_model is None and job.finished_at is None and job.error is None, "jobs.create: not done")
@@ -386,7 +540,17 @@ def run(base_url):
     check(job.finished_at is not None, "bad data: finished_at")
     steps.append("jobs.create of invalid data: validating_files, then failed")
     steps += results_and_metrics(client, f.id)
+    steps += part4_checkpoint_paging(client, f.id)
+    steps += part4_files_paging(client)
+    steps += part5_hyperparameters(client, f.id)
+    steps += part5_not_supported(client)
+    steps.append(check_extensions_match_spec())
+    seen = ", ".join(f"{k} {v}" for k, v in sorted(SEEN.items()))
+    for kind in ("FileObject", "FineTuningJob", "FineTuningJobEvent", "FineTuningJobCheckpoint", "Model", "error"):
+        check(SEEN[kind] > 0, f"strict validation saw no {kind}: {seen}")
+    steps.append(f"strict validation of every reply ({seen})")
     return steps
+
 
 def fine_tuned_models(client, other, f, done, ckpt):
     """Issue 31, part 1: SFT, then a job from the first's fine_tuned_model,
@@ -446,6 +610,177 @@ def fine_tuned_models(client, other, f, done, ckpt):
     check(client.fine_tuning.jobs.retrieve(done.id).fine_tuned_model == ft, "the job forgot its model")
     steps.append("models.delete")
     return steps
+
+
+def expect_error(cls, code, param, call):
+    """call() raises the SDK's error class cls with OpenAI's code and param."""
+    try:
+        call()
+    except cls as e:
+        check(e.code == code and e.param == param, f"{cls.__name__}: code {e.code} param {e.param}: {e.message}")
+        return e
+    raise AssertionError(f"no {cls.__name__} ({code})")
+
+
+def part4_checkpoint_paging(client, training_file):
+    """Checkpoints paged as OpenAI's: newest step first, limit, after,
+    has_more only when a next page has a checkpoint that can be
+    downloaded (keep_checkpoints removed the older ones' weights)."""
+    job = client.fine_tuning.jobs.create(
+        model="llama_gqa",
+        training_file=training_file,
+        suffix="ckpt",
+        extra_body={"taco": {"steps": 6, "seq_len": 24, "checkpoint_every": 1, "keep_checkpoints": 4}},
+    )
+    wait_status(client, job.id, "succeeded")
+    ckpts = client.fine_tuning.jobs.checkpoints
+    whole = ckpts.list(job.id)  # OpenAI's default limit, 10: all of them
+    steps = [c.step_number for c in whole.data]
+    check(steps == [6, 5, 4, 3] and not whole.has_more, f"checkpoints.list: steps {steps}, has_more {whole.has_more}")
+    check(whole.first_id == whole.data[0].id and whole.last_id == whole.data[-1].id, "checkpoints first_id/last_id")
+    check(all(c.id == f"ftckpt-{job.id[6:]}-{c.step_number}" for c in whole.data), "checkpoint ids")
+    one = ckpts.list(job.id, limit=1)
+    check([c.step_number for c in one.data] == [6] and one.has_more, f"limit=1: {one.data} {one.has_more}")
+    check(one.first_id == one.last_id == one.data[0].id, "limit=1: first_id and last_id")
+    # the SDK's auto-paging visits each once, newest first
+    walked = [c.id for c in ckpts.list(job.id, limit=1)]
+    check(walked == [c.id for c in whole.data], f"auto-paging with limit=1: {walked}")
+    check([c.id for c in ckpts.list(job.id, limit=3)] == walked, "auto-paging with limit=3")
+    page = ckpts.list(job.id, limit=3, after=one.data[0].id)
+    check([c.step_number for c in page.data] == [5, 4, 3], f"after step 6: {[c.step_number for c in page.data]}")
+    # steps 1 and 2 are rows whose weights are gone: no page for them
+    check(not page.has_more, "has_more with only removed checkpoints older")
+    last = ckpts.list(job.id, after=whole.data[-1].id)
+    check(last.data == [] and not last.has_more and last.first_id is None, "after the oldest: an empty page")
+    # a removed checkpoint's id still pages on below it
+    below = ckpts.list(job.id, after=f"ftckpt-{job.id[6:]}-2")
+    check(below.data == [] and not below.has_more, "after a removed checkpoint")
+    expect_error(openai.NotFoundError, "not_found", "after", lambda: ckpts.list(job.id, after="ftckpt-other-3"))
+    expect_error(openai.BadRequestError, "invalid_value", "limit", lambda: ckpts.list(job.id, limit=0))
+    expect_error(openai.BadRequestError, "invalid_value", "limit", lambda: ckpts.list(job.id, limit=101))
+    return ["checkpoints paging (limit, after, has_more, auto-paging)", part4_events_paging(client, job.id)]
+
+
+def part4_events_paging(client, job_id):
+    """Events newest first: auto-paging visits each once, and has_more is
+    false on the last page, also after an id past the newest."""
+    events = client.fine_tuning.jobs.list_events
+    every = events(job_id, limit=100)
+    ids = [e.id for e in every.data]
+    check(len(ids) > 6 and not every.has_more, f"list_events: {len(ids)} events")
+    check([e.id for e in events(job_id, limit=3)] == ids, "list_events auto-paging with limit=3")
+    check(len(events(job_id).data) == min(20, len(ids)), "list_events: OpenAI's default limit, 20")
+    tail = events(job_id, limit=len(ids), after=ids[0])
+    check([e.id for e in tail.data] == ids[1:] and not tail.has_more, "list_events after the newest")
+    past = events(job_id, limit=2, after=f"ftevent-{job_id[6:]}-999999")
+    check([e.id for e in past.data] == ids[:2] and past.has_more, "list_events after an id past the newest")
+    end = events(job_id, after=ids[-1])
+    check(end.data == [] and not end.has_more and end.first_id is None, "list_events after the oldest")
+    return "events paging (limit, after, has_more, auto-paging)"
+
+
+def part4_files_paging(client):
+    """Files paged as OpenAI's: order desc (default) or asc, after, limit
+    (OpenAI's range), purpose."""
+    for i in range(3):
+        client.files.create(file=(f"page-{i}.jsonl", f'{{"text": "page {i}"}}\n'.encode()), purpose="fine-tune")
+    first = client.files.list()  # OpenAI's default limit, 10000: all, 100 a page
+    desc = [x.id for x in first.data]
+    check(len(desc) >= 5 and not first.has_more, f"files.list: {len(desc)} files, has_more {first.has_more}")
+    times = [x.created_at for x in first.data]
+    check(times == sorted(times, reverse=True), "files.list is not newest first")
+    asc = client.files.list(order="asc")
+    check([x.id for x in asc.data] == desc[::-1], "files.list(order=asc) is not the reverse")
+    check([x.id for x in client.files.list(limit=1)] == desc, "files auto-paging with limit=1")
+    check([x.id for x in client.files.list(limit=2, order="asc")] == desc[::-1], "asc auto-paging with limit=2")
+    page = client.files.list(limit=2, after=desc[1])
+    check([x.id for x in page.data] == desc[2:4] and page.has_more == (len(desc) > 4), "files.list(after, limit)")
+    page = client.files.list(limit=2, after=desc[-3], order="asc")
+    check([x.id for x in page.data] == desc[-4:-6:-1], "files.list(after, limit, order=asc)")
+    tuned = [x.id for x in client.files.list(purpose="fine-tune")]
+    results = client.files.list(purpose="fine-tune-results").data
+    check(all(x.purpose == "fine-tune-results" for x in results), "purpose=fine-tune-results")
+    check(sorted(tuned + [x.id for x in results]) == sorted(desc), "the purposes do not add up to every file")
+    none = client.files.list(purpose="batch")
+    check(none.data == [] and not none.has_more and none.last_id is None, "purpose=batch")
+    check(len(client.files.list(limit=10000).data) == len(desc), "limit=10000")
+    expect_error(openai.BadRequestError, "invalid_value", "order", lambda: client.files.list(order="sideways"))
+    expect_error(openai.BadRequestError, "invalid_value", "limit", lambda: client.files.list(limit=10001))
+    expect_error(openai.BadRequestError, "invalid_value", "purpose", lambda: client.files.list(purpose="fine_tune"))
+    expect_error(openai.NotFoundError, "not_found", "id", lambda: client.files.list(after="file-doesnotexist"))
+    return ["files paging (order, after, limit, purpose)"]
+
+
+def part5_hyperparameters(client, training_file):
+    """method.supervised.hyperparameters, the deprecated top-level ones, and
+    the job object's effective values in both places."""
+    jobs = client.fine_tuning.jobs
+
+    def create(**kw):
+        job = jobs.create(model="llama_gqa", training_file=training_file, extra_body={"taco": {"seq_len": 24}}, **kw)
+        jobs.cancel(job.id)  # validating: cancelled at once, nothing trains
+        return job
+
+    def hp(job):
+        got = job.hyperparameters.to_dict()
+        check(
+            job.method.type == "supervised" and job.method.supervised.hyperparameters.to_dict() == got,
+            f"{job.id}: method's hyperparameters {job.method} differ from {got}",
+        )
+        return got
+
+    def method(**h):
+        return {"type": "supervised", "supervised": {"hyperparameters": h}}
+
+    job = create(method=method(n_epochs=2, batch_size=2, learning_rate_multiplier=0.5))
+    got = hp(job)
+    check(got == {"n_epochs": 2, "batch_size": 2, "learning_rate_multiplier": 0.5}, f"method's: {got}")
+    check(hp(jobs.retrieve(job.id)) == got, "retrieve: another hyperparameters")
+    # the deprecated place, and "auto": tacod's defaults
+    got = hp(create(hyperparameters={"n_epochs": "auto", "learning_rate_multiplier": 2}))
+    check(got == {"n_epochs": 3, "batch_size": 4, "learning_rate_multiplier": 2.0}, f"top level's: {got}")
+    # both places, the same value or different fields: accepted
+    got = hp(create(hyperparameters={"batch_size": 8, "n_epochs": 1}, method=method(batch_size=8)))
+    check(got == {"n_epochs": 1, "batch_size": 8, "learning_rate_multiplier": 1.0}, f"both: {got}")
+    # both places, different values: refused, naming method's field
+    for top, sup, name in (({"batch_size": 8}, {"batch_size": 16}, "batch_size"),
+                           ({"n_epochs": "auto"}, {"n_epochs": 2}, "n_epochs")):
+        e = expect_error(
+            openai.BadRequestError,
+            "conflicting_hyperparameters",
+            f"method.supervised.hyperparameters.{name}",
+            lambda: jobs.create(
+                model="llama_gqa", training_file=training_file, hyperparameters=top, method=method(**sup)
+            ),
+        )
+        check(e.status_code == 400 and f"hyperparameters.{name}" in e.message, e.message)
+    e = expect_error(
+        openai.BadRequestError,
+        "unsupported_method",
+        "method.type",
+        lambda: jobs.create(model="llama_gqa", training_file=training_file, method={"type": "dpo", "dpo": {}}),
+    )
+    check("supervised" in e.message, e.message)
+    return ["method.supervised.hyperparameters, the top level's, and a conflict (400)"]
+
+
+def part5_not_supported(client):
+    """OpenAI's checkpoint permissions and graders: a documented 404 in the
+    error envelope, the SDK's NotFoundError."""
+    perms = client.fine_tuning.checkpoints.permissions
+    name = "ft:llama_gqa:ckpt:0123abcd:ckpt-step-6"
+    grader = {"type": "string_check", "name": "g", "input": "a", "reference": "a", "operation": "eq"}
+    calls = [
+        lambda: perms.create(name, project_ids=["proj_abc"]),
+        lambda: perms.retrieve(name),
+        lambda: perms.delete("cp_abc", fine_tuned_model_checkpoint=name),
+        lambda: client.fine_tuning.alpha.graders.run(grader=grader, model_sample="a"),
+        lambda: client.fine_tuning.alpha.graders.validate(grader=grader),
+    ]
+    for call in calls:
+        e = expect_error(openai.NotFoundError, "not_supported", None, call)
+        check(e.status_code == 404 and "not supported" in e.message, e.message)
+    return ["checkpoint permissions and graders: 404 not_supported"]
 
 
 def main():

@@ -14,7 +14,10 @@ that is not the schema's. Before such a request is sent:
   the same request. A value that is not valid for its schema is left as it
   is: that is what a negative case tests. So a positive case stays positive
   and a negative one negative.
-- in a positive case only: `batch_size` x `taco.seq_len` is brought under
+- in a positive case only: a hyperparameter given both at the top level
+  and in `method.supervised.hyperparameters` gets method's value in both
+  (different values are 400 `conflicting_hyperparameters`);
+  `batch_size` x `taco.seq_len` is brought under
   1,048,576 tokens (the engine's rule across two options), and for a create
   (not a plan, which answers 200 for a job that does not fit) under
   TACO_ST_MAX_TOKENS tokens per micro-batch so that the plan fits the test's
@@ -58,6 +61,16 @@ def integer(v):
     return int(v) if v == int(v) else None
 
 
+def agree_hyperparameters(body):
+    """The top level's hyperparameters take method's values where both have one."""
+    top = body.get("hyperparameters")
+    method = body.get("method") if isinstance(body.get("method"), dict) else {}
+    supervised = method.get("supervised") if isinstance(method.get("supervised"), dict) else {}
+    sup = supervised.get("hyperparameters")
+    if isinstance(top, dict) and isinstance(sup, dict):
+        body["hyperparameters"] = {k: sup.get(k, v) for k, v in top.items()}
+
+
 def batch_size(body):
     """The batch size the request resolves to: method's over the top level's, 4 for "auto"."""
     size = 4
@@ -83,6 +96,8 @@ def before_call(context, case, kwargs):
     for key in ("training_file", "validation_file"):
         if data_file_valid(body.get(key)):
             body[key] = pick(FILES, body[key])
+    if positive:
+        agree_hyperparameters(body)
     taco = body.get("taco")
     if positive and isinstance(taco, dict):
         taco = dict(taco)
