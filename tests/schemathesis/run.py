@@ -201,6 +201,16 @@ def lay_out(base, work):
     j = user.wait(done, ("succeeded", "failed", "cancelled"))
     if j["status"] != "succeeded":
         raise RuntimeError(f"the set-up job {done} ended {j['status']}: {j.get('error')}")
+    # A second finished job of the user, whose fine-tuned model is the one
+    # DELETE /v1/models/{model} deletes: the fuzzer would otherwise take
+    # the first job's (from a GET's reply) and leave its downloads 404.
+    spare = user.call(
+        "POST", "/v1/fine_tuning/jobs", {"model": MODEL, "training_file": f_done, "taco": {"steps": 1, "seq_len": 24}}
+    )["id"]
+    j_spare = user.wait(spare, ("succeeded", "failed", "cancelled"))
+    if j_spare["status"] != "succeeded":
+        raise RuntimeError(f"the set-up job {spare} ended {j_spare['status']}: {j_spare.get('error')}")
+    models = [MODEL, j["fine_tuned_model"]]
     ckpts = [c["id"] for c in user.call("GET", f"/v1/fine_tuning/jobs/{done}/checkpoints")["data"]]
     if len(ckpts) != 2:
         raise RuntimeError(f"the set-up job {done} has checkpoints {ckpts}")
@@ -248,6 +258,19 @@ values = {json.dumps([done] + live)}
 values = {json.dumps(live)}
 [dictionaries.checkpoints]
 values = {json.dumps(ckpts + [c.rsplit("-", 1)[1] for c in ckpts])}
+[dictionaries.models]
+values = {json.dumps(models)}
+[dictionaries.deletable]
+values = {json.dumps([j_spare["fine_tuned_model"]])}
+
+# The models: half the retrieves name real ones; every delete names the
+# spare job's fine-tuned model (200 once, then 404: deleted).
+[[operations]]
+include-operation-id = "retrieveModel"
+parameters = {{ "path.model" = {{ dictionary = "models", probability = 0.5 }} }}
+[[operations]]
+include-operation-id = "deleteModel"
+parameters = {{ "path.model" = {{ dictionary = "deletable", probability = 1.0 }} }}
 
 # Cancelling a job that has finished is 400 `job_finished`, as OpenAI's
 # API answers it (the SDK raises BadRequestError; tests/openai_sdk checks
