@@ -588,6 +588,9 @@ START_TEST(test_cancel_while_validating)
 	json_decref(j);
 	ck_assert_int_eq(job_post(a, "cancel", &j), 200);
 	ck_assert_str_eq(th_str(j, "status"), "cancelled");
+	/* ended: when, as for a job cancelled while it runs */
+	ck_assert_int_gt(json_integer_value(json_object_get(j, "finished_at")),
+			 0);
 	json_decref(j);
 	ck_assert_int_eq(job_post(b, "cancel", &j), 200);
 	ck_assert_str_eq(th_str(j, "status"), "cancelled");
@@ -598,6 +601,8 @@ START_TEST(test_cancel_while_validating)
 	for (int k = 0; k < 2; k++) {
 		const char *id = k ? b : a;
 		j = th_wait_status(id, "cancelled");
+		ck_assert_int_gt(
+		    json_integer_value(json_object_get(j, "finished_at")), 0);
 		json_decref(j);
 		ev = events_dump(id);
 		ck_assert_ptr_nonnull(strstr(ev, "was cancelled"));

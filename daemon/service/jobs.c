@@ -444,11 +444,13 @@ int tacod_route_job_cancel(tacod_http_req *r, void *ctx)
 		    j.status == TACOD_VALIDATING) {
 			int from = j.status, t;
 			j.status = TACOD_CANCELLED;
-			/* the status and its webhook deliveries together */
+			j.finished_at = tacod_now();
+			/* the status, its end and its webhook deliveries
+			 * together; only while the job is still in `from` */
 			t = tacod_store_tx_begin(s->store, &err);
 			if (!t) {
-				t = tacod_store_job_transition(
-				    s->store, id, from, TACOD_CANCELLED, &err);
+				t = tacod_store_job_update_from(s->store, &j,
+								from, &err);
 				if (!t)
 					t = tacod_webhooks_job_status(s->hooks,
 								      &j, &err);
@@ -458,6 +460,7 @@ int tacod_route_job_cancel(tacod_http_req *r, void *ctx)
 				rc = t; /* nothing changed: 507 */
 			} else if (t) {
 				j.status = from;
+				j.finished_at = 0;
 			} else {
 				tacod_store_event_add(
 				    s->store, id, "info", "status",
