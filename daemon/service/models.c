@@ -115,10 +115,14 @@ static int find_model(tacod_service *s, const char *scope, const char *name,
 static int link_into(const char *dir, const char *name, const char *dst,
 		     int may_copy, taco_err *err)
 {
-	char from[TACOD_PATH_MAX + 320], to[TACOD_PATH_MAX + 320];
+	char from[2 * TACOD_PATH_MAX], to[2 * TACOD_PATH_MAX];
+	int nf = snprintf(from, sizeof(from), "%s/%s", dir, name);
+	int nt = snprintf(to, sizeof(to), "%s/%s", dst, name);
 
-	snprintf(from, sizeof(from), "%s/%s", dir, name);
-	snprintf(to, sizeof(to), "%s/%s", dst, name);
+	if (nf < 0 || nt < 0 || (size_t)nf >= sizeof(from) ||
+	    (size_t)nt >= sizeof(to))
+		return taco_err_set(err, -ENAMETOOLONG, "%s: path too long",
+				    name);
 	if (link(from, to) == 0)
 		return 0;
 	if (errno == ENOENT)
