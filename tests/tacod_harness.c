@@ -56,9 +56,36 @@ void th_start(uint64_t device_memory, void (*tweak)(tacod_config *))
 	pthread_create(&thread, NULL, run_loop, NULL);
 }
 
+static char users_tokens[128]; /* th_start_users's tokens file, or "" */
+
+static void with_users(tacod_config *c)
+{
+	snprintf(c->tokens_file, sizeof(c->tokens_file), "%s", users_tokens);
+}
+
+void th_start_users(uint64_t device_memory)
+{
+	FILE *f;
+
+	snprintf(users_tokens, sizeof(users_tokens), "/tmp/tacod-tok-%d",
+		 (int)getpid());
+	f = fopen(users_tokens, "w");
+	ck_assert_ptr_nonnull(f);
+	th_token_line(f, "alice-t", "alice", "user");
+	th_token_line(f, "carol-t", "carol", "user");
+	th_token_line(f, "bob-t", "bob", "admin");
+	fclose(f);
+	th_start(device_memory, with_users);
+}
+
 void th_stop(void)
 {
 	char cmd[128];
+
+	if (users_tokens[0]) {
+		unlink(users_tokens);
+		users_tokens[0] = 0;
+	}
 
 	tacod_service_shutdown(th_svc);
 	pthread_join(thread, NULL);

@@ -41,6 +41,10 @@ const char *th_str(json_t *o, const char *k);
 /* A line of a tokens file: token's SHA-256, user and role. */
 void th_token_line(FILE *f, const char *token, const char *user,
 		   const char *role);
+/* th_start with a tokens file of three users: "alice-t" (alice) and
+ * "carol-t" (carol), users, and "bob-t" (bob), an admin; th_stop removes
+ * it. */
+void th_start_users(uint64_t device_memory);
 /* th_call with "Authorization: Bearer token". */
 long th_as(const char *token, const char *method, const char *path,
 	   const char *json, const char *upload, json_t **out);

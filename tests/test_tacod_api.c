@@ -797,29 +797,14 @@ START_TEST(test_parallel_when_memory_allows)
 }
 END_TEST
 
-static char tokens_path[128];
-
-static void with_tokens(tacod_config *c)
-{
-	snprintf(c->tokens_file, sizeof(c->tokens_file), "%s", tokens_path);
-}
-
 /* Users see and touch only their own files and jobs (another user's are
  * 404, as if they did not exist); an admin sees everyone's. */
 START_TEST(test_users_are_isolated)
 {
 	char body[512], path[256], *file, *job;
 	json_t *j;
-	FILE *f;
 
-	snprintf(tokens_path, sizeof(tokens_path), "/tmp/tacod-tok-%d",
-		 (int)getpid());
-	f = fopen(tokens_path, "w");
-	th_token_line(f, "alice-t", "alice", "user");
-	th_token_line(f, "carol-t", "carol", "user");
-	th_token_line(f, "bob-t", "bob", "admin");
-	fclose(f);
-	th_start(8ull << 30, with_tokens);
+	th_start_users(8ull << 30);
 	ck_assert_int_eq(th_as("alice-t", "POST", "/v1/files", NULL,
 			       tu_fixture("data/count_train.jsonl"), &j),
 			 200);
@@ -901,7 +886,6 @@ START_TEST(test_users_are_isolated)
 	free(file);
 	free(job);
 	th_stop();
-	unlink(tokens_path);
 }
 END_TEST
 

@@ -20,13 +20,6 @@
 #include "tacod_harness.h"
 #include "testutil.h"
 
-static char tokens_path[128];
-
-static void with_tokens(tacod_config *c)
-{
-	snprintf(c->tokens_file, sizeof(c->tokens_file), "%s", tokens_path);
-}
-
 /* alice's job from model with these taco options: its id. */
 static char *create(const char *model, const char *file, const char *suffix,
 		    const char *taco)
@@ -177,16 +170,8 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	char path[1024], body[1024], ft[400], ckpt[512], *file, *a, *b, *c, *d,
 	    *e;
 	json_t *j, *m;
-	FILE *f;
 
-	snprintf(tokens_path, sizeof(tokens_path), "/tmp/tacod-tok-m-%d",
-		 (int)getpid());
-	f = fopen(tokens_path, "w");
-	th_token_line(f, "alice-t", "alice", "user");
-	th_token_line(f, "carol-t", "carol", "user");
-	th_token_line(f, "bob-t", "bob", "admin");
-	fclose(f);
-	th_start(8ull << 30, with_tokens);
+	th_start_users(8ull << 30);
 	ck_assert_int_eq(th_as("alice-t", "POST", "/v1/files", NULL,
 			       tu_fixture("data/count_train.jsonl"), &j),
 			 200);
@@ -385,7 +370,6 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	free(d);
 	free(e);
 	th_stop();
-	unlink(tokens_path);
 }
 END_TEST
 
