@@ -21,6 +21,10 @@ typedef struct taco_data {
 	int32_t *tokens; /* all examples, concatenated */
 	int32_t *labels;
 	size_t n_tokens, cap;
+	/* 1: preference pairs (DPO): examples 2i and 2i + 1 are pair i's
+	 * chosen and rejected sequences, the prompt's labels -100, so n is
+	 * even and an epoch's order shuffles pairs, never splitting one. */
+	int pairs;
 } taco_data;
 
 /* The position of a run in its data: epoch and index into that epoch's
@@ -59,6 +63,21 @@ void taco_data_next_batch(const taco_data *d, uint64_t seed, taco_cursor *cur,
 			  size_t *order, uint64_t *order_epoch, int B, int T,
 			  int packing, int32_t *tokens, int32_t *targets,
 			  int32_t *pos);
+
+/* Preference pairs (d->pairs): P pairs from the cursor (which counts
+ * pairs; the epoch order is taco_data_epoch_order over d->n / 2 pairs, so
+ * order has d->n / 2 entries) into 2P rows of T tokens: row 2i is pair
+ * i's chosen sequence, row 2i + 1 its rejected one, each truncated to T
+ * and padded (token 0, target -100), positions from 0. */
+void taco_data_next_pairs(const taco_data *d, uint64_t seed, taco_cursor *cur,
+			  size_t *order, uint64_t *order_epoch, int P, int T,
+			  int32_t *tokens, int32_t *targets, int32_t *pos);
+
+/* Pairs [first, first + P) in file order into 2P rows as above
+ * (evaluation, the reference pass); rows of pairs past the end are fully
+ * masked. */
+void taco_data_pair_rows(const taco_data *d, size_t first, int P, int T,
+			 int32_t *tokens, int32_t *targets, int32_t *pos);
 
 /* Rows [first, first + B) of the data in file order, one example a row
  * (evaluation); rows past the end are fully masked. */

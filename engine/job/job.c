@@ -27,6 +27,7 @@ static void defaults(taco_job *job)
 	job->max_examples = 10000000;
 	job->activation_checkpointing = 1;
 	job->dropout = -1;
+	job->dpo_beta = TACO_DPO_BETA_DEFAULT;
 }
 
 int taco_job_parse(const char *json, size_t len, const char *dir, taco_job *job,

@@ -22,6 +22,16 @@ typedef struct taco_optim_opts {
  * AdamW 0.9 / 0.999 / 1e-8 / 0. */
 void taco_optim_defaults(taco_optim_opts *o);
 
+/* The training method, in the order of the job file's names: supervised
+ * fine-tuning on examples, or DPO on preference pairs (docs/job.md). */
+enum taco_method {
+	TACO_METHOD_SFT = 0,
+	TACO_METHOD_DPO,
+};
+
+/* DPO's beta when the job sets none (TRL's and OpenAI's "auto"). */
+#define TACO_DPO_BETA_DEFAULT 0.1
+
 /* A chat dataset's template (engine/data), in the order of the job file's
  * names. */
 enum taco_template {

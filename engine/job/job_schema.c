@@ -61,6 +61,18 @@ static void weights_stream(json_t *o, taco_job *job, taco_job_problems *p)
 				    "activation_checkpointing");
 }
 
+/* DPO scores each sequence of a pair in a row of its own: packing would
+ * put several pairs' sequences in one row. */
+static void method_fits(json_t *o, taco_job *job, taco_job_problems *p)
+{
+	(void)o;
+	if (job->method == TACO_METHOD_DPO && job->packing)
+		taco_job_problem(p, "packing: not with method dpo (each "
+				    "sequence of a pair is a row of its own)");
+	if (job->method != TACO_METHOD_DPO && json_object_get(o, "dpo"))
+		taco_job_problem(p, "dpo: only with method dpo");
+}
+
 /* The rows: name, setter, type, then the value's place and limits. */
 
 #define AT(field) .offset = offsetof(taco_job, field)
@@ -81,6 +93,8 @@ static const char *const overlength[] = {"truncate", "drop", "error", NULL};
 static const char *const precisions[] = {"auto", "fp32", "bf16", NULL};
 static const char *const choices[] = {"auto", "off", "on", NULL};
 static const char *const residencies[] = {"auto", "device", "host", NULL};
+/* in the order of enum taco_method */
+static const char *const methods[] = {"sft", "dpo", NULL};
 
 static const taco_job_key taco_fields[] = {
     {"k", REQUEST, TACO_JOB_INT, AT(optim.k), INTS(1, 16)},
@@ -100,6 +114,11 @@ static const taco_job_key adamw_fields[] = {
      .open_min = 1},
     {"weight_decay", REQUEST, TACO_JOB_FLOAT, AT(optim.adam_weight_decay),
      NUMS(0, 1)},
+    {.name = NULL},
+};
+
+static const taco_job_key dpo_fields[] = {
+    {"beta", REQUEST, TACO_JOB_NUM, AT(dpo_beta), NUMS(0, 100), .open_min = 1},
     {.name = NULL},
 };
 
@@ -151,6 +170,9 @@ const taco_job_key taco_job_keys[] = {
     {"train_on", REQUEST, TACO_JOB_ENUM, AT(train_on_all), .names = train_on},
     {"overlength", REQUEST, TACO_JOB_ENUM, AT(overlength), .names = overlength},
     {"eval_multiple_choice", DAEMON, TACO_JOB_PATH, AT(eval_multiple_choice)},
+    {"method", REQUEST, TACO_JOB_ENUM, AT(method), .names = methods,
+     .then = method_fits},
+    {"dpo", REQUEST, TACO_JOB_OBJECT, .fields = dpo_fields},
     {.name = NULL},
 };
 

@@ -222,6 +222,31 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 		    const taco_grad_sink *sink, taco_step_stats *stats,
 		    taco_err *err);
 
+/* A preference (DPO) step. Rows 2i and 2i + 1 of b are pair i's chosen
+ * and rejected sequences, their targets the output's tokens only;
+ * ref[2i], ref[2i + 1] their reference log-probabilities (the starting
+ * model's, summed over the targets). With logp the policy's, the loss is
+ *   sum_i -log sigmoid(beta ((logp_c - ref_c) - (logp_r - ref_r))) / norm_pairs
+ * (norm_pairs: the pairs of the optimizer step, > 0). The sched's pref must
+ * be set. stats: loss_sum the pairs' summed loss, loss loss_sum / pairs,
+ * n_targets and n_correct over the tokens as for taco_model_step; logp
+ * (may be NULL) [B] the rows' log-probabilities. */
+typedef struct taco_pref {
+	double beta;
+	int64_t norm_pairs;
+	const double *ref; /* [B], host memory */
+} taco_pref;
+
+int taco_model_step_pref(taco_model *m, const taco_batch *b,
+			 const taco_pref *p, const taco_grad_sink *sink,
+			 taco_step_stats *stats, double *logp, taco_err *err);
+
+/* The DPO loss of n pairs (host, double): logp and ref [2n] as above.
+ * loss[n] each pair's loss; dlogp[2n] (may be NULL) the derivative of
+ * sum(loss) / norm_pairs by each logp. */
+void taco_pref_loss(double beta, const double *logp, const double *ref, int n,
+		    int64_t norm_pairs, double *loss, double *dlogp);
+
 /* Forward only: loss statistics, chunked (no logits kept). */
 int taco_model_eval(taco_model *m, const taco_batch *b, taco_step_stats *stats,
 		    taco_err *err);

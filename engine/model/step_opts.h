@@ -38,6 +38,9 @@ typedef struct taco_step_opts {
 	 * default): every weight on the device; at most the layer count.
 	 * The same bits either way. */
 	int stream_layers;
+	/* 1: the step may be a preference step (taco_model_step_pref): the
+	 * buffers of each token's loss and gradient scale are made. */
+	int pref;
 } taco_step_opts;
 
 #endif
