@@ -72,6 +72,9 @@ typedef struct tk_ce_rows {
 	float *tl;   /* the target's logit, once its chunk has been seen */
 	int32_t *am; /* running argmax (ties: the smaller id) */
 	float *lse;  /* set by ce_finish: log-sum-exp over the vocabulary */
+	/* ce_grad: each row's own factor on grad_scale (DPO weighs each
+	 * sequence's tokens by its pair's loss), NULL: 1 for every row */
+	const float *scale;
 } tk_ce_rows;
 
 /* Bytes a CPU matmul with a bf16 operand or result allocates for its
@@ -272,7 +275,9 @@ struct tk_ops {
 	void (*ce_finish)(const tk_ce_rows *s, const int32_t *targets, int n,
 			  double *sums, double *row_loss);
 	/* dlogits [n, Vc] (dt, row stride ldd) = grad_scale * (softmax -
-	 * onehot(target)) over the chunk for rows with a target, 0 for the
+	 * onehot(target)), times s->scale[i] when set (the fp32 product
+	 * grad_scale * scale[i] first), over the chunk for rows with a
+	 * target, 0 for the
 	 * others, from the logits and s->lse. dlogits may be logits when dt
 	 * is TK_F32 and ldd == ldl. */
 	void (*ce_grad)(int dt, void *dlogits, int ldd, const float *logits,

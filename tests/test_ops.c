@@ -689,6 +689,7 @@ static void ce_rows_alloc(tk_ce_rows *s, int n)
 	s->lse = fnew((size_t)n);
 	s->am = calloc((size_t)(n > 0 ? n : 1), sizeof(int32_t));
 	ck_assert_ptr_nonnull(s->am);
+	s->scale = NULL;
 }
 
 static void ce_rows_free(tk_ce_rows *s)
@@ -2492,6 +2493,27 @@ START_TEST(test_ce_grad)
 	memcpy(g1, x, (size_t)n * V * 4);
 	ops->ce_grad(TK_F32, g1, V, g1, V, &s, tgt, n, 0, V, scale);
 	ck_assert_mem_eq(g1, g, (size_t)n * V * 4);
+	/* a factor a row: each row as if its grad_scale were the fp32
+	 * product scale * factor */
+	{
+		float rs[n];
+		for (int i = 0; i < n; i++)
+			rs[i] = ((float)(i % 5) - 2.0f) * 0.3f;
+		s.scale = rs;
+		ops->ce_grad(TK_F32, g1, V, x, V, &s, tgt, n, 0, V, scale);
+		s.scale = NULL;
+		for (int i = 0; i < n; i++) {
+			float *one = fnew(V);
+			tk_ce_rows si = s;
+			si.mx += i, si.se += i, si.tl += i, si.am += i,
+			    si.lse += i;
+			ops->ce_grad(TK_F32, one, V, x + (size_t)i * V, V, &si,
+				     tgt + i, 1, 0, V, scale * rs[i]);
+			ck_assert_mem_eq(one, g1 + (size_t)i * V,
+					 (size_t)V * 4);
+			free(one);
+		}
+	}
 	bf_eq_rne(gb, g, (size_t)n * V, "ce_grad bf16");
 	for (int i = 0; i < n; i++) {
 		const float *r = x + (size_t)i * V;

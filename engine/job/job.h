@@ -72,8 +72,8 @@ typedef struct taco_job {
 	int train_on_all;	      /* 0: answers only */
 	int overlength;		      /* enum taco_overlength */
 	char eval_multiple_choice[TACO_PATH_MAX]; /* "" = none */
-	int method;	  /* enum taco_method */
-	double dpo_beta;  /* DPO: the reward scale beta */
+	int method;				  /* enum taco_method */
+	double dpo_beta; /* DPO: the reward scale beta */
 } taco_job;
 
 /* A problem list: every problem found, each naming its option. */

@@ -237,9 +237,9 @@ typedef struct taco_pref {
 	const double *ref; /* [B], host memory */
 } taco_pref;
 
-int taco_model_step_pref(taco_model *m, const taco_batch *b,
-			 const taco_pref *p, const taco_grad_sink *sink,
-			 taco_step_stats *stats, double *logp, taco_err *err);
+int taco_model_step_pref(taco_model *m, const taco_batch *b, const taco_pref *p,
+			 const taco_grad_sink *sink, taco_step_stats *stats,
+			 double *logp, taco_err *err);
 
 /* The DPO loss of n pairs (host, double): logp and ref [2n] as above.
  * loss[n] each pair's loss; dlogp[2n] (may be NULL) the derivative of

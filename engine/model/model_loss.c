@@ -19,10 +19,14 @@
 
 #include "layer.h"
 
-static tk_ce_rows rows_at(taco_work *w, int r0)
+static tk_ce_rows rows_at(const step_ctx *c, int r0)
 {
-	return (tk_ce_rows){w->ce_mx + r0, w->ce_se + r0, w->ce_tl + r0,
-			    w->ce_am + r0, w->ce_lse + r0};
+	taco_work *w = c->w;
+
+	return (tk_ce_rows){
+	    w->ce_mx + r0,  w->ce_se + r0,
+	    w->ce_tl + r0,  w->ce_am + r0,
+	    w->ce_lse + r0, c->row_scale ? c->row_scale + r0 : NULL};
 }
 
 static const void *head_weight(step_ctx *c)
@@ -48,7 +52,7 @@ static void *chunk_dlogits(step_ctx *c, int v0, int vc, int r0, int n,
 {
 	taco_work *w = c->w;
 	void *dl = c->dt == TK_F32 ? (void *)w->logits : w->dlogits;
-	tk_ce_rows s = rows_at(w, r0);
+	tk_ce_rows s = rows_at(c, r0);
 
 	c->o->ce_grad(c->dt, dl, vc, w->logits, vc, &s, w->targets + r0, n, v0,
 		      vc, grad_scale);
@@ -117,26 +121,24 @@ void step_final_bwd(step_ctx *c, const void *x_last)
 		c->o->convert(w->dx, c->dt, dy, c->dt, (size_t)N * H);
 }
 
-void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
-	       float *host_logits, double *row_loss)
+void step_loss_lse(step_ctx *c, const void *x_last, float *host_logits,
+		   double *row_loss)
 {
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
-	int N = w->s.N, H = cf->proj_dim, V = cf->vocab;
-	int Vc = w->s.Vc, Nc = w->s.Nc, head_id = c->m->lm_head;
-	int untied = !cf->tie_embeddings && grad_wanted(c, head_id);
+	int N = w->s.N, V = cf->vocab;
+	int Vc = w->s.Vc, Nc = w->s.Nc;
 	const void *head;
-	tk_ce_rows s = rows_at(w, 0);
+	tk_ce_rows s = rows_at(c, 0);
 
 	final_fwd(c, x_last);
 	head = head_weight(c);
-	/* pass 1: log-sum-exp */
 	for (int v0 = 0; v0 < V; v0 += Vc) {
 		int vc = V - v0 < Vc ? V - v0 : Vc;
 		for (int r0 = 0; r0 < N; r0 += Nc) {
 			int n = N - r0 < Nc ? N - r0 : Nc;
-			tk_ce_rows sr = rows_at(w, r0);
+			tk_ce_rows sr = rows_at(c, r0);
 			chunk_logits(c, head, v0, vc, r0, n);
 			if (host_logits)
 				download_logits(c, host_logits, v0, vc, r0, n);
@@ -146,11 +148,20 @@ void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
 	}
 	/* the sums stay on the backend until the step ends (step_read_sums) */
 	o->ce_finish(&s, w->targets, N, w->ce_sums, row_loss);
-	if (!want_grad)
-		return;
+}
 
-	/* pass 2: the hidden state's gradient (f32, summed over the
-	 * chunks), and an untied head's rows */
+void step_loss_grad(step_ctx *c, float grad_scale)
+{
+	const tk_ops *o = c->o;
+	const taco_config *cf = &c->m->cfg;
+	taco_work *w = c->w;
+	int N = w->s.N, H = cf->proj_dim, V = cf->vocab;
+	int Vc = w->s.Vc, Nc = w->s.Nc, head_id = c->m->lm_head;
+	int untied = !cf->tie_embeddings && grad_wanted(c, head_id);
+	const void *head = head_weight(c);
+
+	/* the hidden state's gradient (f32, summed over the chunks), and an
+	 * untied head's rows */
 	for (int v0 = 0; v0 < V && !c->err; v0 += Vc) {
 		int vc = V - v0 < Vc ? V - v0 : Vc;
 		float *dense = untied ? grad_dense(c, head_id) : NULL;
@@ -180,6 +191,14 @@ void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
 	 * unless a tied head needs it again (then dtie takes it) */
 	o->convert(cf->tie_embeddings ? w->dtie : w->hf, c->dt, w->dh, TK_F32,
 		   (size_t)N * H);
+}
+
+void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
+	       float *host_logits, double *row_loss)
+{
+	step_loss_lse(c, x_last, host_logits, row_loss);
+	if (want_grad)
+		step_loss_grad(c, grad_scale);
 }
 
 /* Untied embedding, part mode: row blocks of the rows the batch holds

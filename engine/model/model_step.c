@@ -343,11 +343,37 @@ static void backward_all(step_ctx *c)
 	stream_end(c);
 }
 
+/* From the loss's gradient on: backward, the embedding's gradient, the
+ * step's one wait, the streamed weights' host copies. */
+static int step_rest(step_ctx *c, taco_step_stats *st, float scale,
+		     taco_err *err)
+{
+	const taco_config *cf = &c->m->cfg;
+
+	step_final_bwd(c, layer_x(c, cf->layers));
+	backward_all(c);
+	if (!c->err)
+		embed_bwd(c);
+	if (!c->err)
+		step_embedding_grad(c, scale);
+	grad_drain(c);
+	if (stream_active(c))
+		c->o->copy_wait();
+	/* the step's one wait; then the host copies of streamed weights
+	 * take their updates, also after a failed consumer's partial ones */
+	finish_stats(c, st);
+	if (stream_active(c))
+		stream_scatter(c);
+	if (c->err)
+		return taco_err_set(err, c->err,
+				    "gradient consumer failed (%d)", c->err);
+	return 0;
+}
+
 int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 		    const taco_grad_sink *sink, taco_step_stats *stats,
 		    taco_err *err)
 {
-	const taco_config *cf = &m->cfg;
 	taco_step_stats st;
 	step_ctx c;
 	int64_t norm;
@@ -360,26 +386,100 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 	norm = norm_targets > 0 ? norm_targets : st.n_targets;
 	scale = norm ? 1.0f / (float)norm : 0.0f;
 	forward_all(&c);
-	step_loss(&c, layer_x(&c, cf->layers), scale, 1, NULL, NULL);
-	step_final_bwd(&c, layer_x(&c, cf->layers));
-	backward_all(&c);
-	if (!c.err)
-		embed_bwd(&c);
-	if (!c.err)
-		step_embedding_grad(&c, scale);
-	grad_drain(&c);
-	if (stream_active(&c))
-		c.o->copy_wait();
-	/* the step's one wait; then the host copies of streamed weights
-	 * take their updates, also after a failed consumer's partial ones */
-	finish_stats(&c, &st);
-	if (stream_active(&c))
-		stream_scatter(&c);
-	if (c.err)
-		return taco_err_set(err, c.err, "gradient consumer failed (%d)",
-				    c.err);
+	step_loss(&c, layer_x(&c, m->cfg.layers), scale, 1, NULL, NULL);
+	if ((r = step_rest(&c, &st, scale, err)))
+		return r;
 	*stats = st;
 	return 0;
+}
+
+static int pref_check(const taco_model *m, const taco_batch *b,
+		      const taco_pref *p, taco_err *err)
+{
+	if (!m->sched.pref)
+		return taco_err_set(err, -EINVAL,
+				    "a preference step needs the schedule's "
+				    "pref set");
+	if (b->B % 2)
+		return taco_err_set(err, -EINVAL,
+				    "a preference batch has two rows a pair, "
+				    "not %d rows",
+				    b->B);
+	if (!p || !p->ref || p->norm_pairs < 1 || !(p->beta > 0) ||
+	    !isfinite(p->beta))
+		return taco_err_set(err, -EINVAL,
+				    "a preference step needs beta > 0, the "
+				    "reference log-probabilities and the "
+				    "step's pair count");
+	return 0;
+}
+
+/* After the log-sum-exp: the rows' log-probabilities from the tokens'
+ * losses (read back: the step waits here once more), the pairs' losses,
+ * and each token's factor on the gradient uploaded. Returns the summed
+ * loss of the pairs (in pair order). */
+static double pref_weigh(step_ctx *c, const taco_pref *p, double *logp,
+			 double *pair)
+{
+	taco_work *w = c->w;
+	int B = w->s.B, T = w->s.T, P = B / 2;
+	double *dlogp = pair + P, sum = 0;
+
+	c->o->download(w->ce_row_host, w->ce_row,
+		       (size_t)w->s.N * sizeof(double));
+	for (int row = 0; row < B; row++) {
+		double l = 0;
+		for (int t = 0; t < T; t++)
+			l += w->ce_row_host[(size_t)row * T + t];
+		logp[row] = -l;
+	}
+	taco_pref_loss(p->beta, logp, p->ref, P, p->norm_pairs, pair, dlogp);
+	/* ce_grad's softmax - onehot is -d(logp)/d(logits) */
+	for (int row = 0; row < B; row++)
+		for (int t = 0; t < T; t++)
+			w->ce_scale_host[(size_t)row * T + t] =
+			    (float)-dlogp[row];
+	c->o->upload(w->ce_scale, w->ce_scale_host,
+		     (size_t)w->s.N * sizeof(float));
+	for (int i = 0; i < P; i++)
+		sum += pair[i];
+	return sum;
+}
+
+int taco_model_step_pref(taco_model *m, const taco_batch *b, const taco_pref *p,
+			 const taco_grad_sink *sink, taco_step_stats *stats,
+			 double *logp, taco_err *err)
+{
+	taco_step_stats st;
+	step_ctx c;
+	double *rows = NULL, loss_sum;
+	int r;
+
+	if ((r = pref_check(m, b, p, err)))
+		return r;
+	/* the rows' log-probabilities [B], then the pairs' losses [B / 2] and
+	 * the derivatives by the rows' log-probabilities [B] */
+	rows = malloc((size_t)b->B * 3 * sizeof(double));
+	if (!rows)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	if ((r = begin(m, b, &c, &st, err)))
+		goto out;
+	c.sink = sink;
+	forward_all(&c);
+	step_loss_lse(&c, layer_x(&c, m->cfg.layers), NULL, c.w->ce_row);
+	loss_sum = pref_weigh(&c, p, rows, rows + b->B);
+	c.row_scale = c.w->ce_scale;
+	step_loss_grad(&c, 1.0f);
+	if ((r = step_rest(&c, &st, 1.0f, err)))
+		goto out;
+	st.loss_sum = loss_sum;
+	st.loss = loss_sum / (double)(b->B / 2);
+	if (logp)
+		memcpy(logp, rows, (size_t)b->B * sizeof(double));
+	*stats = st;
+out:
+	free(rows);
+	return r;
 }
 
 /* Forward only, with the loss statistics (and logits or row losses). */

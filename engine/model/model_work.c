@@ -22,7 +22,7 @@ typedef struct work_buf {
 } work_buf;
 
 /* fixed buffers + per-layer activation sets */
-#define WB_FIXED (59 + TACO_L_COUNT)
+#define WB_FIXED (63 + TACO_L_COUNT)
 #define WB_PER_SET 21
 
 static size_t work_list_cap(int n_acts)
@@ -49,6 +49,7 @@ void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
 	s->dt = m->act_dtype == TK_BF16 ? TK_BF16 : TK_F32;
 	s->keep = sc->keep_activations != 0;
 	s->offload = sc->offload && !s->keep;
+	s->pref = sc->pref != 0;
 	if (s->keep)
 		chunks = 1;
 	else if (sc->mlp_chunks > 0)
@@ -208,6 +209,10 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(ce_se, N, 8, LOSS_CHUNK, R_PERSIST);
 	ADD(ce_am, N, 4, LOSS_CHUNK, R_PERSIST);
 	ADD(ce_sums, 2, 8, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_row, s->pref ? N : 0, 8, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_scale, s->pref ? N : 0, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_row_host, s->pref ? N : 0, 8, LOSS_CHUNK, R_HOST);
+	ADD(ce_scale_host, s->pref ? N : 0, 4, LOSS_CHUNK, R_HOST);
 	ADD(logits, logits, 4, LOSS_CHUNK, R_LOSS);
 	ADD(dlogits, f32 ? 0 : logits, es, LOSS_CHUNK, R_LOSS);
 	ADD(dh, N * Hf, 4, LOSS_CHUNK, R_LOSS);

@@ -74,6 +74,7 @@ typedef struct taco_work_shape {
 	int dt;	       /* activation dtype */
 	int keep;      /* one activation set per layer */
 	int offload;   /* layer inputs in host memory */
+	int pref;      /* preference steps: the buffers of each token's loss */
 	int chunks;    /* MLP blocks */
 	int Ic;	       /* intermediate columns per MLP block */
 	int Vc, Nc;    /* vocabulary chunk, tokens per chunk of logits */
@@ -125,10 +126,15 @@ struct taco_work {
 	double *ce_se;		       /* [N] */
 	int32_t *ce_am;		       /* [N] */
 	double *ce_sums; /* [2] loss sum, correct rows: read at step end */
-	float *logits;	 /* f32 [Nc, Vc] */
-	void *dlogits;	 /* [Nc, Vc] (the logits when dt is f32) */
-	float *dh;	 /* f32 [N, Hf]: gradient of hf */
-	void *dtie;	 /* [N, Hf]: that gradient, tied models (hf is kept) */
+	/* preference steps (s.pref): each token's loss [N], read back to
+	 * the host copy after the log-sum-exp, and each token's gradient
+	 * factor [N] (its pair's), uploaded from the host's */
+	double *ce_row, *ce_row_host;
+	float *ce_scale, *ce_scale_host;
+	float *logits; /* f32 [Nc, Vc] */
+	void *dlogits; /* [Nc, Vc] (the logits when dt is f32) */
+	float *dh;     /* f32 [N, Hf]: gradient of hf */
+	void *dtie;    /* [N, Hf]: that gradient, tied models (hf is kept) */
 	/* fp32 mode only: weights stored in another dtype, as fp32 */
 	float *wl[TACO_L_COUNT]; /* one layer */
 	float *w_head;		 /* [V, H]: the head, or the embedding */

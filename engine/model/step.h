@@ -38,6 +38,9 @@ struct step_ctx {
 	/* after backward: the gradient of the token embedding's output, [N,
 	 * proj_dim] (w->dx, or OPT's through project_in) */
 	const void *de;
+	/* a preference step: each token's factor on the loss's gradient
+	 * scale (w->ce_scale, [N]); NULL otherwise */
+	const float *row_scale;
 };
 
 /* p + i elements of size es. */
@@ -76,6 +79,12 @@ const taco_layer_ops *step_layer_ops(const taco_model *m);
  * / row_loss as for taco_model_logits / score. */
 void step_loss(step_ctx *c, const void *x_last, float grad_scale, int want_grad,
 	       float *host_logits, double *row_loss);
+/* Its two halves: the final norm and the log-sum-exp (pass 1), then the
+ * gradients (pass 2), so that a preference step can weigh each sequence
+ * by its pair's loss between them (c->row_scale). */
+void step_loss_lse(step_ctx *c, const void *x_last, float *host_logits,
+		   double *row_loss);
+void step_loss_grad(step_ctx *c, float grad_scale);
 /* The gradient of x_last from the head's input's (in hf, or dtie when
  * tied) into w->dx: through project_out and the final norm. */
 void step_final_bwd(step_ctx *c, const void *x_last);

@@ -124,12 +124,13 @@ void tk_cpu_ce_grad(int dt, void *dlogits, int ldd, const float *logits,
 	for (int i = 0; i < n; i++) {
 		const float *x = logits + (size_t)i * ldl;
 		size_t o = (size_t)i * ldd;
+		float gs = s->scale ? grad_scale * s->scale[i] : grad_scale;
 
 		if (dt == TK_F32)
 			ce_grad_row(TK_F32, dlogits, o, x, s->lse[i],
-				    targets[i], v0, Vc, grad_scale);
+				    targets[i], v0, Vc, gs);
 		else
 			ce_grad_row(TK_BF16, dlogits, o, x, s->lse[i],
-				    targets[i], v0, Vc, grad_scale);
+				    targets[i], v0, Vc, gs);
 	}
 }

@@ -22,8 +22,9 @@
  * loss_sum is a deterministic sum. A row has a target iff targets[i] >= 0
  * (-100 is the convention for none).
  *
- * ce_grad: dlogits = grad_scale * (expf(x - lse) - onehot), 0 for rows
- * without a target, stored in dt (rounded once). Each element is read and
+ * ce_grad: dlogits = grad_scale (times the row's scale when there is one)
+ * * (expf(x - lse) - onehot), 0 for rows without a target, stored in dt
+ * (rounded once). Each element is read and
  * written by one thread, so dlogits may be logits (dt F32, ldd == ldl).
  */
 #include <limits.h>
@@ -169,8 +170,8 @@ __global__ static void ce_sums_kernel(const double *loss, const int *correct,
 template <typename T>
 __global__ static void __launch_bounds__(CE_THREADS)
     ce_grad_kernel(T *dlogits, int ldd, const float *logits, int ldl,
-		   const float *lse, const int32_t *targets, int v0, int Vc,
-		   float grad_scale)
+		   const float *lse, const float *scale, const int32_t *targets,
+		   int v0, int Vc, float grad_scale)
 {
 	const size_t i = blockIdx.x;
 	const float *x = logits + i * (size_t)ldl;
@@ -183,12 +184,13 @@ __global__ static void __launch_bounds__(CE_THREADS)
 		return;
 	}
 	const float l = lse[i];
+	const float gs = scale ? __fmul_rn(grad_scale, scale[i]) : grad_scale;
 
 	for (int j = threadIdx.x; j < Vc; j += CE_THREADS) {
 		float p = expf(x[j] - l);
 		float oh = v0 + j == t ? 1.0f : 0.0f;
 
-		tkc_put(&d[j], grad_scale * (p - oh));
+		tkc_put(&d[j], gs * (p - oh));
 	}
 }
 
@@ -258,12 +260,12 @@ void tkc_ce_grad(int dt, void *dlogits, int ldd, const float *logits, int ldl,
 		return;
 	if (dt == TK_F32)
 		ce_grad_kernel<float><<<n, CE_THREADS, 0, tkc_stream()>>>(
-		    (float *)dlogits, ldd, logits, ldl, s->lse, targets, v0, Vc,
-		    grad_scale);
+		    (float *)dlogits, ldd, logits, ldl, s->lse, s->scale,
+		    targets, v0, Vc, grad_scale);
 	else if (dt == TK_BF16)
 		ce_grad_kernel<tkc_bf16><<<n, CE_THREADS, 0, tkc_stream()>>>(
-		    (tkc_bf16 *)dlogits, ldd, logits, ldl, s->lse, targets, v0,
-		    Vc, grad_scale);
+		    (tkc_bf16 *)dlogits, ldd, logits, ldl, s->lse, s->scale,
+		    targets, v0, Vc, grad_scale);
 	else {
 		tkc_bad_dtype("ce_grad", dt);
 		return;

@@ -1278,6 +1278,7 @@ static void ce_state_new(ce_state *c, int n, int dev)
 
 	c->n = n;
 	c->dev = dev;
+	c->s.scale = NULL;
 	if (dev) {
 		c->s.mx = dnew(un * sizeof(float));
 		c->s.se = dnew(un * sizeof(double));
@@ -1355,6 +1356,7 @@ static void ce_case(int n, int V, int cw, float grad_scale, int with_rows,
 	double loss1 = 0, gloss = NAN, gloss1 = NAN, closs = NAN;
 	int nc1 = -1, gnc = -1, gnc1 = -1, cnc = -1;
 	ce_state g, g1, c, c1;
+	float *rs, *d_rs;
 	float *d_x, *glse, *dlog;
 	int32_t *d_t;
 	double *d_rl = NULL;
@@ -1441,12 +1443,20 @@ static void ce_case(int n, int V, int cw, float grad_scale, int with_rows,
 	free(glse);
 
 	/* gradient chunk by chunk from the GPU's lse (the CPU's for the CPU):
-	 * f32 and bf16 into a buffer of row stride ldd = cw + 1, and f32 in
+	 * f32 and bf16 into a buffer of row stride ldd = cw + 1, f32 again
+	 * with a factor a row (DPO's, negative ones included), and f32 in
 	 * place (over a copy of the logits) */
-	for (int t = 0; t < 2; t++) {
-		int dt = dts[t], ldd = cw + 1;
+	rs = hnew((size_t)(n > 0 ? n : 1) * sizeof(float));
+	for (int i = 0; i < n; i++)
+		rs[i] = ((float)(i % 4) - 1.5f) * 0.75f;
+	d_rs = dput(rs, (size_t)(n > 0 ? n : 1) * sizeof(float));
+	for (int t = 0; t < 3; t++) {
+		int dt = dts[t < 2 ? t : 0], ldd = cw + 1;
 		size_t es = tk_dtype_size(dt), nd = (size_t)n * ldd;
 		void *ref = hnew(nd * es), *d_d = tnan(dt, nd), *got, *rc, *gc;
+
+		c1.s.scale = t == 2 ? rs : NULL;
+		g.s.scale = t == 2 ? d_rs : NULL;
 
 		for (int v0 = 0; v0 < V; v0 += cw) {
 			int w = V - v0 < cw ? V - v0 : cw;
@@ -1493,6 +1503,10 @@ static void ce_case(int n, int V, int cw, float grad_scale, int with_rows,
 		free(ref);
 		gpu->free(d_d, nd * es);
 	}
+	c1.s.scale = NULL;
+	g.s.scale = NULL;
+	gpu->free(d_rs, (size_t)(n > 0 ? n : 1) * sizeof(float));
+	free(rs);
 	/* in place over the logits (dt F32, ldd == ldl) */
 	dlog = fdup(x, nv);
 	for (int v0 = 0; v0 < V; v0 += cw) {
