@@ -1,4 +1,5 @@
-/* test_data.c: pre-tokenized JSONL, batching, epochs and the cursor. */
+/* test_data.c: pre-tokenized JSONL, batching, epochs and the cursor;
+ * preference pairs' rows and order. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,6 +205,159 @@ START_TEST(test_packing)
 }
 END_TEST
 
+/* NP pairs of pre-tokenized examples, marked as preference data: example
+ * 2p + s (pair p, s 0 chosen, 1 rejected) is [p + 1, 200 + s, 60, 61, ...],
+ * 4 + p % 5 + 2 s tokens, its first two labels -100 (the prompt). */
+#define NP 40
+static taco_data *load_pairs(void)
+{
+	char *text = malloc(NP * 2 * 128), *path;
+	taco_data *d = NULL;
+	taco_err err = {{0}};
+	size_t at = 0;
+
+	for (int p = 0; p < NP; p++)
+		for (int s = 0; s < 2; s++) {
+			int n = 4 + p % 5 + 2 * s;
+			at += (size_t)sprintf(
+			    text + at, "{\"input_ids\":[%d,%d", p + 1, 200 + s);
+			for (int t = 2; t < n; t++)
+				at += (size_t)sprintf(text + at, ",%d", 58 + t);
+			at += (size_t)sprintf(text + at,
+					      "],\"labels\":[-100,-100");
+			for (int t = 2; t < n; t++)
+				at += (size_t)sprintf(text + at, ",%d", 58 + t);
+			at += (size_t)sprintf(text + at, "]}\n");
+		}
+	path = write_tmp(text);
+	ck_assert_int_eq(taco_data_load_pretok(path, 256, 1000, &d, &err), 0);
+	ck_assert_uint_eq(d->n, 2 * NP);
+	d->pairs = 1;
+	unlink(path);
+	free(text);
+	return d;
+}
+
+/* Row r of T tokens holds pair p's sequence s, shifted targets, positions
+ * from 0, truncated at T and padded. */
+static void check_pair_row(const int32_t *tok, const int32_t *tgt,
+			   const int32_t *pos, int T, int p, int s)
+{
+	int n = 4 + p % 5 + 2 * s;
+
+	for (int t = 0; t < T; t++) {
+		int want_tok = t >= n	? 0
+			       : t == 0 ? p + 1
+			       : t == 1 ? 200 + s
+					: 58 + t;
+		/* labels[t + 1] of the sequence: -100 for the prompt's,
+		 * 58 + t + 1 after, -100 past its end or the row's */
+		int want_tgt = t + 1 < n && t + 1 < T && t + 1 >= 2 ? 59 + t
+			       : t + 1 == T && t + 1 < n	    ? 59 + t
+								    : -100;
+		ck_assert_msg(tok[t] == want_tok && tgt[t] == want_tgt,
+			      "pair %d seq %d t %d: tok %d tgt %d, want %d %d",
+			      p, s, t, tok[t], tgt[t], want_tok, want_tgt);
+		ck_assert_int_eq(pos[t], t < n ? t : t - n);
+	}
+}
+
+/* The pair order: a permutation of the pairs, a function of seed and
+ * epoch. next_pairs: rows 2i and 2i + 1 one pair's chosen and rejected
+ * sequences, in that order; every pair once an epoch; the cursor counts
+ * pairs and wraps into the next epoch; a reader at a saved cursor gives
+ * the same rows. */
+START_TEST(test_next_pairs)
+{
+	enum { P = 3, T = 8 };
+	taco_data *d = load_pairs();
+	size_t o1[NP], o2[NP], order[NP], order2[NP];
+	int seen[NP];
+	uint64_t oe = UINT64_MAX, oe2 = UINT64_MAX;
+	taco_cursor c = {0, 0}, c2;
+	int32_t tok[2 * P * T], tgt[2 * P * T], pos[2 * P * T];
+	int32_t tok2[2 * P * T], tgt2[2 * P * T], pos2[2 * P * T];
+	size_t drawn = 0;
+
+	taco_data_pair_order(d, 9, 0, o1);
+	taco_data_pair_order(d, 9, 0, o2);
+	ck_assert_mem_eq(o1, o2, sizeof(o1));
+	memset(seen, 0, sizeof(seen));
+	for (int i = 0; i < NP; i++)
+		seen[o1[i]]++;
+	for (int i = 0; i < NP; i++)
+		ck_assert_int_eq(seen[i], 1);
+	taco_data_pair_order(d, 9, 1, o2);
+	ck_assert(memcmp(o1, o2, sizeof(o1)) != 0);
+	taco_data_pair_order(d, 10, 0, o2);
+	ck_assert(memcmp(o1, o2, sizeof(o1)) != 0);
+
+	/* 3 epochs and a bit: each epoch's pairs in its order */
+	for (int call = 0; call < 41; call++) {
+		taco_data_next_pairs(d, 9, &c, order, &oe, P, T, tok, tgt, pos);
+		for (int i = 0; i < P; i++, drawn++) {
+			uint64_t epoch = drawn / NP;
+			size_t want;
+			int p = tok[2 * i * T] - 1;
+			taco_data_pair_order(d, 9, epoch, o2);
+			want = o2[drawn % NP];
+			ck_assert_int_eq(p, (int)want);
+			check_pair_row(tok + 2 * i * T, tgt + 2 * i * T,
+				       pos + 2 * i * T, T, p, 0);
+			check_pair_row(tok + (2 * i + 1) * T,
+				       tgt + (2 * i + 1) * T,
+				       pos + (2 * i + 1) * T, T, p, 1);
+		}
+	}
+	ck_assert_uint_eq(c.epoch, drawn / NP);
+	ck_assert_uint_eq(c.index, drawn % NP);
+	ck_assert_uint_eq(c.epoch, 3);
+	c2 = c;
+	taco_data_next_pairs(d, 9, &c, order, &oe, P, T, tok, tgt, pos);
+	taco_data_next_pairs(d, 9, &c2, order2, &oe2, P, T, tok2, tgt2, pos2);
+	ck_assert_mem_eq(tok, tok2, sizeof(tok));
+	ck_assert_mem_eq(tgt, tgt2, sizeof(tgt));
+	ck_assert_mem_eq(pos, pos2, sizeof(pos));
+	ck_assert_mem_eq(&c, &c2, sizeof(c));
+	/* another seed, another stream */
+	c2.epoch = c2.index = 0;
+	oe2 = UINT64_MAX;
+	taco_data_next_pairs(d, 10, &c2, order2, &oe2, P, T, tok2, tgt2, pos2);
+	taco_data_pair_order(d, 10, 0, o2);
+	ck_assert_int_eq(tok2[0] - 1, (int)o2[0]);
+	taco_data_free(d);
+}
+END_TEST
+
+/* pair_rows: pairs in file order from first; rows of pairs past the end
+ * fully masked (token 0, target -100). */
+START_TEST(test_pair_rows)
+{
+	enum { P = 4, T = 16 };
+	taco_data *d = load_pairs();
+	int32_t tok[2 * P * T], tgt[2 * P * T], pos[2 * P * T];
+
+	taco_data_pair_rows(d, NP - 2, P, T, tok, tgt, pos);
+	for (int i = 0; i < 2; i++)
+		for (int s = 0; s < 2; s++)
+			check_pair_row(tok + (2 * i + s) * T,
+				       tgt + (2 * i + s) * T,
+				       pos + (2 * i + s) * T, T, NP - 2 + i, s);
+	for (int t = 4 * T; t < 2 * P * T; t++) {
+		ck_assert_int_eq(tok[t], 0);
+		ck_assert_int_eq(tgt[t], -100);
+		ck_assert_int_eq(pos[t], t % T);
+	}
+	/* rows shorter than a sequence: truncated, the last kept token's
+	 * target the next label */
+	taco_data_pair_rows(d, 4, 1, 5, tok, tgt, pos);
+	check_pair_row(tok, tgt, pos, 5, 4, 0);
+	check_pair_row(tok + 5, tgt + 5, pos + 5, 5, 4, 1);
+	ck_assert_int_eq(tgt[5 + 4], 63);
+	taco_data_free(d);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("data");
@@ -216,6 +370,8 @@ int main(void)
 	tcase_add_test(tc, test_batches);
 	tcase_add_test(tc, test_epochs_and_cursor);
 	tcase_add_test(tc, test_packing);
+	tcase_add_test(tc, test_next_pairs);
+	tcase_add_test(tc, test_pair_rows);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

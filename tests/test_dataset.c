@@ -466,6 +466,601 @@ START_TEST(test_multiple_choice)
 }
 END_TEST
 
+/* ---- preference pairs (method dpo) ------------------------------------ */
+
+static void opts_dpo(taco_dataset_opts *o, int tmpl)
+{
+	opts(o, tmpl);
+	o->method = TACO_METHOD_DPO;
+}
+
+/* A copy of message e without its weight (a prompt has none). */
+static json_t *unweighted(json_t *e)
+{
+	json_t *c = json_deep_copy(e);
+
+	json_object_del(c, "weight");
+	return c;
+}
+
+/* Labels of example ex: ids[t] where trained[t], else -100; tokens ids. */
+static void check_example(const taco_data *d, size_t ex, const int32_t *ids,
+			  const int *trained, size_t n, const char *what)
+{
+	size_t o = d->off[ex];
+
+	ck_assert_msg(d->off[ex + 1] - o == n, "%s: %zu tokens, want %zu", what,
+		      d->off[ex + 1] - o, n);
+	for (size_t t = 0; t < n; t++) {
+		ck_assert_msg(d->tokens[o + t] == ids[t],
+			      "%s token %zu: %d, want %d", what, t,
+			      d->tokens[o + t], ids[t]);
+		ck_assert_msg(d->labels[o + t] == (trained[t] ? ids[t] : -100),
+			      "%s token %zu: label %d, want %s", what, t,
+			      d->labels[o + t], trained[t] ? "the id" : "-100");
+	}
+}
+
+/* Only the last run of trained tokens (the last assistant turn) stays. */
+static void last_turn_only(int *trained, size_t n)
+{
+	size_t t = n;
+
+	while (t > 0 && !trained[t - 1])
+		t--;
+	while (t > 0 && trained[t - 1])
+		t--;
+	for (size_t i = 0; i < t; i++)
+		trained[i] = 0;
+}
+
+/* Every chat of chat/chat.jsonl as a pair: its messages but the last as
+ * the prompt, the last as preferred_output, the next chat's last as
+ * non_preferred_output. The chosen sequence is apply_chat_template's ids
+ * of the whole chat (chat/expected.json), labels on the last assistant
+ * turn only, also with train_on all; the rejected one the SFT chat of the
+ * prompt and that answer (itself checked against Hugging Face above),
+ * likewise. For ChatML, Llama 3 and Mistral. */
+START_TEST(test_pref_matches_chat)
+{
+	static const char *const names[] = {"chatml", "llama3", "mistral"};
+	static const int tmpls[] = {TACO_TEMPLATE_CHATML, TACO_TEMPLATE_LLAMA3,
+				    TACO_TEMPLATE_MISTRAL};
+	json_t *rows =
+	    json_object_get(json_object_get(expected, "chat"), names[_i]);
+	json_t *chats[32];
+	size_t n = 0, cap = 0, len;
+	char *line = NULL, *pref = NULL, *sft = NULL, pref_path[64];
+	FILE *f = fopen(tu_fixture("chat/chat.jsonl"), "r"), *fp, *fs;
+	size_t pref_len = 0, sft_len = 0;
+	taco_dataset_opts o;
+	taco_dataset_report rep;
+	taco_data *d = NULL, *ref = NULL;
+	taco_err err = {{0}};
+	int r;
+
+	ck_assert_ptr_nonnull(f);
+	while (getline(&line, &cap, f) > 0 && n < 32)
+		ck_assert_ptr_nonnull(chats[n++] = json_loads(line, 0, NULL));
+	fclose(f);
+	free(line);
+	ck_assert_uint_eq(n, json_array_size(rows));
+	fp = open_memstream(&pref, &pref_len);
+	fs = open_memstream(&sft, &sft_len);
+	for (size_t i = 0; i < n; i++) {
+		json_t *msgs = json_object_get(chats[i], "messages");
+		json_t *next = json_object_get(chats[(i + 1) % n], "messages");
+		size_t m = json_array_size(msgs);
+		json_t *prompt = json_array(), *p, *chat;
+		char *s;
+
+		for (size_t k = 0; k + 1 < m; k++)
+			json_array_append_new(
+			    prompt, unweighted(json_array_get(msgs, k)));
+		p = json_pack("{s{sO} s[o] s[o]}", "input", "messages", prompt,
+			      "preferred_output",
+			      unweighted(json_array_get(msgs, m - 1)),
+			      "non_preferred_output",
+			      unweighted(json_array_get(
+				  next, json_array_size(next) - 1)));
+		s = json_dumps(p, JSON_COMPACT);
+		fprintf(fp, "%s\n", s);
+		free(s);
+		chat = json_copy(prompt);
+		json_array_append_new(
+		    chat, unweighted(
+			      json_array_get(next, json_array_size(next) - 1)));
+		chat = json_pack("{so}", "messages", chat);
+		s = json_dumps(chat, JSON_COMPACT);
+		fprintf(fs, "%s\n", s);
+		free(s);
+		json_decref(chat);
+		json_decref(p);
+		json_decref(prompt);
+	}
+	fclose(fp);
+	fclose(fs);
+	snprintf(pref_path, sizeof(pref_path), "%s", write_tmp(pref));
+
+	for (int all = 0; all < 2; all++) {
+		opts_dpo(&o, tmpls[_i]);
+		o.train_on_all = all;
+		r = taco_dataset_load(pref_path, tok, &o, &d, &rep, &err);
+		ck_assert_msg(r == 0, "%s", err.msg);
+		ck_assert_int_eq(d->pairs, 1);
+		ck_assert_uint_eq(d->n, 2 * n);
+		ck_assert_int_eq(rep.examples, (int64_t)n);
+		ck_assert_int_eq(rep.kept, (int64_t)n);
+		ck_assert_int_eq(rep.pairs, (int64_t)n);
+		ck_assert_int_eq(rep.tokens, (int64_t)d->n_tokens);
+		ck_assert_int_eq(rep.trainable_tokens,
+				 taco_data_count_targets(d, o.seq_len));
+		opts(&o, tmpls[_i]); /* the rejected ones' SFT chats */
+		r = taco_dataset_load(write_tmp(sft), tok, &o, &ref, &rep,
+				      &err);
+		ck_assert_msg(r == 0, "%s", err.msg);
+		ck_assert_int_eq(ref->pairs, 0);
+		for (size_t i = 0; i < n; i++) {
+			json_t *row = json_array_get(rows, i);
+			json_t *ids = json_object_get(row, "ids");
+			json_t *mask = json_object_get(row, "mask");
+			size_t k = json_array_size(ids);
+			size_t ro = ref->off[i];
+			int32_t *want = malloc((k + 1024) * sizeof(int32_t));
+			int *tr = malloc((k + 1024) * sizeof(int));
+			char what[64];
+
+			for (size_t t = 0; t < k; t++) {
+				want[t] = (int32_t)json_integer_value(
+				    json_array_get(ids, t));
+				tr[t] = (int)json_integer_value(
+				    json_array_get(mask, t));
+			}
+			last_turn_only(tr, k);
+			snprintf(what, sizeof(what), "%s pair %zu chosen",
+				 names[_i], i);
+			check_example(d, 2 * i, want, tr, k, what);
+			len = ref->off[i + 1] - ro;
+			ck_assert_uint_lt(len, k + 1024);
+			for (size_t t = 0; t < len; t++)
+				tr[t] = ref->labels[ro + t] != -100;
+			last_turn_only(tr, len);
+			snprintf(what, sizeof(what), "%s pair %zu rejected",
+				 names[_i], i);
+			check_example(d, 2 * i + 1, ref->tokens + ro, tr, len,
+				      what);
+			free(want);
+			free(tr);
+		}
+		taco_data_free(ref);
+		taco_data_free(d);
+	}
+	unlink(pref_path);
+	for (size_t i = 0; i < n; i++)
+		json_decref(chats[i]);
+	free(pref);
+	free(sft);
+}
+END_TEST
+
+#define PAIR_OK                                                                \
+	"\"preferred_output\": [{\"role\": \"assistant\", \"content\": "       \
+	"\"yes\"}], \"non_preferred_output\": [{\"role\": \"assistant\", "     \
+	"\"content\": \"no\"}]"
+#define PROMPT_OK                                                              \
+	"\"input\": {\"messages\": [{\"role\": \"user\", "                     \
+	"\"content\": \"q\"}]}"
+
+/* Each problem of a preference line at its line, with its code and a
+ * detail naming the field; the file fails with all of them. */
+START_TEST(test_pref_errors)
+{
+	static const struct {
+		const char *line, *fragment;
+		int code;
+	} cases[] = {
+	    {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, "
+	     "{\"role\": \"assistant\", \"content\": \"y\"}]}",
+	     "method dpo needs preference pairs", TACO_P_NOT_PREFERENCE},
+	    {"{\"text\": \"x\"}", "method dpo needs preference pairs",
+	     TACO_P_NOT_PREFERENCE},
+	    {"{" PROMPT_OK ", \"preferred_output\": \"yes\", "
+	     "\"non_preferred_output\": [{\"role\": \"assistant\", "
+	     "\"content\": \"no\"}]}",
+	     "preferred_output must hold one assistant message",
+	     TACO_P_INVALID_MESSAGE},
+	    {"{" PROMPT_OK ", \"preferred_output\": [{\"role\": \"assistant\", "
+	     "\"content\": \"yes\"}], \"non_preferred_output\": []}",
+	     "non_preferred_output must hold one assistant message",
+	     TACO_P_INVALID_MESSAGE},
+	    {"{" PROMPT_OK ", \"preferred_output\": [{\"role\": \"assistant\", "
+	     "\"content\": \"yes\"}]}",
+	     "non_preferred_output must hold one assistant message",
+	     TACO_P_INVALID_MESSAGE},
+	    {"{" PROMPT_OK ", \"preferred_output\": [{\"role\": \"assistant\", "
+	     "\"content\": \"a\"}, {\"role\": \"assistant\", \"content\": "
+	     "\"b\"}], \"non_preferred_output\": [{\"role\": \"assistant\", "
+	     "\"content\": \"no\"}]}",
+	     "preferred_output must hold one assistant message",
+	     TACO_P_INVALID_MESSAGE},
+	    {"{" PROMPT_OK ", \"preferred_output\": [{\"role\": \"assistant\", "
+	     "\"content\": 3}], \"non_preferred_output\": [{\"role\": "
+	     "\"assistant\", \"content\": \"no\"}]}",
+	     "preferred_output[0].content must be a string",
+	     TACO_P_MISSING_CONTENT},
+	    {"{" PROMPT_OK ", \"preferred_output\": [{\"role\": \"user\", "
+	     "\"content\": \"yes\"}], \"non_preferred_output\": [{\"role\": "
+	     "\"assistant\", \"content\": \"no\"}]}",
+	     "preferred_output[0].role must be \"assistant\"",
+	     TACO_P_INVALID_MESSAGE},
+	    {"{" PROMPT_OK ", \"preferred_output\": [{\"role\": \"assistant\", "
+	     "\"content\": \"yes\", \"tool_calls\": [{\"id\": \"c\"}]}], "
+	     "\"non_preferred_output\": [{\"role\": \"assistant\", "
+	     "\"content\": \"no\"}]}",
+	     "preferred_output[0].tool_calls: tacod's chat templates do not "
+	     "render tools",
+	     TACO_P_INVALID_FIELD},
+	    {"{" PROMPT_OK ", \"preferred_output\": [{\"role\": \"assistant\", "
+	     "\"content\": \"yes\"}], \"non_preferred_output\": [{\"role\": "
+	     "\"assistant\", \"content\": \"no\", \"function_call\": "
+	     "{\"name\": \"f\"}}]}",
+	     "non_preferred_output[0].function_call: tacod's chat templates",
+	     TACO_P_INVALID_FIELD},
+	    {"{" PROMPT_OK ", \"preferred_output\": [{\"role\": \"assistant\", "
+	     "\"content\": \"yes\", \"weight\": 1}], \"non_preferred_output\": "
+	     "[{\"role\": \"assistant\", \"content\": \"no\"}]}",
+	     "preferred_output[0].weight is not allowed",
+	     TACO_P_INVALID_WEIGHT},
+	    {"{" PAIR_OK "}", "\"input\" must be an object",
+	     TACO_P_INVALID_FIELD},
+	    {"{\"input\": {}, " PAIR_OK "}",
+	     "\"input.messages\" must be a non-empty array",
+	     TACO_P_MISSING_MESSAGES},
+	    {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
+	     "\"q\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}, " PAIR_OK
+	     "}",
+	     "input.messages[1]: the last message must not be an assistant's",
+	     TACO_P_INVALID_MESSAGE},
+	    {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
+	     "\"q\", \"weight\": 1}]}, " PAIR_OK "}",
+	     "input.messages[0].weight is not allowed", TACO_P_INVALID_WEIGHT},
+	    {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
+	     "\"q\"}, {\"role\": \"assistant\", \"content\": \"a\", "
+	     "\"weight\": 0}, {\"role\": \"user\", \"content\": "
+	     "\"r\"}]}, " PAIR_OK "}",
+	     "input.messages[1].weight is not allowed", TACO_P_INVALID_WEIGHT},
+	    {"{\"input\": {\"messages\": [{\"role\": \"tool\", \"content\": "
+	     "\"q\"}]}, " PAIR_OK "}",
+	     "input.messages[0].role 'tool' is not known",
+	     TACO_P_UNRECOGNIZED_ROLE},
+	    {"{\"input\": {\"messages\": [{\"role\": \"user\"}]}, " PAIR_OK "}",
+	     "input.messages[0].content must be a string",
+	     TACO_P_MISSING_CONTENT},
+	    {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
+	     "\"q\"}, {\"role\": \"system\", \"content\": \"s\"}, {\"role\": "
+	     "\"user\", \"content\": \"q\"}]}, " PAIR_OK "}",
+	     "input.messages[1]: a system message must come first",
+	     TACO_P_INVALID_MESSAGE},
+	    {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
+	     "\"q\"}], \"tools\": [{\"type\": \"function\"}]}, " PAIR_OK "}",
+	     "input.tools: tacod's chat templates do not render tools",
+	     TACO_P_INVALID_FIELD},
+	    {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
+	     "\"q\"}], \"functions\": [{\"name\": \"f\"}]}, " PAIR_OK "}",
+	     "input.functions: tacod's chat templates do not render tools",
+	     TACO_P_INVALID_FIELD},
+	    {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
+	     "\"the quick brown fox jumps over the lazy dog the quick brown "
+	     "fox\"}]}, " PAIR_OK "}",
+	     "input.messages: the prompt is", TACO_P_TOO_LONG},
+	};
+	const int n = sizeof(cases) / sizeof(cases[0]);
+	char text[16384] = "", want[64];
+	taco_dataset_opts o;
+	taco_dataset_report rep;
+	taco_data *d = NULL;
+	taco_err err = {{0}};
+	char *path;
+
+	for (int i = 0; i < n; i++) {
+		strcat(text, cases[i].line);
+		strcat(text, "\n");
+	}
+	/* nothing to render: accepted, parallel_tool_calls a warning */
+	strcat(text, "{\"input\": {\"messages\": [{\"role\": \"user\", "
+		     "\"content\": \"q\"}], \"tools\": [], \"functions\": "
+		     "null, \"parallel_tool_calls\": true}, " PAIR_OK "}\n");
+	path = write_tmp(text);
+	opts_dpo(&o, TACO_TEMPLATE_CHATML);
+	o.seq_len = 28; /* the long prompt is 32 tokens; the good pair fits */
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err),
+			 -EINVAL);
+	ck_assert_ptr_null(d);
+	snprintf(want, sizeof(want),
+		 "%d errors in %d lines (first: line 1, "
+		 "not_preference",
+		 n, n + 1);
+	ck_assert_msg(strstr(err.msg, want) && strstr(err.msg, path), "%s",
+		      err.msg);
+	ck_assert_int_eq(rep.errors, n);
+	ck_assert_int_eq(rep.warnings, 1);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(
+		    rep.listed[i].line == i + 1 &&
+			rep.listed[i].code == cases[i].code &&
+			rep.listed[i].error &&
+			strstr(rep.listed[i].detail, cases[i].fragment),
+		    "line %d: got line %lld %s (%s), want %s (%s)", i + 1,
+		    (long long)rep.listed[i].line,
+		    taco_problem_name(rep.listed[i].code), rep.listed[i].detail,
+		    taco_problem_name(cases[i].code), cases[i].fragment);
+	ck_assert_int_eq(rep.listed[n].line, n + 1);
+	ck_assert_int_eq(rep.listed[n].code, TACO_P_IGNORED_FIELD);
+	ck_assert_ptr_nonnull(
+	    strstr(rep.listed[n].detail, "input.parallel_tool_calls"));
+	/* the good line alone loads */
+	ck_assert_int_eq(rep.kept, 1);
+	ck_assert_str_eq(taco_problem_name(TACO_P_NOT_PREFERENCE),
+			 "not_preference");
+	ck_assert_str_eq(taco_problem_name(TACO_P_PREFERENCE_PAIR),
+			 "preference_pair");
+	unlink(path);
+}
+END_TEST
+
+/* Mistral's turns, across the prompt and the output: the prompt must end
+ * with a user turn, alternating from the first. */
+START_TEST(test_pref_mistral_turns)
+{
+	char *path = write_tmp(
+	    "{\"input\": {\"messages\": [{\"role\": \"system\", \"content\": "
+	    "\"s\"}]}, " PAIR_OK "}\n"
+	    "{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
+	    "\"q\"}, {\"role\": \"user\", \"content\": \"r\"}]}, " PAIR_OK "}\n"
+	    "{\"input\": {\"messages\": [{\"role\": \"system\", \"content\": "
+	    "\"s\"}, {\"role\": \"user\", \"content\": \"q\"}]}, " PAIR_OK
+	    "}\n");
+	taco_dataset_opts o;
+	taco_dataset_report rep;
+	taco_data *d = NULL;
+	taco_err err = {{0}};
+
+	opts_dpo(&o, TACO_TEMPLATE_MISTRAL);
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err),
+			 -EINVAL);
+	ck_assert_int_eq(rep.errors, 2);
+	ck_assert_int_eq(rep.listed[0].line, 1);
+	ck_assert_ptr_nonnull(strstr(rep.listed[0].detail,
+				     "input.messages: the mistral template "
+				     "needs a user message before the output"));
+	ck_assert_int_eq(rep.listed[1].line, 2);
+	ck_assert_ptr_nonnull(strstr(rep.listed[1].detail,
+				     "input.messages[1]: the mistral template "
+				     "needs user and assistant turns"));
+	ck_assert_int_eq(rep.kept, 1);
+	/* for ChatML a system prompt alone is a prompt, and turns need not
+	 * alternate */
+	opts_dpo(&o, TACO_TEMPLATE_CHATML);
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err), 0);
+	ck_assert_int_eq(rep.kept, 3);
+	taco_data_free(d);
+	unlink(path);
+}
+END_TEST
+
+/* SFT refuses preference pairs, DPO everything else, line by line. */
+START_TEST(test_pref_methods_mixed)
+{
+	char *path = write_tmp(
+	    "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, "
+	    "{\"role\": \"assistant\", \"content\": \"y\"}]}\n"
+	    "{" PROMPT_OK ", " PAIR_OK "}\n"
+	    "{\"prompt\": \"a\", \"completion\": \"b\"}\n"
+	    "{\"non_preferred_output\": [{\"role\": \"assistant\", "
+	    "\"content\": \"no\"}]}\n");
+	taco_dataset_opts o;
+	taco_dataset_report rep;
+	taco_data *d = NULL;
+	taco_err err = {{0}};
+
+	opts(&o, TACO_TEMPLATE_CHATML);
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err),
+			 -EINVAL);
+	ck_assert_int_eq(rep.errors, 2);
+	ck_assert_int_eq(rep.by_code[TACO_P_PREFERENCE_PAIR], 2);
+	ck_assert_int_eq(rep.listed[0].line, 2);
+	ck_assert_str_eq(rep.listed[0].detail,
+			 "a preference pair needs method dpo");
+	ck_assert_int_eq(rep.listed[1].line, 4);
+	ck_assert_int_eq(rep.kept, 2);
+	ck_assert_ptr_nonnull(strstr(err.msg, "line 2, preference_pair"));
+
+	opts_dpo(&o, TACO_TEMPLATE_CHATML);
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err),
+			 -EINVAL);
+	ck_assert_int_eq(rep.by_code[TACO_P_NOT_PREFERENCE], 2);
+	ck_assert_int_eq(rep.listed[0].line, 1);
+	ck_assert_int_eq(rep.listed[1].line, 3);
+	/* line 4 is a pair, with errors of its own */
+	ck_assert_int_eq(rep.listed[2].line, 4);
+	ck_assert_ptr_nonnull(strstr(rep.listed[2].detail, "\"input\""));
+	ck_assert_int_eq(rep.listed[3].line, 4);
+	ck_assert_ptr_nonnull(
+	    strstr(rep.listed[3].detail, "preferred_output must hold one"));
+	ck_assert_int_eq(rep.errors, 4);
+	ck_assert_int_eq(rep.kept, 1);
+	unlink(path);
+}
+END_TEST
+
+/* A pair with a long rejected answer. The prompt's length k: prompt
+ * tokens at k or beyond seq_len are an error whatever overlength says; else
+ * each policy applies to the pair whole (truncate: cut at seq_len, the
+ * prompt kept; drop: both sequences go; error). Counts are of pairs,
+ * tokens of both sequences. */
+START_TEST(test_pref_lengths)
+{
+	char *path = write_tmp(
+	    "{" PROMPT_OK ", \"preferred_output\": [{\"role\": "
+	    "\"assistant\", \"content\": \"yes\"}], \"non_preferred_output\": "
+	    "[{\"role\": \"assistant\", \"content\": \"the quick brown fox "
+	    "jumps over the lazy dog the quick brown fox jumps\"}]}\n"
+	    "{" PROMPT_OK ", " PAIR_OK "}\n");
+	taco_dataset_opts o;
+	taco_dataset_report rep;
+	taco_data *d = NULL, *full = NULL;
+	taco_err err = {{0}};
+	size_t k = 0, len0, len1, S;
+	int64_t tokens;
+	json_t *j;
+
+	opts_dpo(&o, TACO_TEMPLATE_CHATML);
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &full, &rep, &err),
+			 0);
+	ck_assert_uint_eq(full->n, 4);
+	ck_assert_int_eq(rep.warnings, 0);
+	tokens = rep.tokens;
+	ck_assert_int_eq(tokens, (int64_t)full->n_tokens);
+	while (full->labels[k] == -100)
+		k++;
+	len0 = full->off[1];
+	len1 = full->off[2] - full->off[1];
+	ck_assert_uint_gt(len1, len0 + 8);
+	/* the rejected sequence shares the prompt */
+	for (size_t t = 0; t < k; t++) {
+		ck_assert_int_eq(full->tokens[len0 + t], full->tokens[t]);
+		ck_assert_int_eq(full->labels[len0 + t], -100);
+	}
+	ck_assert_int_ne(full->labels[len0 + k], -100);
+	j = taco_dataset_report_json(&rep, "p.jsonl");
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "pairs")), 2);
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "examples")), 2);
+	ck_assert_str_eq(json_string_value(json_object_get(j, "summary")),
+			 "p.jsonl: no problems in 2 lines, 2 preference pairs "
+			 "kept");
+	json_decref(j);
+
+	/* truncate: the rejected one cut at seq_len, the pair kept */
+	S = len0 + 2;
+	o.seq_len = (int)S;
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err), 0);
+	ck_assert_uint_eq(d->n, 4);
+	ck_assert_uint_eq(d->off[2] - d->off[1], S);
+	ck_assert_mem_eq(d->tokens + d->off[1], full->tokens + full->off[1],
+			 S * sizeof(int32_t));
+	ck_assert_mem_eq(d->labels + d->off[1], full->labels + full->off[1],
+			 S * sizeof(int32_t));
+	ck_assert_int_eq(rep.truncated, 1);
+	ck_assert_int_eq(rep.kept, 2);
+	ck_assert_int_eq(rep.tokens, tokens);
+	ck_assert_int_eq(rep.trainable_tokens,
+			 taco_data_count_targets(d, 1 << 20));
+	ck_assert_int_eq(rep.by_code[TACO_P_TOO_LONG], 1);
+	ck_assert_ptr_nonnull(
+	    strstr(rep.listed[0].detail, "non_preferred_output: "));
+	ck_assert_ptr_nonnull(strstr(rep.listed[0].detail, "truncated"));
+	taco_data_free(d);
+
+	/* room for one output token: kept, one target a sequence */
+	o.seq_len = (int)k + 1;
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err), 0);
+	ck_assert_uint_eq(d->n, 4);
+	ck_assert_int_eq(rep.trainable_tokens, 4);
+	ck_assert_int_eq(rep.truncated, 2);
+	taco_data_free(d);
+
+	/* drop: the whole first pair goes, the second stays */
+	o.seq_len = (int)S;
+	o.overlength = TACO_OVERLENGTH_DROP;
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err), 0);
+	ck_assert_uint_eq(d->n, 2);
+	ck_assert_int_eq(rep.examples, 2);
+	ck_assert_int_eq(rep.kept, 1);
+	ck_assert_int_eq(rep.pairs, 1);
+	ck_assert_int_eq(rep.dropped, 1);
+	ck_assert_uint_eq(d->n_tokens, full->n_tokens - full->off[2]);
+	ck_assert_mem_eq(d->tokens, full->tokens + full->off[2],
+			 d->n_tokens * sizeof(int32_t));
+	ck_assert_mem_eq(d->labels, full->labels + full->off[2],
+			 d->n_tokens * sizeof(int32_t));
+	ck_assert_uint_eq(d->off[1], full->off[3] - full->off[2]);
+	ck_assert_ptr_nonnull(
+	    strstr(rep.listed[0].detail, "the pair is dropped"));
+	taco_data_free(d);
+
+	/* error */
+	o.overlength = TACO_OVERLENGTH_ERROR;
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err),
+			 -EINVAL);
+	ck_assert_int_eq(rep.errors, 1);
+	ck_assert_int_eq(rep.listed[0].line, 1);
+	ck_assert_int_eq(rep.listed[0].code, TACO_P_TOO_LONG);
+	ck_assert_ptr_nonnull(
+	    strstr(rep.listed[0].detail, "non_preferred_output: "));
+
+	/* no room for an output: an error under every policy */
+	for (int ol = 0; ol < 3; ol++) {
+		char want[128];
+		o.overlength = ol;
+		o.seq_len = (int)k;
+		ck_assert_int_eq(
+		    taco_dataset_load(path, tok, &o, &d, &rep, &err), -EINVAL);
+		ck_assert_int_eq(rep.errors, 2);
+		snprintf(want, sizeof(want),
+			 "input.messages: the prompt is %zu tokens, seq_len "
+			 "is %zu: no room for an output",
+			 k, k);
+		ck_assert_str_eq(rep.listed[0].detail, want);
+		ck_assert_int_eq(rep.listed[0].line, 1);
+		ck_assert_int_eq(rep.listed[1].line, 2);
+		ck_assert_ptr_nonnull(
+		    strstr(err.msg, "(first: line 1, too_long"));
+	}
+	taco_data_free(full);
+	unlink(path);
+}
+END_TEST
+
+/* The report of a file of pairs, printed; an SFT report has no "pairs". */
+START_TEST(test_pref_report)
+{
+	char *path = write_tmp("{" PROMPT_OK ", " PAIR_OK "}\n");
+	taco_dataset_opts o;
+	taco_dataset_report rep;
+	taco_data *d = NULL;
+	taco_err err = {{0}};
+	char *out = NULL;
+	size_t outlen = 0;
+	FILE *f;
+	json_t *j;
+
+	opts_dpo(&o, TACO_TEMPLATE_LLAMA3);
+	o.max_examples = 1;
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err), 0);
+	ck_assert_int_eq(rep.method, TACO_METHOD_DPO);
+	f = open_memstream(&out, &outlen);
+	taco_dataset_report_print(&rep, "p.jsonl", f);
+	fclose(f);
+	ck_assert_msg(strstr(out, "p.jsonl: 1 lines, 1 preference pairs, 1 "
+				  "kept"),
+		      "%s", out);
+	free(out);
+	taco_data_free(d);
+	unlink(path);
+
+	path = write_tmp("{\"text\": \"a b\"}\n");
+	opts(&o, TACO_TEMPLATE_LLAMA3);
+	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err), 0);
+	j = taco_dataset_report_json(&rep, "t.jsonl");
+	ck_assert_ptr_null(json_object_get(j, "pairs"));
+	ck_assert_str_eq(json_string_value(json_object_get(j, "summary")),
+			 "t.jsonl: no problems in 1 lines");
+	json_decref(j);
+	taco_data_free(d);
+	unlink(path);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("dataset");
@@ -483,6 +1078,12 @@ int main(void)
 	tcase_add_test(tc, test_unrecognised_template);
 	tcase_add_test(tc, test_template_beside_huge_integer);
 	tcase_add_test(tc, test_multiple_choice);
+	tcase_add_loop_test(tc, test_pref_matches_chat, 0, 3);
+	tcase_add_test(tc, test_pref_errors);
+	tcase_add_test(tc, test_pref_mistral_turns);
+	tcase_add_test(tc, test_pref_methods_mixed);
+	tcase_add_test(tc, test_pref_lengths);
+	tcase_add_test(tc, test_pref_report);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

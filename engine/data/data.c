@@ -238,14 +238,14 @@ int64_t taco_data_count_targets(const taco_data *d, int seq_len)
 	return n;
 }
 
-void taco_data_epoch_order(const taco_data *d, uint64_t seed, uint64_t epoch,
-			   size_t *order)
+/* A Fisher-Yates shuffle of 0..n-1 driven by splitmix64 of (seed, epoch). */
+static void shuffle(size_t n, uint64_t seed, uint64_t epoch, size_t *order)
 {
 	uint64_t s = tk_splitmix64(seed ^ tk_splitmix64(epoch));
 
-	for (size_t i = 0; i < d->n; i++)
+	for (size_t i = 0; i < n; i++)
 		order[i] = i;
-	for (size_t i = d->n; i > 1; i--) {
+	for (size_t i = n; i > 1; i--) {
 		size_t j;
 		s = tk_splitmix64(s);
 		j = (size_t)(s % i);
@@ -253,6 +253,18 @@ void taco_data_epoch_order(const taco_data *d, uint64_t seed, uint64_t epoch,
 		order[i - 1] = order[j];
 		order[j] = t;
 	}
+}
+
+void taco_data_epoch_order(const taco_data *d, uint64_t seed, uint64_t epoch,
+			   size_t *order)
+{
+	shuffle(d->n, seed, epoch, order);
+}
+
+void taco_data_pair_order(const taco_data *d, uint64_t seed, uint64_t epoch,
+			  size_t *order)
+{
+	shuffle(d->n / 2, seed, epoch, order);
 }
 
 void taco_data_next_batch(const taco_data *d, uint64_t seed, taco_cursor *cur,
@@ -302,5 +314,51 @@ void taco_data_rows(const taco_data *d, size_t first, int B, int T,
 			n = put_example(d, first + (size_t)b, T, tokens + row,
 					targets + row, pos + row);
 		pad(n, T, tokens + row, targets + row, pos + row);
+	}
+}
+
+/* Pair p's two sequences into rows 2i and 2i + 1 of T tokens. */
+static void put_pair(const taco_data *d, size_t p, int i, int T,
+		     int32_t *tokens, int32_t *targets, int32_t *pos)
+{
+	for (int s = 0; s < 2; s++) {
+		size_t row = (size_t)(2 * i + s) * T;
+		int n = put_example(d, 2 * p + s, T, tokens + row,
+				    targets + row, pos + row);
+		pad(n, T, tokens + row, targets + row, pos + row);
+	}
+}
+
+void taco_data_next_pairs(const taco_data *d, uint64_t seed, taco_cursor *cur,
+			  size_t *order, uint64_t *order_epoch, int P, int T,
+			  int32_t *tokens, int32_t *targets, int32_t *pos)
+{
+	for (int i = 0; i < P; i++) {
+		if (cur->index >= d->n / 2) {
+			cur->epoch++;
+			cur->index = 0;
+		}
+		if (*order_epoch != cur->epoch) {
+			taco_data_pair_order(d, seed, cur->epoch, order);
+			*order_epoch = cur->epoch;
+		}
+		put_pair(d, order[cur->index], i, T, tokens, targets, pos);
+		cur->index++;
+	}
+}
+
+void taco_data_pair_rows(const taco_data *d, size_t first, int P, int T,
+			 int32_t *tokens, int32_t *targets, int32_t *pos)
+{
+	for (int i = 0; i < P; i++) {
+		if (first + (size_t)i < d->n / 2) {
+			put_pair(d, first + (size_t)i, i, T, tokens, targets,
+				 pos);
+			continue;
+		}
+		for (int s = 0; s < 2; s++) { /* past the end: no loss */
+			size_t row = (size_t)(2 * i + s) * T;
+			pad(0, T, tokens + row, targets + row, pos + row);
+		}
 	}
 }

@@ -64,9 +64,15 @@ void taco_data_next_batch(const taco_data *d, uint64_t seed, taco_cursor *cur,
 			  int packing, int32_t *tokens, int32_t *targets,
 			  int32_t *pos);
 
+/* The pair order of an epoch (d->pairs): the same shuffle over the
+ * d->n / 2 pairs, so that a pair's two sequences stay together. order has
+ * d->n / 2 entries. */
+void taco_data_pair_order(const taco_data *d, uint64_t seed, uint64_t epoch,
+			  size_t *order);
+
 /* Preference pairs (d->pairs): P pairs from the cursor (which counts
- * pairs; the epoch order is taco_data_epoch_order over d->n / 2 pairs, so
- * order has d->n / 2 entries) into 2P rows of T tokens: row 2i is pair
+ * pairs; the epoch order is taco_data_pair_order, so order has d->n / 2
+ * entries) into 2P rows of T tokens: row 2i is pair
  * i's chosen sequence, row 2i + 1 its rejected one, each truncated to T
  * and padded (token 0, target -100), positions from 0. */
 void taco_data_next_pairs(const taco_data *d, uint64_t seed, taco_cursor *cur,

@@ -1,5 +1,5 @@
 /* dataset.c: JSONL examples to token ids and labels, with a report. */
-#include "dataset.h"
+#include "dataset_internal.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -9,30 +9,6 @@
 
 #include "util/fsutil.h"
 #include "util/text.h"
-
-static const char *const problem_names[TACO_P_COUNT] = {
-    [TACO_P_INVALID_JSON] = "invalid_json",
-    [TACO_P_INVALID_UTF8] = "invalid_utf8",
-    [TACO_P_UNKNOWN_FORMAT] = "unknown_format",
-    [TACO_P_MISSING_MESSAGES] = "missing_messages",
-    [TACO_P_INVALID_MESSAGE] = "invalid_message",
-    [TACO_P_UNRECOGNIZED_ROLE] = "unrecognized_role",
-    [TACO_P_MISSING_CONTENT] = "missing_content",
-    [TACO_P_NO_ASSISTANT_MESSAGE] = "no_assistant_message",
-    [TACO_P_INVALID_WEIGHT] = "invalid_weight",
-    [TACO_P_INVALID_FIELD] = "invalid_field",
-    [TACO_P_EMPTY_EXAMPLE] = "empty_example",
-    [TACO_P_TOO_LONG] = "too_long",
-    [TACO_P_ALL_LABELS_MASKED] = "all_labels_masked",
-    [TACO_P_LINE_TOO_LONG] = "line_too_long",
-    [TACO_P_INVALID_TOKEN] = "invalid_token",
-    [TACO_P_IGNORED_FIELD] = "ignored_field",
-};
-
-const char *taco_problem_name(int code)
-{
-	return code >= 0 && code < TACO_P_COUNT ? problem_names[code] : "?";
-}
 
 static const char *const template_names[] = {"auto", "chatml", "llama3",
 					     "mistral"};
@@ -51,11 +27,8 @@ void taco_dataset_defaults(taco_dataset_opts *o)
 	o->max_examples = 10000000;
 }
 
-static void report(taco_dataset_report *rep, int64_t line, int code, int error,
-		   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-static void report(taco_dataset_report *rep, int64_t line, int code, int error,
-		   const char *fmt, ...)
+void taco_ds_report(taco_dataset_report *rep, int64_t line, int code, int error,
+		    const char *fmt, ...)
 {
 	va_list ap;
 	taco_problem p = {line, code, error, ""};
@@ -168,15 +141,7 @@ int taco_template_detect(const char *model_dir, int *template_id, taco_err *err)
 	return r;
 }
 
-/* A rendered example: text, and the byte spans whose tokens are trained. */
-typedef struct render {
-	char *text;
-	size_t len, cap;
-	size_t span[2 * TACO_DATASET_MAX_MESSAGES + 4];
-	int n_span;
-} render;
-
-static int put(render *r, const char *s, size_t n)
+static int put(taco_ds_render *r, const char *s, size_t n)
 {
 	if (r->len + n + 1 > r->cap) {
 		size_t cap = r->cap ? r->cap : 256;
@@ -195,13 +160,13 @@ static int put(render *r, const char *s, size_t n)
 	return 0;
 }
 
-static int puts_(render *r, const char *s)
+static int puts_(taco_ds_render *r, const char *s)
 {
 	return put(r, s, strlen(s));
 }
 
 /* Appends s; when trained, its bytes become a trained span. */
-static int put_span(render *r, const char *s, size_t n, int trained)
+static int put_span(taco_ds_render *r, const char *s, size_t n, int trained)
 {
 	size_t start = r->len;
 	int e = put(r, s, n);
@@ -213,12 +178,6 @@ static int put_span(render *r, const char *s, size_t n, int trained)
 	}
 	return e;
 }
-
-typedef struct message {
-	const char *role, *content;
-	size_t content_len;
-	int weight; /* 0 or 1 */
-} message;
 
 /* Python's str.isspace() (Unicode 14.0, Python 3.11): the characters that
  * Jinja's trim (str.strip()) removes. */
@@ -275,8 +234,9 @@ static size_t py_space_before(const char *s, size_t n)
 
 /* The special strings of a template: they are added tokens of the
  * tokenizer, matched whole when the rendered text is encoded. */
-static int render_chat(int tmpl, const message *m, int n, const char *bos,
-		       const char *eos, int all, render *r)
+int taco_ds_render_chat(int tmpl, const taco_ds_message *m, int n,
+			const char *bos, const char *eos, int all,
+			taco_ds_render *r)
 {
 	int e = 0;
 
@@ -371,30 +331,21 @@ static int append(taco_data *d, const int32_t *ids, const int32_t *labels,
 	return 0;
 }
 
-typedef struct loader {
-	const taco_tok *tok;
-	const taco_dataset_opts *o;
-	taco_dataset_report *rep;
-	taco_data *d;
-	size_t offcap;
-	taco_tok_ids ids, tmp;
-	int32_t *labels;
-	size_t labels_cap;
-	int tmpl;
-	const char *bos, *eos; /* token strings */
-	int32_t eos_id;
-} loader;
-
-/* Encodes a rendered example; labels are the ids inside trained spans (or
- * everywhere with train_on_all), -100 elsewhere. Applies the over-length
- * policy and stores the example. */
-static int store_example(loader *L, int64_t line, taco_err *err);
-static int grow_labels(loader *L, size_t n, taco_err *err);
-
-static int finish_example(loader *L, int64_t line, const render *rd,
-			  int add_special, int append_eos, taco_err *err)
+static int grow_labels(taco_ds_loader *L, size_t n, taco_err *err)
 {
-	const taco_dataset_opts *o = L->o;
+	if (n > L->labels_cap) {
+		int32_t *g = realloc(L->labels, n * sizeof(int32_t));
+		if (!g)
+			return taco_err_set(err, -ENOMEM, "out of memory");
+		L->labels = g;
+		L->labels_cap = n;
+	}
+	return 0;
+}
+
+int taco_ds_encode(taco_ds_loader *L, const taco_ds_render *rd, int add_special,
+		   int append_eos, int train_all, taco_err *err)
+{
 	size_t n;
 	int r;
 
@@ -416,16 +367,11 @@ static int finish_example(loader *L, int64_t line, const render *rd,
 		L->ids.ids[L->ids.n++] = L->eos_id;
 	}
 	n = L->ids.n;
-	if (n == 0) {
-		report(L->rep, line, TACO_P_EMPTY_EXAMPLE, 1,
-		       "the example has no tokens");
-		return 0;
-	}
 	if ((r = grow_labels(L, n, err)))
 		return r;
 	for (size_t i = 0; i < n; i++)
-		L->labels[i] = o->train_on_all ? L->ids.ids[i] : -100;
-	for (int s = 0; !o->train_on_all && s < rd->n_span; s += 2) {
+		L->labels[i] = train_all ? L->ids.ids[i] : -100;
+	for (int s = 0; !train_all && n && s < rd->n_span; s += 2) {
 		size_t k0, k1;
 		if ((r = taco_tokens_before(L->tok, rd->text, rd->span[s],
 					    add_special, &L->ids, &L->tmp, &k0,
@@ -440,56 +386,21 @@ static int finish_example(loader *L, int64_t line, const render *rd,
 		for (size_t i = k0; i < k1 && i < n; i++)
 			L->labels[i] = L->ids.ids[i];
 	}
-	return store_example(L, line, err);
-}
-
-static int grow_labels(loader *L, size_t n, taco_err *err)
-{
-	if (n > L->labels_cap) {
-		int32_t *g = realloc(L->labels, n * sizeof(int32_t));
-		if (!g)
-			return taco_err_set(err, -ENOMEM, "out of memory");
-		L->labels = g;
-		L->labels_cap = n;
-	}
 	return 0;
 }
 
-/* The over-length policy, then the example (L->ids, L->labels) is kept. */
-static int store_example(loader *L, int64_t line, taco_err *err)
+size_t taco_ds_count_trained(const taco_ds_loader *L, size_t n)
 {
-	const taco_dataset_opts *o = L->o;
-	size_t n = L->ids.n, trained = 0;
+	size_t trained = 0;
 
-	L->rep->examples++;
-	L->rep->tokens += (int64_t)n;
-	if (n > (size_t)o->seq_len) {
-		if (o->overlength == TACO_OVERLENGTH_ERROR) {
-			report(L->rep, line, TACO_P_TOO_LONG, 1,
-			       "%zu tokens, seq_len is %d", n, o->seq_len);
-			return 0;
-		}
-		if (o->overlength == TACO_OVERLENGTH_DROP) {
-			report(L->rep, line, TACO_P_TOO_LONG, 0,
-			       "%zu tokens, seq_len is %d: dropped", n,
-			       o->seq_len);
-			L->rep->dropped++;
-			return 0;
-		}
-		report(L->rep, line, TACO_P_TOO_LONG, 0,
-		       "%zu tokens, seq_len is %d: truncated", n, o->seq_len);
-		L->rep->truncated++;
-		n = (size_t)o->seq_len;
-	}
 	/* position t predicts label t + 1: label 0 is never a target */
 	for (size_t i = 1; i < n; i++)
 		trained += L->labels[i] != -100;
-	if (!trained) {
-		report(L->rep, line, TACO_P_ALL_LABELS_MASKED, 0,
-		       "no token carries a loss: dropped");
-		L->rep->dropped++;
-		return 0;
-	}
+	return trained;
+}
+
+int taco_ds_keep(taco_ds_loader *L, size_t n, taco_err *err)
+{
 	if (L->d->n + 2 > L->offcap) {
 		size_t nc = L->offcap ? 2 * L->offcap : 1024;
 		size_t *g = realloc(L->d->off, nc * sizeof(*g));
@@ -504,144 +415,249 @@ static int store_example(loader *L, int64_t line, taco_err *err)
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	L->d->n++;
 	L->d->off[L->d->n] = L->d->n_tokens;
+	return 0;
+}
+
+/* The over-length policy, then the example (L->ids, L->labels) is kept. */
+static int store_example(taco_ds_loader *L, int64_t line, taco_err *err)
+{
+	const taco_dataset_opts *o = L->o;
+	size_t n = L->ids.n, trained;
+	int r;
+
+	L->rep->examples++;
+	L->rep->tokens += (int64_t)n;
+	if (n > (size_t)o->seq_len) {
+		if (o->overlength == TACO_OVERLENGTH_ERROR) {
+			taco_ds_report(L->rep, line, TACO_P_TOO_LONG, 1,
+				       "%zu tokens, seq_len is %d", n,
+				       o->seq_len);
+			return 0;
+		}
+		if (o->overlength == TACO_OVERLENGTH_DROP) {
+			taco_ds_report(L->rep, line, TACO_P_TOO_LONG, 0,
+				       "%zu tokens, seq_len is %d: dropped", n,
+				       o->seq_len);
+			L->rep->dropped++;
+			return 0;
+		}
+		taco_ds_report(L->rep, line, TACO_P_TOO_LONG, 0,
+			       "%zu tokens, seq_len is %d: truncated", n,
+			       o->seq_len);
+		L->rep->truncated++;
+		n = (size_t)o->seq_len;
+	}
+	trained = taco_ds_count_trained(L, n);
+	if (!trained) {
+		taco_ds_report(L->rep, line, TACO_P_ALL_LABELS_MASKED, 0,
+			       "no token carries a loss: dropped");
+		L->rep->dropped++;
+		return 0;
+	}
+	if ((r = taco_ds_keep(L, n, err)))
+		return r;
 	L->rep->kept++;
 	L->rep->trainable_tokens += (int64_t)trained;
 	return 0;
+}
+
+/* Encodes a rendered example (its labels: the ids inside trained spans, or
+ * everywhere with train_on_all, -100 elsewhere), applies the over-length
+ * policy and stores it. */
+static int finish_example(taco_ds_loader *L, int64_t line,
+			  const taco_ds_render *rd, int add_special,
+			  int append_eos, taco_err *err)
+{
+	int r = taco_ds_encode(L, rd, add_special, append_eos,
+			       L->o->train_on_all, err);
+
+	if (r)
+		return r;
+	if (L->ids.n == 0) {
+		taco_ds_report(L->rep, line, TACO_P_EMPTY_EXAMPLE, 1,
+			       "the example has no tokens");
+		return 0;
+	}
+	return store_example(L, line, err);
 }
 
 /* ---- formats ----------------------------------------------------------- */
 
 static const char *const roles[] = {"system", "user", "assistant", NULL};
 
-/* Checks a chat example; fills m[0..*n). Returns 1 when it may be
- * rendered, 0 after reporting its errors. */
 /* Fields of OpenAI's chat lines that no chat template here renders. */
 static const char *const ignored_chat_fields[] = {"tools", "functions",
 						  "parallel_tool_calls", NULL};
 
-static int check_chat(loader *L, int64_t line, json_t *msgs, message *m, int *n)
+/* A message's weight, when it is valid: 0 or 1, on an assistant message;
+ * no prompt message has one (none of them is trained). */
+static int check_weight(taco_ds_loader *L, int64_t line, json_t *w,
+			const char *field, size_t i, int prompt,
+			taco_ds_message *mi)
+{
+	mi->weight = !prompt;
+	if (prompt && w) {
+		taco_ds_report(L->rep, line, TACO_P_INVALID_WEIGHT, 1,
+			       "%s[%zu].weight is not allowed: a preference "
+			       "pair trains its outputs only",
+			       field, i);
+		return 0;
+	}
+	if (!w || json_is_null(w))
+		return 1;
+	if (strcmp(mi->role, "assistant") || !json_is_integer(w) ||
+	    (json_integer_value(w) != 0 && json_integer_value(w) != 1)) {
+		taco_ds_report(L->rep, line, TACO_P_INVALID_WEIGHT, 1,
+			       "%s[%zu].weight must be 0 or 1, on assistant "
+			       "messages only",
+			       field, i);
+		return 0;
+	}
+	mi->weight = (int)json_integer_value(w);
+	return 1;
+}
+
+/* The mistral template's turns: user first (after a system message), then
+ * assistant and user in turn. */
+static int check_alternation(taco_ds_loader *L, int64_t line, const char *field,
+			     const taco_ds_message *m, int n)
+{
+	int first = !strcmp(m[0].role, "system");
+
+	for (int k = first; k < n; k++) {
+		const char *want = (k - first) % 2 ? "assistant" : "user";
+		if (strcmp(m[k].role, want)) {
+			taco_ds_report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
+				       "%s[%d]: the mistral template needs "
+				       "user and assistant turns alternating, "
+				       "starting with user",
+				       field, k);
+			return 0;
+		}
+	}
+	return 1;
+}
+
+int taco_ds_check_chat(taco_ds_loader *L, int64_t line, json_t *msgs,
+		       const char *field, int prompt, taco_ds_message *m,
+		       int *n)
 {
 	size_t i;
 	json_t *e;
 	int ok = 1, assistants = 0, trained = 0;
 
 	if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-		report(L->rep, line, TACO_P_MISSING_MESSAGES, 1,
-		       "\"messages\" must be a non-empty array");
+		taco_ds_report(L->rep, line, TACO_P_MISSING_MESSAGES, 1,
+			       "\"%s\" must be a non-empty array", field);
 		return 0;
 	}
 	if (json_array_size(msgs) > TACO_DATASET_MAX_MESSAGES) {
-		report(L->rep, line, TACO_P_INVALID_FIELD, 1,
-		       "more than %d messages", TACO_DATASET_MAX_MESSAGES);
+		taco_ds_report(L->rep, line, TACO_P_INVALID_FIELD, 1,
+			       "%s: more than %d messages", field,
+			       TACO_DATASET_MAX_MESSAGES);
 		return 0;
 	}
 	json_array_foreach(msgs, i, e)
 	{
 		json_t *role = json_object_get(e, "role");
 		json_t *content = json_object_get(e, "content");
-		json_t *w = json_object_get(e, "weight");
 		int known = 0;
 
 		if (!json_is_object(e)) {
-			report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
-			       "messages[%zu] is not an object", i);
+			taco_ds_report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
+				       "%s[%zu] is not an object", field, i);
 			ok = 0;
 			continue;
 		}
 		for (int k = 0; roles[k] && json_is_string(role); k++)
 			known |= !strcmp(json_string_value(role), roles[k]);
 		if (!known) {
-			report(L->rep, line, TACO_P_UNRECOGNIZED_ROLE, 1,
-			       "messages[%zu].role %s%s%s (system, user, "
-			       "assistant)",
-			       i, json_is_string(role) ? "'" : "",
-			       json_is_string(role) ? json_string_value(role)
-						    : "is missing",
-			       json_is_string(role) ? "' is not known" : "");
+			taco_ds_report(
+			    L->rep, line, TACO_P_UNRECOGNIZED_ROLE, 1,
+			    "%s[%zu].role %s%s%s (system, user, assistant)",
+			    field, i, json_is_string(role) ? "'" : "",
+			    json_is_string(role) ? json_string_value(role)
+						 : "is missing",
+			    json_is_string(role) ? "' is not known" : "");
 			ok = 0;
 			continue;
 		}
 		if (!json_is_string(content)) {
-			report(L->rep, line, TACO_P_MISSING_CONTENT, 1,
-			       "messages[%zu].content must be a string", i);
+			taco_ds_report(L->rep, line, TACO_P_MISSING_CONTENT, 1,
+				       "%s[%zu].content must be a string",
+				       field, i);
 			ok = 0;
 			continue;
 		}
 		if (json_object_get(e, "name"))
-			report(L->rep, line, TACO_P_IGNORED_FIELD, 0,
-			       "messages[%zu].name is not read: the message "
-			       "is rendered without it",
-			       i);
+			taco_ds_report(L->rep, line, TACO_P_IGNORED_FIELD, 0,
+				       "%s[%zu].name is not read: the message "
+				       "is rendered without it",
+				       field, i);
 		m[i].role = json_string_value(role);
 		m[i].content = json_string_value(content);
 		m[i].content_len = json_string_length(content);
-		m[i].weight = 1;
-		if (w && !json_is_null(w)) {
-			if (strcmp(m[i].role, "assistant") ||
-			    !json_is_integer(w) ||
-			    (json_integer_value(w) != 0 &&
-			     json_integer_value(w) != 1)) {
-				report(L->rep, line, TACO_P_INVALID_WEIGHT, 1,
-				       "messages[%zu].weight must be 0 or 1, "
-				       "on assistant messages only",
-				       i);
-				ok = 0;
-				continue;
-			}
-			m[i].weight = (int)json_integer_value(w);
+		if (!check_weight(L, line, json_object_get(e, "weight"), field,
+				  i, prompt, &m[i])) {
+			ok = 0;
+			continue;
 		}
 		if (!strcmp(m[i].role, "assistant")) {
 			assistants++;
 			trained += m[i].weight;
 		}
 		if (!strcmp(m[i].role, "system") && i > 0) {
-			report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
-			       "messages[%zu]: a system message must come "
-			       "first",
-			       i);
+			taco_ds_report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
+				       "%s[%zu]: a system message must come "
+				       "first",
+				       field, i);
 			ok = 0;
 		}
 	}
 	if (!ok)
 		return 0;
 	*n = (int)json_array_size(msgs);
-	if (!assistants) {
-		report(L->rep, line, TACO_P_NO_ASSISTANT_MESSAGE, 1,
-		       "no assistant message to learn from");
+	if (prompt && !strcmp(m[*n - 1].role, "assistant")) {
+		taco_ds_report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
+			       "%s[%d]: the last message must not be an "
+			       "assistant's: the outputs answer it",
+			       field, *n - 1);
+		return 0;
+	}
+	if (!prompt && !assistants) {
+		taco_ds_report(L->rep, line, TACO_P_NO_ASSISTANT_MESSAGE, 1,
+			       "no assistant message to learn from");
 		return 0;
 	}
 	if (L->tmpl == TACO_TEMPLATE_MISTRAL) {
-		int first = !strcmp(m[0].role, "system");
-		for (int k = first; k < *n; k++) {
-			const char *want =
-			    (k - first) % 2 ? "assistant" : "user";
-			if (strcmp(m[k].role, want)) {
-				report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
-				       "messages[%d]: the mistral template "
-				       "needs user and assistant turns "
-				       "alternating, starting with user",
-				       k);
-				return 0;
-			}
+		if (!check_alternation(L, line, field, m, *n))
+			return 0;
+		/* the output, an assistant turn, must follow a user turn */
+		if (prompt && strcmp(m[*n - 1].role, "user")) {
+			taco_ds_report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
+				       "%s: the mistral template needs a "
+				       "user message before the output",
+				       field);
+			return 0;
 		}
 	}
-	if (!trained && !L->o->train_on_all) {
-		report(L->rep, line, TACO_P_ALL_LABELS_MASKED, 0,
-		       "every assistant message has weight 0: dropped");
+	if (!prompt && !trained && !L->o->train_on_all) {
+		taco_ds_report(L->rep, line, TACO_P_ALL_LABELS_MASKED, 0,
+			       "every assistant message has weight 0: dropped");
 		L->rep->dropped++;
 		return 0;
 	}
 	return 1;
 }
 
-static int string_field(loader *L, int64_t line, json_t *root, const char *key,
-			const char **s, size_t *n)
+static int string_field(taco_ds_loader *L, int64_t line, json_t *root,
+			const char *key, const char **s, size_t *n)
 {
 	json_t *v = json_object_get(root, key);
 
 	if (!json_is_string(v)) {
-		report(L->rep, line, TACO_P_INVALID_FIELD, 1,
-		       "\"%s\" must be a string", key);
+		taco_ds_report(L->rep, line, TACO_P_INVALID_FIELD, 1,
+			       "\"%s\" must be a string", key);
 		return 0;
 	}
 	*s = json_string_value(v);
@@ -650,7 +666,8 @@ static int string_field(loader *L, int64_t line, json_t *root, const char *key,
 }
 
 /* Pre-tokenized: {"input_ids": [...], "labels": [...]?} */
-static int pretokenized(loader *L, int64_t line, json_t *root, taco_err *err)
+static int pretokenized(taco_ds_loader *L, int64_t line, json_t *root,
+			taco_err *err)
 {
 	json_t *ids = json_object_get(root, "input_ids");
 	json_t *lab = json_object_get(root, "labels");
@@ -660,9 +677,9 @@ static int pretokenized(loader *L, int64_t line, json_t *root, taco_err *err)
 
 	if (!json_is_array(ids) || n == 0 ||
 	    (lab && (!json_is_array(lab) || json_array_size(lab) != n))) {
-		report(L->rep, line, TACO_P_INVALID_FIELD, 1,
-		       "\"input_ids\" must be a non-empty array, and "
-		       "\"labels\" as long");
+		taco_ds_report(L->rep, line, TACO_P_INVALID_FIELD, 1,
+			       "\"input_ids\" must be a non-empty array, and "
+			       "\"labels\" as long");
 		return 0;
 	}
 	L->ids.n = 0;
@@ -685,10 +702,11 @@ static int pretokenized(loader *L, int64_t line, json_t *root, taco_err *err)
 			: x;
 		if (x < 0 || x >= vocab ||
 		    !(y == -100 || (y >= 0 && y < vocab))) {
-			report(L->rep, line, TACO_P_INVALID_TOKEN, 1,
-			       "input_ids[%zu] or labels[%zu] is not a token "
-			       "id in [0, %d)%s",
-			       i, i, vocab, lab ? " or -100" : "");
+			taco_ds_report(
+			    L->rep, line, TACO_P_INVALID_TOKEN, 1,
+			    "input_ids[%zu] or labels[%zu] is not a token "
+			    "id in [0, %d)%s",
+			    i, i, vocab, lab ? " or -100" : "");
 			return 0;
 		}
 		L->ids.ids[L->ids.n] = (int32_t)x;
@@ -698,57 +716,77 @@ static int pretokenized(loader *L, int64_t line, json_t *root, taco_err *err)
 	return store_example(L, line, err);
 }
 
+int taco_ds_template(taco_ds_loader *L, taco_err *err)
+{
+	int r;
+
+	if (L->tmpl != TACO_TEMPLATE_AUTO)
+		return 0;
+	if ((r = taco_template_detect(L->o->model_dir, &L->tmpl, err)))
+		return r;
+	L->rep->template_id = L->tmpl;
+	return 0;
+}
+
 /* One line of the file. */
-static int do_line(loader *L, int64_t line, const char *buf, size_t len,
-		   message *m, taco_err *err)
+static int do_line(taco_ds_loader *L, int64_t line, const char *buf, size_t len,
+		   taco_ds_message *m, taco_err *err)
 {
 	json_error_t jerr;
 	json_t *root;
 	long bad;
-	render rd = {0};
+	taco_ds_render rd = {0};
 	int r = 0, n = 0;
 	const char *a, *b;
 	size_t an, bn;
 
 	if ((bad = utf8_invalid_at((const unsigned char *)buf, len)) >= 0) {
-		report(L->rep, line, TACO_P_INVALID_UTF8, 1,
-		       "invalid UTF-8 at byte %ld", bad);
+		taco_ds_report(L->rep, line, TACO_P_INVALID_UTF8, 1,
+			       "invalid UTF-8 at byte %ld", bad);
 		return 0;
 	}
 	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root || !json_is_object(root)) {
-		report(L->rep, line, TACO_P_INVALID_JSON, 1, "%s",
-		       root ? "not a JSON object" : jerr.text);
+		taco_ds_report(L->rep, line, TACO_P_INVALID_JSON, 1, "%s",
+			       root ? "not a JSON object" : jerr.text);
 		json_decref(root);
 		return 0;
 	}
-	if (json_object_get(root, "messages")) {
+	if (taco_ds_is_pref(root)) {
+		if (L->o->method == TACO_METHOD_DPO)
+			r = taco_ds_pref_line(L, line, root, m, err);
+		else
+			taco_ds_report(L->rep, line, TACO_P_PREFERENCE_PAIR, 1,
+				       "a preference pair needs method dpo");
+	} else if (L->o->method == TACO_METHOD_DPO) {
+		taco_ds_report(L->rep, line, TACO_P_NOT_PREFERENCE, 1,
+			       "method dpo needs preference pairs: input, "
+			       "preferred_output, non_preferred_output");
+	} else if (json_object_get(root, "messages")) {
 		/* OpenAI's function-calling fields: the chat is rendered
 		 * without them, which its owner should know */
 		for (int k = 0; ignored_chat_fields[k]; k++)
 			if (json_object_get(root, ignored_chat_fields[k]))
-				report(L->rep, line, TACO_P_IGNORED_FIELD, 0,
-				       "\"%s\" is not read: the chat trains "
-				       "without it",
-				       ignored_chat_fields[k]);
-		if (L->tmpl == TACO_TEMPLATE_AUTO) {
-			r = taco_template_detect(L->o->model_dir, &L->tmpl,
-						 err);
-			if (r)
-				goto out;
-			L->rep->template_id = L->tmpl;
-		}
-		if (check_chat(L, line, json_object_get(root, "messages"), m,
-			       &n) &&
-		    !(r = render_chat(L->tmpl, m, n, L->bos, L->eos,
-				      L->o->train_on_all, &rd)))
+				taco_ds_report(
+				    L->rep, line, TACO_P_IGNORED_FIELD, 0,
+				    "\"%s\" is not read: the chat trains "
+				    "without it",
+				    ignored_chat_fields[k]);
+		if ((r = taco_ds_template(L, err)))
+			goto out;
+		if (taco_ds_check_chat(L, line,
+				       json_object_get(root, "messages"),
+				       "messages", 0, m, &n) &&
+		    !(r = taco_ds_render_chat(L->tmpl, m, n, L->bos, L->eos,
+					      L->o->train_on_all, &rd)))
 			r = finish_example(L, line, &rd, 0, 0, err);
 	} else if (json_object_get(root, "completion")) {
 		if (string_field(L, line, root, "prompt", &a, &an) &&
 		    string_field(L, line, root, "completion", &b, &bn)) {
 			if (!an && !bn)
-				report(L->rep, line, TACO_P_EMPTY_EXAMPLE, 1,
-				       "prompt and completion are empty");
+				taco_ds_report(
+				    L->rep, line, TACO_P_EMPTY_EXAMPLE, 1,
+				    "prompt and completion are empty");
 			else if (!(r = put(&rd, a, an)) &&
 				 !(r = put_span(&rd, b, bn, 1)))
 				r = finish_example(L, line, &rd, 1, 1, err);
@@ -756,17 +794,18 @@ static int do_line(loader *L, int64_t line, const char *buf, size_t len,
 	} else if (json_object_get(root, "text")) {
 		if (string_field(L, line, root, "text", &a, &an)) {
 			if (!an)
-				report(L->rep, line, TACO_P_EMPTY_EXAMPLE, 1,
-				       "\"text\" is empty");
+				taco_ds_report(L->rep, line,
+					       TACO_P_EMPTY_EXAMPLE, 1,
+					       "\"text\" is empty");
 			else if (!(r = put_span(&rd, a, an, 1)))
 				r = finish_example(L, line, &rd, 1, 1, err);
 		}
 	} else if (json_object_get(root, "input_ids")) {
 		r = pretokenized(L, line, root, err);
 	} else {
-		report(L->rep, line, TACO_P_UNKNOWN_FORMAT, 1,
-		       "expected \"messages\", \"prompt\" and "
-		       "\"completion\", \"text\", or \"input_ids\"");
+		taco_ds_report(L->rep, line, TACO_P_UNKNOWN_FORMAT, 1,
+			       "expected \"messages\", \"prompt\" and "
+			       "\"completion\", \"text\", or \"input_ids\"");
 	}
 	if (r == -ENOMEM)
 		r = taco_err_set(err, r, "line %lld: out of memory",
@@ -795,8 +834,8 @@ int taco_dataset_load(const char *path, const taco_tok *tok,
 		      taco_dataset_report *rep, taco_err *err)
 {
 	FILE *f = fopen(path, "rb");
-	loader L = {0};
-	message *m = NULL;
+	taco_ds_loader L = {0};
+	taco_ds_message *m = NULL;
 	char *line = NULL, bos[256], eos[256];
 	size_t cap = 0;
 	ssize_t len;
@@ -814,11 +853,13 @@ int taco_dataset_load(const char *path, const taco_tok *tok,
 	L.rep = rep;
 	L.tmpl = o->template_id;
 	rep->template_id = o->template_id;
+	rep->method = o->method;
 	L.bos = token_string(tok, sp.bos, bos, sizeof(bos));
 	L.eos = token_string(tok, sp.eos, eos, sizeof(eos));
 	L.eos_id = sp.eos;
 	L.d = calloc(1, sizeof(*L.d));
-	m = calloc(TACO_DATASET_MAX_MESSAGES, sizeof(*m));
+	/* a preference pair's prompt and one output */
+	m = calloc(TACO_DATASET_MAX_MESSAGES + 1, sizeof(*m));
 	if (!L.d || !m) {
 		r = taco_err_set(err, -ENOMEM, "out of memory");
 		goto out;
@@ -838,15 +879,15 @@ int taco_dataset_load(const char *path, const taco_tok *tok,
 		if (strspn(line, " \t") == (size_t)len)
 			continue;
 		if ((size_t)len > TACO_DATASET_MAX_LINE) {
-			report(rep, lineno, TACO_P_LINE_TOO_LONG, 1,
-			       "%zd bytes, the limit is %u", len,
-			       TACO_DATASET_MAX_LINE);
+			taco_ds_report(rep, lineno, TACO_P_LINE_TOO_LONG, 1,
+				       "%zd bytes, the limit is %u", len,
+				       TACO_DATASET_MAX_LINE);
 			continue;
 		}
 		if (rep->examples >= o->max_examples) {
-			report(rep, lineno, TACO_P_INVALID_FIELD, 1,
-			       "more than %lld examples",
-			       (long long)o->max_examples);
+			taco_ds_report(rep, lineno, TACO_P_INVALID_FIELD, 1,
+				       "more than %lld examples",
+				       (long long)o->max_examples);
 			break;
 		}
 		if ((r = do_line(&L, lineno, line, (size_t)len, m, err))) {
@@ -867,9 +908,12 @@ int taco_dataset_load(const char *path, const taco_tok *tok,
 		goto out;
 	}
 	if (!L.d->n) {
-		r = taco_err_set(err, -EINVAL, "%s: no usable examples", path);
+		r = taco_err_set(err, -EINVAL, "%s: no usable %s", path,
+				 o->method == TACO_METHOD_DPO ? "pairs"
+							      : "examples");
 		goto out;
 	}
+	L.d->pairs = o->method == TACO_METHOD_DPO;
 	*out = L.d;
 	L.d = NULL;
 out:
@@ -881,88 +925,4 @@ out:
 	free(line);
 	fclose(f);
 	return r;
-}
-
-void taco_dataset_report_summary(const taco_dataset_report *rep,
-				 const char *file, char *buf, size_t cap)
-{
-	const taco_problem *p =
-	    rep->errors ? &rep->first_error : &rep->first_warning;
-	long long n = (long long)(rep->errors ? rep->errors : rep->warnings);
-
-	if (!rep->errors && !rep->warnings)
-		snprintf(buf, cap, "%s: no problems in %lld lines", file,
-			 (long long)rep->lines);
-	else
-		snprintf(buf, cap,
-			 "%s: %s%lld %s%s in %lld lines (first%s: line "
-			 "%lld, %s: %s)",
-			 file, rep->errors ? "" : "no errors, ", n,
-			 rep->errors ? "error" : "warning", n == 1 ? "" : "s",
-			 (long long)rep->lines, rep->errors ? "" : " warning",
-			 (long long)p->line, taco_problem_name(p->code),
-			 p->detail);
-}
-
-json_t *taco_dataset_report_json(const taco_dataset_report *rep,
-				 const char *file)
-{
-	char sum[512];
-	json_t *codes = json_object(), *list = json_array();
-	json_t *o;
-
-	for (int c = 0; c < TACO_P_COUNT; c++)
-		if (rep->by_code[c])
-			json_object_set_new(codes, problem_names[c],
-					    json_integer(rep->by_code[c]));
-	for (int i = 0; i < rep->n_listed; i++) {
-		const taco_problem *p = &rep->listed[i];
-		json_array_append_new(
-		    list,
-		    json_pack("{sI ss ss ss}", "line", (json_int_t)p->line,
-			      "code", problem_names[p->code], "severity",
-			      p->error ? "error" : "warning", "detail",
-			      p->detail));
-	}
-	o = json_pack(
-	    "{ss sI sI sI sI sI sI sI sI sI so so ss}", "file", file, "lines",
-	    (json_int_t)rep->lines, "examples", (json_int_t)rep->examples,
-	    "kept", (json_int_t)rep->kept, "tokens", (json_int_t)rep->tokens,
-	    "trainable_tokens", (json_int_t)rep->trainable_tokens, "truncated",
-	    (json_int_t)rep->truncated, "dropped", (json_int_t)rep->dropped,
-	    "errors", (json_int_t)rep->errors, "warnings",
-	    (json_int_t)rep->warnings, "by_code", codes, "problems", list,
-	    "chat_template", taco_template_name(rep->template_id));
-	taco_dataset_report_summary(rep, file, sum, sizeof(sum));
-	json_object_set_new(o, "summary", json_string(sum));
-	return o;
-}
-
-void taco_dataset_report_print(const taco_dataset_report *rep, const char *file,
-			       FILE *f)
-{
-	fprintf(f,
-		"%s: %lld lines, %lld examples, %lld kept; %lld tokens, %lld "
-		"trained; %lld truncated, %lld dropped; %lld errors, %lld "
-		"warnings\n",
-		file, (long long)rep->lines, (long long)rep->examples,
-		(long long)rep->kept, (long long)rep->tokens,
-		(long long)rep->trainable_tokens, (long long)rep->truncated,
-		(long long)rep->dropped, (long long)rep->errors,
-		(long long)rep->warnings);
-	if (rep->errors || rep->warnings) {
-		char sum[512];
-		taco_dataset_report_summary(rep, file, sum, sizeof(sum));
-		fprintf(f, "  %s\n", sum);
-	}
-	for (int i = 0; i < rep->n_listed; i++)
-		fprintf(f, "  line %lld: %s %s: %s\n",
-			(long long)rep->listed[i].line,
-			rep->listed[i].error ? "error" : "warning",
-			problem_names[rep->listed[i].code],
-			rep->listed[i].detail);
-	if (rep->errors + rep->warnings > rep->n_listed)
-		fprintf(
-		    f, "  ... and %lld more\n",
-		    (long long)(rep->errors + rep->warnings - rep->n_listed));
 }

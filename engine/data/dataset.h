@@ -5,7 +5,11 @@
  * Chat examples are rendered with a chat template segment by segment: the
  * role header and the end-of-turn markup are encoded apart from the
  * message content, as LLaMA-Factory and axolotl do, so that the label mask
- * follows message boundaries exactly. */
+ * follows message boundaries exactly.
+ *
+ * With method dpo the lines are preference pairs (OpenAI's format, pref.c),
+ * each stored as two examples (the prompt with each output, only the
+ * outputs labelled). */
 #ifndef TACO_DATASET_H
 #define TACO_DATASET_H
 
@@ -40,8 +44,10 @@ enum taco_problem_code {
 	TACO_P_ALL_LABELS_MASKED,
 	TACO_P_LINE_TOO_LONG,
 	TACO_P_INVALID_TOKEN,
-	TACO_P_IGNORED_FIELD, /* a warning: an OpenAI field tacod does not read
-			       */
+	TACO_P_IGNORED_FIELD,  /* a warning: an OpenAI field tacod does not read
+				*/
+	TACO_P_NOT_PREFERENCE, /* method dpo, a line that is not a pair */
+	TACO_P_PREFERENCE_PAIR, /* method sft, a preference pair */
 	TACO_P_COUNT
 };
 
@@ -52,8 +58,12 @@ typedef struct taco_dataset_opts {
 	int template_id;       /* enum taco_template */
 	int train_on_all;      /* 1: every token is trained, not only answers */
 	int seq_len;
-	int overlength; /* enum taco_overlength */
-	int64_t max_examples;
+	int overlength;	      /* enum taco_overlength */
+	int64_t max_examples; /* with method dpo: pairs */
+	/* enum taco_method: with TACO_METHOD_DPO every line is a preference
+	 * pair (two examples, their outputs trained only, whatever
+	 * train_on_all says), without it none may be */
+	int method;
 } taco_dataset_opts;
 
 void taco_dataset_defaults(taco_dataset_opts *o);
@@ -65,8 +75,12 @@ typedef struct taco_problem {
 	char detail[192];
 } taco_problem;
 
+/* With method dpo, examples, kept and dropped count pairs, truncated the
+ * pairs with a truncated sequence, tokens and trainable_tokens both
+ * sequences of each. */
 typedef struct taco_dataset_report {
 	int64_t lines, examples, kept;
+	int64_t pairs; /* method dpo: the pairs kept */
 	int64_t tokens, trainable_tokens;
 	int64_t truncated, dropped;
 	int64_t errors, warnings;
@@ -77,6 +91,7 @@ typedef struct taco_dataset_report {
 	 * errors, warnings > 0) */
 	taco_problem first_error, first_warning;
 	int template_id; /* the template used for chat lines */
+	int method;	 /* enum taco_method the file was read for */
 } taco_dataset_report;
 
 /* Reads a JSONL file. Every line is checked; the report lists every

@@ -14,6 +14,7 @@ static void opts_of(const taco_job *job, taco_dataset_opts *o)
 	o->seq_len = job->seq_len;
 	o->overlength = job->overlength;
 	o->max_examples = job->max_examples;
+	o->method = job->method;
 }
 
 int taco_job_data_load(const taco_job *job, int vocab, taco_job_data *out,
@@ -30,6 +31,13 @@ int taco_job_data_load(const taco_job *job, int vocab, taco_job_data *out,
 					    "has no tokenizer (tokenizer.json, "
 					    "or vocab.json and merges.txt) to "
 					    "encode it with");
+		/* pre-tokenized lines are examples, not pairs */
+		if (job->method == TACO_METHOD_DPO)
+			return taco_err_set(err, -EINVAL,
+					    "method dpo: the model has no "
+					    "tokenizer (tokenizer.json, or "
+					    "vocab.json and merges.txt) to "
+					    "render preference pairs with");
 		if ((r = taco_data_load_pretok(job->train, vocab,
 					       job->max_examples, &out->train,
 					       err)))

@@ -1,5 +1,6 @@
 /* fuzz_dataset.c: the JSONL dataset reader (every format, chat templates,
- * validation) with the chat fixture's tokenizer. TACO_FIXTURES or the
+ * preference pairs under both methods, validation) with the chat fixture's
+ * tokenizer. TACO_FIXTURES or the
  * source tree locates it. */
 #include <stdint.h>
 #include <stdio.h>
@@ -48,6 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		o.seq_len = 64;
 		o.overlength = (int)(size % 3);
 		o.train_on_all = size % 5 == 0;
+		/* sft or dpo, apart from the template's choice */
+		o.method = (size >> 2) & 1 ? TACO_METHOD_DPO : TACO_METHOD_SFT;
 		if (taco_dataset_load(path, tok, &o, &d, rep, &err) == 0)
 			taco_data_free(d);
 	}
