@@ -294,7 +294,9 @@ START_TEST(test_next_pairs)
 
 	/* 3 epochs and a bit: each epoch's pairs in its order */
 	for (int call = 0; call < 41; call++) {
-		taco_data_next_pairs(d, 9, &c, order, &oe, P, T, tok, tgt, pos);
+		size_t ids[P];
+		taco_data_next_pairs(d, 9, &c, order, &oe, P, T, tok, tgt, pos,
+				     ids);
 		for (int i = 0; i < P; i++, drawn++) {
 			uint64_t epoch = drawn / NP;
 			size_t want;
@@ -302,6 +304,7 @@ START_TEST(test_next_pairs)
 			taco_data_pair_order(d, 9, epoch, o2);
 			want = o2[drawn % NP];
 			ck_assert_int_eq(p, (int)want);
+			ck_assert_uint_eq(ids[i], want);
 			check_pair_row(tok + 2 * i * T, tgt + 2 * i * T,
 				       pos + 2 * i * T, T, p, 0);
 			check_pair_row(tok + (2 * i + 1) * T,
@@ -313,8 +316,9 @@ START_TEST(test_next_pairs)
 	ck_assert_uint_eq(c.index, drawn % NP);
 	ck_assert_uint_eq(c.epoch, 3);
 	c2 = c;
-	taco_data_next_pairs(d, 9, &c, order, &oe, P, T, tok, tgt, pos);
-	taco_data_next_pairs(d, 9, &c2, order2, &oe2, P, T, tok2, tgt2, pos2);
+	taco_data_next_pairs(d, 9, &c, order, &oe, P, T, tok, tgt, pos, NULL);
+	taco_data_next_pairs(d, 9, &c2, order2, &oe2, P, T, tok2, tgt2, pos2,
+			     NULL);
 	ck_assert_mem_eq(tok, tok2, sizeof(tok));
 	ck_assert_mem_eq(tgt, tgt2, sizeof(tgt));
 	ck_assert_mem_eq(pos, pos2, sizeof(pos));
@@ -322,7 +326,8 @@ START_TEST(test_next_pairs)
 	/* another seed, another stream */
 	c2.epoch = c2.index = 0;
 	oe2 = UINT64_MAX;
-	taco_data_next_pairs(d, 10, &c2, order2, &oe2, P, T, tok2, tgt2, pos2);
+	taco_data_next_pairs(d, 10, &c2, order2, &oe2, P, T, tok2, tgt2, pos2,
+			     NULL);
 	taco_data_pair_order(d, 10, 0, o2);
 	ck_assert_int_eq(tok2[0] - 1, (int)o2[0]);
 	taco_data_free(d);

@@ -331,7 +331,8 @@ static void put_pair(const taco_data *d, size_t p, int i, int T,
 
 void taco_data_next_pairs(const taco_data *d, uint64_t seed, taco_cursor *cur,
 			  size_t *order, uint64_t *order_epoch, int P, int T,
-			  int32_t *tokens, int32_t *targets, int32_t *pos)
+			  int32_t *tokens, int32_t *targets, int32_t *pos,
+			  size_t *ids)
 {
 	for (int i = 0; i < P; i++) {
 		if (cur->index >= d->n / 2) {
@@ -343,6 +344,8 @@ void taco_data_next_pairs(const taco_data *d, uint64_t seed, taco_cursor *cur,
 			*order_epoch = cur->epoch;
 		}
 		put_pair(d, order[cur->index], i, T, tokens, targets, pos);
+		if (ids)
+			ids[i] = order[cur->index];
 		cur->index++;
 	}
 }

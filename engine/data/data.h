@@ -74,10 +74,12 @@ void taco_data_pair_order(const taco_data *d, uint64_t seed, uint64_t epoch,
  * pairs; the epoch order is taco_data_pair_order, so order has d->n / 2
  * entries) into 2P rows of T tokens: row 2i is pair
  * i's chosen sequence, row 2i + 1 its rejected one, each truncated to T
- * and padded (token 0, target -100), positions from 0. */
+ * and padded (token 0, target -100), positions from 0. ids (may be NULL)
+ * [P] the pairs' indices in file order (their reference log-probs). */
 void taco_data_next_pairs(const taco_data *d, uint64_t seed, taco_cursor *cur,
 			  size_t *order, uint64_t *order_epoch, int P, int T,
-			  int32_t *tokens, int32_t *targets, int32_t *pos);
+			  int32_t *tokens, int32_t *targets, int32_t *pos,
+			  size_t *ids);
 
 /* Pairs [first, first + P) in file order into 2P rows as above
  * (evaluation, the reference pass); rows of pairs past the end are fully
