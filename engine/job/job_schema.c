@@ -69,6 +69,13 @@ static void method_fits(json_t *o, taco_job *job, taco_job_problems *p)
 	if (job->method == TACO_METHOD_DPO && job->packing)
 		taco_job_problem(p, "packing: not with method dpo (each "
 				    "sequence of a pair is a row of its own)");
+	/* read after batch_size and seq_len: DPO's batch is two rows a pair */
+	if (job->method == TACO_METHOD_DPO &&
+	    2 * (int64_t)job->batch_size * job->seq_len > (1 << 20))
+		taco_job_problem(p,
+				 "batch_size: with method dpo, 2 x batch_size "
+				 "x seq_len must be at most %d tokens",
+				 1 << 20);
 	if (job->method != TACO_METHOD_DPO && json_object_get(o, "dpo"))
 		taco_job_problem(p, "dpo: only with method dpo");
 }

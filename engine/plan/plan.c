@@ -41,7 +41,12 @@ void taco_plan_input_from_job(const taco_job *job, int backend,
 			: job->precision == TACO_PRECISION_FP32 ? TK_F32
 			: backend == TACO_BACKEND_CUDA		? TK_BF16
 								: TK_F32;
-	in->B = job->batch_size;
+	/* a DPO batch of B pairs is 2B sequences, with the buffers of each
+	 * token's loss and gradient factor (the reference pass is forward
+	 * only at the same shape: less than a step) */
+	in->B = job->method == TACO_METHOD_DPO ? 2 * job->batch_size
+					       : job->batch_size;
+	in->step.pref = job->method == TACO_METHOD_DPO;
 	in->T = job->seq_len;
 	in->A = job->grad_accum;
 	in->optim = job->optim;

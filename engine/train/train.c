@@ -22,6 +22,7 @@
 #include "model/model.h"
 #include "optim/optim.h"
 #include "plan/plan.h"
+#include "pref.h"
 #include "util/fsutil.h"
 
 /* The gradient consumer of a step: update each tensor at once (dense NULL)
@@ -58,6 +59,13 @@ typedef struct trainer {
 	int lock_fd; /* flock of output_dir/.lock, -1 when not held */
 	grad_ctx g;  /* gradient consumer of the running step */
 	taco_plan_input plan_in; /* the settings admission chose */
+	/* DPO (method dpo): rows are pairs' sequences */
+	int dpo;
+	taco_pref_ref ref;
+	size_t *ids;	      /* [A * B] the step's pairs */
+	double *refb, *logp;  /* [2B] a micro-batch's */
+	taco_pref_sums last;  /* of the last step */
+	char ckpt_digest[17]; /* the reference a resumed checkpoint names */
 } trainer;
 
 static double now(void)
@@ -166,9 +174,83 @@ static void free_trainer(trainer *tr)
 	free(tr->targets);
 	free(tr->pos);
 	free(tr->order);
+	free(tr->ids);
+	free(tr->refb);
+	free(tr->logp);
+	taco_pref_ref_free(&tr->ref);
 	taco_events_close(&tr->ev);
 	if (tr->lock_fd >= 0)
 		close(tr->lock_fd); /* releases the lock */
+}
+
+/* One DPO step: grad_accum micro-batches of batch_size pairs (2 rows a
+ * pair), the loss the mean over the step's pairs. */
+static int pref_step(trainer *tr, taco_err *err)
+{
+	const taco_job *j = tr->job;
+	int P = j->batch_size, A = j->grad_accum;
+	size_t rows = (size_t)2 * P * j->seq_len;
+	taco_pref pr = {j->dpo_beta, (int64_t)P * A, tr->refb};
+	double loss = 0;
+	int64_t correct = 0, targets = 0;
+	int r;
+
+	memset(&tr->last, 0, sizeof(tr->last));
+	for (int a = 0; a < A; a++)
+		taco_data_next_pairs(tr->train, j->optim.seed, &tr->cur,
+				     tr->order, &tr->order_epoch, P, j->seq_len,
+				     tr->tokens + a * rows,
+				     tr->targets + a * rows, tr->pos + a * rows,
+				     tr->ids + (size_t)a * P);
+	tr->g.o = tr->o;
+	tr->g.frozen = tr->frozen;
+	tr->g.lr = (float)taco_job_lr(j, tr->step + 1, tr->total);
+	if (tr->g.dense) {
+		for (int i = 0; i < tr->m->n_tensors; i++)
+			if (tr->g.dense[i])
+				tr->m->ops->memset0(tr->g.dense[i],
+						    tr->m->tensors[i].numel *
+							4);
+	}
+	taco_optim_begin_step(tr->o);
+	for (tr->g.micro = 0; tr->g.micro < A; tr->g.micro++) {
+		size_t at = (size_t)tr->g.micro * rows;
+		taco_batch b = {
+		    2 * P,
+		    j->seq_len,
+		    tr->tokens + at,
+		    tr->targets + at,
+		    tr->pos + at,
+		    (uint64_t)tr->step * (uint64_t)A + (uint64_t)tr->g.micro};
+		taco_grad_sink sink =
+		    tr->g.dense ? (taco_grad_sink){NULL, on_dense, tr->frozen,
+						   &tr->g, NULL}
+				: (taco_grad_sink){on_part, NULL, tr->frozen,
+						   &tr->g, on_changed_rows};
+		taco_step_stats st;
+
+		for (int i = 0; i < P; i++) {
+			size_t id = tr->ids[(size_t)tr->g.micro * P + i];
+			tr->refb[2 * i] = tr->ref.train[2 * id];
+			tr->refb[2 * i + 1] = tr->ref.train[2 * id + 1];
+		}
+		if ((r = taco_model_step_pref(tr->m, &b, &pr, &sink, &st,
+					      tr->logp, err)))
+			return r;
+		loss += st.loss_sum;
+		correct += st.n_correct;
+		targets += st.n_targets;
+		taco_pref_sums_add(&tr->last, j->dpo_beta, tr->logp, tr->refb,
+				   P);
+	}
+	for (int i = 0; tr->g.dense && i < tr->m->n_tensors; i++)
+		if (tr->g.dense[i])
+			taco_optim_apply(tr->o, i, tr->g.dense[i], tr->g.lr);
+	tr->step++;
+	tr->tokens_seen += (int64_t)rows * A;
+	tr->loss = loss / (double)((int64_t)P * A);
+	tr->accuracy = targets ? (double)correct / (double)targets : 0.0;
+	return 0;
 }
 
 /* One optimizer step over grad_accum micro-batches. */
@@ -181,6 +263,8 @@ static int train_step(trainer *tr, taco_err *err)
 	int64_t correct = 0;
 	int r;
 
+	if (tr->dpo)
+		return pref_step(tr, err);
 	for (int a = 0; a < j->grad_accum; a++)
 		taco_data_next_batch(
 		    tr->train, j->optim.seed, &tr->cur, tr->order,
@@ -240,6 +324,30 @@ done:
 	return 0;
 }
 
+/* The validation pairs under the current weights, against their
+ * reference: the loss and rewards TRL reports at an evaluation. */
+static int pref_eval(trainer *tr, taco_pref_sums *s, taco_err *err)
+{
+	const taco_job *j = tr->job;
+	int P = j->batch_size;
+	size_t n = tr->val->n / 2;
+	int r;
+
+	memset(s, 0, sizeof(*s));
+	for (size_t first = 0; first < n; first += (size_t)P) {
+		int k = n - first < (size_t)P ? (int)(n - first) : P;
+		taco_batch b = {2 * P,	     j->seq_len, tr->tokens,
+				tr->targets, tr->pos,	 0};
+		taco_data_pair_rows(tr->val, first, P, j->seq_len, tr->tokens,
+				    tr->targets, tr->pos);
+		if ((r = taco_model_score(tr->m, &b, tr->logp, err)))
+			return r;
+		taco_pref_sums_add(s, j->dpo_beta, tr->logp,
+				   tr->ref.val + 2 * first, k);
+	}
+	return 0;
+}
+
 static int evaluate(trainer *tr, taco_err *err)
 {
 	const taco_job *j = tr->job;
@@ -253,7 +361,11 @@ static int evaluate(trainer *tr, taco_err *err)
 	if (tr->data.mc && (r = taco_mc_eval(tr->m, tr->data.mc, j->batch_size,
 					     j->seq_len, &mc_acc, NULL, err)))
 		return r;
-	for (size_t first = 0; tr->val && first < tr->val->n;
+	taco_pref_sums ps = {0};
+
+	if (tr->dpo && tr->val && (r = pref_eval(tr, &ps, err)))
+		return r;
+	for (size_t first = 0; !tr->dpo && tr->val && first < tr->val->n;
 	     first += j->batch_size) {
 		taco_step_stats st;
 		taco_data_rows(tr->val, first, j->batch_size, j->seq_len,
@@ -271,7 +383,9 @@ static int evaluate(trainer *tr, taco_err *err)
 	if ((r = backend_check(tr, err)))
 		return r;
 	ev = json_pack("{sI}", "step", (json_int_t)tr->step);
-	if (tr->val)
+	if (tr->dpo && tr->val)
+		taco_pref_sums_json(&ps, "val_", 1, ev);
+	else if (tr->val)
 		json_object_update_new(
 		    ev,
 		    json_pack("{sf sf sI}", "val_loss",
@@ -289,7 +403,14 @@ static int evaluate(trainer *tr, taco_err *err)
 	fprintf(stderr, "%seval at step %lld:",
 		tr->opts->progress == TACO_PROGRESS_TTY ? "\n" : "",
 		(long long)tr->step);
-	if (tr->val)
+	if (tr->dpo && tr->val)
+		fprintf(stderr, " loss %.4f, reward accuracy %.4f, margin %.4f",
+			ps.pairs ? ps.loss / (double)ps.pairs : 0.0,
+			ps.pairs ? (double)ps.correct / (double)ps.pairs : 0.0,
+			ps.pairs
+			    ? (ps.reward_c - ps.reward_r) / (double)ps.pairs
+			    : 0.0);
+	else if (tr->val)
 		fprintf(stderr, " loss %.4f, token accuracy %.4f",
 			n ? loss / (double)n : 0.0,
 			n ? (double)correct / (double)n : 0.0);
@@ -302,13 +423,19 @@ static int evaluate(trainer *tr, taco_err *err)
 /* The options a checkpoint must agree with to be resumed. */
 static json_t *job_identity(const taco_job *j)
 {
-	return json_pack("{ss ss si si si ss si sf sI sb}", "model", j->model,
-			 "train", j->train, "batch_size", j->batch_size,
-			 "seq_len", j->seq_len, "grad_accum", j->grad_accum,
-			 "optimizer", j->optim.all_adamw ? "adamw" : "taco",
-			 "taco_k", j->optim.k, "taco_beta",
-			 (double)j->optim.beta, "seed",
-			 (json_int_t)j->optim.seed, "packing", j->packing);
+	json_t *o =
+	    json_pack("{ss ss si si si ss si sf sI sb}", "model", j->model,
+		      "train", j->train, "batch_size", j->batch_size, "seq_len",
+		      j->seq_len, "grad_accum", j->grad_accum, "optimizer",
+		      j->optim.all_adamw ? "adamw" : "taco", "taco_k",
+		      j->optim.k, "taco_beta", (double)j->optim.beta, "seed",
+		      (json_int_t)j->optim.seed, "packing", j->packing);
+
+	/* an SFT job's identity stays what older checkpoints hold */
+	if (o && j->method == TACO_METHOD_DPO)
+		json_object_update_new(o, json_pack("{ss sf}", "method", "dpo",
+						    "dpo_beta", j->dpo_beta));
+	return o;
 }
 
 static int checkpoint(trainer *tr, taco_err *err)
@@ -321,6 +448,11 @@ static int checkpoint(trainer *tr, taco_err *err)
 	    (json_int_t)tr->total, "job", job_identity(tr->job));
 	int r;
 
+	if (t && tr->dpo)
+		json_object_set_new(t, "reference_logps",
+				    json_pack("{ss ss}", "file",
+					      TACO_PREF_REF_FILE, "digest",
+					      tr->ref.digest));
 	if (!t)
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	r = taco_ckpt_save(tr->job->output_dir, tr->step, tr->m, tr->o, t,
@@ -375,6 +507,10 @@ static int resume(trainer *tr, taco_err *err)
 		    (uint64_t)json_integer_value(json_object_get(t, "index"));
 		tr->tokens_seen =
 		    json_integer_value(json_object_get(t, "tokens_seen"));
+		snprintf(tr->ckpt_digest, sizeof(tr->ckpt_digest), "%s",
+			 json_string_value(json_object_get(
+			     json_object_get(t, "reference_logps"), "digest"))
+			     ?: "");
 		if (tr->step != step || tr->o->step != (uint64_t)step)
 			r = taco_err_set(err, -EINVAL,
 					 "%s: step in trainer.json and "
@@ -407,18 +543,20 @@ static void progress(trainer *tr)
 	    done > 0 ? el / (double)done * (double)(tr->total - tr->step) : 0;
 	char e1[32], e2[32];
 
-	if (tr->step % j->log_every == 0 || tr->step == tr->total)
-		taco_events_emit(
-		    &tr->ev, "progress",
-		    json_pack(
-			"{sI sI sf sf sf sI sf sf sf sI sI}", "step",
-			(json_int_t)tr->step, "total_steps",
-			(json_int_t)tr->total, "loss", tr->loss,
-			"token_accuracy", tr->accuracy, "lr", (double)tr->g.lr,
-			"tokens", (json_int_t)tr->tokens_seen, "tokens_per_s",
-			tps, "elapsed_s", el, "eta_s", eta, "mem_bytes",
-			(json_int_t)tr->m->ops->mem_current(), "mem_peak_bytes",
-			(json_int_t)tr->m->ops->mem_peak()));
+	if (tr->step % j->log_every == 0 || tr->step == tr->total) {
+		json_t *e = json_pack(
+		    "{sI sI sf sf sf sI sf sf sf sI sI}", "step",
+		    (json_int_t)tr->step, "total_steps", (json_int_t)tr->total,
+		    "loss", tr->loss, "token_accuracy", tr->accuracy, "lr",
+		    (double)tr->g.lr, "tokens", (json_int_t)tr->tokens_seen,
+		    "tokens_per_s", tps, "elapsed_s", el, "eta_s", eta,
+		    "mem_bytes", (json_int_t)tr->m->ops->mem_current(),
+		    "mem_peak_bytes", (json_int_t)tr->m->ops->mem_peak());
+		/* DPO: the pairs' rewards and log-probs, as TRL names them */
+		if (e && tr->dpo)
+			taco_pref_sums_json(&tr->last, "", 0, e);
+		taco_events_emit(&tr->ev, "progress", e);
+	}
 	if (!tr->opts->progress ||
 	    (tr->opts->progress == TACO_PROGRESS_LINES &&
 	     tr->step % j->log_every && tr->step != tr->total))
@@ -532,12 +670,40 @@ static void validated(trainer *tr)
 	}
 }
 
+/* The buffers of pairs, and the reference log-probabilities: computed
+ * from the starting weights, or read back when the run resumes. */
+static int pref_setup(trainer *tr, taco_err *err)
+{
+	const taco_job *j = tr->job;
+	int r;
+
+	tr->ids =
+	    malloc((size_t)j->batch_size * j->grad_accum * sizeof(size_t));
+	tr->refb = malloc((size_t)2 * j->batch_size * sizeof(double));
+	tr->logp = malloc((size_t)2 * j->batch_size * sizeof(double));
+	if (!tr->ids || !tr->refb || !tr->logp)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	if ((r = taco_pref_ref_ensure(tr->m, tr->train, tr->val, j->batch_size,
+				      j->seq_len, j->output_dir, tr->step > 0,
+				      &tr->ev, tr->opts->progress, &tr->ref,
+				      err)))
+		return r;
+	if (tr->step > 0 && strcmp(tr->ckpt_digest, tr->ref.digest))
+		return taco_err_set(err, -EINVAL,
+				    "%s/%s: not the reference log-probs the "
+				    "checkpoint was trained with",
+				    j->output_dir, TACO_PREF_REF_FILE);
+	return backend_check(tr, err);
+}
+
 static int setup(trainer *tr, taco_err *err)
 {
 	const taco_job *j = tr->job;
-	size_t rows = (size_t)j->batch_size * j->seq_len * j->grad_accum;
+	size_t rows = (size_t)j->batch_size * j->seq_len * j->grad_accum *
+		      (j->method == TACO_METHOD_DPO ? 2 : 1);
 	int r;
 
+	tr->dpo = j->method == TACO_METHOD_DPO;
 	if ((r = check_output_dir(j->output_dir, err)) ||
 	    (r = lock_output_dir(tr, err)))
 		return r;
@@ -571,8 +737,11 @@ static int setup(trainer *tr, taco_err *err)
 	if (!tr->tokens || !tr->targets || !tr->pos || !tr->order)
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	tr->order_epoch = UINT64_MAX;
-	tr->total = taco_train_total_steps(j, tr->train->n);
+	tr->total = taco_train_total_steps(j, tr->dpo ? tr->train->n / 2
+						      : tr->train->n);
 	if (tr->opts->resume && (r = resume(tr, err)))
+		return r;
+	if (tr->dpo && (r = pref_setup(tr, err)))
 		return r;
 	tr->start_step = tr->step;
 	return backend_check(tr, err);
@@ -594,6 +763,12 @@ static void started(trainer *tr)
 	    "batch_size", j->batch_size, "seq_len", j->seq_len, "grad_accum",
 	    j->grad_accum, "planned_bytes", (json_int_t)tr->plan.total);
 
+	if (e)
+		json_object_set_new(e, "method",
+				    json_string(tr->dpo ? "dpo" : "sft"));
+	if (e && tr->dpo)
+		json_object_set_new(e, "train_pairs",
+				    json_integer((json_int_t)tr->train->n / 2));
 	taco_events_emit(&tr->ev, "started", e);
 }
 
