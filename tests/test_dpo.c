@@ -13,8 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fcntl.h>
+#include <jansson.h>
+#include <unistd.h>
+
+#include "job/job.h"
 #include "model/model.h"
 #include "testutil.h"
+#include "train/train.h"
 
 #define P 2
 #define T 12
@@ -252,6 +258,174 @@ START_TEST(test_pref_loss)
 }
 END_TEST
 
+/* ---- taco-train's DPO runs --------------------------------------------- */
+
+/* The demo's counting task as preferences: the right count over one that
+ * is off by one. */
+static void write_pairs(const char *path, int n, unsigned seed)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_ptr_nonnull(f);
+	for (int i = 0; i < n; i++) {
+		int k = 2 + (int)(seed % 4), s0 = (int)(seed % 80);
+		int off = seed & 1 ? 1 : -1;
+		seed = seed * 1103515245u + 12345u;
+		fprintf(f,
+			"{\"input\": {\"messages\": [{\"role\": \"user\", "
+			"\"content\": \"%d numbers after %d\"}]}, "
+			"\"preferred_output\": [{\"role\": \"assistant\", "
+			"\"content\": \"Sure:",
+			k, s0);
+		for (int j = 1; j <= k; j++)
+			fprintf(f, " %d", s0 + j);
+		fprintf(f, "\"}], \"non_preferred_output\": [{\"role\": "
+			   "\"assistant\", \"content\": \"Sure:");
+		for (int j = 1; j <= k; j++)
+			fprintf(f, " %d", s0 + j + off);
+		fprintf(f, "\"}]}\n");
+	}
+	fclose(f);
+}
+
+typedef struct run {
+	char dir[64], events[128];
+	taco_job job;
+} run;
+
+static void run_init(run *r)
+{
+	char text[2048], p[160];
+	taco_job_problems probs;
+
+	snprintf(r->dir, sizeof(r->dir), "/tmp/taco-dpo-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(r->dir));
+	snprintf(p, sizeof(p), "%s/train.jsonl", r->dir);
+	write_pairs(p, 24, 7);
+	snprintf(p, sizeof(p), "%s/val.jsonl", r->dir);
+	write_pairs(p, 8, 99);
+	snprintf(r->events, sizeof(r->events), "%s/events.jsonl", r->dir);
+	snprintf(text, sizeof(text),
+		 "{\"model\": \"%s\", \"train\": "
+		 "\"train.jsonl\", \"validation\": \"val.jsonl\", "
+		 "\"output_dir\": \"out\", \"steps\": 12, \"batch_size\": 4, "
+		 "\"seq_len\": 40, \"lr\": 0.01, \"method\": \"dpo\", "
+		 "\"dpo\": {\"beta\": 0.1}, \"eval_every\": 6, "
+		 "\"checkpoint_every\": 6, \"log_every\": 1}",
+		 tu_fixture("../../examples/demo/model"));
+	ck_assert_msg(
+	    !taco_job_parse(text, strlen(text), r->dir, &r->job, &probs), "%s",
+	    probs.msg[0]);
+}
+
+static int run_train(run *r, int resume, taco_err *err)
+{
+	int fd = open(r->events, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	taco_train_opts o = {.resume = resume, .events_fd = fd};
+	int e;
+
+	ck_assert_int_ge(fd, 0);
+	e = taco_train_run(&r->job, &o, err);
+	close(fd);
+	return e;
+}
+
+/* The events named name, in order (a JSON array the caller owns). */
+static json_t *events_named(const run *r, const char *name)
+{
+	FILE *f = fopen(r->events, "r");
+	json_t *a = json_array();
+	char line[1 << 14];
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		json_t *e = json_loads(line, 0, NULL);
+		ck_assert_ptr_nonnull(e);
+		if (!strcmp(json_string_value(json_object_get(e, "event")),
+			    name))
+			json_array_append(a, e);
+		json_decref(e);
+	}
+	fclose(f);
+	return a;
+}
+
+static double num(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	ck_assert_msg(json_is_number(v), "no %s", key);
+	return json_number_value(v);
+}
+
+START_TEST(test_dpo_run_resumes_bit_exact)
+{
+	run r;
+	taco_err err = {{0}};
+	char a[256], b[256], cmd[600];
+	json_t *ev, *e;
+	size_t la, lb;
+	char *ma, *mb;
+
+	run_init(&r);
+	ck_assert_msg(run_train(&r, 0, &err) == TACO_TRAIN_FINISHED, "%s",
+		      err.msg);
+	/* the reference pass over both sets */
+	ev = events_named(&r, "reference");
+	ck_assert_uint_eq(json_array_size(ev), 2);
+	ck_assert_int_eq(num(json_array_get(ev, 0), "total_pairs"), 24);
+	ck_assert_int_eq(num(json_array_get(ev, 1), "total_pairs"), 8);
+	json_decref(ev);
+	/* step 1 scores its pairs with the starting weights: the policy is
+	 * the reference, bit for bit, so every pair's loss is log 2 */
+	ev = events_named(&r, "progress");
+	e = json_array_get(ev, 0);
+	ck_assert_int_eq(num(e, "step"), 1);
+	ck_assert_msg(num(e, "loss") == log(2.0), "loss %.17g", num(e, "loss"));
+	ck_assert(num(e, "rewards/chosen") == 0 &&
+		  num(e, "rewards/margins") == 0);
+	/* the plan is what the run used (the CPU's count is exact) */
+	ck_assert_int_eq(
+	    num(json_array_get(ev, json_array_size(ev) - 1), "mem_peak_bytes"),
+	    num(json_array_get(events_named(&r, "started"), 0),
+		"planned_bytes"));
+	json_decref(ev);
+	ev = events_named(&r, "eval");
+	ck_assert_uint_eq(json_array_size(ev), 2);
+	ck_assert_int_eq(num(json_array_get(ev, 1), "val_pairs"), 8);
+	num(json_array_get(ev, 1), "val_rewards/accuracies");
+	json_decref(ev);
+
+	/* resumed at step 6 it reads the reference back and ends with the
+	 * same bytes */
+	snprintf(a, sizeof(a), "%s/out/model/model.safetensors", r.dir);
+	ma = tu_read_file(a, &la);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/out/model %s/out/checkpoints/step-00000012", r.dir,
+		 r.dir);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_msg(run_train(&r, 1, &err) == TACO_TRAIN_FINISHED, "%s",
+		      err.msg);
+	ev = events_named(&r, "reference");
+	ck_assert_uint_eq(json_array_size(ev), 0);
+	json_decref(ev);
+	mb = tu_read_file(a, &lb);
+	ck_assert(ma && mb && la == lb && !memcmp(ma, mb, la));
+	free(ma);
+	free(mb);
+
+	/* a checkpoint without its reference cannot go on: the weights are
+	 * no longer the starting ones */
+	snprintf(b, sizeof(b), "%s/out/reference_logps.json", r.dir);
+	ck_assert_int_eq(unlink(b), 0);
+	ck_assert_int_lt(run_train(&r, 1, &err), 0);
+	ck_assert_ptr_nonnull(strstr(err.msg, "reference_logps.json"));
+	taco_job_free(&r.job);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", r.dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("dpo");
@@ -262,6 +436,7 @@ static Suite *suite(void)
 			    (int)(sizeof(models) / sizeof(models[0])));
 	tcase_add_test(tc, test_pref_refuses);
 	tcase_add_test(tc, test_pref_loss);
+	tcase_add_test(tc, test_dpo_run_resumes_bit_exact);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -482,15 +482,19 @@ out:
 	return r;
 }
 
-/* Forward only, with the loss statistics (and logits or row losses). */
+/* Forward only, with the loss statistics (and logits or row losses: with
+ * work_rows the step buffers' own, w->ce_row, of a preference schedule). */
 static int forward_loss(taco_model *m, const taco_batch *b, taco_step_stats *st,
-			float *host_logits, double *row_loss, taco_err *err)
+			float *host_logits, double *row_loss, int work_rows,
+			taco_err *err)
 {
 	step_ctx c;
 	int r;
 
 	if ((r = begin(m, b, &c, st, err)))
 		return r;
+	if (work_rows)
+		row_loss = c.w->ce_row;
 	forward_all(&c);
 	stream_end(&c);
 	step_loss(&c, layer_x(&c, m->cfg.layers), 0.0f, 0, host_logits,
@@ -505,7 +509,7 @@ int taco_model_eval(taco_model *m, const taco_batch *b, taco_step_stats *stats,
 	taco_step_stats st;
 	int r;
 
-	if ((r = forward_loss(m, b, &st, NULL, NULL, err)))
+	if ((r = forward_loss(m, b, &st, NULL, NULL, 0, err)))
 		return r;
 	*stats = st;
 	return 0;
@@ -516,7 +520,7 @@ int taco_model_logits(taco_model *m, const taco_batch *b, float *logits,
 {
 	taco_step_stats st;
 
-	return forward_loss(m, b, &st, logits, NULL, err);
+	return forward_loss(m, b, &st, logits, NULL, 0, err);
 }
 
 int taco_model_score(taco_model *m, const taco_batch *b, double *row_sums,
@@ -524,17 +528,26 @@ int taco_model_score(taco_model *m, const taco_batch *b, double *row_sums,
 {
 	taco_step_stats st;
 	size_t N = (size_t)b->B * b->T;
+	/* a preference schedule has the buffers (the reference pass and
+	 * DPO's evaluations: nothing the plan does not count) */
+	int own = !m->sched.pref;
 	double *dev = NULL, *host = NULL;
 	int r;
 
-	dev = m->ops->alloc(N * sizeof(double));
-	host = malloc(N * sizeof(double));
-	if (!dev || !host) {
-		r = taco_err_set(err, -ENOMEM, "out of memory");
-		goto out;
+	if (own) {
+		dev = m->ops->alloc(N * sizeof(double));
+		host = malloc(N * sizeof(double));
+		if (!dev || !host) {
+			r = taco_err_set(err, -ENOMEM, "out of memory");
+			goto out;
+		}
 	}
-	if ((r = forward_loss(m, b, &st, NULL, dev, err)))
+	if ((r = forward_loss(m, b, &st, NULL, dev, !own, err)))
 		goto out;
+	if (!own) {
+		dev = m->work->ce_row;
+		host = m->work->ce_row_host;
+	}
 	m->ops->download(host, dev, N * sizeof(double));
 	for (int row = 0; row < b->B; row++) {
 		double sum = 0;
@@ -544,8 +557,9 @@ int taco_model_score(taco_model *m, const taco_batch *b, double *row_sums,
 	}
 	r = 0;
 out:
-	if (dev)
+	if (own && dev)
 		m->ops->free(dev, N * sizeof(double));
-	free(host);
+	if (own)
+		free(host);
 	return r;
 }
