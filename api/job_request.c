@@ -1,11 +1,11 @@
 #include "job_request.h"
 
+#include "api/job_method.h"
 #include "api/model_name.h"
 
 #include <errno.h>
 #include <float.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,180 +14,6 @@
 #include "job/job.h"
 #include "job/job_schema.h"
 #include "types.h"
-#include "util/text.h"
-
-static int request_fail(tacod_request_error *e, const char *param,
-			const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int request_fail(tacod_request_error *e, const char *param,
-			const char *code, const char *fmt, ...)
-{
-	va_list ap;
-
-	snprintf(e->param, sizeof(e->param), "%s", param);
-	snprintf(e->code, sizeof(e->code), "%s", code);
-	va_start(ap, fmt);
-	taco_text_vformat(e->message, sizeof(e->message), fmt, ap);
-	va_end(ap);
-	return -EINVAL;
-}
-
-/* "auto" or absent: tacod's default. */
-static int is_auto(json_t *v)
-{
-	return !v ||
-	       (json_is_string(v) && !strcmp(json_string_value(v), "auto"));
-}
-
-/* "auto" or an integer in [lo, hi]; *out untouched for "auto". */
-static int auto_int(json_t *v, const char *param, json_int_t lo, json_int_t hi,
-		    json_int_t *out, tacod_request_error *e)
-{
-	if (is_auto(v))
-		return 0;
-	if (!json_is_integer(v) || json_integer_value(v) < lo ||
-	    json_integer_value(v) > hi)
-		return request_fail(
-		    e, param, "invalid_hyperparameter",
-		    "%s must be \"auto\" or an integer in [%lld, %lld]", param,
-		    (long long)lo, (long long)hi);
-	*out = json_integer_value(v);
-	return 0;
-}
-
-static int hyperparameters(json_t *h, const char *where, json_int_t *epochs,
-			   json_int_t *batch, double *mult,
-			   tacod_request_error *e)
-{
-	char p[96];
-	json_t *m;
-	const char *k;
-	json_t *v;
-	int r;
-
-	if (!h)
-		return 0;
-	if (!json_is_object(h))
-		return request_fail(e, where, "invalid_type",
-				    "%s must be an object", where);
-	json_object_foreach(h, k, v)
-	{
-		if (strcmp(k, "n_epochs") && strcmp(k, "batch_size") &&
-		    strcmp(k, "learning_rate_multiplier")) {
-			snprintf(p, sizeof(p), "%s.%s", where, k);
-			return request_fail(
-			    e, p, "unknown_parameter",
-			    "%s is not a supported hyperparameter", p);
-		}
-	}
-	snprintf(p, sizeof(p), "%s.n_epochs", where);
-	if ((r = auto_int(json_object_get(h, "n_epochs"), p, 1, 100, epochs,
-			  e)))
-		return r;
-	snprintf(p, sizeof(p), "%s.batch_size", where);
-	if ((r = auto_int(json_object_get(h, "batch_size"), p, 1, 256, batch,
-			  e)))
-		return r;
-	m = json_object_get(h, "learning_rate_multiplier");
-	if (!is_auto(m)) {
-		snprintf(p, sizeof(p), "%s.learning_rate_multiplier", where);
-		if (!json_is_number(m) || !(json_number_value(m) > 0) ||
-		    json_number_value(m) > 1000)
-			return request_fail(
-			    e, p, "invalid_hyperparameter",
-			    "%s must be \"auto\" or a number in (0, "
-			    "1000]",
-			    p);
-		*mult = json_number_value(m);
-	}
-	return 0;
-}
-
-/* A hyperparameter given in both places must be the same value: the
- * deprecated top-level one cannot quietly lose to method's, nor win. */
-static int hyperparameters_agree(json_t *top, json_t *sup,
-				 tacod_request_error *e)
-{
-	static const char *const names[] = {"n_epochs", "batch_size",
-					    "learning_rate_multiplier", NULL};
-
-	for (int i = 0; top && sup && names[i]; i++) {
-		json_t *a = json_object_get(top, names[i]);
-		json_t *b = json_object_get(sup, names[i]);
-		char p[96];
-
-		if (!a || !b || json_equal(a, b))
-			continue;
-		snprintf(p, sizeof(p), "method.supervised.hyperparameters.%s",
-			 names[i]);
-		return request_fail(e, p, "conflicting_hyperparameters",
-				    "%s differs from the deprecated "
-				    "hyperparameters.%s: give it in one place, "
-				    "or the same value in both",
-				    p, names[i]);
-	}
-	return 0;
-}
-
-/* method (supervised only) and the hyperparameters, of both places. */
-static int method_hyperparameters(json_t *req, json_int_t *epochs,
-				  json_int_t *batch, double *mult,
-				  tacod_request_error *e)
-{
-	json_t *top = json_object_get(req, "hyperparameters");
-	json_t *method = json_object_get(req, "method");
-	json_t *t, *sup, *v;
-	const char *k;
-	char p[96];
-	int r;
-
-	if ((r = hyperparameters(top, "hyperparameters", epochs, batch, mult,
-				 e)))
-		return r;
-	if (!method)
-		return 0;
-	if (!json_is_object(method))
-		return request_fail(e, "method", "invalid_type",
-				    "method must be an object");
-	t = json_object_get(method, "type");
-	if (!json_is_string(t))
-		return request_fail(e, "method.type",
-				    "missing_required_parameter",
-				    "method.type is required: \"supervised\"");
-	if (strcmp(json_string_value(t), "supervised"))
-		return request_fail(e, "method.type", "unsupported_method",
-				    "method.type '%s' is not supported: tacod "
-				    "runs supervised fine-tuning only",
-				    json_string_value(t));
-	json_object_foreach(method, k, v)
-	{
-		if (strcmp(k, "type") && strcmp(k, "supervised")) {
-			snprintf(p, sizeof(p), "method.%s", k);
-			return request_fail(e, p, "unsupported_method",
-					    "only supervised fine-tuning is "
-					    "supported: %s is not",
-					    p);
-		}
-	}
-	sup = json_object_get(method, "supervised");
-	if (sup && !json_is_object(sup))
-		return request_fail(e, "method.supervised", "invalid_type",
-				    "method.supervised must be an object");
-	json_object_foreach(sup, k, v)
-	{
-		if (strcmp(k, "hyperparameters")) {
-			snprintf(p, sizeof(p), "method.supervised.%s", k);
-			return request_fail(e, p, "unknown_parameter",
-					    "unknown parameter: %s", p);
-		}
-	}
-	v = json_object_get(sup, "hyperparameters");
-	if ((r = hyperparameters(v, "method.supervised.hyperparameters", epochs,
-				 batch, mult, e)))
-		return r;
-	return hyperparameters_agree(top, v, e);
-}
 
 static int metadata(json_t *m, tacod_request_error *e)
 {
@@ -198,7 +24,7 @@ static int metadata(json_t *m, tacod_request_error *e)
 		return 0;
 	if (!json_is_object(m) ||
 	    json_object_size(m) > TACOD_METADATA_PAIRS_MAX)
-		return request_fail(
+		return tacod_request_fail(
 		    e, "metadata", "invalid_metadata",
 		    "metadata must be an object of at most %d pairs",
 		    TACOD_METADATA_PAIRS_MAX);
@@ -209,7 +35,7 @@ static int metadata(json_t *m, tacod_request_error *e)
 		    tacod_utf8_chars(json_string_value(v),
 				     json_string_length(v)) >
 			TACOD_METADATA_VALUE_MAX)
-			return request_fail(
+			return tacod_request_fail(
 			    e, "metadata", "invalid_metadata",
 			    "metadata keys are at most %d characters, "
 			    "values strings of at most %d",
@@ -228,26 +54,26 @@ static int file_arg(json_t *req, const char *key, int required,
 	path[0] = 0;
 	if (!v || json_is_null(v)) {
 		if (required)
-			return request_fail(e, key,
-					    "missing_required_parameter",
-					    "%s is required", key);
+			return tacod_request_fail(e, key,
+						  "missing_required_parameter",
+						  "%s is required", key);
 		return 0;
 	}
 	if (json_is_string(v) && json_string_value(v)[0] == '/') {
 		/* a server path: only under the configured dataset roots */
 		if (json_string_length(v) >= cap)
-			return request_fail(e, key, "invalid_path",
-					    "%s is too long", key);
+			return tacod_request_fail(e, key, "invalid_path",
+						  "%s is too long", key);
 		r = ctx->dataset_path
 			? ctx->dataset_path(ctx->file_ctx, json_string_value(v),
 					    path, cap)
 			: -EACCES;
 		if (r == -ENOENT)
-			return request_fail(e, key, "file_not_found",
-					    "no such file: %s",
-					    json_string_value(v));
+			return tacod_request_fail(e, key, "file_not_found",
+						  "no such file: %s",
+						  json_string_value(v));
 		if (r)
-			return request_fail(
+			return tacod_request_fail(
 			    e, key, "path_not_allowed",
 			    "%s is not under a dataset root of this "
 			    "server (dataset_roots)",
@@ -255,21 +81,23 @@ static int file_arg(json_t *req, const char *key, int required,
 		return 0;
 	}
 	if (!json_is_string(v) || json_string_length(v) > 63)
-		return request_fail(
+		return tacod_request_fail(
 		    e, key, "invalid_type",
 		    "%s must be a file id or an absolute path under "
 		    "a dataset root",
 		    key);
 	r = ctx->file_path(ctx->file_ctx, json_string_value(v), path, cap);
 	if (r == -EINVAL)
-		return request_fail(e, key, "invalid_file_purpose",
-				    "%s: %s is not a file of purpose "
-				    "'fine-tune' (a job's result file is not "
-				    "training data)",
-				    key, json_string_value(v));
+		return tacod_request_fail(
+		    e, key, "invalid_file_purpose",
+		    "%s: %s is not a file of purpose "
+		    "'fine-tune' (a job's result file is not "
+		    "training data)",
+		    key, json_string_value(v));
 	if (r)
-		return request_fail(e, key, "file_not_found",
-				    "no such file: %s", json_string_value(v));
+		return tacod_request_fail(e, key, "file_not_found",
+					  "no such file: %s",
+					  json_string_value(v));
 	return 0;
 }
 
@@ -321,26 +149,28 @@ static int model_arg(json_t *v, const tacod_request_ctx *ctx, char *path,
 	int r;
 
 	if (!json_is_string(v))
-		return request_fail(
+		return tacod_request_fail(
 		    e, "model", "missing_required_parameter",
 		    "model is required: the name of a directory in the "
 		    "models directory, or of a fine-tuned model (ft:...)");
 	if (tacod_model_name_parse(name, &m))
-		return request_fail(e, "model", "invalid_model",
-				    "model '%s' is neither a plain name nor a "
-				    "fine-tuned model's name (ft:...)",
-				    name);
+		return tacod_request_fail(
+		    e, "model", "invalid_model",
+		    "model '%s' is neither a plain name nor a "
+		    "fine-tuned model's name (ft:...)",
+		    name);
 	if (m.kind != TACOD_MODEL_BASE) {
 		r = ctx->model_path
 			? ctx->model_path(ctx->file_ctx, name, path, cap)
 			: -ENOENT;
 		if (r == -ENOENT)
-			return request_fail(e, "model", "model_not_found",
-					    "model '%s' does not exist", name);
+			return tacod_request_fail(e, "model", "model_not_found",
+						  "model '%s' does not exist",
+						  name);
 		if (r) {
-			request_fail(e, "model", "server_error",
-				     "model '%s' cannot be used: %s", name,
-				     strerror(-r));
+			tacod_request_fail(e, "model", "server_error",
+					   "model '%s' cannot be used: %s",
+					   name, strerror(-r));
 			return r == -EINVAL ? -EIO : r;
 		}
 		return 0;
@@ -348,9 +178,9 @@ static int model_arg(json_t *v, const tacod_request_ctx *ctx, char *path,
 	if ((size_t)snprintf(path, cap, "%s/%s/config.json", ctx->models_dir,
 			     name) >= cap ||
 	    stat(path, &st))
-		return request_fail(e, "model", "model_not_found",
-				    "model '%s' is not in the models directory",
-				    name);
+		return tacod_request_fail(
+		    e, "model", "model_not_found",
+		    "model '%s' is not in the models directory", name);
 	snprintf(path, cap, "%s/%s", ctx->models_dir, name);
 	return 0;
 }
@@ -370,8 +200,7 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 					   "taco",
 					   NULL};
 	char model[4200], train[4096], val[4096], p[96];
-	json_int_t epochs = TACOD_DEFAULT_EPOCHS, batch = TACOD_DEFAULT_BATCH;
-	double mult = 1.0;
+	tacod_request_hp hp;
 	json_t *v, *job, *ext;
 	const char *k;
 	taco_job tj;
@@ -381,8 +210,8 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 
 	memset(e, 0, sizeof(*e));
 	if (!json_is_object(req))
-		return request_fail(e, "", "invalid_request",
-				    "the body must be a JSON object");
+		return tacod_request_fail(e, "", "invalid_request",
+					  "the body must be a JSON object");
 	integral_reals(req);
 	json_object_foreach(req, k, v)
 	{
@@ -390,8 +219,8 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 		for (int i = 0; keys[i]; i++)
 			ok |= !strcmp(k, keys[i]);
 		if (!ok)
-			return request_fail(e, k, "unknown_parameter",
-					    "unknown parameter: %s", k);
+			return tacod_request_fail(e, k, "unknown_parameter",
+						  "unknown parameter: %s", k);
 	}
 	if ((r = model_arg(json_object_get(req, "model"), ctx, model,
 			   sizeof(model), e)))
@@ -400,13 +229,13 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 			  e)) ||
 	    (r = file_arg(req, "validation_file", 0, ctx, val, sizeof(val), e)))
 		return r;
-	if ((r = method_hyperparameters(req, &epochs, &batch, &mult, e)))
+	if ((r = tacod_request_method(req, &hp, e)))
 		return r;
 	v = json_object_get(req, "suffix");
 	if (v && !json_is_null(v) &&
 	    (!json_is_string(v) ||
 	     !tacod_model_name_plain(json_string_value(v), 64)))
-		return request_fail(
+		return tacod_request_fail(
 		    e, "suffix", "invalid_suffix",
 		    "suffix is at most 64 letters, digits, '-', '_' "
 		    "or '.'");
@@ -414,7 +243,7 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 	if (v && !json_is_null(v) &&
 	    (!json_is_integer(v) || json_integer_value(v) < 0 ||
 	     json_integer_value(v) > 2147483647))
-		return request_fail(
+		return tacod_request_fail(
 		    e, "seed", "invalid_seed",
 		    "seed must be an integer in [0, 2147483647]");
 	if ((r = metadata(json_object_get(req, "metadata"), e)))
@@ -422,13 +251,14 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 	v = json_object_get(req, "integrations");
 	if (v && !json_is_null(v) &&
 	    !(json_is_array(v) && json_array_size(v) == 0))
-		return request_fail(e, "integrations",
-				    "unsupported_integration",
-				    "integrations are not supported");
+		return tacod_request_fail(e, "integrations",
+					  "unsupported_integration",
+					  "integrations are not supported");
 	ext = json_object_get(req, "taco");
 	if (ext && !json_is_object(ext))
-		return request_fail(e, "taco", "invalid_type",
-				    "taco must be an object of tacod options");
+		return tacod_request_fail(
+		    e, "taco", "invalid_type",
+		    "taco must be an object of tacod options");
 	json_object_foreach(ext, k, v)
 	{
 		/* the job file's options that the request may set; the rest
@@ -436,23 +266,32 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 		const taco_job_key *jk = taco_job_key_find(k);
 		if (!jk || jk->setter != TACO_JOB_BY_REQUEST) {
 			snprintf(p, sizeof(p), "taco.%s", k);
-			return request_fail(e, p, "unknown_parameter",
-					    "%s is not an option tacod takes "
-					    "(docs/job.md)",
-					    p);
+			return tacod_request_fail(
+			    e, p, "unknown_parameter",
+			    "%s is not an option tacod takes "
+			    "(docs/job.md)",
+			    p);
 		}
 	}
 	/* a positive multiplier is a positive rate: the product of a tiny
 	 * one would underflow to 0, which the engine refuses */
 	job = json_pack(
 	    "{ss ss ss sI sf sI}", "model", model, "train", train, "output_dir",
-	    ctx->output_dir, "batch_size", (json_int_t)batch, "lr",
-	    fmax(TACOD_BASE_LR * mult, DBL_MIN), "seed",
+	    ctx->output_dir, "batch_size", (json_int_t)hp.batch, "lr",
+	    fmax(TACOD_BASE_LR * hp.mult, DBL_MIN), "seed",
 	    (json_int_t)json_integer_value(json_object_get(req, "seed")));
 	if (!job)
-		return request_fail(e, "", "server_error", "out of memory");
+		return tacod_request_fail(e, "", "server_error",
+					  "out of memory");
 	if (val[0])
 		json_object_set_new(job, "validation", json_string(val));
+	/* sft is the job file's default: a supervised job's file names no
+	 * method */
+	if (hp.method == TACO_METHOD_DPO) {
+		json_object_set_new(job, "method", json_string("dpo"));
+		json_object_set_new(job, "dpo",
+				    json_pack("{sf}", "beta", hp.beta));
+	}
 	if (ext) {
 		json_object_update(job, ext); /* tacod's options win */
 		/* null is the default, as absent: the job file leaves it out */
@@ -463,7 +302,7 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 		}
 	}
 	if (!json_object_get(job, "steps"))
-		json_object_set_new(job, "epochs", json_integer(epochs));
+		json_object_set_new(job, "epochs", json_integer(hp.epochs));
 	/* The engine's own validation, every option at once, of the text
 	 * tacod writes: the same bytes taco-train reads, its size limit
 	 * included. Every path is absolute (models_dir and state_dir must
@@ -471,7 +310,8 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 	text = json_dumps(job, JSON_INDENT(1));
 	json_decref(job);
 	if (!text)
-		return request_fail(e, "", "server_error", "out of memory");
+		return tacod_request_fail(e, "", "server_error",
+					  "out of memory");
 	r = taco_job_parse(text, strlen(text), NULL, &tj, &probs);
 	if (r) {
 		free(text);
@@ -479,7 +319,8 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 		/* messages name their option: "seq_len: must be ..." */
 		snprintf(p, sizeof(p), "taco.%.*s",
 			 (int)strcspn(probs.msg[0], ":"), probs.msg[0]);
-		return request_fail(e, p, "invalid_option", "%s", probs.msg[0]);
+		return tacod_request_fail(e, p, "invalid_option", "%s",
+					  probs.msg[0]);
 	}
 	out->text = text;
 	out->job = tj;
@@ -491,35 +332,4 @@ void tacod_job_spec_free(tacod_job_spec *spec)
 	free(spec->text);
 	spec->text = NULL;
 	taco_job_free(&spec->job);
-}
-
-/* A multiplier as a client would write it: taco.lr / TACOD_BASE_LR in
- * twelve digits, not 2.9999999999999996. */
-static double round12(double v)
-{
-	char b[32];
-
-	snprintf(b, sizeof(b), "%.12g", v);
-	return strtod(b, NULL);
-}
-
-json_t *tacod_job_hyperparameters(json_t *req)
-{
-	json_int_t epochs = TACOD_DEFAULT_EPOCHS, batch = TACOD_DEFAULT_BATCH;
-	json_t *ext = json_object_get(req, "taco");
-	json_t *lr = json_object_get(ext, "lr");
-	json_t *steps = json_object_get(ext, "steps");
-	double mult = 1.0;
-	tacod_request_error e;
-
-	if (method_hyperparameters(req, &epochs, &batch, &mult, &e))
-		return NULL;
-	/* what the job file says: taco.lr wins over the multiplier, and
-	 * taco.steps sets the length instead of the epochs */
-	if (json_is_number(lr))
-		mult = round12(json_number_value(lr) / TACOD_BASE_LR);
-	return json_pack(
-	    "{so sI sf}", "n_epochs",
-	    steps && !json_is_null(steps) ? json_null() : json_integer(epochs),
-	    "batch_size", (json_int_t)batch, "learning_rate_multiplier", mult);
 }

@@ -1,8 +1,9 @@
 /* job_request.h: an OpenAI fine-tuning create request, validated and turned
  * into a taco-train job (docs/job.md). OpenAI's fields map onto ours:
- * n_epochs -> epochs, batch_size, learning_rate_multiplier -> lr =
- * TACOD_BASE_LR x multiplier, seed; tacod's own options go in the "taco"
- * object. */
+ * method.type -> method (supervised: sft, dpo: dpo), n_epochs -> epochs,
+ * batch_size (pairs for dpo), learning_rate_multiplier -> lr =
+ * TACOD_BASE_LR x multiplier, dpo's beta -> dpo.beta, seed; tacod's own
+ * options go in the "taco" object. */
 #ifndef TACOD_JOB_REQUEST_H
 #define TACOD_JOB_REQUEST_H
 
@@ -61,9 +62,15 @@ void tacod_job_spec_free(tacod_job_spec *spec);
 /* The hyperparameters a request accepted by tacod_job_request runs with,
  * as OpenAI's job object shows them: {"n_epochs", "batch_size",
  * "learning_rate_multiplier"}, "auto" and absent resolved to tacod's
- * defaults, from either place (method.supervised or the deprecated top
- * level), taco.lr as its multiplier, and n_epochs null when taco.steps
- * sets the length. NULL when req is not such a request. */
+ * defaults, from either place (method.supervised or method.dpo, or the
+ * deprecated top level), taco.lr as its multiplier, and n_epochs null when
+ * taco.steps sets the length. NULL when req is not such a request. */
 json_t *tacod_job_hyperparameters(json_t *req);
+
+/* The method such a request runs, as OpenAI's job object shows it:
+ * {"type": "supervised", "supervised": {"hyperparameters": the above}}, or
+ * {"type": "dpo", "dpo": {"hyperparameters": {"beta", the above}}} with beta
+ * resolved ("auto": TACO_DPO_BETA_DEFAULT). NULL as above. */
+json_t *tacod_job_method(json_t *req);
 
 #endif

@@ -45,7 +45,7 @@ json_t *tacod_job_object(const tacod_job *j)
 {
 	json_t *req = j->request ? json_loads(j->request, 0, NULL) : NULL;
 	json_t *err = j->error ? json_loads(j->error, 0, NULL) : NULL;
-	json_t *o = json_object(), *hp;
+	json_t *o = json_object(), *hp, *method;
 
 	json_object_set_new(o, "id", json_string(j->id));
 	json_object_set_new(o, "object", json_string("fine_tuning.job"));
@@ -77,7 +77,8 @@ json_t *tacod_job_object(const tacod_job *j)
 	json_object_set_new(o, "integrations", json_array());
 	/* the values the job runs with, in both places, as OpenAI's job
 	 * object has them (the request's own, should it be no request
-	 * tacod accepts) */
+	 * tacod accepts): hyperparameters as OpenAI fills it for either
+	 * method, and method with its type's own (dpo's beta too) */
 	hp = tacod_job_hyperparameters(req);
 	if (!hp)
 		hp = from_request(req, "hyperparameters", json_object());
@@ -86,9 +87,11 @@ json_t *tacod_job_object(const tacod_job *j)
 			    from_request(req, "seed", json_integer(0)));
 	json_object_set_new(o, "metadata",
 			    from_request(req, "metadata", json_null()));
-	json_object_set_new(o, "method",
-			    json_pack("{ss s{sO}}", "type", "supervised",
-				      "supervised", "hyperparameters", hp));
+	method = tacod_job_method(req);
+	if (!method)
+		method = json_pack("{ss s{sO}}", "type", "supervised",
+				   "supervised", "hyperparameters", hp);
+	json_object_set_new(o, "method", method);
 	json_object_set_new(o, "taco",
 			    from_request(req, "taco", json_object()));
 	/* tacod's extension: the memory plan admission used, and the peak the

@@ -14,8 +14,9 @@ json_t *tacod_file_object(const tacod_file *f);
 /* {"id", "object": "fine_tuning.job", "model", "status", ...}: the
  * request's seed, suffix, metadata and taco extension are echoed from
  * j->request; its hyperparameters are the effective ones
- * (tacod_job_hyperparameters), in "hyperparameters" and in
- * "method.supervised.hyperparameters" alike; result_files is
+ * (tacod_job_hyperparameters), in "hyperparameters" and in method's
+ * (tacod_job_method: "method.supervised.hyperparameters", or
+ * "method.dpo.hyperparameters" with beta); result_files is
  * [j->result_file] when it has one. */
 json_t *tacod_job_object(const tacod_job *j);
 

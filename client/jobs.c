@@ -225,6 +225,8 @@ static void show_job(json_t *j)
 	snprintf(buf, sizeof(buf), "%lld", tokens);
 	field("trained_tokens", tokens ? buf : NULL);
 	field("suffix", ctl_str(j, "user_provided_suffix"));
+	/* supervised or dpo, with its own hyperparameters (dpo's beta) */
+	json_field("method", json_object_get(j, "method"));
 	json_field("hyperparameters", json_object_get(j, "hyperparameters"));
 	json_field("taco", json_object_get(j, "taco"));
 	json_field("metadata", json_object_get(j, "metadata"));

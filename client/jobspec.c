@@ -1,6 +1,9 @@
 /* jobspec.c: the body of POST /v1/fine_tuning/jobs (and /plan) from a job
  * file and flags. Training and validation files given as local paths are
- * uploaded first; "file-..." ids are used as they are. */
+ * uploaded first; "file-..." ids are used as they are. The hyperparameter
+ * flags go where OpenAI puts them now, method.<type>.hyperparameters, when
+ * the body has a method, and to the deprecated top level otherwise (what
+ * tacod reads alike). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -8,7 +11,10 @@
 #include "ctl.h"
 
 struct ctl_jobspec {
-	json_t *flags; /* what the flags set, as a partial body */
+	json_t *flags;	    /* what the flags set, as a partial body */
+	json_t *hp;	    /* --epochs, --batch-size, --lr-multiplier */
+	json_t *beta;	    /* --beta, or NULL */
+	const char *method; /* --method, or NULL */
 	const char *train, *validation;
 };
 
@@ -35,6 +41,8 @@ enum {
 	OPT_PACKING,
 	OPT_TACO,
 	OPT_METADATA,
+	OPT_METHOD,
+	OPT_BETA,
 };
 
 const struct option ctl_jobspec_options[] = {
@@ -60,6 +68,8 @@ const struct option ctl_jobspec_options[] = {
     {"packing", no_argument, NULL, OPT_PACKING},
     {"taco", required_argument, NULL, OPT_TACO},
     {"metadata", required_argument, NULL, OPT_METADATA},
+    {"method", required_argument, NULL, OPT_METHOD},
+    {"beta", required_argument, NULL, OPT_BETA},
     {0},
 };
 
@@ -71,10 +81,17 @@ const char ctl_jobspec_help[] =
     "  --train FILE|ID          training data: a local file (uploaded) or "
     "a file id\n"
     "  --validation FILE|ID     validation data, the same way\n"
-    "  --epochs N|auto          hyperparameters.n_epochs\n"
-    "  --batch-size N|auto      hyperparameters.batch_size\n"
-    "  --lr-multiplier X|auto   hyperparameters.learning_rate_multiplier "
-    "(lr = 1e-5 x X)\n"
+    "  --method supervised|dpo  method.type: supervised fine-tuning on "
+    "examples, or\n"
+    "                           DPO on preference pairs\n"
+    "  --beta X|auto            method.dpo.hyperparameters.beta (DPO's; "
+    "0.1 for auto)\n"
+    "  --epochs N|auto          n_epochs\n"
+    "  --batch-size N|auto      batch_size (preference pairs for dpo)\n"
+    "  --lr-multiplier X|auto   learning_rate_multiplier (lr = 1e-5 x X)\n"
+    "                           these three go in method.<type>."
+    "hyperparameters with a\n"
+    "                           method, else in hyperparameters\n"
     "  --seed N                 seed\n"
     "  --suffix TEXT            suffix of the fine-tuned model's name\n"
     "  --steps N                taco.steps (instead of epochs)\n"
@@ -99,7 +116,9 @@ int ctl_jobspec_new(ctl_jobspec **out)
 {
 	ctl_jobspec *s = calloc(1, sizeof(*s));
 
-	if (!s || !(s->flags = json_object())) {
+	if (!s || !(s->flags = json_object()) || !(s->hp = json_object())) {
+		if (s)
+			json_decref(s->flags);
 		free(s);
 		return -ENOMEM;
 	}
@@ -112,6 +131,8 @@ void ctl_jobspec_free(ctl_jobspec *s)
 	if (!s)
 		return;
 	json_decref(s->flags);
+	json_decref(s->hp);
+	json_decref(s->beta);
 	free(s);
 }
 
@@ -208,10 +229,11 @@ int ctl_jobspec_option(ctl_jobspec *s, const ctl_cmd *cmd, int id,
 		if (!(v = int_or_auto(arg, 1, 1000000, 1)))
 			return ctl_usage(cmd, "--%s must be an integer or auto",
 					 name);
-		rc = set_path(s->flags, "hyperparameters",
+		rc = set_path(s->hp, NULL,
 			      id == OPT_EPOCHS ? "n_epochs" : "batch_size", v);
 		break;
 	case OPT_LR_MULT:
+	case OPT_BETA:
 		if (!strcmp(arg, "auto"))
 			v = json_string("auto");
 		else if (!ctl_parse_num(arg, &x))
@@ -219,8 +241,17 @@ int ctl_jobspec_option(ctl_jobspec *s, const ctl_cmd *cmd, int id,
 		else
 			return ctl_usage(cmd, "--%s must be a number or auto",
 					 name);
-		rc = set_path(s->flags, "hyperparameters",
-			      "learning_rate_multiplier", v);
+		if (id == OPT_BETA) {
+			json_decref(s->beta);
+			s->beta = v;
+			break;
+		}
+		rc = set_path(s->hp, NULL, "learning_rate_multiplier", v);
+		break;
+	case OPT_METHOD:
+		if (strcmp(arg, "supervised") && strcmp(arg, "dpo"))
+			return ctl_usage(cmd, "--method is supervised or dpo");
+		s->method = arg;
 		break;
 	case OPT_SEED:
 		if (!(v = int_or_auto(arg, 0, (1ll << 53), 0)))
@@ -285,6 +316,78 @@ static int merge(json_t *dst, json_t *src)
 		}
 	}
 	return 0;
+}
+
+/* o[key] as an object, made (over any other value) when it is not one;
+ * NULL when out of memory. */
+static json_t *sub_object(json_t *o, const char *key)
+{
+	json_t *sub = json_object_get(o, key);
+
+	if (json_is_object(sub))
+		return sub;
+	sub = json_object();
+	return sub && !json_object_set_new(o, key, sub) ? sub : NULL;
+}
+
+/* --method: the body's method.type, and the hyperparameters the body gave
+ * another type go with it (beta only to dpo), so that the file's values
+ * stay and no object of another type is left. */
+static int set_method(json_t *body, const char *type)
+{
+	json_t *m = sub_object(body, "method"), *own, *from, *to = NULL, *v;
+	const char *k, *old;
+
+	if (!m)
+		return -ENOMEM;
+	old = json_string_value(json_object_get(m, "type"));
+	if (old && strcmp(old, type)) {
+		own = json_object_get(m, old);
+		from = json_object_get(own, "hyperparameters");
+		if (json_object_size(from) &&
+		    (!(to = sub_object(m, type)) ||
+		     !(to = sub_object(to, "hyperparameters"))))
+			return -ENOMEM;
+		json_object_foreach(from, k, v)
+		{
+			if ((strcmp(k, "beta") || !strcmp(type, "dpo")) &&
+			    !json_object_get(to, k) &&
+			    json_object_set(to, k, v))
+				return -ENOMEM;
+		}
+		json_object_del(m, old);
+	}
+	return json_object_set_new(m, "type", json_string(type)) ? -ENOMEM : 0;
+}
+
+/* The hyperparameter flags into the body: method.<type>.hyperparameters
+ * when the body has a method type (and out of the deprecated top level,
+ * which the flag overrides), else the top level; --beta into dpo's. 0,
+ * -EINVAL (--beta without method dpo), or -ENOMEM. */
+static int set_hyperparameters(ctl_jobspec *s, json_t *body)
+{
+	json_t *m = json_object_get(body, "method");
+	const char *type = json_string_value(json_object_get(m, "type"));
+	json_t *top = json_object_get(body, "hyperparameters"), *to, *v;
+	const char *k;
+
+	if (s->beta && (!type || strcmp(type, "dpo")))
+		return -EINVAL;
+	if (!json_object_size(s->hp) && !s->beta)
+		return 0;
+	to = type ? sub_object(m, type) : body;
+	if (!to || !(to = sub_object(to, "hyperparameters")))
+		return -ENOMEM;
+	json_object_foreach(s->hp, k, v)
+	{
+		if (json_object_set(to, k, v))
+			return -ENOMEM;
+		if (type && json_is_object(top))
+			json_object_del(top, k);
+	}
+	if (type && json_is_object(top) && !json_object_size(top))
+		json_object_del(body, "hyperparameters");
+	return s->beta && json_object_set(to, "beta", s->beta) ? -ENOMEM : 0;
 }
 
 /* A file argument: a local file is uploaded and replaced by its id. base:
@@ -353,9 +456,17 @@ int ctl_jobspec_body(ctl *c, ctl_jobspec *s, const ctl_cmd *cmd,
 	} else {
 		body = json_object();
 	}
-	if (!body || merge(body, s->flags)) {
+	if (!body || merge(body, s->flags) ||
+	    (s->method && set_method(body, s->method))) {
 		json_decref(body);
 		return ctl_fail("out of memory");
+	}
+	if ((rc = set_hyperparameters(s, body))) {
+		json_decref(body);
+		return rc == -EINVAL
+			   ? ctl_usage(cmd,
+				       "--beta is DPO's: give --method dpo")
+			   : ctl_fail("out of memory");
 	}
 	if (!json_is_string(json_object_get(body, "model"))) {
 		json_decref(body);

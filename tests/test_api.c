@@ -429,6 +429,199 @@ START_TEST(test_request_hyperparameters_both)
 }
 END_TEST
 
+/* OpenAI's method dpo: the job file's method and dpo.beta, the
+ * hyperparameters mapped as a supervised job's (batch_size counting pairs),
+ * and the taco options a supervised job takes. */
+START_TEST(test_request_dpo)
+{
+	json_t *job = NULL;
+	tacod_request_error e;
+	tacod_job_spec spec;
+
+	/* every hyperparameter "auto": tacod's defaults, beta 0.1 */
+	ck_assert_int_eq(
+	    request(
+		"{\"model\": \"llama_gqa\", \"training_file\": "
+		"\"file-train\", \"method\": {\"type\": \"dpo\", \"dpo\": "
+		"{\"hyperparameters\": {\"beta\": \"auto\", \"batch_size\": "
+		"\"auto\", \"learning_rate_multiplier\": \"auto\", "
+		"\"n_epochs\": \"auto\"}}}}",
+		&job, &e),
+	    0);
+	ck_assert_str_eq(json_string_value(json_object_get(job, "method")),
+			 "dpo");
+	ck_assert(json_real_value(
+		      json_object_get(json_object_get(job, "dpo"), "beta")) ==
+		  TACO_DPO_BETA_DEFAULT);
+	ck_assert_int_eq(json_integer_value(json_object_get(job, "batch_size")),
+			 TACOD_DEFAULT_BATCH);
+	ck_assert_int_eq(json_integer_value(json_object_get(job, "epochs")),
+			 TACOD_DEFAULT_EPOCHS);
+	ck_assert(json_real_value(json_object_get(job, "lr")) == TACOD_BASE_LR);
+	json_decref(job);
+	/* type dpo alone, no method.dpo: the same */
+	ck_assert_int_eq(
+	    request_spec("{\"model\": \"llama_gqa\", \"training_file\": "
+			 "\"file-train\", \"method\": {\"type\": \"dpo\"}}",
+			 &spec, &e),
+	    0);
+	ck_assert_int_eq(spec.job.method, TACO_METHOD_DPO);
+	ck_assert(spec.job.dpo_beta == TACO_DPO_BETA_DEFAULT);
+	tacod_job_spec_free(&spec);
+
+	/* values, the top level's too; the parsed job has them */
+	ck_assert_int_eq(
+	    request_spec("{\"model\": \"llama_gqa\", \"training_file\": "
+			 "\"file-train\", \"validation_file\": \"file-val\", "
+			 "\"hyperparameters\": {\"n_epochs\": 2}, \"method\": "
+			 "{\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+			 "{\"beta\": 0.25, \"batch_size\": 2, \"n_epochs\": "
+			 "2, \"learning_rate_multiplier\": 0.5}}}}",
+			 &spec, &e),
+	    0);
+	ck_assert_int_eq(spec.job.method, TACO_METHOD_DPO);
+	ck_assert(spec.job.dpo_beta == 0.25);
+	ck_assert_int_eq(spec.job.batch_size, 2);
+	ck_assert_double_eq_tol(spec.job.lr, 5e-6, 1e-15);
+	ck_assert_str_eq(spec.job.validation, "/state/files/file-val");
+	job = json_loads(spec.text, 0, NULL);
+	ck_assert_int_eq(json_integer_value(json_object_get(job, "epochs")), 2);
+	json_decref(job);
+	tacod_job_spec_free(&spec);
+
+	/* beta's limits: (0, 100]; an integer is a number */
+	ck_assert_int_eq(
+	    request_spec("{\"model\": \"llama_gqa\", \"training_file\": "
+			 "\"file-train\", \"method\": {\"type\": \"dpo\", "
+			 "\"dpo\": {\"hyperparameters\": {\"beta\": 100}}}}",
+			 &spec, &e),
+	    0);
+	ck_assert(spec.job.dpo_beta == 100);
+	tacod_job_spec_free(&spec);
+	ck_assert_int_eq(
+	    request_spec("{\"model\": \"llama_gqa\", \"training_file\": "
+			 "\"file-train\", \"method\": {\"type\": \"dpo\", "
+			 "\"dpo\": {\"hyperparameters\": {\"beta\": 1e-9}}}}",
+			 &spec, &e),
+	    0);
+	ck_assert(spec.job.dpo_beta == 1e-9);
+	tacod_job_spec_free(&spec);
+
+	/* tacod's options, as a supervised job's */
+	ck_assert_int_eq(
+	    request_spec("{\"model\": \"llama_gqa\", \"training_file\": "
+			 "\"file-train\", \"method\": {\"type\": \"dpo\"}, "
+			 "\"taco\": {\"steps\": 7, \"lr\": 5e-7, \"seq_len\": "
+			 "24, \"grad_accum\": 2, \"optimizer\": \"adamw\", "
+			 "\"freeze\": [\"model.embed_tokens\"]}}",
+			 &spec, &e),
+	    0);
+	ck_assert_int_eq(spec.job.method, TACO_METHOD_DPO);
+	ck_assert_int_eq(spec.job.steps, 7);
+	ck_assert(spec.job.lr == 5e-7);
+	ck_assert_int_eq(spec.job.seq_len, 24);
+	ck_assert_int_eq(spec.job.grad_accum, 2);
+	ck_assert_int_eq(spec.job.n_freeze, 1);
+	tacod_job_spec_free(&spec);
+
+	/* a supervised job's file names no method: sft, the default */
+	ck_assert_int_eq(
+	    request("{\"model\": \"llama_gqa\", \"training_file\": "
+		    "\"file-train\", \"method\": {\"type\": \"supervised\"}}",
+		    &job, &e),
+	    0);
+	ck_assert_ptr_null(json_object_get(job, "method"));
+	ck_assert_ptr_null(json_object_get(job, "dpo"));
+	json_decref(job);
+}
+END_TEST
+
+/* The method the job object echoes: its type's hyperparameters, resolved,
+ * dpo's with beta. */
+START_TEST(test_job_method)
+{
+	static const struct {
+		const char *req, *want;
+	} cases[] = {
+	    {"{}", "{\"type\":\"supervised\",\"supervised\":{"
+		   "\"hyperparameters\":{\"n_epochs\":3,\"batch_size\":4,"
+		   "\"learning_rate_multiplier\":1.0}}}"},
+	    {"{\"method\": {\"type\": \"dpo\"}}",
+	     "{\"type\":\"dpo\",\"dpo\":{\"hyperparameters\":{\"beta\":0.1,"
+	     "\"n_epochs\":3,\"batch_size\":4,"
+	     "\"learning_rate_multiplier\":1.0}}}"},
+	    {"{\"hyperparameters\": {\"batch_size\": 8}, \"method\": "
+	     "{\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": {\"beta\": "
+	     "0.5, \"n_epochs\": 1, \"learning_rate_multiplier\": \"auto\"}}}}",
+	     "{\"type\":\"dpo\",\"dpo\":{\"hyperparameters\":{\"beta\":0.5,"
+	     "\"n_epochs\":1,\"batch_size\":8,"
+	     "\"learning_rate_multiplier\":1.0}}}"},
+	    /* taco.steps and taco.lr, as for supervised */
+	    {"{\"method\": {\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+	     "{\"beta\": 2}}}, \"taco\": {\"steps\": 4, \"lr\": 2e-6}}",
+	     "{\"type\":\"dpo\",\"dpo\":{\"hyperparameters\":{\"beta\":2.0,"
+	     "\"n_epochs\":null,\"batch_size\":4,"
+	     "\"learning_rate_multiplier\":0.2}}}"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		json_t *req = json_loads(cases[i].req, 0, NULL);
+		json_t *m = tacod_job_method(req);
+		json_t *want = json_loads(cases[i].want, 0, NULL);
+		char *got;
+
+		/* as a client reads it: jansson writes 0.1 in 17 digits */
+		ck_assert_ptr_nonnull(m);
+		got = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		ck_assert_msg(json_equal(m, want), "case %zu: %s", i, got);
+		free(got);
+		json_decref(want);
+		json_decref(m);
+		json_decref(req);
+	}
+	{
+		json_t *req =
+		    json_loads("{\"method\": {\"type\": \"dpo\", \"dpo\": "
+			       "{\"hyperparameters\": {\"beta\": 0}}}}",
+			       0, NULL);
+		ck_assert_ptr_null(tacod_job_method(req));
+		json_decref(req);
+	}
+}
+END_TEST
+
+/* A DPO job's object: method as above, hyperparameters as OpenAI fills
+ * it (no beta), the same values. */
+START_TEST(test_job_object_dpo)
+{
+	tacod_job j = {.id = "ftjob-dpo",
+		       .status = TACOD_VALIDATING,
+		       .model = "llama_gqa",
+		       .training_file = "file-train",
+		       .created_at = 7};
+	json_t *o, *m, *mh, *hp;
+
+	j.request = strdup(
+	    "{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+	    "\"method\": {\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+	    "{\"beta\": 0.3, \"batch_size\": 2}}}}");
+	o = tacod_job_object(&j);
+	m = json_object_get(o, "method");
+	ck_assert_str_eq(json_string_value(json_object_get(m, "type")), "dpo");
+	ck_assert_ptr_null(json_object_get(m, "supervised"));
+	mh = json_object_get(json_object_get(m, "dpo"), "hyperparameters");
+	ck_assert(json_real_value(json_object_get(mh, "beta")) == 0.3);
+	hp = json_object_get(o, "hyperparameters");
+	ck_assert_ptr_null(json_object_get(hp, "beta"));
+	ck_assert_int_eq(json_integer_value(json_object_get(hp, "batch_size")),
+			 2);
+	json_object_del(mh, "beta");
+	ck_assert(json_equal(mh, hp));
+	free(j.request);
+	json_decref(o);
+}
+END_TEST
+
 /* The effective hyperparameters, as the job object shows them. */
 START_TEST(test_job_hyperparameters)
 {
@@ -504,8 +697,96 @@ static const struct {
      "\"hyperparameters\": {\"momentum\": 1}}",
      "hyperparameters.momentum", "unknown_parameter"},
     {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
-     "\"method\": {\"type\": \"dpo\"}}",
+     "\"method\": {\"type\": \"reinforcement\", \"reinforcement\": {}}}",
      "method.type", "unsupported_method"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"ppo\"}}",
+     "method.type", "unsupported_method"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": 1}}",
+     "method.type", "missing_required_parameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"supervised\": {}}}",
+     "method.supervised", "invalid_method"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"reinforcement\": {}}}",
+     "method.reinforcement", "invalid_method"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"colour\": 1}}",
+     "method.colour", "unknown_parameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"dpo\": []}}",
+     "method.dpo", "invalid_type"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"dpo\": {\"beta\": 1}}}",
+     "method.dpo.beta", "unknown_parameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+     "{\"beta\": 0}}}}",
+     "method.dpo.hyperparameters.beta", "invalid_hyperparameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+     "{\"beta\": -0.5}}}}",
+     "method.dpo.hyperparameters.beta", "invalid_hyperparameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+     "{\"beta\": 100.5}}}}",
+     "method.dpo.hyperparameters.beta", "invalid_hyperparameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+     "{\"beta\": \"high\"}}}}",
+     "method.dpo.hyperparameters.beta", "invalid_hyperparameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+     "{\"beta\": true}}}}",
+     "method.dpo.hyperparameters.beta", "invalid_hyperparameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+     "{\"beta\": null}}}}",
+     "method.dpo.hyperparameters.beta", "invalid_hyperparameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+     "{\"batch_size\": 0}}}}",
+     "method.dpo.hyperparameters.batch_size", "invalid_hyperparameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+     "{\"n_epochs\": 1.5}}}}",
+     "method.dpo.hyperparameters.n_epochs", "invalid_hyperparameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+     "{\"learning_rate_multiplier\": 0}}}}",
+     "method.dpo.hyperparameters.learning_rate_multiplier",
+     "invalid_hyperparameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+     "{\"momentum\": 0.9}}}}",
+     "method.dpo.hyperparameters.momentum", "unknown_parameter"},
+    /* beta is DPO's alone */
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"supervised\", \"supervised\": "
+     "{\"hyperparameters\": {\"beta\": 0.1}}}}",
+     "method.supervised.hyperparameters.beta", "unknown_parameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"hyperparameters\": {\"beta\": 0.1}, \"method\": {\"type\": "
+     "\"dpo\"}}",
+     "hyperparameters.beta", "unknown_parameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"hyperparameters\": {\"n_epochs\": 1}, \"method\": {\"type\": "
+     "\"dpo\", \"dpo\": {\"hyperparameters\": {\"n_epochs\": 2}}}}",
+     "method.dpo.hyperparameters.n_epochs", "conflicting_hyperparameters"},
+    /* the method is OpenAI's field: taco cannot set it behind method */
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"taco\": {\"method\": \"dpo\"}}",
+     "taco.method", "unknown_parameter"},
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\"}, \"taco\": {\"dpo\": {\"beta\": "
+     "0.5}}}",
+     "taco.dpo", "unknown_parameter"},
+    /* a pair's two sequences are rows of their own */
+    {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
+     "\"method\": {\"type\": \"dpo\"}, \"taco\": {\"packing\": "
+     "true}}",
+     "taco.packing", "invalid_option"},
     {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
      "\"method\": {\"supervised\": {}}}",
      "method.type", "missing_required_parameter"},
@@ -514,7 +795,7 @@ static const struct {
      "method", "invalid_type"},
     {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
      "\"method\": {\"type\": \"supervised\", \"dpo\": {}}}",
-     "method.dpo", "unsupported_method"},
+     "method.dpo", "invalid_method"},
     {"{\"model\": \"llama_gqa\", \"training_file\": \"file-train\", "
      "\"method\": {\"type\": \"supervised\", \"supervised\": "
      "{\"hyperparameters\": {\"n_epochs\": \"many\"}}}}",
@@ -569,6 +850,9 @@ int main(void)
 	tcase_add_test(tc, test_request_parsed_job);
 	tcase_add_test(tc, test_request_hyperparameters_both);
 	tcase_add_test(tc, test_job_hyperparameters);
+	tcase_add_test(tc, test_request_dpo);
+	tcase_add_test(tc, test_job_method);
+	tcase_add_test(tc, test_job_object_dpo);
 	tcase_add_loop_test(tc, test_request_errors, 0,
 			    sizeof(bad) / sizeof(bad[0]));
 	suite_add_tcase(s, tc);

@@ -107,6 +107,94 @@ START_TEST(test_all_problems_together)
 }
 END_TEST
 
+/* method: sft by default, or dpo with dpo.beta in (0, 100] (0.1 when
+ * absent); dpo packs nothing, and dpo is only for method dpo. */
+START_TEST(test_method)
+{
+	static const struct {
+		const char *opts, *problem; /* NULL: accepted */
+	} bad[] = {
+	    {"\"method\":\"ppo\"", "method: must be one of sft, dpo"},
+	    {"\"method\":1", "method: must be one of sft, dpo"},
+	    {"\"method\":\"dpo\",\"dpo\":{\"beta\":0}",
+	     "dpo.beta: must be a number in (0, 100]"},
+	    {"\"method\":\"dpo\",\"dpo\":{\"beta\":-1}",
+	     "dpo.beta: must be a number in (0, 100]"},
+	    {"\"method\":\"dpo\",\"dpo\":{\"beta\":100.5}",
+	     "dpo.beta: must be a number in (0, 100]"},
+	    {"\"method\":\"dpo\",\"dpo\":{\"beta\":\"auto\"}",
+	     "dpo.beta: must be a number"},
+	    {"\"method\":\"dpo\",\"dpo\":{\"gamma\":1}",
+	     "dpo.gamma: unknown option"},
+	    {"\"method\":\"dpo\",\"dpo\":0.1", "dpo: must be an object"},
+	    {"\"method\":\"dpo\",\"packing\":true",
+	     "packing: not with method dpo"},
+	    {"\"dpo\":{\"beta\":0.5}", "dpo: only with method dpo"},
+	    {"\"method\":\"sft\",\"dpo\":{\"beta\":0.5}",
+	     "dpo: only with method dpo"},
+	};
+	char text[512];
+	taco_job job;
+	taco_job_problems p;
+
+	ck_assert_int_eq(parse("{\"model\":\"m\",\"train\":\"t\","
+			       "\"output_dir\":\"o\",\"epochs\":1}",
+			       &job, &p),
+			 0);
+	ck_assert_int_eq(job.method, TACO_METHOD_SFT);
+	ck_assert(job.dpo_beta == TACO_DPO_BETA_DEFAULT);
+	taco_job_free(&job);
+	ck_assert_int_eq(parse("{\"model\":\"m\",\"train\":\"t\","
+			       "\"output_dir\":\"o\",\"epochs\":1,"
+			       "\"method\":\"dpo\"}",
+			       &job, &p),
+			 0);
+	ck_assert_int_eq(job.method, TACO_METHOD_DPO);
+	ck_assert(job.dpo_beta == TACO_DPO_BETA_DEFAULT);
+	taco_job_free(&job);
+	/* the limits: 100 is in, the smallest positive too */
+	ck_assert_int_eq(parse("{\"model\":\"m\",\"train\":\"t\","
+			       "\"output_dir\":\"o\",\"epochs\":1,"
+			       "\"method\":\"dpo\",\"dpo\":{\"beta\":100}}",
+			       &job, &p),
+			 0);
+	ck_assert(job.dpo_beta == 100);
+	taco_job_free(&job);
+	ck_assert_int_eq(parse("{\"model\":\"m\",\"train\":\"t\","
+			       "\"output_dir\":\"o\",\"epochs\":1,"
+			       "\"method\":\"dpo\",\"dpo\":{\"beta\":1e-300},"
+			       "\"packing\":false}",
+			       &job, &p),
+			 0);
+	ck_assert(job.dpo_beta == 1e-300);
+	taco_job_free(&job);
+	ck_assert_int_eq(parse("{\"model\":\"m\",\"train\":\"t\","
+			       "\"output_dir\":\"o\",\"epochs\":1,"
+			       "\"method\":\"sft\",\"packing\":true}",
+			       &job, &p),
+			 0);
+	ck_assert_int_eq(job.method, TACO_METHOD_SFT);
+	taco_job_free(&job);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(text, sizeof(text),
+			 "{\"model\":\"m\",\"train\":\"t\",\"output_dir\":"
+			 "\"o\",\"epochs\":1,%s}",
+			 bad[i].opts);
+		ck_assert_msg(parse(text, &job, &p) == -EINVAL, "%s accepted",
+			      bad[i].opts);
+		ck_assert_msg(p.n == 1 && has(&p, bad[i].problem),
+			      "%s: %d problems, the first '%s'", bad[i].opts,
+			      p.n, p.msg[0]);
+		taco_job_free(&job);
+	}
+	/* OpenAI's method maps onto them: a request's taco object sets
+	 * neither */
+	ck_assert_int_eq(taco_job_key_find("method")->setter,
+			 TACO_JOB_BY_DAEMON);
+	ck_assert_int_eq(taco_job_key_find("dpo")->setter, TACO_JOB_BY_DAEMON);
+}
+END_TEST
+
 /* weights: the default auto; host only where the step can update the
  * streamed layers from its gradient pieces. */
 START_TEST(test_weights)
@@ -330,6 +418,7 @@ int main(void)
 	tcase_add_test(tc, test_all_problems_together);
 	tcase_add_test(tc, test_bad_json);
 	tcase_add_test(tc, test_weights);
+	tcase_add_test(tc, test_method);
 	tcase_add_test(tc, test_schedules);
 	tcase_add_test(tc, test_schema_documented);
 	suite_add_tcase(s, tc);

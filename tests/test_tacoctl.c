@@ -1276,6 +1276,129 @@ START_TEST(test_tar_extractor)
 }
 END_TEST
 
+/* ---- method dpo ---------------------------------------------------------- */
+
+/* The hyperparameters of a job's method echo. */
+static json_t *method_hp(json_t *j, const char *type)
+{
+	json_t *m = json_object_get(j, "method");
+
+	ck_assert_str_eq(th_str(m, "type"), type);
+	return json_object_get(json_object_get(m, type), "hyperparameters");
+}
+
+/* Ends a job that may have ended already: validating or queued, it is
+ * cancelled; failed (a loader that does not read pairs yet), 400
+ * job_finished. */
+static void cancel(const char *id)
+{
+	char path[256];
+	long st;
+
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/cancel", id);
+	st = th_call("POST", path, "{}", NULL, NULL);
+	ck_assert_msg(st == 200 || st == 400, "cancel: %ld", st);
+}
+
+/* --method dpo and --beta: the hyperparameter flags go to
+ * method.dpo.hyperparameters (over a job file's, the deprecated top level's
+ * included), a job file's other type's values go along, and each method
+ * refuses the other's data. */
+START_TEST(test_method_dpo)
+{
+	static const char pairs[] =
+	    "{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
+	    "\"Hi\"}]}, \"preferred_output\": [{\"role\": \"assistant\", "
+	    "\"content\": \"Hello!\"}], \"non_preferred_output\": [{\"role\": "
+	    "\"assistant\", \"content\": \"Go away.\"}]}\n";
+	char train[128], jobfile[128];
+	char *job;
+	run r;
+	json_t *j, *h;
+	FILE *f;
+
+	setup(8ull << 30);
+	snprintf(train, sizeof(train), "%s/pairs.jsonl", home);
+	ck_assert_ptr_nonnull(f = fopen(train, "w"));
+	fputs(pairs, f);
+	fclose(f);
+	ck_run(0, &r, "jobs", "create", "--model", "llama_gqa", "--train",
+	       train, "--method", "dpo", "--beta", "0.3", "--batch-size", "2",
+	       "--epochs", "1", "--seq-len", "24");
+	job = first_line(r.out);
+	run_free(&r);
+	j = get_job(job);
+	h = method_hp(j, "dpo");
+	ck_assert(json_real_value(json_object_get(h, "beta")) == 0.3);
+	ck_assert_int_eq(json_integer_value(json_object_get(h, "batch_size")),
+			 2);
+	ck_assert_int_eq(json_integer_value(json_object_get(h, "n_epochs")), 1);
+	json_decref(j);
+	ck_run(0, &r, "jobs", "get", job);
+	has(r.out, "\"type\":\"dpo\"");
+	has(r.out, "\"beta\":");
+	run_free(&r);
+	cancel(job);
+	free(job);
+
+	/* over a job file: its supervised values move to dpo, the flag wins
+	 * over its top-level batch_size, which is not sent besides */
+	snprintf(jobfile, sizeof(jobfile), "%s/job.json", home);
+	ck_assert_ptr_nonnull(f = fopen(jobfile, "w"));
+	fprintf(f,
+		"{\"model\": \"llama_gqa\", \"training_file\": \"%s\", "
+		"\"hyperparameters\": {\"batch_size\": 8}, \"method\": "
+		"{\"type\": \"supervised\", \"supervised\": "
+		"{\"hyperparameters\": {\"n_epochs\": 2, "
+		"\"learning_rate_multiplier\": 0.5}}}, \"taco\": {\"seq_len\": "
+		"24}}",
+		train);
+	fclose(f);
+	ck_run(0, &r, "jobs", "create", jobfile, "--method", "dpo",
+	       "--batch-size", "1");
+	job = first_line(r.out);
+	run_free(&r);
+	j = get_job(job);
+	h = method_hp(j, "dpo");
+	ck_assert(json_real_value(json_object_get(h, "beta")) == 0.1);
+	ck_assert_int_eq(json_integer_value(json_object_get(h, "batch_size")),
+			 1);
+	ck_assert_int_eq(json_integer_value(json_object_get(h, "n_epochs")), 2);
+	ck_assert(json_real_value(
+		      json_object_get(h, "learning_rate_multiplier")) == 0.5);
+	json_decref(j);
+	cancel(job);
+	free(job);
+
+	/* usage errors, before any request */
+	ck_run(2, &r, "jobs", "create", "--model", "llama_gqa", "--train",
+	       train, "--beta", "0.1");
+	has(r.err, "--beta");
+	run_free(&r);
+	ck_run(2, &r, "jobs", "create", "--model", "llama_gqa", "--train",
+	       train, "--method", "ppo");
+	has(r.err, "--method");
+	run_free(&r);
+	ck_run(2, &r, "plan", "--model", "llama_gqa", "--train", train,
+	       "--method", "dpo", "--beta", "high");
+	has(r.err, "--beta");
+	run_free(&r);
+	/* the data of the other method: tacod's 400, naming the file */
+	ck_run(1, &r, "jobs", "create", "--model", "llama_gqa", "--train",
+	       tu_fixture("data/count_train.jsonl"), "--method", "dpo",
+	       "--seq-len", "24");
+	has(r.err, "training_file");
+	has(r.err, "preference pairs");
+	run_free(&r);
+	ck_run(1, &r, "plan", "--model", "llama_gqa", "--train", train,
+	       "--seq-len", "24");
+	has(r.err, "training_file");
+	has(r.err, "method.type dpo");
+	run_free(&r);
+	teardown();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tacoctl");
@@ -1292,6 +1415,7 @@ int main(void)
 	tcase_add_test(tc, test_files_jobs_checkpoints);
 	tcase_add_test(tc, test_plan_pause_cancel_device);
 	tcase_add_test(tc, test_progress);
+	tcase_add_test(tc, test_method_dpo);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

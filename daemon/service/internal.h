@@ -140,9 +140,10 @@ int64_t tacod_route_item_number(const char *item_id, const char *prefix,
 const char *tacod_route_user(tacod_http_req *r);
 /* Parses and maps a create request (jobs.c) onto a job in the directory
  * dir, which it writes into dir/out; a fine-tuned model it starts from is
- * linked into dir/base (models.c). 0 with *spec set, or a 4xx/5xx has been
- * sent; dir may hold dir/base either way: the caller removes what it does
- * not keep (tacod_route_remove_job_dir). */
+ * linked into dir/base (models.c). Its data files must be of the kind its
+ * method trains on (a 400 naming the file otherwise). 0 with *spec set, or
+ * a 4xx/5xx has been sent (*spec freed); dir may hold dir/base either way:
+ * the caller removes what it does not keep (tacod_route_remove_job_dir). */
 int tacod_route_map_job(tacod_http_req *r, tacod_service *s, json_t *req,
 			const char *dir, tacod_job_spec *spec);
 /* Removes what a create or a plan left in dir: dir/base and dir. */

@@ -20,6 +20,7 @@
 #include "api/objects.h"
 #include "daemon/service/internal.h"
 #include "daemon/webhooks/delivery.h"
+#include "data/dataset_kind.h"
 #include "util/fsutil.h"
 
 typedef struct file_lookup {
@@ -85,6 +86,62 @@ static int model_path(void *ctx, const char *name, char *path, size_t cap)
 	return rc;
 }
 
+/* A job's data must be of its method's kind: a supervised job's files hold
+ * examples, a dpo job's preference pairs. Told at once from each file's
+ * first line, so that a request for the wrong kind is a 400 naming the file
+ * rather than a job failing later; a file whose first line tells nothing is
+ * left to the validation's report. 0, or a 400 has been sent. */
+static int data_kind_fits(tacod_http_req *r, json_t *req,
+			  const tacod_job_spec *spec)
+{
+	const struct {
+		const char *path, *param, *code;
+	} files[] = {
+	    {spec->job.train, "training_file", "invalid_training_file"},
+	    {spec->job.validation, "validation_file",
+	     "invalid_validation_file"},
+	};
+	int dpo = spec->job.method == TACO_METHOD_DPO;
+	int want =
+	    dpo ? TACO_DATASET_KIND_PREFERENCE : TACO_DATASET_KIND_SUPERVISED;
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		const char *name =
+		    json_string_value(json_object_get(req, files[i].param));
+		taco_err err = {{0}};
+		int kind;
+
+		/* a file that cannot be read: the validation says so */
+		if (!files[i].path[0] ||
+		    taco_dataset_kind(files[i].path, &kind, &err) ||
+		    kind == TACO_DATASET_KIND_UNKNOWN || kind == want)
+			continue;
+		if (dpo)
+			return tacod_http_error(
+				   r, 400, "invalid_request_error",
+				   files[i].code, files[i].param,
+				   "%s %s holds supervised examples, and "
+				   "method.type dpo trains on preference "
+				   "pairs: lines of \"input\", "
+				   "\"preferred_output\" and "
+				   "\"non_preferred_output\" "
+				   "(docs/datasets.md)",
+				   files[i].param, name ? name : ""),
+			       -EINVAL;
+		return tacod_http_error(
+			   r, 400, "invalid_request_error", files[i].code,
+			   files[i].param,
+			   "%s %s holds preference pairs (\"input\", "
+			   "\"preferred_output\", \"non_preferred_output\"), "
+			   "which train with method.type dpo; a supervised job "
+			   "reads chat, prompt and completion, text or "
+			   "input_ids lines (docs/datasets.md)",
+			   files[i].param, name ? name : ""),
+		       -EINVAL;
+	}
+	return 0;
+}
+
 int tacod_route_map_job(tacod_http_req *r, tacod_service *s, json_t *req,
 			const char *dir, tacod_job_spec *spec)
 {
@@ -112,6 +169,11 @@ int tacod_route_map_job(tacod_http_req *r, tacod_service *s, json_t *req,
 		taco_err err = {{0}};
 		taco_err_set(&err, rc, "%s", e.message);
 		return tacod_route_write_error(r, rc, &err), rc;
+	}
+	/* the files' first lines, read without the lock */
+	if (data_kind_fits(r, req, spec)) {
+		tacod_job_spec_free(spec);
+		return -EINVAL;
 	}
 	return 0;
 }

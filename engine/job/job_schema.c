@@ -125,7 +125,7 @@ static const taco_job_key adamw_fields[] = {
 };
 
 static const taco_job_key dpo_fields[] = {
-    {"beta", REQUEST, TACO_JOB_NUM, AT(dpo_beta), NUMS(0, 100), .open_min = 1},
+    {"beta", DAEMON, TACO_JOB_NUM, AT(dpo_beta), NUMS(0, 100), .open_min = 1},
     {.name = NULL},
 };
 
@@ -177,9 +177,10 @@ const taco_job_key taco_job_keys[] = {
     {"train_on", REQUEST, TACO_JOB_ENUM, AT(train_on_all), .names = train_on},
     {"overlength", REQUEST, TACO_JOB_ENUM, AT(overlength), .names = overlength},
     {"eval_multiple_choice", DAEMON, TACO_JOB_PATH, AT(eval_multiple_choice)},
-    {"method", REQUEST, TACO_JOB_ENUM, AT(method), .names = methods,
+    /* a request's method.type and method.dpo.hyperparameters.beta */
+    {"method", DAEMON, TACO_JOB_ENUM, AT(method), .names = methods,
      .then = method_fits},
-    {"dpo", REQUEST, TACO_JOB_OBJECT, .fields = dpo_fields},
+    {"dpo", DAEMON, TACO_JOB_OBJECT, .fields = dpo_fields},
     {.name = NULL},
 };
 

@@ -16,7 +16,8 @@
 /* Who sets an option when tacod writes the job file of an API request. */
 enum taco_job_setter {
 	/* tacod: the paths, and the options the request's OpenAI fields map
-	 * to (n_epochs, batch_size, seed); the rest keep their defaults */
+	 * to (n_epochs, batch_size, seed, method, dpo.beta); the rest keep
+	 * their defaults */
 	TACO_JOB_BY_DAEMON = 0,
 	/* the client, in the request's "taco" object */
 	TACO_JOB_BY_REQUEST,

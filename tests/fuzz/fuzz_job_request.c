@@ -2,9 +2,11 @@
  * JSON parsing, then validation and mapping to a taco-train job. A models
  * directory with one model is made once; file ids that start with "file-"
  * exist, absolute paths are refused like a server without dataset roots,
- * every fine-tuned model name that parses resolves to that model. The
- * input is also a model name (api/model_name.h, as GET /v1/models/{model}
- * takes it): one that parses must be formed again byte for byte. */
+ * every fine-tuned model name that parses resolves to that model; an
+ * accepted request's method and hyperparameters are echoed, of the job's
+ * method (supervised or dpo). The input is also a model name
+ * (api/model_name.h, as GET /v1/models/{model} takes it): one that parses
+ * must be formed again byte for byte. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -92,9 +94,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (!req)
 		return 0;
-	if (tacod_job_request(req, &ctx, &spec, &e) == 0)
+	if (tacod_job_request(req, &ctx, &spec, &e) == 0) {
+		/* an accepted request's job object echoes its method and
+		 * hyperparameters, of the method the job file says */
+		json_t *m = tacod_job_method(req);
+		json_t *hp = tacod_job_hyperparameters(req);
+		const char *type =
+		    json_string_value(json_object_get(m, "type"));
+
+		if (!m || !hp || !type ||
+		    (spec.job.method == TACO_METHOD_DPO) !=
+			!strcmp(type, "dpo"))
+			abort();
+		json_decref(m);
+		json_decref(hp);
 		tacod_job_spec_free(&spec);
-	else if (!e.message[0])
+	} else if (!e.message[0])
 		abort(); /* every refusal says why */
 	json_decref(req);
 	return 0;

@@ -543,6 +543,7 @@ def run(base_url):
     steps += part4_checkpoint_paging(client, f.id)
     steps += part4_files_paging(client)
     steps += part5_hyperparameters(client, f.id)
+    steps += part6_dpo(client, f.id)
     steps += part5_not_supported(client)
     steps.append(check_extensions_match_spec())
     seen = ", ".join(f"{k} {v}" for k, v in sorted(SEEN.items()))
@@ -758,10 +759,84 @@ def part5_hyperparameters(client, training_file):
         openai.BadRequestError,
         "unsupported_method",
         "method.type",
-        lambda: jobs.create(model="llama_gqa", training_file=training_file, method={"type": "dpo", "dpo": {}}),
+        lambda: jobs.create(
+            model="llama_gqa", training_file=training_file, method={"type": "reinforcement", "reinforcement": {}}
+        ),
     )
-    check("supervised" in e.message, e.message)
+    check("supervised" in e.message and "dpo" in e.message, e.message)
     return ["method.supervised.hyperparameters, the top level's, and a conflict (400)"]
+
+
+PAIRS = b"".join(
+    json.dumps(
+        {
+            "input": {"messages": [{"role": "user", "content": q}]},
+            "preferred_output": [{"role": "assistant", "content": good}],
+            "non_preferred_output": [{"role": "assistant", "content": bad}],
+        }
+    ).encode()
+    + b"\n"
+    for q, good, bad in (("2+2?", "4", "5"), ("Hi", "Hello!", "Go away."))
+)
+
+
+def part6_dpo(client, training_file):
+    """method dpo as the SDK sends it: preference pairs accepted and the
+    method echoed in the SDK's types; each method refuses the other's data
+    at once, naming the file; beta out of range names itself."""
+    jobs = client.fine_tuning.jobs
+    pairs = client.files.create(file=("pairs.jsonl", PAIRS), purpose="fine-tune")
+    dpo = {"type": "dpo", "dpo": {"hyperparameters": {"beta": 0.25, "batch_size": 2, "n_epochs": "auto"}}}
+    job = jobs.create(model="llama_gqa", training_file=pairs.id, method=dpo, extra_body={"taco": {"seq_len": 24}})
+    try:
+        jobs.cancel(job.id)  # validating: cancelled at once, nothing trains
+    except openai.BadRequestError as e:
+        # already failed: a data loader that does not read pairs yet
+        check(e.code == "job_finished", f"cancel: {e.code}")
+    for j in (job, jobs.retrieve(job.id)):
+        check(j.method.type == "dpo" and j.method.supervised is None, f"{j.id}: method {j.method}")
+        h = j.method.dpo.hyperparameters
+        check(
+            (h.beta, h.batch_size, h.n_epochs, h.learning_rate_multiplier) == (0.25, 2, 3, 1.0),
+            f"{j.id}: method.dpo.hyperparameters {h}",
+        )
+        got = j.hyperparameters.to_dict()
+        check(got == {"n_epochs": 3, "batch_size": 2, "learning_rate_multiplier": 1.0}, f"{j.id}: hyperparameters {got}")
+    e = expect_error(
+        openai.BadRequestError,
+        "invalid_training_file",
+        "training_file",
+        lambda: jobs.create(model="llama_gqa", training_file=training_file, method={"type": "dpo"}),
+    )
+    check(training_file in e.message and "preference pairs" in e.message, e.message)
+    e = expect_error(
+        openai.BadRequestError,
+        "invalid_training_file",
+        "training_file",
+        lambda: jobs.create(model="llama_gqa", training_file=pairs.id),
+    )
+    check(pairs.id in e.message and "dpo" in e.message, e.message)
+    e = expect_error(
+        openai.BadRequestError,
+        "invalid_validation_file",
+        "validation_file",
+        lambda: jobs.create(model="llama_gqa", training_file=training_file, validation_file=pairs.id),
+    )
+    expect_error(
+        openai.BadRequestError,
+        "invalid_hyperparameter",
+        "method.dpo.hyperparameters.beta",
+        lambda: jobs.create(
+            model="llama_gqa", training_file=pairs.id, method={"type": "dpo", "dpo": {"hyperparameters": {"beta": 0}}}
+        ),
+    )
+    expect_error(
+        openai.BadRequestError,
+        "invalid_method",
+        "method.supervised",
+        lambda: jobs.create(model="llama_gqa", training_file=pairs.id, method={"type": "dpo", "supervised": {}}),
+    )
+    return ["method dpo: pairs accepted and echoed; the wrong data kind, beta and a mismatched method refused (400)"]
 
 
 def part5_not_supported(client):

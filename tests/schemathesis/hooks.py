@@ -11,13 +11,16 @@ that is not the schema's. Before such a request is sent:
 - a `model`, `training_file` or `validation_file` whose value is valid for
   its schema is replaced by a real one (TACO_ST_MODELS, TACO_ST_FILES),
   picked by a hash of the generated value so that a case always maps to
-  the same request. A value that is not valid for its schema is left as it
+  the same request; a file of the kind the method trains on (a dpo job's
+  preference pairs are TACO_ST_PAIR_FILES, every other job's examples
+  TACO_ST_FILES: the other kind is 400 `invalid_training_file`). A value that is not valid for its schema is left as it
   is: that is what a negative case tests. So a positive case stays positive
   and a negative one negative.
 - in a positive case only: a hyperparameter given both at the top level
-  and in `method.supervised.hyperparameters` gets method's value in both
+  and in `method.<type>.hyperparameters` gets method's value in both
   (different values are 400 `conflicting_hyperparameters`);
-  `batch_size` x `taco.seq_len` is brought under
+  `batch_size` x `taco.seq_len` (twice that for dpo, whose `batch_size`
+  counts pairs of two sequences) is brought under
   1,048,576 tokens (the engine's rule across two options), and for a create
   (not a plan, which answers 200 for a job that does not fit) under
   TACO_ST_MAX_TOKENS tokens per micro-batch so that the plan fits the test's
@@ -36,9 +39,10 @@ from schemathesis.core.parameters import ParameterLocation
 
 MODELS = [m for m in os.environ.get("TACO_ST_MODELS", "").split(",") if m]
 FILES = [f for f in os.environ.get("TACO_ST_FILES", "").split(",") if f]
+PAIR_FILES = [f for f in os.environ.get("TACO_ST_PAIR_FILES", "").split(",") if f]
 MAX_TOKENS = int(os.environ.get("TACO_ST_MAX_TOKENS", "4096"))
 ENGINE_MAX_TOKENS = 1 << 20
-MODEL_RE = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
+MODEL_RE = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._-]{1,255}$")  # a base model's name: not "." or ".."
 OPERATIONS = {("POST", "/v1/fine_tuning/jobs"): "create", ("POST", "/v1/fine_tuning/plan"): "plan"}
 
 
@@ -61,25 +65,36 @@ def integer(v):
     return int(v) if v == int(v) else None
 
 
+def method_type(body):
+    """The request's method.type when it is a string, else None."""
+    method = body.get("method")
+    t = method.get("type") if isinstance(method, dict) else None
+    return t if isinstance(t, str) else None
+
+
+def own_hyperparameters(body):
+    """method.<type>.hyperparameters, or None."""
+    method = body.get("method") if isinstance(body.get("method"), dict) else {}
+    own = method.get(method_type(body) or "supervised")
+    return own.get("hyperparameters") if isinstance(own, dict) else None
+
+
 def agree_hyperparameters(body):
     """The top level's hyperparameters take method's values where both have one."""
     top = body.get("hyperparameters")
-    method = body.get("method") if isinstance(body.get("method"), dict) else {}
-    supervised = method.get("supervised") if isinstance(method.get("supervised"), dict) else {}
-    sup = supervised.get("hyperparameters")
-    if isinstance(top, dict) and isinstance(sup, dict):
-        body["hyperparameters"] = {k: sup.get(k, v) for k, v in top.items()}
+    own = own_hyperparameters(body)
+    if isinstance(top, dict) and isinstance(own, dict):
+        body["hyperparameters"] = {k: own.get(k, v) for k, v in top.items()}
 
 
 def batch_size(body):
-    """The batch size the request resolves to: method's over the top level's, 4 for "auto"."""
+    """The sequences of a micro-batch the request resolves to: method's
+    batch_size over the top level's, 4 for "auto", two a pair for dpo."""
     size = 4
-    method = body.get("method") if isinstance(body.get("method"), dict) else {}
-    supervised = method.get("supervised") if isinstance(method.get("supervised"), dict) else {}
-    for h in (body.get("hyperparameters"), supervised.get("hyperparameters")):
+    for h in (body.get("hyperparameters"), own_hyperparameters(body)):
         if isinstance(h, dict) and integer(h.get("batch_size")) is not None:
             size = integer(h["batch_size"])
-    return max(size, 1)
+    return max(size, 1) * (2 if method_type(body) == "dpo" else 1)
 
 
 @schemathesis.hook
@@ -93,9 +108,10 @@ def before_call(context, case, kwargs):
     body = dict(body)
     if isinstance(body.get("model"), str) and MODEL_RE.match(body["model"]):
         body["model"] = pick(MODELS, body["model"])
+    files = PAIR_FILES if method_type(body) == "dpo" and PAIR_FILES else FILES
     for key in ("training_file", "validation_file"):
         if data_file_valid(body.get(key)):
-            body[key] = pick(FILES, body[key])
+            body[key] = pick(files, body[key])
     if positive:
         agree_hyperparameters(body)
     taco = body.get("taco")

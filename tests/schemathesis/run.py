@@ -48,6 +48,19 @@ HERE = Path(__file__).resolve().parent
 TOKEN = "tacod-schemathesis-user"
 ADMIN_TOKEN = "tacod-schemathesis-admin"
 MODEL = "llama_gqa"
+# Preference pairs (OpenAI's DPO format): the data of a generated dpo
+# create, which supervised examples are not.
+PAIRS = b"".join(
+    json.dumps(
+        {
+            "input": {"messages": [{"role": "user", "content": q}]},
+            "preferred_output": [{"role": "assistant", "content": good}],
+            "non_preferred_output": [{"role": "assistant", "content": bad}],
+        }
+    ).encode()
+    + b"\n"
+    for q, good, bad in (("2+2?", "4", "5"), ("Hi", "Hello!", "Go away."), ("Sky?", "Blue.", "Green."))
+)
 
 
 def free_port():
@@ -67,6 +80,7 @@ class Tacod:
         )
         (self.dir / "data").mkdir()
         shutil.copy(TRAIN, self.dir / "data" / "train.jsonl")
+        (self.dir / "data" / "pairs.jsonl").write_bytes(PAIRS)
         self.proc = None
         for _ in range(3):  # another process may take the port first
             self.port = free_port()
@@ -218,6 +232,9 @@ def lay_out(base, work):
     # cannot delete (an admin's paused job uses it, and the user sees no
     # job of the admin) and a path under a dataset root.
     f_keep = user.upload("train.jsonl", data)
+    # The pairs of a generated dpo create: no link of the spec leads a
+    # delete to this id (only the list shows it), and its path stays.
+    f_pairs = user.upload("pairs.jsonl", PAIRS)
     admin.paused_job(f_keep)
     # Jobs of the user that have not finished, all paused (so none trains
     # while the run goes on): cancel, pause and resume act on them.
@@ -225,6 +242,7 @@ def lay_out(base, work):
     env = {
         "TACO_ST_MODELS": MODEL,
         "TACO_ST_FILES": ",".join([f_keep, str(work / "data" / "train.jsonl")]),
+        "TACO_ST_PAIR_FILES": ",".join([f_pairs, str(work / "data" / "pairs.jsonl")]),
         "TACO_ST_MAX_TOKENS": "4096",
     }
     # Half the {id} paths (in every phase that draws values) name these
