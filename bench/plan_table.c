@@ -148,6 +148,51 @@ static int row(const char *dir, const char *file, int streamed)
 	return 0;
 }
 
+/* A DPO job of BATCH pairs: 2 x BATCH sequences, the preference buffers. */
+static int dpo_row(const char *dir, const char *file)
+{
+	char path[4096];
+	taco_config c;
+	taco_model *m = NULL;
+	taco_plan p, off, sft;
+	taco_plan_input in;
+	taco_err err = {{0}};
+	int r = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	if (taco_config_load(path, &c, &err) ||
+	    taco_model_shapes(&c, &m, &err)) {
+		fprintf(stderr, "plan_table: %s\n", err.msg);
+		return -1;
+	}
+	memset(&in, 0, sizeof(in));
+	in.backend = TACO_BACKEND_CUDA;
+	in.weight_dtype = TK_BF16;
+	in.act_dtype = TK_BF16;
+	in.B = BATCH;
+	in.T = SEQ;
+	in.A = 1;
+	in.step.overlap = 1;
+	taco_optim_defaults(&in.optim);
+	r = taco_plan_compute(m, &in, &sft, &err);
+	in.B = 2 * BATCH;
+	in.step.pref = 1;
+	r = r ? r : taco_plan_compute(m, &in, &p, &err);
+	in.step.offload = 1;
+	r = r ? r : taco_plan_compute(m, &in, &off, &err);
+	if (r)
+		fprintf(stderr, "plan_table: %s\n", err.msg);
+	else
+		printf("| %s | %d x %d | %.2f | %.2f | %.2f | **%.2f** | %.2f "
+		       "(host %.2f) | %.2f |\n",
+		       file, 2 * BATCH, SEQ, gb(p.term[TACO_PLAN_LAYER_INPUTS]),
+		       gb(p.term[TACO_PLAN_LAYER_WORK]),
+		       gb(p.term[TACO_PLAN_LOSS_CHUNK]), gb(p.total),
+		       gb(off.total), gb(off.host), gb(sft.total));
+	taco_model_free(m);
+	return r ? -1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	DIR *d;
@@ -258,6 +303,26 @@ int main(int argc, char **argv)
 	printf("\n");
 	for (int i = 0; i < n; i++) {
 		rc |= row(argv[1], names[i], 1) ? 1 : 0;
+	}
+	printf("\n## DPO\n\n"
+	       "A DPO job (`method: dpo`) of %d preference pairs x %d at "
+	       "each step is %d\nsequences a step: the chosen and the "
+	       "rejected output of each pair, in\nrows of their own; plus "
+	       "each token's loss and gradient factor (the pair's\nweight "
+	       "on its sequences' tokens, between the loss's two passes). "
+	       "No reference\nmodel: the reference log-probabilities are "
+	       "two numbers a pair, computed\nbefore the first step by a "
+	       "forward pass of the starting weights at the\nsame shape "
+	       "(less memory than a step, which it precedes). The SFT column "
+	       "is\nthe table above's total at batch %d.\n\n",
+	       BATCH, SEQ, 2 * BATCH, BATCH);
+	printf("| config | sequences | ckpt activations | layer work | loss "
+	       "chunk | **total** | with offload | SFT total |\n|");
+	for (int i = 0; i < 8; i++)
+		printf(" --- |");
+	printf("\n");
+	for (int i = 0; i < n; i++) {
+		rc |= dpo_row(argv[1], names[i]) ? 1 : 0;
 		free(names[i]);
 	}
 	return rc;

@@ -100,8 +100,19 @@ static void progress_print(ctl_progress *p, json_t *ev, json_t *data)
 
 	ctl_fmt_duration(left, etas, sizeof(etas));
 	snprintf(head, sizeof(head), "step %lld/%lld", step, total);
-	snprintf(tail, sizeof(tail), "loss %.4f  %.0f tok/s  ETA %s", loss, tps,
-		 etas);
+	if (json_object_get(data, "rewards/accuracies")) /* DPO */
+		snprintf(
+		    tail, sizeof(tail),
+		    "loss %.4f  reward acc %.0f%%  margin %.3f  %.0f tok/s  "
+		    "ETA %s",
+		    loss,
+		    100 * json_number_value(
+			      json_object_get(data, "rewards/accuracies")),
+		    json_number_value(json_object_get(data, "rewards/margins")),
+		    tps, etas);
+	else
+		snprintf(tail, sizeof(tail), "loss %.4f  %.0f tok/s  ETA %s",
+			 loss, tps, etas);
 	if (!p->tty) {
 		char line[300];
 		ctl_fmt_time(ctl_int(ev, "created_at"), when, sizeof(when));
@@ -137,7 +148,16 @@ static void evaluation(ctl_progress *p, json_t *ev, json_t *data)
 	ctl_fmt_time(ctl_int(ev, "created_at"), when, sizeof(when));
 	n = snprintf(line, sizeof(line), "%s  evaluation at step %lld:", when,
 		     ctl_int(data, "step"));
-	if (json_object_get(data, "val_loss"))
+	if (json_object_get(data, "val_rewards/accuracies")) /* DPO */
+		n += snprintf(
+		    line + n, sizeof(line) - (size_t)n,
+		    " val_loss %.4f, reward accuracy %.1f%%, margin %.3f",
+		    json_number_value(json_object_get(data, "val_loss")),
+		    100 * json_number_value(
+			      json_object_get(data, "val_rewards/accuracies")),
+		    json_number_value(
+			json_object_get(data, "val_rewards/margins")));
+	else if (json_object_get(data, "val_loss"))
 		n += snprintf(
 		    line + n, sizeof(line) - (size_t)n,
 		    " val_loss %.4f, token accuracy %.1f%%",

@@ -75,6 +75,20 @@ static void job_log(void *ctx, const char *job, const char *level,
 	tacod_service_event(ctx, job, level, type, msg, data);
 }
 
+/* A DPO step's metrics (docs/events.md), under TRL's names, beside the
+ * OpenAI-named ones. */
+static void add_pref_metrics(json_t *data, json_t *e)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach(e, k, v)
+	{
+		if (!strncmp(k, "rewards/", 8) || !strncmp(k, "logps/", 6))
+			json_object_set(data, k, v);
+	}
+}
+
 static void job_event(void *ctx, tacod_run *rj, json_t *e)
 {
 	tacod_service *s = ctx;
@@ -104,6 +118,7 @@ static void job_event(void *ctx, tacod_run *rj, json_t *e)
 		    json_object_get(e, "tokens_per_s"), "tokens",
 		    tokens ? tokens : json_null(), "mem_peak_bytes",
 		    json_object_get(e, "mem_peak_bytes"));
+		add_pref_metrics(data, e);
 		snprintf(msg, sizeof(msg), "Step %lld/%lld: training loss=%.4f",
 			 (long long)step, (long long)total,
 			 json_real_value(json_object_get(e, "loss")));
@@ -127,6 +142,17 @@ static void job_event(void *ctx, tacod_run *rj, json_t *e)
 		}
 		tacod_webhooks_job_progress(s->hooks, rj->id, e);
 		tacod_store_relaxed(s->store, 0, NULL);
+	} else if (!strcmp(name, "reference")) {
+		/* DPO's reference pass: minutes on a big model */
+		snprintf(
+		    msg, sizeof(msg),
+		    "Reference log-probs (%s): %lld/%lld pairs",
+		    json_string_value(json_object_get(e, "set")) ?: "?",
+		    (long long)json_integer_value(json_object_get(e, "pairs")),
+		    (long long)json_integer_value(
+			json_object_get(e, "total_pairs")));
+		rc = tacod_service_event(s, rj->id, "info", "message", msg,
+					 json_deep_copy(e));
 	} else if (!strcmp(name, "eval")) {
 		rc = tacod_service_event(s, rj->id, "info", "metrics",
 					 "Evaluation", json_deep_copy(e));

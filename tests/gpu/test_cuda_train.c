@@ -57,6 +57,41 @@ static const char *const models[] = {"models/llama_bf16", "models/opt_post",
 				     "models/neox_par"};
 static int model_i; /* index into models: the running test's */
 
+/* DPO: the count task as preferences (the right count over one off by
+ * one), on the demo model (a tokenizer, a chat template). */
+static int dpo;
+
+static const char *write_pairs(void)
+{
+	static char path[512];
+	unsigned seed = 7;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/pairs.jsonl", tmpdir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	for (int i = 0; i < 64; i++) {
+		int k = 2 + (int)(seed % 4), s0 = (int)(seed % 80);
+		int off = seed & 1 ? 1 : -1;
+		seed = seed * 1103515245u + 12345u;
+		fprintf(f,
+			"{\"input\": {\"messages\": [{\"role\": \"user\", "
+			"\"content\": \"%d numbers after %d\"}]}, "
+			"\"preferred_output\": [{\"role\": \"assistant\", "
+			"\"content\": \"Sure:",
+			k, s0);
+		for (int j = 1; j <= k; j++)
+			fprintf(f, " %d", s0 + j);
+		fprintf(f, "\"}], \"non_preferred_output\": [{\"role\": "
+			   "\"assistant\", \"content\": \"Sure:");
+		for (int j = 1; j <= k; j++)
+			fprintf(f, " %d", s0 + j + off);
+		fprintf(f, "\"}]}\n");
+	}
+	fclose(f);
+	return path;
+}
+
 static const char *write_job(const char *name)
 {
 	static char path[512];
@@ -64,18 +99,22 @@ static const char *write_job(const char *name)
 	FILE *f;
 
 	/* tu_fixture returns one static buffer */
-	snprintf(model, sizeof(model), "%s", tu_fixture(models[model_i]));
+	snprintf(
+	    model, sizeof(model), "%s",
+	    tu_fixture(dpo ? "../../examples/demo/model" : models[model_i]));
 	snprintf(data, sizeof(data), "%s",
-		 tu_fixture("data/count_train.jsonl"));
+		 dpo ? write_pairs() : tu_fixture("data/count_train.jsonl"));
 	snprintf(path, sizeof(path), "%s/%s.json", tmpdir, name);
 	f = fopen(path, "w");
 	ck_assert_ptr_nonnull(f);
 	fprintf(f,
 		"{\"model\": \"%s\", \"train\": \"%s\", \"output_dir\": "
 		"\"%s/%s\", \"steps\": %d, \"batch_size\": 8, \"seq_len\": "
-		"24, \"lr\": 0.03, \"schedule\": \"linear\", \"optimizer\": "
-		"\"taco\", \"log_every\": 1, \"precision\": \"%s\"}\n",
-		model, data, tmpdir, name, STEPS, precisions[precision]);
+		"24, \"lr\": %g, \"schedule\": \"linear\", \"optimizer\": "
+		"\"taco\", \"log_every\": 1, \"precision\": \"%s\"%s}\n",
+		model, data, tmpdir, name, STEPS, dpo ? 0.003 : 0.03,
+		precisions[precision],
+		dpo ? ", \"method\": \"dpo\", \"dpo\": {\"beta\": 0.1}" : "");
 	fclose(f);
 	return path;
 }
@@ -143,6 +182,45 @@ static void train(const char *name, const tk_ops *ops, result *res)
 	ck_assert_int_eq(res->steps_seen, STEPS);
 	ck_assert(res->finished);
 }
+
+/* DPO (method dpo, 8 pairs a step, on the demo model) on both backends:
+ * the first step's loss is log 2 on each (its log-probabilities are the
+ * reference pass's: the same kernels at the same shape), and the losses
+ * after it follow the CPU's. */
+START_TEST(test_dpo_losses_match_cpu)
+{
+	result cpu, gpu;
+
+	precision = _i;
+	dpo = 1;
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/taco-cuda-dpo-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	train("cpu", tk_cpu_ops(), &cpu);
+	train("cuda", cuda, &gpu);
+	ck_assert_str_eq(gpu.backend, selftest ? "cpu" : "cuda");
+	ck_assert_msg(fabs(cpu.loss[1] - log(2.0)) < 1e-12 &&
+			  fabs(gpu.loss[1] - log(2.0)) < 1e-12,
+		      "first DPO loss: cpu %.17g, %s %.17g", cpu.loss[1],
+		      gpu.backend, gpu.loss[1]);
+	for (int s = 1; s <= STEPS; s++) {
+		double diff = fabs(gpu.loss[s] - cpu.loss[s]);
+		fprintf(stderr, "dpo %s step %2d: cpu %.6f %s %.6f diff %.2e\n",
+			precisions[precision], s, cpu.loss[s], gpu.backend,
+			gpu.loss[s], diff);
+		ck_assert(isfinite(gpu.loss[s]));
+		ck_assert_msg(diff <= (precision ? TOL_BF16 : TOL_STEP),
+			      "dpo step %d: cpu loss %.6f, cuda %.6f", s,
+			      cpu.loss[s], gpu.loss[s]);
+	}
+	ck_assert_ptr_null(tk_cuda_last_error());
+	{
+		char cmd[512];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+		ck_assert_int_eq(system(cmd), 0);
+	}
+	dpo = 0;
+}
+END_TEST
 
 START_TEST(test_losses_match_cpu)
 {
@@ -232,6 +310,7 @@ int main(void)
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, test_losses_match_cpu, 0,
 			    2 * (int)(sizeof(models) / sizeof(models[0])));
+	tcase_add_loop_test(tc, test_dpo_losses_match_cpu, 0, 2);
 	suite_add_tcase(s, tc);
 	/* no fork: the CUDA context opened here does not survive one */
 	return tu_run(s, 1);

@@ -31,6 +31,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -781,19 +782,18 @@ PAIRS = b"".join(
 
 
 def part6_dpo(client, training_file):
-    """method dpo as the SDK sends it: preference pairs accepted and the
-    method echoed in the SDK's types; each method refuses the other's data
-    at once, naming the file; beta out of range names itself."""
+    """method dpo as the SDK sends it: a job on preference pairs runs to the
+    end (the reference pass, the pairs' metrics), its method echoed in the
+    SDK's types, and its model downloads; each method refuses the other's
+    data at once, naming the file; beta out of range names itself."""
     jobs = client.fine_tuning.jobs
     pairs = client.files.create(file=("pairs.jsonl", PAIRS), purpose="fine-tune")
     dpo = {"type": "dpo", "dpo": {"hyperparameters": {"beta": 0.25, "batch_size": 2, "n_epochs": "auto"}}}
-    job = jobs.create(model="llama_gqa", training_file=pairs.id, method=dpo, extra_body={"taco": {"seq_len": 24}})
-    try:
-        jobs.cancel(job.id)  # validating: cancelled at once, nothing trains
-    except openai.BadRequestError as e:
-        # already failed: a data loader that does not read pairs yet
-        check(e.code == "job_finished", f"cancel: {e.code}")
-    for j in (job, jobs.retrieve(job.id)):
+    # chat_llama: a tokenizer and a chat template render the pairs
+    job = jobs.create(model="chat_llama", training_file=pairs.id, method=dpo, extra_body={"taco": {"seq_len": 24}})
+    done = wait_status(client, job.id, "succeeded")
+    check(done.fine_tuned_model and done.fine_tuned_model.startswith("ft:chat_llama:"), f"model {done.fine_tuned_model}")
+    for j in (job, done):
         check(j.method.type == "dpo" and j.method.supervised is None, f"{j.id}: method {j.method}")
         h = j.method.dpo.hyperparameters
         check(
@@ -802,6 +802,17 @@ def part6_dpo(client, training_file):
         )
         got = j.hyperparameters.to_dict()
         check(got == {"n_epochs": 3, "batch_size": 2, "learning_rate_multiplier": 1.0}, f"{j.id}: hyperparameters {got}")
+    events = list(jobs.list_events(job.id, limit=100))
+    metrics = [e.data for e in events if e.type == "metrics" and e.data and "train_loss" in e.data]
+    check(len(metrics) == 3, f"{len(metrics)} step metrics (3 epochs of one batch)")
+    first = min(metrics, key=lambda d: d["step"])
+    # the first step scores with the starting weights: its loss is log 2
+    check(abs(first["train_loss"] - math.log(2)) < 1e-12, f"first DPO loss {first['train_loss']}")
+    for k in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies"):
+        check(all(k in d for d in metrics), f"metrics without {k}")
+    check(any(e.message.startswith("Reference log-probs") for e in events), "no reference pass in the events")
+    tar = client.get(f"/fine_tuning/jobs/{job.id}/model/content", cast_to=httpx.Response)
+    check(tar.status_code == 200 and len(tar.content) > 1000, f"model download: {tar.status_code}")
     e = expect_error(
         openai.BadRequestError,
         "invalid_training_file",
@@ -836,7 +847,7 @@ def part6_dpo(client, training_file):
         "method.supervised",
         lambda: jobs.create(model="llama_gqa", training_file=pairs.id, method={"type": "dpo", "supervised": {}}),
     )
-    return ["method dpo: pairs accepted and echoed; the wrong data kind, beta and a mismatched method refused (400)"]
+    return ["method dpo: a job on pairs to the end (log 2 first, TRL's metrics, the download), echoed; the wrong data kind, beta and a mismatched method refused (400)"]
 
 
 def part5_not_supported(client):
