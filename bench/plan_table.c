@@ -79,6 +79,21 @@ static int stream_row(const char *file, const taco_model *m, taco_plan_input in,
 /* OPT-13B's optimizer state as planned, beside the preprint's */
 static double opt13_taco = -1, opt13_adam8 = -1;
 
+/* A full fine-tune at BATCH x SEQ in bf16 on the CUDA backend, as a CUDA
+ * job runs it (the optimizer overlapping the backward). */
+static void cuda_input(taco_plan_input *in)
+{
+	memset(in, 0, sizeof(*in));
+	in->backend = TACO_BACKEND_CUDA;
+	in->weight_dtype = TK_BF16;
+	in->act_dtype = TK_BF16;
+	in->B = BATCH;
+	in->T = SEQ;
+	in->A = 1;
+	in->step.overlap = 1;
+	taco_optim_defaults(&in->optim);
+}
+
 static int row(const char *dir, const char *file, int streamed)
 {
 	char path[4096];
@@ -96,15 +111,7 @@ static int row(const char *dir, const char *file, int streamed)
 		return -1;
 	}
 	params = taco_model_param_count(m);
-	memset(&in, 0, sizeof(in));
-	in.backend = TACO_BACKEND_CUDA;
-	in.weight_dtype = TK_BF16;
-	in.act_dtype = TK_BF16;
-	in.B = BATCH;
-	in.T = SEQ;
-	in.A = 1;
-	in.step.overlap = 1; /* as a CUDA job runs */
-	taco_optim_defaults(&in.optim);
+	cuda_input(&in);
 	if (taco_plan_compute(m, &in, &p, &err)) {
 		fprintf(stderr, "plan_table: %s\n", err.msg);
 		taco_model_free(m);
@@ -165,15 +172,7 @@ static int dpo_row(const char *dir, const char *file)
 		fprintf(stderr, "plan_table: %s\n", err.msg);
 		return -1;
 	}
-	memset(&in, 0, sizeof(in));
-	in.backend = TACO_BACKEND_CUDA;
-	in.weight_dtype = TK_BF16;
-	in.act_dtype = TK_BF16;
-	in.B = BATCH;
-	in.T = SEQ;
-	in.A = 1;
-	in.step.overlap = 1;
-	taco_optim_defaults(&in.optim);
+	cuda_input(&in);
 	r = taco_plan_compute(m, &in, &sft, &err);
 	in.B = 2 * BATCH;
 	in.step.pref = 1;

@@ -260,34 +260,6 @@ END_TEST
 
 /* ---- taco-train's DPO runs --------------------------------------------- */
 
-/* The demo's counting task as preferences: the right count over one that
- * is off by one. */
-static void write_pairs(const char *path, int n, unsigned seed)
-{
-	FILE *f = fopen(path, "w");
-
-	ck_assert_ptr_nonnull(f);
-	for (int i = 0; i < n; i++) {
-		int k = 2 + (int)(seed % 4), s0 = (int)(seed % 80);
-		int off = seed & 1 ? 1 : -1;
-		seed = seed * 1103515245u + 12345u;
-		fprintf(f,
-			"{\"input\": {\"messages\": [{\"role\": \"user\", "
-			"\"content\": \"%d numbers after %d\"}]}, "
-			"\"preferred_output\": [{\"role\": \"assistant\", "
-			"\"content\": \"Sure:",
-			k, s0);
-		for (int j = 1; j <= k; j++)
-			fprintf(f, " %d", s0 + j);
-		fprintf(f, "\"}], \"non_preferred_output\": [{\"role\": "
-			   "\"assistant\", \"content\": \"Sure:");
-		for (int j = 1; j <= k; j++)
-			fprintf(f, " %d", s0 + j + off);
-		fprintf(f, "\"}]}\n");
-	}
-	fclose(f);
-}
-
 typedef struct run {
 	char dir[64], events[128];
 	taco_job job;
@@ -301,9 +273,9 @@ static void run_init(run *r)
 	snprintf(r->dir, sizeof(r->dir), "/tmp/taco-dpo-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(r->dir));
 	snprintf(p, sizeof(p), "%s/train.jsonl", r->dir);
-	write_pairs(p, 24, 7);
+	tu_write_count_pairs(p, 24, 7);
 	snprintf(p, sizeof(p), "%s/val.jsonl", r->dir);
-	write_pairs(p, 8, 99);
+	tu_write_count_pairs(p, 8, 99);
 	snprintf(r->events, sizeof(r->events), "%s/events.jsonl", r->dir);
 	snprintf(text, sizeof(text),
 		 "{\"model\": \"%s\", \"train\": "

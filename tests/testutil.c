@@ -133,3 +133,32 @@ double tu_rel_err_d(const float *a, const double *ref, size_t n)
 	}
 	return den > 0 ? sqrt(num / den) : sqrt(num);
 }
+
+/* The demo's counting task as preferences: the right count over one that
+ * is off by one. */
+void tu_write_count_pairs(const char *path, int n, unsigned seed)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		abort();
+	for (int i = 0; i < n; i++) {
+		int k = 2 + (int)(seed % 4), s0 = (int)(seed % 80);
+		int off = seed & 1 ? 1 : -1;
+		seed = seed * 1103515245u + 12345u;
+		fprintf(f,
+			"{\"input\": {\"messages\": [{\"role\": \"user\", "
+			"\"content\": \"%d numbers after %d\"}]}, "
+			"\"preferred_output\": [{\"role\": \"assistant\", "
+			"\"content\": \"Sure:",
+			k, s0);
+		for (int j = 1; j <= k; j++)
+			fprintf(f, " %d", s0 + j);
+		fprintf(f, "\"}], \"non_preferred_output\": [{\"role\": "
+			   "\"assistant\", \"content\": \"Sure:");
+		for (int j = 1; j <= k; j++)
+			fprintf(f, " %d", s0 + j + off);
+		fprintf(f, "\"}]}\n");
+	}
+	fclose(f);
+}

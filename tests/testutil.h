@@ -41,4 +41,8 @@ void tu_sleep_ms(int ms);
 /* Reads a whole file into a NUL-terminated malloc'd buffer (NULL on error). */
 char *tu_read_file(const char *path, size_t *len);
 
+/* n preference pairs of the demo's counting task (OpenAI's JSONL): the
+ * right count preferred over one off by one, drawn from seed. */
+void tu_write_count_pairs(const char *path, int n, unsigned seed);
+
 #endif

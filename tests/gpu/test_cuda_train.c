@@ -64,31 +64,9 @@ static int dpo;
 static const char *write_pairs(void)
 {
 	static char path[512];
-	unsigned seed = 7;
-	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/pairs.jsonl", tmpdir);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	for (int i = 0; i < 64; i++) {
-		int k = 2 + (int)(seed % 4), s0 = (int)(seed % 80);
-		int off = seed & 1 ? 1 : -1;
-		seed = seed * 1103515245u + 12345u;
-		fprintf(f,
-			"{\"input\": {\"messages\": [{\"role\": \"user\", "
-			"\"content\": \"%d numbers after %d\"}]}, "
-			"\"preferred_output\": [{\"role\": \"assistant\", "
-			"\"content\": \"Sure:",
-			k, s0);
-		for (int j = 1; j <= k; j++)
-			fprintf(f, " %d", s0 + j);
-		fprintf(f, "\"}], \"non_preferred_output\": [{\"role\": "
-			   "\"assistant\", \"content\": \"Sure:");
-		for (int j = 1; j <= k; j++)
-			fprintf(f, " %d", s0 + j + off);
-		fprintf(f, "\"}]}\n");
-	}
-	fclose(f);
+	tu_write_count_pairs(path, 64, 7);
 	return path;
 }
 
