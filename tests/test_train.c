@@ -324,6 +324,88 @@ START_TEST(test_resume_after_sigkill)
 }
 END_TEST
 
+/* A DPO job on the demo model: the counting task's preference pairs. */
+static const char *write_dpo_job(const char *name)
+{
+	static char path[512];
+	char train[400], val[400];
+	FILE *f;
+
+	snprintf(train, sizeof(train), "%s/pairs_train.jsonl", tmpdir);
+	snprintf(val, sizeof(val), "%s/pairs_val.jsonl", tmpdir);
+	tu_write_count_pairs(train, 48, 7);
+	tu_write_count_pairs(val, 8, 99);
+	snprintf(path, sizeof(path), "%s/%s.json", tmpdir, name);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f,
+		"{\"model\": \"%s\", \"train\": \"%s\", \"validation\": "
+		"\"%s\", \"output_dir\": \"%s/%s\", \"steps\": 12, "
+		"\"batch_size\": 4, \"seq_len\": 40, \"lr\": 0.003, "
+		"\"method\": \"dpo\", \"checkpoint_every\": 4, "
+		"\"keep_checkpoints\": 5, \"eval_every\": 6, \"log_every\": "
+		"1}\n",
+		tu_fixture("../../examples/demo/model"), train, val, tmpdir,
+		name);
+	fclose(f);
+	return path;
+}
+
+/* DPO killed by SIGKILL during the reference pass (_i 0: before any
+ * checkpoint, so the resumed run starts at step 0 and computes what the
+ * pass had not written) or during training (_i 1: at step 4's checkpoint,
+ * so it reads the reference back), then resumed: the losses, weights and
+ * optimizer state of the uninterrupted run, bit for bit. */
+START_TEST(test_dpo_resume_after_sigkill)
+{
+	double la[13] = {0}, lb[13] = {0};
+	char a_dir[400], b_dir[400];
+	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+	run a, b1, b2;
+
+	make_tmpdir();
+	a = run_train(write_dpo_job("a"), 0, NULL, 0, 0);
+	ck_assert_int_eq(a.status, 0);
+	b1 = run_train(write_dpo_job("b"), 0, _i ? "checkpoint" : "reference",
+		       _i ? 4 : 0, SIGKILL);
+	ck_assert_int_eq(b1.status, 128 + SIGKILL);
+	b2 = run_train(write_dpo_job("b"), 1, NULL, 0, 0);
+	ck_assert_int_eq(b2.status, 0);
+	ck_assert_int_eq(json_integer_value(json_object_get(
+			     last_event(&b2, "started"), "start_step")),
+			 _i ? 4 : 0);
+	if (_i) /* read back, not computed from the moved weights */
+		ck_assert_ptr_null(last_event(&b2, "reference"));
+	losses(&a, la, 12);
+	losses(&b1, lb, 12);
+	losses(&b2, lb, 12);
+	for (int s = 1; s <= 12; s++)
+		ck_assert_msg(la[s] == lb[s] && la[s] > 0,
+			      "step %d: loss %.9g straight, %.9g resumed", s,
+			      la[s], lb[s]);
+	ck_assert(la[1] == log(2.0));
+	snprintf(a_dir, sizeof(a_dir), "%s/a/checkpoints/step-00000012",
+		 tmpdir);
+	snprintf(b_dir, sizeof(b_dir), "%s/b/checkpoints/step-00000012",
+		 tmpdir);
+	for (int i = 0; i < 2; i++) {
+		size_t na, nb;
+		char *x = slurp(a_dir, files[i], &na);
+		char *y = slurp(b_dir, files[i], &nb);
+		ck_assert_ptr_nonnull(x);
+		ck_assert_ptr_nonnull(y);
+		ck_assert_uint_eq(na, nb);
+		ck_assert_msg(memcmp(x, y, na) == 0, "%s differs", files[i]);
+		free(x);
+		free(y);
+	}
+	json_decref(a.events);
+	json_decref(b1.events);
+	json_decref(b2.events);
+	rm_tmpdir();
+}
+END_TEST
+
 /* weights host: every layer streamed from host memory, killed at a
  * checkpoint and resumed, gives the losses, checkpoint weights and
  * optimizer state of the uninterrupted run with the weights on the
@@ -785,6 +867,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_learns_families, 0, 4);
 	tcase_add_test(tc, test_opt_chat_and_completion);
 	tcase_add_test(tc, test_learns_packed);
+	tcase_add_loop_test(tc, test_dpo_resume_after_sigkill, 0, 2);
 	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 2);
 	tcase_add_loop_test(tc, test_weights_host_resume, 0, 3);
 	tcase_add_test(tc, test_sigterm_checkpoints);
