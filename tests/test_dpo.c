@@ -335,7 +335,7 @@ START_TEST(test_dpo_run_resumes_bit_exact)
 	run r;
 	taco_err err = {{0}};
 	char a[256], b[256], cmd[600];
-	json_t *ev, *e;
+	json_t *ev, *e, *started;
 	size_t la, lb;
 	char *ma, *mb;
 
@@ -357,10 +357,11 @@ START_TEST(test_dpo_run_resumes_bit_exact)
 	ck_assert(num(e, "rewards/chosen") == 0 &&
 		  num(e, "rewards/margins") == 0);
 	/* the plan is what the run used (the CPU's count is exact) */
+	started = events_named(&r, "started");
 	ck_assert_int_eq(
 	    num(json_array_get(ev, json_array_size(ev) - 1), "mem_peak_bytes"),
-	    num(json_array_get(events_named(&r, "started"), 0),
-		"planned_bytes"));
+	    num(json_array_get(started, 0), "planned_bytes"));
+	json_decref(started);
 	json_decref(ev);
 	ev = events_named(&r, "eval");
 	ck_assert_uint_eq(json_array_size(ev), 2);
