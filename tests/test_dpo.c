@@ -347,6 +347,12 @@ START_TEST(test_dpo_run_resumes_bit_exact)
 	ck_assert_uint_eq(json_array_size(ev), 2);
 	ck_assert_int_eq(num(json_array_get(ev, 0), "total_pairs"), 24);
 	ck_assert_int_eq(num(json_array_get(ev, 1), "total_pairs"), 8);
+	/* the time estimate: none of the pass is left at its end, and the
+	 * training that follows has a positive estimate */
+	e = json_array_get(ev, 1);
+	ck_assert(num(e, "eta_s") == 0);
+	ck_assert(num(e, "train_eta_s") > 0);
+	ck_assert(num(json_array_get(ev, 0), "eta_s") >= 0);
 	json_decref(ev);
 	/* step 1 scores its pairs with the starting weights: the policy is
 	 * the reference, bit for bit, so every pair's loss is log 2 */

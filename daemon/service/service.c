@@ -153,6 +153,19 @@ static void job_event(void *ctx, tacod_run *rj, json_t *e)
 			json_object_get(e, "total_pairs")));
 		rc = tacod_service_event(s, rj->id, "info", "message", msg,
 					 json_deep_copy(e));
+		/* the pass's time left and its estimate of the training's,
+		 * until the first progress event measures it */
+		if (!rc && tacod_store_job_get(s->store, NULL, rj->id, &j,
+					       NULL) == 0) {
+			j.estimated_finish =
+			    tacod_now() +
+			    (int64_t)(json_number_value(
+					  json_object_get(e, "eta_s")) +
+				      json_number_value(
+					  json_object_get(e, "train_eta_s")));
+			rc = tacod_store_job_update(s->store, &j, NULL);
+			tacod_job_clear(&j);
+		}
 	} else if (!strcmp(name, "eval")) {
 		rc = tacod_service_event(s, rj->id, "info", "metrics",
 					 "Evaluation", json_deep_copy(e));

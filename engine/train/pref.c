@@ -54,17 +54,55 @@ static void digest_of(const taco_model *m, const taco_data *train,
 	snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
+/* A training micro-batch costs about three of the pass's forward passes of
+ * the same shape: the forward, and a backward of about twice its
+ * multiply-adds (activation recompute adds a little; the estimate leaves it
+ * out). The first "progress" event replaces it with measured time. */
+#define TRAIN_FORWARDS 3.0
+
+/* The pass over both sets, for its events. */
+typedef struct pass_state {
+	const taco_pref_pass *p;
+	double t0, last;
+	size_t done, total; /* pairs */
+	int64_t batches;
+} pass_state;
+
+static void pass_report(pass_state *ps, const char *set, size_t pairs,
+			size_t set_total)
+{
+	double t = now(), el = t - ps->t0;
+	double per_batch = el / (double)ps->batches;
+	double eta =
+	    ps->done ? el / (double)ps->done * (double)(ps->total - ps->done)
+		     : 0;
+	double train =
+	    per_batch * TRAIN_FORWARDS * (double)ps->p->train_batches;
+
+	/* a few events a minute, and the last of each set */
+	if (t - ps->last < 5.0 && pairs != set_total)
+		return;
+	ps->last = t;
+	taco_events_emit(ps->p->ev, "reference",
+			 json_pack("{ss sI sI sf sf sf}", "set", set, "pairs",
+				   (json_int_t)pairs, "total_pairs",
+				   (json_int_t)set_total, "elapsed_s", el,
+				   "eta_s", eta, "train_eta_s", train));
+	if (ps->p->progress)
+		fprintf(stderr, "reference log-probs (%s): %zu/%zu pairs\n",
+			set, pairs, set_total);
+}
+
 /* One set: 2 values a pair, P pairs a forward pass. */
 static int score_set(taco_model *m, const taco_data *d, int P, int T,
-		     double *out, taco_events *ev, const char *set,
-		     int progress, taco_err *err)
+		     double *out, pass_state *ps, const char *set,
+		     taco_err *err)
 {
 	size_t n = d->n / 2, rows = (size_t)2 * P * T;
 	int32_t *tok = malloc(rows * sizeof(int32_t));
 	int32_t *tgt = malloc(rows * sizeof(int32_t));
 	int32_t *pos = malloc(rows * sizeof(int32_t));
 	double *sums = malloc((size_t)2 * P * sizeof(double));
-	double t0 = now(), last = t0;
 	int r = 0;
 
 	if (!tok || !tgt || !pos || !sums) {
@@ -74,27 +112,14 @@ static int score_set(taco_model *m, const taco_data *d, int P, int T,
 	for (size_t first = 0; first < n; first += (size_t)P) {
 		size_t k = n - first < (size_t)P ? n - first : (size_t)P;
 		taco_batch b = {2 * P, T, tok, tgt, pos, 0};
-		double t;
 
 		taco_data_pair_rows(d, first, P, T, tok, tgt, pos);
 		if ((r = taco_model_score(m, &b, sums, err)))
 			goto out;
 		memcpy(out + 2 * first, sums, 2 * k * sizeof(double));
-		t = now();
-		/* a few events a minute, and the last */
-		if (t - last >= 5.0 || first + k == n) {
-			last = t;
-			taco_events_emit(
-			    ev, "reference",
-			    json_pack("{ss sI sI sf}", "set", set, "pairs",
-				      (json_int_t)(first + k), "total_pairs",
-				      (json_int_t)n, "elapsed_s", t - t0));
-			if (progress)
-				fprintf(stderr,
-					"reference log-probs (%s): %zu/%zu "
-					"pairs\n",
-					set, first + k, n);
-		}
+		ps->done += k;
+		ps->batches++;
+		pass_report(ps, set, first + k, n);
 	}
 out:
 	free(tok);
@@ -171,10 +196,11 @@ static int read_ref(json_t *root, const char *name, void *arg, taco_err *err)
 int taco_pref_ref_ensure(taco_model *m, const taco_data *train,
 			 const taco_data *val, int P, int T,
 			 const char *output_dir, int must_exist,
-			 taco_events *ev, int progress, taco_pref_ref *out,
+			 const taco_pref_pass *pass, taco_pref_ref *out,
 			 taco_err *err)
 {
 	taco_pref_ref r = {0};
+	pass_state ps = {pass, 0, 0, 0, 0, 0};
 	char *path = taco_path_join(output_dir, TACO_PREF_REF_FILE);
 	taco_err rerr = {{0}};
 	int e;
@@ -198,10 +224,11 @@ int taco_pref_ref_ensure(taco_model *m, const taco_data *train,
 				 rerr.msg);
 		goto fail;
 	}
-	if ((e = score_set(m, train, P, T, r.train, ev, "train", progress,
-			   err)) ||
-	    (val && (e = score_set(m, val, P, T, r.val, ev, "validation",
-				   progress, err))) ||
+	ps.t0 = ps.last = now();
+	ps.total = r.n_train + r.n_val;
+	if ((e = score_set(m, train, P, T, r.train, &ps, "train", err)) ||
+	    (val &&
+	     (e = score_set(m, val, P, T, r.val, &ps, "validation", err))) ||
 	    (e = write_ref(path, &r, err)))
 		goto fail;
 done:

@@ -22,6 +22,16 @@ typedef struct taco_pref_ref {
 	char digest[17];       /* of the data the values belong to */
 } taco_pref_ref;
 
+/* How the reference pass reports itself: "reference" events on ev, a line
+ * on stderr with progress, and a time estimate of the whole job in its
+ * events, from the pass's own pace and the train_batches micro-batches of
+ * training that follow it. */
+typedef struct taco_pref_pass {
+	taco_events *ev;
+	int progress;
+	int64_t train_batches;
+} taco_pref_pass;
+
 /* The reference log-probabilities of every training and validation pair:
  * read from output_dir/TACO_PREF_REF_FILE when it belongs to this data,
  * seq_len and precision, else (unless must_exist: a resumed run, whose
@@ -32,7 +42,7 @@ typedef struct taco_pref_ref {
 int taco_pref_ref_ensure(taco_model *m, const taco_data *train,
 			 const taco_data *val, int P, int T,
 			 const char *output_dir, int must_exist,
-			 taco_events *ev, int progress, taco_pref_ref *out,
+			 const taco_pref_pass *pass, taco_pref_ref *out,
 			 taco_err *err);
 void taco_pref_ref_free(taco_pref_ref *r);
 

@@ -675,6 +675,7 @@ static void validated(trainer *tr)
 static int pref_setup(trainer *tr, taco_err *err)
 {
 	const taco_job *j = tr->job;
+	taco_pref_pass pass;
 	int r;
 
 	tr->ids =
@@ -683,10 +684,12 @@ static int pref_setup(trainer *tr, taco_err *err)
 	tr->logp = malloc((size_t)2 * j->batch_size * sizeof(double));
 	if (!tr->ids || !tr->refb || !tr->logp)
 		return taco_err_set(err, -ENOMEM, "out of memory");
+	pass.ev = &tr->ev;
+	pass.progress = tr->opts->progress;
+	pass.train_batches = (tr->total - tr->step) * j->grad_accum;
 	if ((r = taco_pref_ref_ensure(tr->m, tr->train, tr->val, j->batch_size,
 				      j->seq_len, j->output_dir, tr->step > 0,
-				      &tr->ev, tr->opts->progress, &tr->ref,
-				      err)))
+				      &pass, &tr->ref, err)))
 		return r;
 	if (tr->step > 0 && strcmp(tr->ckpt_digest, tr->ref.digest))
 		return taco_err_set(err, -EINVAL,

@@ -8,6 +8,11 @@ format and a chat task that it learns within a minute on a CPU.
   train.jsonl  OpenAI chat format: "4 numbers after 35" -> "Sure: 36 37 38 39"
   val.jsonl    the same task on (start, count) pairs that train.jsonl
                never shows: the model must combine what it learned
+  pref_train.jsonl, pref_val.jsonl
+               preference pairs in OpenAI's DPO format for the model that
+               train.jsonl fine-tuned: the right count preferred over one
+               number too many or too few; pref_val.jsonl holds the 48
+               pairs of val.jsonl, never trained on
 
 The model starts from random weights and knows nothing but what a job
 teaches it, so the effect of a job is plain to see: validation token
@@ -50,14 +55,34 @@ COUNTS = range(3, 7)
 STARTS = range(0, 94)
 N_TRAIN = 2000
 N_VAL_PAIRS = 48
+N_PREF_TRAIN = 1000
 
 
 def example(start, count):
     return {"messages": [
         {"role": "user", "content": f"{count} numbers after {start}"},
-        {"role": "assistant",
-         "content": "Sure:" + "".join(f" {start + i}"
-                                     for i in range(1, count + 1))}]}
+        {"role": "assistant", "content": answer(start, count)}]}
+
+
+def answer(start, count):
+    return "Sure:" + "".join(f" {start + i}" for i in range(1, count + 1))
+
+
+def preference(start, count, rng):
+    """The right count preferred over an off-by-one one, more or fewer at
+    random. Both outputs share every token up to the one where they part,
+    so only those tokens make the margin. This model is small enough for
+    DPO to break it: measured from the tour's fine-tuned model (200 steps
+    of 8 pairs, beta 0.1), TACO at lr 3e-5 kept its greedy answers (45 of
+    the 48 validation prompts right, as before), 1e-4 lost two and 5e-4
+    all but one, with held-out reward accuracy 1.0 in every case."""
+    wrong = count + 1 if rng.random() < 0.5 else count - 1
+    return {"input": {"messages": [
+        {"role": "user", "content": f"{count} numbers after {start}"}]},
+        "preferred_output": [
+            {"role": "assistant", "content": answer(start, count)}],
+        "non_preferred_output": [
+            {"role": "assistant", "content": answer(start, wrong)}]}
 
 
 def train_tokenizer():
@@ -146,6 +171,13 @@ def main():
     val = [example(*p) for p in sorted(val_pairs)]
     write_jsonl(os.path.join(HERE, "train.jsonl"), train)
     write_jsonl(os.path.join(HERE, "val.jsonl"), val)
+    # a generator of their own: the files above stay as they were
+    prng = random.Random(2027)
+    write_jsonl(os.path.join(HERE, "pref_train.jsonl"),
+                [preference(*prng.choice(train_pairs), prng)
+                 for _ in range(N_PREF_TRAIN)])
+    write_jsonl(os.path.join(HERE, "pref_val.jsonl"),
+                [preference(*p, prng) for p in sorted(val_pairs)])
 
     loss, acc = evaluate(model, fast, val)
     size = sum(os.path.getsize(os.path.join(MODEL, n))
