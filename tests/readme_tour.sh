@@ -99,15 +99,20 @@ grep -q "export TACOD_URL=http://127.0.0.1:$port" "$work/tacod.log" ||
 
 api() { curl -sf "$TACOD_URL$1"; }
 
-# The newest job, checked through the API: it succeeded, and its
-# evaluations show the demo being learned.
-check_newest_job() {
+# The newest job into job.json, and all of its events into events.sse
+# (the stream of a finished job replays them).
+fetch_newest_job() { # what
 	api "/v1/fine_tuning/jobs?limit=1" >"$work/job.json" || fail "$1: GET jobs"
 	local job
 	job=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["data"][0]["id"])' "$work/job.json")
-	# all of its events: the stream of a finished job replays them
 	api "/v1/fine_tuning/jobs/$job/events?stream=true" >"$work/events.sse" ||
 		fail "$1: GET events of $job"
+}
+
+# The newest job, checked through the API: it succeeded, and its
+# evaluations show the demo being learned.
+check_newest_job() {
+	fetch_newest_job "$1"
 	python3 - "$work/job.json" "$work/events.sse" "$1" <<-'EOF' || fail "$1: the job"
 		import json, sys
 		job = json.load(open(sys.argv[1]))["data"][0]
@@ -132,11 +137,7 @@ check_newest_job() {
 # on the held-out pairs its reward accuracy ends at 90% or more (measured on
 # the development VM: 95.8% at step 50, 100% from step 100 on).
 check_dpo_job() {
-	api "/v1/fine_tuning/jobs?limit=1" >"$work/job.json" || fail "dpo: GET jobs"
-	local job
-	job=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["data"][0]["id"])' "$work/job.json")
-	api "/v1/fine_tuning/jobs/$job/events?stream=true" >"$work/events.sse" ||
-		fail "dpo: GET events of $job"
+	fetch_newest_job dpo
 	python3 - "$work/job.json" "$work/events.sse" <<-'EOF' || fail "dpo: the job"
 		import json, math, sys
 		job = json.load(open(sys.argv[1]))["data"][0]
