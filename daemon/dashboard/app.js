@@ -239,12 +239,18 @@
 		const loss = chartBox('chart-loss', 'Loss');
 		const acc = chartBox('chart-acc', 'Validation token accuracy');
 		const lr = chartBox('chart-lr', 'Learning rate');
+		/* a dpo job's: shown, in place of the token accuracy, once the
+		 * job or its first pair metrics say it is one */
+		const racc = chartBox('chart-reward-acc', 'Reward accuracy');
+		const rew = chartBox('chart-rewards', 'Rewards');
+		racc.box.classList.add('hidden');
+		rew.box.classList.add('hidden');
 		const ckpts = el('div', { id: 'checkpoints' });
 		const log = el('tbody');
 		append(clear(main), [head, errs, actErrs, el('div', { class: 'cols' }, el('section', { class: 'card' }, el('h2', {}, 'Job'), info),
 			el('section', { class: 'card' }, el('h2', {}, 'Progress'), stats, el('h3', {}, 'Memory'), mem)),
 		el('p', { class: 'small muted' }, 'Hover a chart for its values; drag across one to zoom into those steps, double-click or Reset zoom to see them all.'),
-		el('div', { class: 'charts' }, loss.box, acc.box, lr.box),
+		el('div', { class: 'charts' }, loss.box, acc.box, racc.box, rew.box, lr.box),
 		el('div', { class: 'cols' }, el('section', { class: 'card' }, el('h2', {}, 'Checkpoints'), ckpts),
 			el('section', { class: 'card wide' }, el('h2', {}, 'Events'), el('div', { class: 'log' },
 				el('table', { id: 'events', class: 'list small' }, el('thead', {}, el('tr', {}, el('th', {}, 'Time'), el('th', {}, 'Level'), el('th', {}, 'Message'))), log))))]);
@@ -254,7 +260,26 @@
 			{ label: 'multiple-choice accuracy', points: true, color: '#9333ea' }],
 		{ yMin: 0, yMax: 1, format: (v) => (100 * v).toFixed(2) + '%' });
 		const lrChart = C.lineChart(lr.canvas, [{ label: 'learning rate', color: '#ea580c' }], { format: (v) => v.toExponential(3) });
-		for (const [box, chart] of [[loss, lossChart], [acc, accChart], [lr, lrChart]]) {
+		/* TRL's metrics: the share of pairs whose chosen output gained the
+		 * more log-probability, and the implicit rewards beta (logp - ref) */
+		const raccChart = C.lineChart(racc.canvas, [{ label: 'training pairs', color: '#16a34a' },
+			{ label: 'validation pairs', points: true, color: '#0d9488' }],
+		{ yMin: 0, yMax: 1, format: (v) => (100 * v).toFixed(1) + '%' });
+		const rewChart = C.lineChart(rew.canvas, [{ label: 'chosen', color: '#2563eb' }, { label: 'rejected', color: '#dc2626' },
+			{ label: 'margin', color: '#16a34a' }, { label: 'validation chosen', points: true, color: '#1e40af' },
+			{ label: 'validation rejected', points: true, color: '#b91c1c' }, { label: 'validation margin', points: true, color: '#65a30d' }],
+		{ yTitle: 'beta (logp - ref)', format: (v) => v.toFixed(4) });
+		const charts = [lossChart, accChart, raccChart, rewChart, lrChart];
+		let dpoShown = false;
+		function showDpo() {
+			if (dpoShown)
+				return;
+			dpoShown = true;
+			acc.box.classList.add('hidden');
+			racc.box.classList.remove('hidden');
+			rew.box.classList.remove('hidden');
+		}
+		for (const [box, chart] of [[loss, lossChart], [acc, accChart], [racc, raccChart], [rew, rewChart], [lr, lrChart]]) {
 			chart.$onZoom = (z) => box.reset.classList.toggle('hidden', !z);
 			box.reset.addEventListener('click', () => C.setRange(chart, null, null));
 		}
@@ -281,6 +306,8 @@
 		function renderJob() {
 			/* the buttons are made anew only when the status changes, not
 			 * under a user's pointer every poll */
+			if (job.method && job.method.type === 'dpo')
+				showDpo();
 			if (headFor !== job.status) {
 				headFor = job.status;
 				renderHead();
@@ -321,16 +348,34 @@
 			const d = ev.data || {};
 			if (ev.type === 'metrics' && d.event === 'eval') {
 				C.add(lossChart, 1, d.step, d.val_loss);
+				if (typeof d['val_rewards/accuracies'] === 'number') {
+					showDpo();
+					C.add(raccChart, 1, d.step, d['val_rewards/accuracies']);
+					C.add(rewChart, 3, d.step, d['val_rewards/chosen']);
+					C.add(rewChart, 4, d.step, d['val_rewards/rejected']);
+					C.add(rewChart, 5, d.step, d['val_rewards/margins']);
+				}
 				C.add(accChart, 0, d.step, d.val_token_accuracy);
 				C.add(accChart, 1, d.step, d.mc_accuracy);
 			} else if (ev.type === 'metrics' && typeof d.step === 'number') {
 				C.add(lossChart, 0, d.step, d.train_loss);
 				C.add(lrChart, 0, d.step, d.learning_rate);
+				if (typeof d['rewards/accuracies'] === 'number') {
+					showDpo();
+					C.add(raccChart, 0, d.step, d['rewards/accuracies']);
+					C.add(rewChart, 0, d.step, d['rewards/chosen']);
+					C.add(rewChart, 1, d.step, d['rewards/rejected']);
+					C.add(rewChart, 2, d.step, d['rewards/margins']);
+				}
 				last = d;
 				document.getElementById('st-step').textContent = d.step + ' / ' + d.total_steps;
 				document.getElementById('st-loss').textContent = num(d.train_loss, 4);
 				document.getElementById('st-lr').textContent = typeof d.learning_rate === 'number' ? d.learning_rate.toExponential(3) : '–';
 				document.getElementById('st-tps').textContent = typeof d.tokens_per_s === 'number' ? Math.round(d.tokens_per_s).toLocaleString('en') : '–';
+			} else if (d.event === 'reference' && !last) {
+				/* a dpo job's reference pass, before its first step */
+				showDpo();
+				document.getElementById('st-step').textContent = 'reference (' + d.set + ') ' + d.pairs + ' / ' + d.total_pairs + ' pairs';
 			}
 			logRows.push(el('tr', { class: 'lv-' + (['info', 'warn', 'error'].includes(ev.level) ? ev.level : 'info') },
 				el('td', { class: 'nowrap' }, when(ev.created_at)), el('td', {}, ev.level), el('td', {}, ev.message)));
@@ -341,9 +386,8 @@
 			if (!dirty)
 				return;
 			dirty = false;
-			C.refresh(lossChart);
-			C.refresh(accChart);
-			C.refresh(lrChart);
+			for (const c of charts)
+				C.refresh(c);
 			while (logRows.length) {
 				log.insertBefore(logRows.shift(), log.firstChild);
 				if (log.childNodes.length > 1000)
@@ -368,9 +412,8 @@
 			stream.stop();
 			poll.stop();
 			clearInterval(flush);
-			lossChart.destroy();
-			accChart.destroy();
-			lrChart.destroy();
+			for (const c of charts)
+				c.destroy();
 		} };
 	}
 
@@ -402,6 +445,13 @@
 		const train = el('input', { type: 'file', id: 'train-file', accept: '.jsonl,application/jsonl,application/x-ndjson' });
 		const val = el('input', { type: 'file', id: 'val-file', accept: '.jsonl,application/jsonl,application/x-ndjson' });
 		const model = el('select', { id: 'model' });
+		/* OpenAI's method: supervised on examples, dpo on preference pairs */
+		const method = el('select', { id: 'opt-method' }, el('option', { value: 'supervised' }, 'Supervised'),
+			el('option', { value: 'dpo' }, 'DPO (preference pairs)'));
+		const beta = numInput('opt-beta', 'auto (0.1)');
+		const betaField = field('DPO beta', beta, 'in (0, 100]');
+		betaField.classList.add('hidden');
+		method.addEventListener('change', () => betaField.classList.toggle('hidden', method.value !== 'dpo'));
 		const o = {
 			epochs: numInput('opt-epochs', 'auto', '1'), batch: numInput('opt-batch', 'auto', '1'), lrm: numInput('opt-lrm', 'auto'),
 			steps: numInput('opt-steps', 'from epochs', '1'), lr: numInput('opt-lr', 'from multiplier'), seq: numInput('opt-seq', 'model default', '1'),
@@ -419,6 +469,7 @@
 		append(clear(main), [el('h1', {}, 'New fine-tuning job'), el('div', { class: 'cols' },
 			el('section', { class: 'card' }, el('h2', {}, 'Data and model'),
 				field('Training file (JSONL)', train), field('Validation file (optional)', val), field('Base model', model),
+				field('Method', method), betaField,
 				el('h2', {}, 'Options'),
 				el('div', { class: 'grid' }, field('Epochs', o.epochs), field('Batch size', o.batch), field('LR multiplier', o.lrm, 'lr = 1e-5 × this'),
 					field('Steps', o.steps), field('Learning rate', o.lr), field('Sequence length', o.seq),
@@ -456,7 +507,13 @@
 			if (n(o.logEvery) !== null) taco.log_every = n(o.logEvery);
 			if (n(o.ckptEvery) !== null) taco.checkpoint_every = n(o.ckptEvery);
 			if (n(o.seed) !== null) b.seed = n(o.seed);
-			if (Object.keys(hp).length) b.hyperparameters = hp;
+			if (method.value === 'dpo') {
+				/* the hyperparameters inside the method, as OpenAI's
+				 * clients send them for dpo */
+				if (n(beta) !== null) hp.beta = n(beta);
+				b.method = { type: 'dpo', dpo: { hyperparameters: hp } };
+			} else if (Object.keys(hp).length)
+				b.hyperparameters = hp;
 			if (Object.keys(taco).length) b.taco = taco;
 			if (suffix.value) b.suffix = suffix.value;
 			const md = {};
@@ -497,8 +554,8 @@
 				p.error ? el('p', { class: 'error' }, p.error.message || JSON.stringify(p.error)) : null,
 				p.note ? el('p', { class: 'muted' }, p.note) : null,
 				report ? el('div', { id: 'plan-report' }, el('h3', {}, 'Training data'), el('p', {}, report.summary),
-					el('table', { class: 'list small' }, el('tbody', {}, ['lines', 'examples', 'kept', 'tokens', 'trainable_tokens', 'truncated', 'dropped', 'errors', 'warnings']
-						.map((k) => el('tr', {}, el('td', {}, k.replace('_', ' ')), el('td', { class: 'num' }, String(report[k] ?? '–')))))),
+					el('table', { class: 'list small' }, el('tbody', {}, ['lines', 'examples', 'pairs', 'kept', 'tokens', 'trainable_tokens', 'truncated', 'dropped', 'errors', 'warnings']
+						.filter((k) => k !== 'pairs' || report.pairs !== undefined).map((k) => el('tr', {}, el('td', {}, k.replace('_', ' ')), el('td', { class: 'num' }, String(report[k] ?? '–')))))),
 					report.problems && report.problems.length ? el('table', { class: 'list small' },
 						el('thead', {}, el('tr', {}, ['Line', 'Severity', 'Code', 'Detail'].map((h) => el('th', {}, h)))),
 						el('tbody', {}, report.problems.map((x) => el('tr', {}, el('td', {}, x.line), el('td', {}, x.severity), el('td', {}, x.code), el('td', {}, x.detail))))) : null)

@@ -429,6 +429,52 @@ def run(t, locked, d, shots):
     wait(d, "both jobs", lambda: len(d.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job-id]")) == 2)
     screenshot(d, shots, "jobs")
 
+    # ---- DPO through the form, from the model the form's job made
+    tuned = t.json("GET", f"/v1/fine_tuning/jobs/{fid}")["fine_tuned_model"]
+    d.get(t.url + "/#/new")
+    wait(d, "the fine-tuned model offered",
+         lambda: tuned in [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "#model optgroup option")])
+    d.find_element(By.ID, "train-file").send_keys(str(DEMO / "pref_train.jsonl"))
+    d.find_element(By.ID, "val-file").send_keys(str(DEMO / "pref_val.jsonl"))
+    Select(d.find_element(By.ID, "model")).select_by_value(tuned)
+    check(not d.find_element(By.ID, "opt-beta").is_displayed(), "beta shown for a supervised job")
+    Select(d.find_element(By.ID, "opt-method")).select_by_value("dpo")
+    for field, value in (("opt-beta", "0.1"), ("opt-batch", "8"), ("opt-steps", "60"), ("opt-lr", "0.00003"),
+                         ("opt-seq", "32"), ("opt-eval-every", "20"), ("opt-log-every", "5")):
+        d.find_element(By.ID, field).send_keys(value)
+    d.find_element(By.ID, "plan-button").click()
+    wait(d, "the DPO plan", lambda: d.find_elements(By.ID, "plan-report"))
+    report = d.find_element(By.ID, "plan-report").text
+    check("pairs 1000" in report, f"DPO report: {report}")
+    before = {j["id"] for j in t.json("GET", "/v1/fine_tuning/jobs")["data"]}
+    d.find_element(By.ID, "create-button").click()
+    wait(d, "the DPO job's page", lambda: "#/job/ftjob-" in d.current_url and d.current_url.split("#/job/")[1] not in before)
+    did = d.current_url.split("#/job/")[1]
+    djob = t.json("GET", f"/v1/fine_tuning/jobs/{did}")
+    check(djob["method"] == {"type": "dpo", "dpo": {"hyperparameters": {
+        "beta": 0.1, "batch_size": 8, "n_epochs": None, "learning_rate_multiplier": 3.0}}}
+          and djob["model"] == tuned, f"the DPO job: {djob['method']}, {djob['model']}")
+    wait(d, "the DPO job to succeed", lambda: shown_status(d) == "succeeded", timeout=90 * SCALE)
+    wait(d, "its evaluations", lambda: points(d, "chart-reward-acc", 1) >= 3)
+    check(d.find_element(By.ID, "chart-reward-acc").is_displayed() and d.find_element(By.ID, "chart-rewards").is_displayed()
+          and not d.find_element(By.ID, "chart-acc").is_displayed(), "DPO charts in place of the token accuracy")
+    # the charts hold the events' values
+    events = t.json("GET", f"/v1/fine_tuning/jobs/{did}/events?limit=100")["data"]
+    evals = sorted((e["data"]["step"], e["data"]["val_rewards/accuracies"], e["data"]["val_rewards/margins"])
+                   for e in events if e["data"] and "val_rewards/accuracies" in e["data"])
+    acc = d.execute_script("return Chart.getChart(document.getElementById('chart-reward-acc')).data.datasets[1].data"
+                           ".map((p) => [p.x, p.y])")
+    margins = d.execute_script("return Chart.getChart(document.getElementById('chart-rewards')).data.datasets[5].data"
+                               ".map((p) => [p.x, p.y])")
+    check(acc == [[s, a] for s, a, _ in evals] and margins == [[s, m] for s, _, m in evals],
+          f"chart {acc} {margins} against the events {evals}")
+    check(evals[-1][1] >= 0.9 and evals[-1][2] > 0, f"held-out reward accuracy and margin: {evals}")
+    check(points(d, "chart-reward-acc", 0) >= 12 and points(d, "chart-rewards", 2) >= 12, "training pairs' points")
+    check("Reference log-probs (train): 1000/1000 pairs" in text(d, "#events")
+          and "Reference log-probs (validation): 48/48 pairs" in text(d, "#events"), "the reference pass's events")
+    screenshot(d, shots, "job-dpo")
+    steps.append(f"DPO job through the form: held-out reward accuracy {evals[-1][1]:.0%}")
+
     # ---- a token prompt for a tacod with a tokens file
     d.get(locked.url + "/")
     dialog = d.find_element(By.ID, "token-dialog")
