@@ -23,11 +23,19 @@ enum {
 };
 
 static volatile sig_atomic_t stop_requested;
+/* with --die-with-parent: the parent's pid (tacod's), else 0 */
+static volatile sig_atomic_t parent_pid;
 
-/* First signal: finish the step, checkpoint, exit 3. Second: exit now. */
-static void on_signal(int sig)
+/* First signal: finish the step, checkpoint, exit 3. Second: exit now,
+ * unless it comes from the parent. A parent killed with its threads
+ * (kill -9 of tacod) sends PR_SET_PDEATHSIG's signal once for each of its
+ * threads the child is handed to as they exit (Linux gives the orphan to
+ * a live thread of the parent first), all from the parent's pid; tacod
+ * itself sends one SIGTERM, then SIGKILL. */
+static void on_signal(int sig, siginfo_t *si, void *uc)
 {
-	if (stop_requested)
+	(void)uc;
+	if (stop_requested && !(parent_pid && si && si->si_pid == parent_pid))
 		_exit(128 + sig);
 	stop_requested = 1;
 }
@@ -233,7 +241,8 @@ int main(int argc, char **argv)
 	 * (tacod pauses a job that has just started) is honoured at the
 	 * first step boundary, with a checkpoint */
 	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
@@ -345,6 +354,7 @@ int main(int argc, char **argv)
 	/* Under tacod: when tacod dies, checkpoint and stop like on SIGTERM
 	 * (a restarted tacod resumes the job). */
 	if (die_with_parent) {
+		parent_pid = (sig_atomic_t)getppid();
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		if (getppid() == 1)
 			stop_requested = 1;
