@@ -1,10 +1,13 @@
 /* test_tacod.c: tacod over real HTTP on loopback: upload, create, run to
  * completion, events, validation errors, memory refusal, cancel; the
  * data's validation in the background (validating_files), cancelled, and
- * after a kill -9. */
+ * after a kill -9; a DPO job killed with tacod, in its reference pass and
+ * in training, ends as the same job run straight, bit for bit. */
 #include <check.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <jansson.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -293,15 +296,63 @@ static pid_t real_tacod(char *dir, char *cfg, const char *limits)
 	return th_spawn_tacod(cfg);
 }
 
-/* kill -9, and the binary again on the same state. */
-static pid_t kill9_restart(pid_t pid, const char *cfg)
+/* The taco-train that tacod pid runs (its one child of that name): found
+ * in /proc by parent pid; 0 when there is none. */
+static pid_t worker_of(pid_t pid)
 {
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while (!found && (e = readdir(d))) {
+		char path[300], buf[512], *p;
+		int ppid;
+		FILE *f;
+		size_t n;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		if (!(f = fopen(path, "r")))
+			continue; /* gone since */
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		/* "pid (comm) state ppid ...": comm may hold spaces */
+		p = strrchr(buf, ')');
+		if (p && sscanf(p + 1, " %*c %d", &ppid) == 1 && ppid == pid &&
+		    strstr(buf, "(taco-train)"))
+			found = (pid_t)atoi(e->d_name);
+	}
+	closedir(d);
+	return found;
+}
+
+/* kill -9, and the binary again on the same state. With worker, its
+ * running taco-train is killed too (as when the whole machine goes):
+ * stopped first, so that it writes nothing once tacod is gone (it would
+ * checkpoint on the SIGTERM a dead parent sends it), then killed. */
+static pid_t kill9_restart_x(pid_t pid, const char *cfg, int worker)
+{
+	pid_t w = worker ? worker_of(pid) : 0;
 	int st;
 
+	if (worker) {
+		ck_assert_int_gt(w, 0);
+		ck_assert_int_eq(kill(w, SIGSTOP), 0);
+	}
 	kill(pid, SIGKILL);
 	waitpid(pid, &st, 0);
+	if (worker)
+		ck_assert_int_eq(kill(w, SIGKILL), 0);
 	unlink(th_sock);
 	return th_spawn_tacod(cfg);
+}
+
+static pid_t kill9_restart(pid_t pid, const char *cfg)
+{
+	return kill9_restart_x(pid, cfg, 0);
 }
 
 /* The job is in status now. */
@@ -314,6 +365,40 @@ static void expect_status(const char *id, const char *status)
 	ck_assert_int_eq(th_call("GET", path, NULL, NULL, &j), 200);
 	ck_assert_str_eq(th_str(j, "status"), status);
 	json_decref(j);
+}
+
+/* The job's events (newest first), at most 100. */
+static json_t *events_of(const char *job)
+{
+	char path[256];
+	json_t *ev;
+
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/events?limit=100",
+		 job);
+	ck_assert_int_eq(th_call("GET", path, NULL, NULL, &ev), 200);
+	return ev;
+}
+
+/* The same, dumped. */
+static char *events_dump(const char *job)
+{
+	json_t *ev = events_of(job);
+	char *d = json_dumps(ev, 0);
+
+	json_decref(ev);
+	return d;
+}
+
+/* The index in the job's events (newest first) of the newest one whose
+ * message holds text; -1 when none does. */
+static int event_index(json_t *ev, const char *text)
+{
+	json_t *data = json_object_get(ev, "data");
+
+	for (size_t i = 0; i < json_array_size(data); i++)
+		if (strstr(th_str(json_array_get(data, i), "message"), text))
+			return (int)i;
+	return -1;
 }
 
 /* SIGTERM: a clean exit; then the directory goes. */
@@ -338,7 +423,7 @@ START_TEST(test_kill9_recovery)
 	pid_t pid;
 	json_t *j, *ev;
 	char *file, *a, *b;
-	int restarted = 0, st;
+	int st;
 
 	pid = real_tacod(dir, cfg, "{\"max_running_jobs\": 1}");
 	file = th_upload_count();
@@ -362,22 +447,186 @@ START_TEST(test_kill9_recovery)
 	pid = kill9_restart(pid, cfg);
 	json_decref(th_wait_status(a, "succeeded"));
 	json_decref(th_wait_status(b, "succeeded"));
-	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/events?limit=100",
-		 a);
-	ck_assert_int_eq(th_call("GET", path, NULL, NULL, &ev), 200);
-	for (size_t i = 0; i < json_array_size(json_object_get(ev, "data"));
-	     i++)
-		restarted |=
-		    strstr(
-			th_str(json_array_get(json_object_get(ev, "data"), i),
-			       "message"),
-			"tacod restarted") != NULL;
-	ck_assert(restarted);
+	ev = events_of(a);
+	ck_assert_int_ge(event_index(ev, "tacod restarted"), 0);
 	json_decref(ev);
 	real_tacod_end(pid, dir);
 	free(file);
 	free(a);
 	free(b);
+}
+END_TEST
+
+/* ---- DPO under kill -9 -------------------------------------------------- */
+
+/* Uploads n of the counting task's preference pairs: the file id. */
+static char *upload_pairs(int n, unsigned seed)
+{
+	char local[] = "/tmp/tacod-pairs-XXXXXX";
+	json_t *f;
+	char *id;
+	int fd;
+
+	ck_assert_int_ge(fd = mkstemp(local), 0);
+	close(fd);
+	tu_write_count_pairs(local, n, seed);
+	ck_assert_int_eq(th_call("POST", "/v1/files", NULL, local, &f), 200);
+	unlink(local);
+	id = strdup(th_str(f, "id"));
+	json_decref(f);
+	return id;
+}
+
+/* A DPO job on chat_llama (its tokenizer renders the pairs): 40 steps of
+ * 4 pairs of 48 tokens, about 15 ms each on a core; the validation pairs
+ * make the reference pass's second set last long enough to be killed in
+ * (about 1 ms a pair). Every job made so is the same job: the same seed. */
+static char *dpo_create(const char *train, const char *val)
+{
+	char body[1024];
+	json_t *j;
+	char *id;
+
+	snprintf(body, sizeof(body),
+		 "{\"model\": \"chat_llama\", \"training_file\": \"%s\", "
+		 "\"validation_file\": \"%s\", \"seed\": 7, \"method\": "
+		 "{\"type\": \"dpo\", \"dpo\": {\"hyperparameters\": "
+		 "{\"beta\": 0.1, \"batch_size\": 4}}}, \"taco\": {\"steps\": "
+		 "40, \"lr\": 0.003, \"seq_len\": 48, \"log_every\": 5, "
+		 "\"checkpoint_every\": 10}}",
+		 train, val);
+	ck_assert_int_eq(
+	    th_call("POST", "/v1/fine_tuning/jobs", body, NULL, &j), 200);
+	id = strdup(th_str(j, "id"));
+	json_decref(j);
+	return id;
+}
+
+/* A reference event (its data's "event") or, with step > 0, a metrics
+ * event of a training step at or past it. */
+static int is_event(json_t *e, int step)
+{
+	json_t *d = json_object_get(e, "data");
+
+	if (!step)
+		return !strcmp(th_str(e, "type"), "message") &&
+		       json_is_string(json_object_get(d, "event")) &&
+		       !strcmp(th_str(d, "event"), "reference");
+	return !strcmp(th_str(e, "type"), "metrics") &&
+	       !json_object_get(d, "event") && jint(d, "step") >= step;
+}
+
+/* Polls the job's newest events every 5 ms until one is_event(step). */
+static void wait_event(const char *job, int step)
+{
+	char path[256];
+	json_t *ev, *e;
+	size_t i;
+
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/events?limit=20",
+		 job);
+	for (int k = 0; k < 24000; k++) {
+		int hit = 0;
+		ck_assert_int_eq(th_call("GET", path, NULL, NULL, &ev), 200);
+		json_array_foreach(json_object_get(ev, "data"), i, e)
+		{
+			hit |= is_event(e, step);
+		}
+		json_decref(ev);
+		if (hit)
+			return;
+		usleep(5000);
+	}
+	ck_abort_msg("%s: no %s event", job, step ? "metrics" : "reference");
+}
+
+/* The job's exported model.safetensors, read from tacod's state. */
+static char *final_weights(const char *dir, const char *job, size_t *len)
+{
+	char path[512], *w;
+
+	snprintf(path, sizeof(path),
+		 "%s/state/jobs/%s/out/model/model.safetensors", dir, job);
+	w = tu_read_file(path, len);
+	ck_assert_msg(w != NULL, "%s: not readable", path);
+	return w;
+}
+
+/* The events of job after its restart (the newest first, up to the
+ * "tacod restarted" one): how many are reference events, and the lowest
+ * training step of their metrics events (INT_MAX: none). */
+static void after_restart(const char *job, int *refs, int *low_step)
+{
+	json_t *ev = events_of(job), *data = json_object_get(ev, "data");
+	int r = event_index(ev, "tacod restarted");
+
+	ck_assert_msg(r > 0, "%s: no restart, or nothing after it", job);
+	*refs = 0;
+	*low_step = INT_MAX;
+	for (int i = 0; i < r; i++) {
+		json_t *e = json_array_get(data, (size_t)i);
+		if (is_event(e, 0))
+			(*refs)++;
+		else if (is_event(e, 1) &&
+			 jint(json_object_get(e, "data"), "step") < *low_step)
+			*low_step =
+			    (int)jint(json_object_get(e, "data"), "step");
+	}
+	json_decref(ev);
+}
+
+/* A DPO job under tacod, killed by kill -9 of tacod: during the reference
+ * pass (with its taco-train killed too, so that nothing of the pass is
+ * kept: the restarted job computes it again from step 0) and during the
+ * training steps (its taco-train checkpoints on its parent's death: the
+ * restarted job resumes from that step and reads the reference back).
+ * Both end with the final weights of the same job run straight, bit for
+ * bit. */
+START_TEST(test_kill9_dpo)
+{
+	char cfg[128], dir[64], *train, *val, *straight, *ids[2];
+	size_t n0, n;
+	char *w0, *w;
+	int refs, low;
+	pid_t pid;
+
+	pid = real_tacod(dir, cfg, "{}");
+	train = upload_pairs(64, 7);
+	val = upload_pairs(400, 99);
+	straight = dpo_create(train, val);
+	json_decref(th_wait_status(straight, "succeeded"));
+	w0 = final_weights(dir, straight, &n0);
+	for (int k = 0; k < 2; k++) {
+		ids[k] = dpo_create(train, val);
+		/* k 0: the first reference event is the training set's end;
+		 * the validation set's pass follows. k 1: step 5 of 40. */
+		wait_event(ids[k], k ? 5 : 0);
+		pid = kill9_restart_x(pid, cfg, !k);
+		json_decref(th_wait_status(ids[k], "succeeded"));
+		after_restart(ids[k], &refs, &low);
+		if (!k) { /* computed again, and trained from step 0 */
+			ck_assert_int_gt(refs, 0);
+			ck_assert_int_eq(low, 5);
+		} else { /* read back, and resumed past step 5 */
+			ck_assert_int_eq(refs, 0);
+			ck_assert_int_gt(low, 5);
+			ck_assert_int_lt(low, INT_MAX);
+		}
+		w = final_weights(dir, ids[k], &n);
+		ck_assert_uint_eq(n, n0);
+		ck_assert_msg(!memcmp(w, w0, n),
+			      "%s (killed %s) differs from %s, run straight",
+			      ids[k], k ? "training" : "in the reference pass",
+			      straight);
+		free(w);
+	}
+	real_tacod_end(pid, dir);
+	free(w0);
+	free(train);
+	free(val);
+	free(straight);
+	free(ids[0]);
+	free(ids[1]);
 }
 END_TEST
 
@@ -424,20 +673,6 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-/* The job's events (newest first), dumped. */
-static char *events_dump(const char *job)
-{
-	char path[256], *d;
-	json_t *ev;
-
-	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/events?limit=100",
-		 job);
-	ck_assert_int_eq(th_call("GET", path, NULL, NULL, &ev), 200);
-	d = json_dumps(ev, 0);
-	json_decref(ev);
-	return d;
 }
 
 static long job_post(const char *job, const char *action, json_t **out)
@@ -713,6 +948,7 @@ int main(void)
 	tcase_add_test(tc, test_other_families);
 	tcase_add_test(tc, test_rejections_and_cancel);
 	tcase_add_test(tc, test_kill9_recovery);
+	tcase_add_test(tc, test_kill9_dpo);
 	tcase_add_test(tc, test_create_validates_in_background);
 	tcase_add_test(tc, test_bad_data_fails_in_background);
 	tcase_add_test(tc, test_cancel_while_validating);
