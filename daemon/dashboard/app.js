@@ -344,29 +344,26 @@
 					dl('Download', q + '/model/content', job.id + '-model.tar')));
 			append(clear(ckpts), items.length ? el('ul', { class: 'plain' }, items) : el('p', { class: 'muted' }, 'None yet.'));
 		}
+		/* a dpo job's pair metrics (TRL's names, prefix '' or 'val_') into
+		 * the reward accuracy's series acc and the rewards' from rew on */
+		function addPairs(d, prefix, acc, rew) {
+			if (typeof d[prefix + 'rewards/accuracies'] !== 'number')
+				return;
+			showDpo();
+			C.add(raccChart, acc, d.step, d[prefix + 'rewards/accuracies']);
+			['chosen', 'rejected', 'margins'].forEach((k, i) => C.add(rewChart, rew + i, d.step, d[prefix + 'rewards/' + k]));
+		}
 		function onEvent(ev) {
 			const d = ev.data || {};
 			if (ev.type === 'metrics' && d.event === 'eval') {
 				C.add(lossChart, 1, d.step, d.val_loss);
-				if (typeof d['val_rewards/accuracies'] === 'number') {
-					showDpo();
-					C.add(raccChart, 1, d.step, d['val_rewards/accuracies']);
-					C.add(rewChart, 3, d.step, d['val_rewards/chosen']);
-					C.add(rewChart, 4, d.step, d['val_rewards/rejected']);
-					C.add(rewChart, 5, d.step, d['val_rewards/margins']);
-				}
+				addPairs(d, 'val_', 1, 3);
 				C.add(accChart, 0, d.step, d.val_token_accuracy);
 				C.add(accChart, 1, d.step, d.mc_accuracy);
 			} else if (ev.type === 'metrics' && typeof d.step === 'number') {
 				C.add(lossChart, 0, d.step, d.train_loss);
 				C.add(lrChart, 0, d.step, d.learning_rate);
-				if (typeof d['rewards/accuracies'] === 'number') {
-					showDpo();
-					C.add(raccChart, 0, d.step, d['rewards/accuracies']);
-					C.add(rewChart, 0, d.step, d['rewards/chosen']);
-					C.add(rewChart, 1, d.step, d['rewards/rejected']);
-					C.add(rewChart, 2, d.step, d['rewards/margins']);
-				}
+				addPairs(d, '', 0, 0);
 				last = d;
 				document.getElementById('st-step').textContent = d.step + ' / ' + d.total_steps;
 				document.getElementById('st-loss').textContent = num(d.train_loss, 4);
