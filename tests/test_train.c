@@ -579,13 +579,29 @@ START_TEST(test_validate_and_plan_cli)
 }
 END_TEST
 
-/* A second signal exits at once. */
+/* Sends SIGTERM to pid from another process than this one (a child of
+ * it), so that the signal's sender is not pid's parent. */
+static void sigterm_from_other(pid_t pid)
+{
+	pid_t k = fork();
+	int st;
+
+	if (k == 0)
+		_exit(kill(pid, SIGTERM) ? 1 : 0);
+	ck_assert_int_eq(waitpid(k, &st, 0), k);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* A second signal exits at once (_i 0). With --die-with-parent, not a
+ * second one from the parent (_i 1: a kill -9'd tacod's death signal comes
+ * once per thread of it, all from its pid): the step ends, a checkpoint is
+ * written, exit 3; one from another process still does (_i 2). */
 START_TEST(test_second_signal_exits_at_once)
 {
 	const char *job;
 	int p[2], st;
 	pid_t pid;
-	char buf[4096];
+	char buf[4096], ckpt[600];
 
 	make_tmpdir();
 	/* long steps (padding up to 1024 tokens), so the second signal
@@ -599,8 +615,13 @@ START_TEST(test_second_signal_exits_at_once)
 		char fd[16];
 		close(p[0]);
 		snprintf(fd, sizeof(fd), "%d", p[1]);
-		execl(bin(), "taco-train", "--no-progress", "--events-fd", fd,
-		      job, (char *)NULL);
+		if (_i)
+			execl(bin(), "taco-train", "--no-progress",
+			      "--die-with-parent", "--events-fd", fd, job,
+			      (char *)NULL);
+		else
+			execl(bin(), "taco-train", "--no-progress",
+			      "--events-fd", fd, job, (char *)NULL);
 		_exit(127);
 	}
 	close(p[1]);
@@ -609,10 +630,16 @@ START_TEST(test_second_signal_exits_at_once)
 	usleep(500000); /* into the first step (it takes seconds) */
 	kill(pid, SIGTERM);
 	usleep(200000); /* two pending SIGTERMs would merge into one */
-	kill(pid, SIGTERM);
+	if (_i == 2)
+		sigterm_from_other(pid);
+	else
+		kill(pid, SIGTERM);
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert(WIFEXITED(st));
-	ck_assert_int_eq(WEXITSTATUS(st), 128 + SIGTERM);
+	ck_assert_int_eq(WEXITSTATUS(st), _i == 1 ? 3 : 128 + SIGTERM);
+	snprintf(ckpt, sizeof(ckpt),
+		 "%s/s/checkpoints/step-00000001/model.safetensors", tmpdir);
+	ck_assert_int_eq(access(ckpt, F_OK) == 0, _i == 1);
 	close(p[0]);
 	rm_tmpdir();
 }
@@ -857,7 +884,7 @@ int main(void)
 	tcase_add_test(tc, test_eval_before_checkpoint);
 	tcase_add_test(tc, test_cli_errors);
 	tcase_add_test(tc, test_validate_and_plan_cli);
-	tcase_add_test(tc, test_second_signal_exits_at_once);
+	tcase_add_loop_test(tc, test_second_signal_exits_at_once, 0, 3);
 	tcase_add_test(tc, test_checkpoint_disk_full);
 	tcase_add_test(tc, test_export_reloads);
 	tcase_add_test(tc, test_grad_accum_matches_big_batch);
