@@ -227,6 +227,16 @@
 			el('div', { class: 'small muted' }, 'measured against planned: ' + (measured ? (diff.startsWith('-') ? '' : '+') + diff : 'not yet')));
 	}
 
+	/* A job's method as the page names it: "supervised", "DPO, beta 0.1";
+	 * null for a job object without one. */
+	function methodText(job) {
+		const m = job.method;
+		if (!m || !m.type)
+			return null;
+		const hp = m.dpo && m.dpo.hyperparameters ? m.dpo.hyperparameters : {};
+		return m.type === 'dpo' ? 'DPO' + (typeof hp.beta === 'number' ? ', beta ' + hp.beta : '') : m.type;
+	}
+
 	function pageJob(id) {
 		const q = '/v1/fine_tuning/jobs/' + encodeURIComponent(id);
 		const head = el('div', { class: 'toolbar' });
@@ -312,13 +322,13 @@
 				headFor = job.status;
 				renderHead();
 			}
-			const rows = [['Model', job.model], ['Fine-tuned model', job.fine_tuned_model], ['Suffix', job.user_provided_suffix],
-				['Created', when(job.created_at)], ['Finished', job.finished_at ? when(job.finished_at) : null],
+			const rows = [['Model', job.model], ['Fine-tuned model', job.fine_tuned_model], ['Method', methodText(job)],
+				['Suffix', job.user_provided_suffix], ['Created', when(job.created_at)], ['Finished', job.finished_at ? when(job.finished_at) : null],
 				['Training file', job.training_file], ['Validation file', job.validation_file],
 				['Trained tokens', job.trained_tokens]];
 			const meta = Object.entries(job.metadata || {});
 			append(clear(info), rows.filter((r) => r[1] !== null && r[1] !== undefined && r[1] !== '')
-				.map((r) => [el('dt', {}, r[0]), el('dd', { class: r[0] === 'Suffix' ? 'suffix' : '' }, String(r[1]))]),
+				.map((r) => [el('dt', {}, r[0]), el('dd', { class: r[0] === 'Suffix' ? 'suffix' : '', id: r[0] === 'Method' ? 'job-method' : null }, String(r[1]))]),
 			meta.length ? [el('dt', {}, 'Metadata'), el('dd', { class: 'metadata' }, meta.map(([k, v]) =>
 				el('div', { class: 'meta-pair' }, el('span', { class: 'meta-key' }, k), ': ', el('span', { class: 'meta-value' }, v))))] : null,
 			job.error && job.error.message ? [el('dt', {}, 'Error'), el('dd', { class: 'error' }, job.error.message)] : null);

@@ -18,6 +18,11 @@ venv, tests/openai_sdk/requirements.txt) and checks what a user sees:
 - a job created through the new-job form (files uploaded through the file
   inputs, the model picked, options set, the plan's bar and data report
   shown) runs to success, with curves, and the browser saves its model;
+- a DPO job through the form, from that job's model, on the demo's
+  preference pairs: its method shown, every series of its loss, reward
+  accuracy and rewards charts equal to its events' values, its reference
+  pass in the events; and another DPO job's reference pass shown in its
+  Step while it runs (pairs written here: 2000 validation pairs);
 - against the tacod with a tokens file, the page asks for the token (401),
   works once it is given (a model downloads with it), and asks again for a
   wrong one.
@@ -32,6 +37,7 @@ Run by CTest as `browser_dashboard`.
 import hashlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -237,6 +243,31 @@ def saved_models(downloads):
         except (tarfile.TarError, OSError):
             pass  # still being written
     return n
+
+
+def write_pairs(path, n, seed):
+    """n preference pairs of the demo task (OpenAI's DPO format): the right
+    count preferred over one number too many or too few."""
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(n):
+            start, count = rng.randrange(0, 94), rng.randrange(3, 7)
+            wrong = count + rng.choice((1, -1))
+            say = lambda k: "Sure:" + "".join(f" {start + i}" for i in range(1, k + 1))
+            f.write(json.dumps({
+                "input": {"messages": [{"role": "user", "content": f"{count} numbers after {start}"}]},
+                "preferred_output": [{"role": "assistant", "content": say(count)}],
+                "non_preferred_output": [{"role": "assistant", "content": say(wrong)}],
+            }) + "\n")
+
+
+def chart_data(d, canvas_id):
+    """Every dataset of a chart: its label and its points as [x, y]."""
+    return d.execute_script(
+        "const c = Chart.getChart(document.getElementById(arguments[0]));"
+        "return c ? c.data.datasets.map((s) => [s.label, s.data.map((p) => [p.x, p.y])]) : null;",
+        canvas_id,
+    )
 
 
 def screenshot(d, shots, name):
@@ -458,22 +489,59 @@ def run(t, locked, d, shots):
     wait(d, "its evaluations", lambda: points(d, "chart-reward-acc", 1) >= 3)
     check(d.find_element(By.ID, "chart-reward-acc").is_displayed() and d.find_element(By.ID, "chart-rewards").is_displayed()
           and not d.find_element(By.ID, "chart-acc").is_displayed(), "DPO charts in place of the token accuracy")
-    # the charts hold the events' values
-    events = t.json("GET", f"/v1/fine_tuning/jobs/{did}/events?limit=100")["data"]
-    evals = sorted((e["data"]["step"], e["data"]["val_rewards/accuracies"], e["data"]["val_rewards/margins"])
-                   for e in events if e["data"] and "val_rewards/accuracies" in e["data"])
-    acc = d.execute_script("return Chart.getChart(document.getElementById('chart-reward-acc')).data.datasets[1].data"
-                           ".map((p) => [p.x, p.y])")
-    margins = d.execute_script("return Chart.getChart(document.getElementById('chart-rewards')).data.datasets[5].data"
-                               ".map((p) => [p.x, p.y])")
-    check(acc == [[s, a] for s, a, _ in evals] and margins == [[s, m] for s, _, m in evals],
-          f"chart {acc} {margins} against the events {evals}")
-    check(evals[-1][1] >= 0.9 and evals[-1][2] > 0, f"held-out reward accuracy and margin: {evals}")
-    check(points(d, "chart-reward-acc", 0) >= 12 and points(d, "chart-rewards", 2) >= 12, "training pairs' points")
+    check(text(d, "#job-method") == "DPO, beta 0.1", f"the method shown as {text(d, '#job-method')!r}")
+    # every series of the charts holds its events' values, step by step
+    events = t.json("GET", f"/v1/fine_tuning/jobs/{did}/events?limit=100")
+    check(not events["has_more"], "more than 100 events")
+    metrics = [e["data"] for e in events["data"] if e["type"] == "metrics"]
+    train = sorted((m for m in metrics if "event" not in m), key=lambda m: m["step"])
+    evals = sorted((m for m in metrics if m.get("event") == "eval"), key=lambda m: m["step"])
+    check(len(train) == 12 and len(evals) == 3, f"{len(train)} training and {len(evals)} evaluation events")
+
+    def series(label, rows, key):
+        return [label, [[r["step"], r[key]] for r in rows]]
+
+    pair_keys = ("rewards/chosen", "rewards/rejected", "rewards/margins")
+    want = {
+        "chart-loss": [series("training loss", train, "train_loss"), series("validation loss", evals, "val_loss")],
+        "chart-reward-acc": [series("training pairs", train, "rewards/accuracies"),
+                             series("validation pairs", evals, "val_rewards/accuracies")],
+        "chart-rewards": [series(k, train, key) for k, key in zip(("chosen", "rejected", "margin"), pair_keys)]
+        + [series("validation " + k, evals, "val_" + key) for k, key in zip(("chosen", "rejected", "margin"), pair_keys)],
+    }
+    for canvas, datasets in want.items():
+        got = chart_data(d, canvas)
+        check(got == datasets, f"{canvas}: {got} against the events' {datasets}")
+    last = evals[-1]
+    check(last["val_rewards/accuracies"] >= 0.9 and last["val_rewards/margins"] > 0,
+          f"held-out reward accuracy and margin: {last}")
     check("Reference log-probs (train): 1000/1000 pairs" in text(d, "#events")
           and "Reference log-probs (validation): 48/48 pairs" in text(d, "#events"), "the reference pass's events")
     screenshot(d, shots, "job-dpo")
-    steps.append(f"DPO job through the form: held-out reward accuracy {evals[-1][1]:.0%}")
+    steps.append(f"DPO job through the form: held-out reward accuracy {last['val_rewards/accuracies']:.0%}")
+
+    # the reference pass while it runs, before the first step: 2000
+    # validation pairs take it seconds past the end of the training set's
+    # (its first event); then cancelled
+    ptrain, pval = t.dir / "pref_train.jsonl", t.dir / "pref_val_big.jsonl"
+    write_pairs(ptrain, 64, 1)
+    write_pairs(pval, 2000, 2)
+    rid = t.json("POST", "/v1/fine_tuning/jobs", {
+        "model": "tacod-demo", "training_file": t.upload(ptrain), "validation_file": t.upload(pval),
+        "method": {"type": "dpo"}, "taco": {"steps": 2, "seq_len": 32},
+    })["id"]
+    d.get(t.url + f"/#/job/{rid}")
+    wait(d, "the reference pass running", lambda: text(d, "#st-step") == "reference (train) 64 / 64 pairs")
+    # (the badge follows the job's poll, every 2 s)
+    check(t.json("GET", f"/v1/fine_tuning/jobs/{rid}")["status"] == "running" and points(d, "chart-loss") == 0,
+          "the reference pass shown after a step")
+    # the log is redrawn every 250 ms
+    wait(d, "the reference event listed", lambda: "Reference log-probs (train): 64/64 pairs" in text(d, "#events"))
+    check("(validation)" not in text(d, "#events") and text(d, "#st-step") == "reference (train) 64 / 64 pairs",
+          f"events: {text(d, '#events')}")
+    t.json("POST", f"/v1/fine_tuning/jobs/{rid}/cancel", {})
+    wait(d, "it cancelled", lambda: shown_status(d) == "cancelled", timeout=45 * SCALE)
+    steps.append("a reference pass shown while it runs")
 
     # ---- a token prompt for a tacod with a tokens file
     d.get(locked.url + "/")
