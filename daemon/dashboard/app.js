@@ -255,12 +255,13 @@
 		const rew = chartBox('chart-rewards', 'Rewards');
 		racc.box.classList.add('hidden');
 		rew.box.classList.add('hidden');
+		const chartRow = el('div', { class: 'charts' }, loss.box, acc.box, racc.box, rew.box, lr.box);
 		const ckpts = el('div', { id: 'checkpoints' });
 		const log = el('tbody');
 		append(clear(main), [head, errs, actErrs, el('div', { class: 'cols' }, el('section', { class: 'card' }, el('h2', {}, 'Job'), info),
 			el('section', { class: 'card' }, el('h2', {}, 'Progress'), stats, el('h3', {}, 'Memory'), mem)),
 		el('p', { class: 'small muted' }, 'Hover a chart for its values; drag across one to zoom into those steps, double-click or Reset zoom to see them all.'),
-		el('div', { class: 'charts' }, loss.box, acc.box, racc.box, rew.box, lr.box),
+		chartRow,
 		el('div', { class: 'cols' }, el('section', { class: 'card' }, el('h2', {}, 'Checkpoints'), ckpts),
 			el('section', { class: 'card wide' }, el('h2', {}, 'Events'), el('div', { class: 'log' },
 				el('table', { id: 'events', class: 'list small' }, el('thead', {}, el('tr', {}, el('th', {}, 'Time'), el('th', {}, 'Level'), el('th', {}, 'Message'))), log))))]);
@@ -288,6 +289,9 @@
 			acc.box.classList.add('hidden');
 			racc.box.classList.remove('hidden');
 			rew.box.classList.remove('hidden');
+			chartRow.classList.add('dpo'); /* four charts, two a row */
+			lossChart.options.scales.y.title.text = 'DPO loss';
+			lossChart.update('none');
 		}
 		for (const [box, chart] of [[loss, lossChart], [acc, accChart], [racc, raccChart], [rew, rewChart], [lr, lrChart]]) {
 			chart.$onZoom = (z) => box.reset.classList.toggle('hidden', !z);

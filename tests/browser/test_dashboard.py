@@ -490,6 +490,8 @@ def run(t, locked, d, shots):
     check(d.find_element(By.ID, "chart-reward-acc").is_displayed() and d.find_element(By.ID, "chart-rewards").is_displayed()
           and not d.find_element(By.ID, "chart-acc").is_displayed(), "DPO charts in place of the token accuracy")
     check(text(d, "#job-method") == "DPO, beta 0.1", f"the method shown as {text(d, '#job-method')!r}")
+    ytitle = d.execute_script("return Chart.getChart(document.getElementById('chart-loss')).options.scales.y.title.text")
+    check(ytitle == "DPO loss", f"the loss chart's axis: {ytitle}")
     # every series of the charts holds its events' values, step by step
     events = t.json("GET", f"/v1/fine_tuning/jobs/{did}/events?limit=100")
     check(not events["has_more"], "more than 100 events")
