@@ -22,8 +22,13 @@ extern char th_sock[128]; /* set: requests go over this unix socket */
 void th_start(uint64_t device_memory, void (*tweak)(tacod_config *));
 void th_stop(void);
 /* The real tacod binary with a config file; returns once it answers on
- * th_sock. */
+ * th_sock. th_try_spawn_tacod returns -1 instead of failing when tacod
+ * exits first (a TCP port that another process took since it was picked:
+ * pick another and retry). */
 pid_t th_spawn_tacod(const char *cfg);
+pid_t th_try_spawn_tacod(const char *cfg);
+/* A loopback port that was free a moment ago. */
+int th_free_port(void);
 
 /* One request: the HTTP status, the body parsed as JSON (out may be NULL)
  * and, with raw, the body's bytes (the caller frees them). header is one

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "daemon/notify.h"
+#include "tacod_harness.h"
 #include "testutil.h"
 
 /* ---- a pretend service manager ------------------------------------- */
@@ -383,21 +384,6 @@ static long call(const char *method, const char *path, const char *json,
 	return status;
 }
 
-static int free_port(void)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), p;
-
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	p = ntohs(a.sin_port);
-	close(fd);
-	return p;
-}
-
 /* Waits for pid up to timeout_s; its wait status, or -1. */
 static int wait_exit(pid_t pid, double timeout_s)
 {
@@ -429,7 +415,7 @@ START_TEST(test_tacod_under_manager)
 	snprintf(state, sizeof(state), "%s/state", dir);
 	snprintf(bin, sizeof(bin), "%s/tacod", bindir ? bindir : ".");
 	snprintf(train, sizeof(train), "%s/taco-train", bindir ? bindir : ".");
-	port = free_port();
+	port = th_free_port();
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
 	rx.fd = bind_dgram(sock);
 	pthread_create(&thr, NULL, reader, NULL);

@@ -647,16 +647,24 @@ START_TEST(test_sighup_reloads_tokens)
 	f = fopen(tokens, "w");
 	th_token_line(f, "token-a", "alice", "user");
 	fclose(f);
-	listen_port = 20000 + (int)(getpid() % 20000);
-	f = fopen(cfg, "w");
-	fprintf(f,
-		"{\"listen\": \"127.0.0.1:%d\", \"unix_socket\": \"%s\", "
-		"\"state_dir\": \"%s/state\", \"models_dir\": \"%s\", "
-		"\"tokens_file\": \"%s\", \"taco_train\": \"%s/taco-train\"}",
-		listen_port, th_sock, dir, tu_fixture("models"), tokens,
-		bin ? bin : ".");
-	fclose(f);
-	pid = th_spawn_tacod(cfg);
+	/* a port picked free can be taken before tacod binds it (by another
+	 * test's server): then tacod exits, and another port is tried */
+	for (int attempt = 0;; attempt++) {
+		ck_assert_int_lt(attempt, 5);
+		listen_port = th_free_port();
+		f = fopen(cfg, "w");
+		fprintf(
+		    f,
+		    "{\"listen\": \"127.0.0.1:%d\", \"unix_socket\": \"%s\", "
+		    "\"state_dir\": \"%s/state\", \"models_dir\": \"%s\", "
+		    "\"tokens_file\": \"%s\", \"taco_train\": "
+		    "\"%s/taco-train\"}",
+		    listen_port, th_sock, dir, tu_fixture("models"), tokens,
+		    bin ? bin : ".");
+		fclose(f);
+		if ((pid = th_try_spawn_tacod(cfg)) > 0)
+			break;
+	}
 	th_sock[0] = 0;
 	th_port = listen_port;
 	ck_assert_int_eq(th_call_x("GET", "/v1/models", NULL, NULL,
