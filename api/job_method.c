@@ -7,6 +7,7 @@
 #include "job_method.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,18 +233,9 @@ int tacod_request_method(json_t *req, tacod_request_hp *hp,
 	return hyperparameters_agree(top, v, where, e);
 }
 
-/* A multiplier as a client would write it: taco.lr / TACOD_BASE_LR in
- * twelve digits, not 2.9999999999999996. */
-static double round12(double v)
-{
-	char b[32];
-
-	snprintf(b, sizeof(b), "%.12g", v);
-	return strtod(b, NULL);
-}
-
-/* What the job file says: taco.lr wins over the multiplier, and taco.steps
- * sets the length instead of the epochs (n_epochs null). */
+/* What the job file says: taco.lr wins over the multiplier (which is then
+ * null: the rate is not a multiple of the auto one), and taco.steps sets
+ * the length instead of the epochs (n_epochs null). */
 static int effective(json_t *req, tacod_request_hp *hp, int *by_steps)
 {
 	json_t *ext = json_object_get(req, "taco");
@@ -254,7 +246,7 @@ static int effective(json_t *req, tacod_request_hp *hp, int *by_steps)
 	if (tacod_request_method(req, hp, &e))
 		return -EINVAL;
 	if (json_is_number(lr))
-		hp->mult = round12(json_number_value(lr) / TACOD_BASE_LR);
+		hp->mult = NAN;
 	*by_steps = steps && !json_is_null(steps);
 	return 0;
 }
@@ -270,7 +262,9 @@ static json_t *hp_object(const tacod_request_hp *hp, int by_steps, int beta)
 	json_object_set_new(h, "n_epochs",
 			    by_steps ? json_null() : json_integer(hp->epochs));
 	json_object_set_new(h, "batch_size", json_integer(hp->batch));
-	json_object_set_new(h, "learning_rate_multiplier", json_real(hp->mult));
+	json_object_set_new(h, "learning_rate_multiplier",
+			    isnan(hp->mult) ? json_null()
+					    : json_real(hp->mult));
 	return h;
 }
 

@@ -4,7 +4,6 @@
 #include "api/model_name.h"
 
 #include <errno.h>
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,13 +272,14 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 			    p);
 		}
 	}
-	/* a positive multiplier is a positive rate: the product of a tiny
-	 * one would underflow to 0, which the engine refuses */
+	/* the multiplier scales the auto rate; a taco.lr is a rate of its
+	 * own and takes its place */
 	job = json_pack(
-	    "{ss ss ss sI sf sI}", "model", model, "train", train, "output_dir",
-	    ctx->output_dir, "batch_size", (json_int_t)hp.batch, "lr",
-	    fmax(TACOD_BASE_LR * hp.mult, DBL_MIN), "seed",
+	    "{ss ss ss sI sI}", "model", model, "train", train, "output_dir",
+	    ctx->output_dir, "batch_size", (json_int_t)hp.batch, "seed",
 	    (json_int_t)json_integer_value(json_object_get(req, "seed")));
+	if (job && !json_is_number(json_object_get(ext, "lr")))
+		json_object_set_new(job, "lr_multiplier", json_real(hp.mult));
 	if (!job)
 		return tacod_request_fail(e, "", "server_error",
 					  "out of memory");

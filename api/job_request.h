@@ -1,9 +1,9 @@
 /* job_request.h: an OpenAI fine-tuning create request, validated and turned
  * into a taco-train job (docs/job.md). OpenAI's fields map onto ours:
  * method.type -> method (supervised: sft, dpo: dpo), n_epochs -> epochs,
- * batch_size (pairs for dpo), learning_rate_multiplier -> lr =
- * TACOD_BASE_LR x multiplier, dpo's beta -> dpo.beta, seed; tacod's own
- * options go in the "taco" object. */
+ * batch_size (pairs for dpo), learning_rate_multiplier -> lr_multiplier
+ * (of the auto rate taco-train picks for the model: docs/taco.md), dpo's
+ * beta -> dpo.beta, seed; tacod's own options go in the "taco" object. */
 #ifndef TACOD_JOB_REQUEST_H
 #define TACOD_JOB_REQUEST_H
 
@@ -12,7 +12,6 @@
 
 #include "job/job.h"
 
-#define TACOD_BASE_LR 1e-5
 #define TACOD_DEFAULT_EPOCHS 3
 #define TACOD_DEFAULT_BATCH 4
 
@@ -63,7 +62,8 @@ void tacod_job_spec_free(tacod_job_spec *spec);
  * as OpenAI's job object shows them: {"n_epochs", "batch_size",
  * "learning_rate_multiplier"}, "auto" and absent resolved to tacod's
  * defaults, from either place (method.supervised or method.dpo, or the
- * deprecated top level), taco.lr as its multiplier, and n_epochs null when
+ * deprecated top level), the multiplier null with a taco.lr (a rate of
+ * its own, not a multiple of the auto one), and n_epochs null when
  * taco.steps sets the length. NULL when req is not such a request. */
 json_t *tacod_job_hyperparameters(json_t *req);
 

@@ -88,7 +88,7 @@ const char ctl_jobspec_help[] =
     "0.1 for auto)\n"
     "  --epochs N|auto          n_epochs\n"
     "  --batch-size N|auto      batch_size (preference pairs for dpo)\n"
-    "  --lr-multiplier X|auto   learning_rate_multiplier (lr = 1e-5 x X)\n"
+    "  --lr-multiplier X|auto   learning_rate_multiplier (of the auto lr)\n"
     "                           these three go in method.<type>."
     "hyperparameters with a\n"
     "                           method, else in hyperparameters\n"

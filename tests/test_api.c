@@ -302,7 +302,9 @@ START_TEST(test_request_defaults_and_mapping)
 			 TACOD_DEFAULT_EPOCHS);
 	ck_assert_int_eq(json_integer_value(json_object_get(job, "batch_size")),
 			 TACOD_DEFAULT_BATCH);
-	ck_assert(json_real_value(json_object_get(job, "lr")) == TACOD_BASE_LR);
+	/* the auto rate, which taco-train picks for the model */
+	ck_assert_ptr_null(json_object_get(job, "lr"));
+	ck_assert(json_real_value(json_object_get(job, "lr_multiplier")) == 1);
 	ck_assert_str_eq(json_string_value(json_object_get(job, "train")),
 			 "/state/files/file-train");
 	ck_assert_str_eq(json_string_value(json_object_get(job, "output_dir")),
@@ -322,8 +324,7 @@ START_TEST(test_request_defaults_and_mapping)
 	    0);
 	ck_assert_int_eq(json_integer_value(json_object_get(job, "batch_size")),
 			 8);
-	ck_assert_double_eq_tol(json_real_value(json_object_get(job, "lr")),
-				1e-4, 1e-12);
+	ck_assert(json_real_value(json_object_get(job, "lr_multiplier")) == 10);
 	ck_assert_int_eq(json_integer_value(json_object_get(job, "steps")), 5);
 	ck_assert_ptr_null(json_object_get(job, "epochs"));
 	ck_assert_str_eq(json_string_value(json_object_get(job, "validation")),
@@ -397,8 +398,8 @@ START_TEST(test_request_hyperparameters_both)
 	ck_assert_int_eq(json_integer_value(json_object_get(job, "epochs")), 2);
 	ck_assert_int_eq(json_integer_value(json_object_get(job, "batch_size")),
 			 16);
-	ck_assert_double_eq_tol(json_real_value(json_object_get(job, "lr")),
-				5e-6, 1e-15);
+	ck_assert(json_real_value(json_object_get(job, "lr_multiplier")) ==
+		  0.5);
 	json_decref(job);
 	/* disagreeing: refused, naming method's field */
 	ck_assert_int_eq(
@@ -457,7 +458,9 @@ START_TEST(test_request_dpo)
 			 TACOD_DEFAULT_BATCH);
 	ck_assert_int_eq(json_integer_value(json_object_get(job, "epochs")),
 			 TACOD_DEFAULT_EPOCHS);
-	ck_assert(json_real_value(json_object_get(job, "lr")) == TACOD_BASE_LR);
+	/* the auto rate, which taco-train picks for the model */
+	ck_assert_ptr_null(json_object_get(job, "lr"));
+	ck_assert(json_real_value(json_object_get(job, "lr_multiplier")) == 1);
 	json_decref(job);
 	/* type dpo alone, no method.dpo: the same */
 	ck_assert_int_eq(
@@ -482,7 +485,7 @@ START_TEST(test_request_dpo)
 	ck_assert_int_eq(spec.job.method, TACO_METHOD_DPO);
 	ck_assert(spec.job.dpo_beta == 0.25);
 	ck_assert_int_eq(spec.job.batch_size, 2);
-	ck_assert_double_eq_tol(spec.job.lr, 5e-6, 1e-15);
+	ck_assert(spec.job.lr == 0 && spec.job.lr_multiplier == 0.5);
 	ck_assert_str_eq(spec.job.validation, "/state/files/file-val");
 	job = json_loads(spec.text, 0, NULL);
 	ck_assert_int_eq(json_integer_value(json_object_get(job, "epochs")), 2);
@@ -561,7 +564,7 @@ START_TEST(test_job_method)
 	     "{\"beta\": 2}}}, \"taco\": {\"steps\": 4, \"lr\": 2e-6}}",
 	     "{\"type\":\"dpo\",\"dpo\":{\"hyperparameters\":{\"beta\":2.0,"
 	     "\"n_epochs\":null,\"batch_size\":4,"
-	     "\"learning_rate_multiplier\":0.2}}}"},
+	     "\"learning_rate_multiplier\":null}}}"},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -639,12 +642,13 @@ START_TEST(test_job_hyperparameters)
 	     "\"learning_rate_multiplier\": 0.25}}}}",
 	     "{\"n_epochs\":5,\"batch_size\":4,"
 	     "\"learning_rate_multiplier\":0.25}"},
-	    /* taco.lr wins over the multiplier; taco.steps over the epochs */
+	    /* taco.lr wins over the multiplier (null: the rate is not a
+	     * multiple of the auto one); taco.steps over the epochs */
 	    {"{\"hyperparameters\": {\"n_epochs\": 2, "
 	     "\"learning_rate_multiplier\": 7}, \"taco\": {\"lr\": 3e-5, "
 	     "\"steps\": 10}}",
 	     "{\"n_epochs\":null,\"batch_size\":4,"
-	     "\"learning_rate_multiplier\":3.0}"},
+	     "\"learning_rate_multiplier\":null}"},
 	    {"{\"taco\": {\"steps\": null}}",
 	     "{\"n_epochs\":3,\"batch_size\":4,"
 	     "\"learning_rate_multiplier\":1.0}"},

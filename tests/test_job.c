@@ -96,7 +96,7 @@ START_TEST(test_all_problems_together)
 	ck_assert(has(&p, "train: must be a non-empty string"));
 	ck_assert(has(&p, "steps: set steps or epochs"));
 	ck_assert(has(&p, "batch_size: must be an integer"));
-	ck_assert(has(&p, "lr: must be a number"));
+	ck_assert(has(&p, "lr: must be \"auto\" or a number"));
 	ck_assert(has(&p, "schedule: must be one of constant, linear, cosine"));
 	ck_assert(has(&p, "taco.k: must be an integer in [1, 16]"));
 	ck_assert(has(&p, "taco.color: unknown option"));
@@ -275,6 +275,76 @@ START_TEST(test_schedules)
 }
 END_TEST
 
+/* The auto rate: the table of docs/taco.md by method, optimizer and
+ * width, times lr_multiplier; an explicit rate stays and refuses a
+ * multiplier. */
+START_TEST(test_lr_auto)
+{
+	static const char base[] =
+	    "{\"model\":\"m\",\"train\":\"t\",\"output_dir\":\"o\","
+	    "\"steps\":10";
+	char text[256];
+	taco_job job;
+	taco_job_problems p;
+
+	parse("{\"model\":\"m\",\"train\":\"t\",\"output_dir\":\"o\","
+	      "\"steps\":10}",
+	      &job, &p);
+	ck_assert(job.lr == 0 && job.lr_multiplier == 1);
+	/* measured on widths 64 and 256: flat up to 256 */
+	ck_assert(taco_job_lr_auto(&job, 64) == 1e-2);
+	ck_assert(taco_job_lr_auto(&job, 256) == 1e-2);
+	/* from 2048 on: 3e-5, and geometric between (1024 is 2/3 of the way) */
+	ck_assert(taco_job_lr_auto(&job, 5120) == 3e-5);
+	ck_assert_double_eq_tol(taco_job_lr_auto(&job, 1024),
+				1e-2 * pow(3e-3, 2.0 / 3), 1e-15);
+	job.optim.all_adamw = 1;
+	ck_assert(taco_job_lr_auto(&job, 64) == 3e-3);
+	ck_assert(taco_job_lr_auto(&job, 4096) == 1e-5);
+	job.method = TACO_METHOD_DPO;
+	ck_assert(taco_job_lr_auto(&job, 64) == 1e-5);
+	ck_assert(taco_job_lr_auto(&job, 8192) == 1e-6);
+	job.optim.all_adamw = 0;
+	ck_assert(taco_job_lr_auto(&job, 64) == 3e-5);
+	ck_assert(taco_job_lr_auto(&job, 2048) == 3e-6);
+	taco_job_free(&job);
+
+	snprintf(text, sizeof(text),
+		 "%s,\"lr\":\"auto\","
+		 "\"lr_multiplier\":2.5}",
+		 base);
+	parse(text, &job, &p);
+	ck_assert_int_eq(taco_job_resolve_lr(&job, 64), 1);
+	ck_assert_double_eq_tol(job.lr, 2.5e-2, 1e-15);
+	/* resolved once: the rate is now the job's own */
+	ck_assert_int_eq(taco_job_resolve_lr(&job, 4096), 0);
+	ck_assert_double_eq_tol(job.lr, 2.5e-2, 1e-15);
+	taco_job_free(&job);
+
+	snprintf(text, sizeof(text), "%s,\"lr\":3e-4}", base);
+	parse(text, &job, &p);
+	ck_assert_int_eq(taco_job_resolve_lr(&job, 64), 0);
+	ck_assert(job.lr == 3e-4);
+	taco_job_free(&job);
+
+	snprintf(text, sizeof(text), "%s,\"lr\":3e-4,\"lr_multiplier\":2}",
+		 base);
+	ck_assert_int_eq(taco_job_parse(text, strlen(text), NULL, &job, &p),
+			 -EINVAL);
+	ck_assert(has(&p, "lr_multiplier: only with lr auto"));
+	taco_job_free(&job);
+	snprintf(text, sizeof(text),
+		 "%s,\"lr\":\"fast\","
+		 "\"lr_multiplier\":0}",
+		 base);
+	ck_assert_int_eq(taco_job_parse(text, strlen(text), NULL, &job, &p),
+			 -EINVAL);
+	ck_assert(has(&p, "lr: must be \"auto\" or a number in (0, 10]"));
+	ck_assert(has(&p, "lr_multiplier: must be a number in (0, 1000]"));
+	taco_job_free(&job);
+}
+END_TEST
+
 /* A list of option names, as the schema or a document has them. */
 typedef struct names {
 	int n;
@@ -420,6 +490,7 @@ int main(void)
 	tcase_add_test(tc, test_weights);
 	tcase_add_test(tc, test_method);
 	tcase_add_test(tc, test_schedules);
+	tcase_add_test(tc, test_lr_auto);
 	tcase_add_test(tc, test_schema_documented);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);

@@ -20,7 +20,9 @@
 #include "tacod_harness.h"
 #include "testutil.h"
 
-/* alice's job from model with these taco options: its id. */
+/* alice's job from model with these taco options: its id. The
+ * multiplier makes the fixtures' auto rate (TACO at width <= 256: 1e-2)
+ * 3e-3. */
 static char *create(const char *model, const char *file, const char *suffix,
 		    const char *taco)
 {
@@ -31,7 +33,7 @@ static char *create(const char *model, const char *file, const char *suffix,
 	snprintf(body, sizeof(body),
 		 "{\"model\": \"%s\", \"training_file\": \"%s\", "
 		 "\"suffix\": \"%s\", \"seed\": 3, \"hyperparameters\": "
-		 "{\"learning_rate_multiplier\": 300}, \"taco\": {\"seq_len\": "
+		 "{\"learning_rate_multiplier\": 0.3}, \"taco\": {\"seq_len\": "
 		 "24, %s}}",
 		 model, file, suffix, taco);
 	ck_assert_int_eq(

@@ -335,6 +335,100 @@ START_TEST(test_resume_after_sigkill)
 }
 END_TEST
 
+/* The quality benchmark's base (bench/quality/quality.py, BASE_JOB): the
+ * demo's random model pre-trained with AdamW on its counting, into
+ * tmpdir/base (about 10 s). */
+static const char *quality_base(void)
+{
+	static char model[300];
+	char path[512], out[300], init[512];
+	FILE *f;
+	run r;
+
+	/* tu_fixture's buffer is its own: one at a time */
+	snprintf(init, sizeof(init), "%s",
+		 tu_fixture("../../examples/demo/model"));
+	snprintf(model, sizeof(model), "%s/base/model", tmpdir);
+	snprintf(out, sizeof(out), "%s/base", tmpdir);
+	snprintf(path, sizeof(path), "%s/base.json", tmpdir);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fprintf(f,
+		"{\"model\": \"%s\", \"train\": \"%s\", \"output_dir\": "
+		"\"%s\", \"steps\": 600, \"batch_size\": 16, \"seq_len\": 32, "
+		"\"lr\": 0.003, \"schedule\": \"linear\", \"optimizer\": "
+		"\"adamw\", \"seed\": 0, \"log_every\": 100}\n",
+		init, tu_fixture("../../examples/demo/train.jsonl"), out);
+	fclose(f);
+	r = run_train(path, 0, NULL, 0, 0);
+	ck_assert_int_eq(r.status, 0);
+	json_decref(r.events);
+	return model;
+}
+
+/* The auto learning rate fine-tunes the benchmark's base to its target:
+ * the reverse task (tests/fixtures/quality/, bench/quality/tasks.py,
+ * seed 0) to a validation token accuracy of 0.95 within the benchmark's
+ * 300 steps, with TACO (_i 0) and with AdamW (_i 1), the job naming no
+ * lr. A learning test: the rate must be one that works, not a number. */
+START_TEST(test_auto_lr_fine_tunes)
+{
+	static const char *const opt[] = {"taco", "adamw"};
+	char path[512], val[512];
+	const char *base;
+	double best = 0;
+	int64_t reached = 0;
+	json_t *e, *st;
+	size_t i;
+	FILE *f;
+	run r;
+
+	make_tmpdir();
+	base = quality_base();
+	snprintf(path, sizeof(path), "%s/auto.json", tmpdir);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	snprintf(val, sizeof(val), "%s",
+		 tu_fixture("quality/reverse_val.jsonl"));
+	fprintf(f,
+		"{\"model\": \"%s\", \"train\": \"%s\", \"validation\": "
+		"\"%s\", \"output_dir\": \"%s/out\", \"steps\": 300, "
+		"\"batch_size\": 16, \"seq_len\": 32, \"optimizer\": \"%s\", "
+		"\"eval_every\": 25, \"log_every\": 50}\n",
+		base, tu_fixture("quality/reverse_train.jsonl"), val, tmpdir,
+		opt[_i]);
+	fclose(f);
+	r = run_train(path, 0, NULL, 0, 0);
+	ck_assert_int_eq(r.status, 0);
+	st = last_event(&r, "started");
+	ck_assert(json_is_true(json_object_get(st, "lr_auto")));
+	/* the demo's width, 64: the small models' rates */
+	ck_assert(json_real_value(json_object_get(st, "lr")) ==
+		  (_i ? 3e-3 : 1e-2));
+	json_array_foreach(r.events, i, e)
+	{
+		double acc;
+
+		if (strcmp(json_string_value(json_object_get(e, "event")),
+			   "eval"))
+			continue;
+		acc = json_real_value(json_object_get(e, "val_token_accuracy"));
+		if (acc > best)
+			best = acc;
+		if (!reached && acc >= 0.95)
+			reached =
+			    json_integer_value(json_object_get(e, "step"));
+	}
+	fprintf(stderr,
+		"auto lr %g (%s): best validation token accuracy %.3f, "
+		"0.95 reached at step %lld\n",
+		json_real_value(json_object_get(st, "lr")), opt[_i], best,
+		(long long)reached);
+	ck_assert_msg(reached > 0, "%s at its auto lr: best accuracy %.3f",
+		      opt[_i], best);
+	json_decref(r.events);
+	rm_tmpdir();
+}
+END_TEST
+
 /* A DPO job on the demo model: the counting task's preference pairs. */
 static const char *write_dpo_job(const char *name)
 {
@@ -874,6 +968,7 @@ int main(void)
 	tcase_add_test(tc, test_learns_taco);
 	tcase_add_test(tc, test_learns_taco_bf16);
 	tcase_add_test(tc, test_learns_adamw);
+	tcase_add_loop_test(tc, test_auto_lr_fine_tunes, 0, 2);
 	tcase_add_loop_test(tc, test_learns_families, 0, 4);
 	tcase_add_test(tc, test_opt_chat_and_completion);
 	tcase_add_test(tc, test_learns_packed);

@@ -482,7 +482,7 @@
 				field('Training file (JSONL)', train), field('Validation file (optional)', val), field('Base model', model),
 				field('Method', method), betaField,
 				el('h2', {}, 'Options'),
-				el('div', { class: 'grid' }, field('Epochs', o.epochs), field('Batch size', o.batch), field('LR multiplier', o.lrm, 'lr = 1e-5 × this'),
+				el('div', { class: 'grid' }, field('Epochs', o.epochs), field('Batch size', o.batch), field('LR multiplier', o.lrm, 'lr = the auto rate (docs/taco.md) × this'),
 					field('Steps', o.steps), field('Learning rate', o.lr), field('Sequence length', o.seq),
 					field('Eval every', o.evalEvery), field('Log every', o.logEvery), field('Checkpoint every', o.ckptEvery), field('Seed', o.seed)),
 				field('Suffix', suffix), field('Metadata', metadata),

@@ -48,7 +48,8 @@ typedef struct taco_job {
 	int batch_size;
 	int seq_len;
 	int grad_accum;
-	double lr;
+	double lr;	      /* peak rate; 0: auto (taco_job_lr_auto) */
+	double lr_multiplier; /* times the auto rate; 1 */
 	int schedule;
 	int64_t warmup_steps;
 	double min_lr_ratio; /* the schedule decays to lr * min_lr_ratio */
@@ -90,8 +91,18 @@ int taco_job_parse(const char *json, size_t len, const char *dir_of_file,
 int taco_job_load(const char *path, taco_job *job, taco_job_problems *probs);
 void taco_job_free(taco_job *job);
 
-/* The learning rate of optimizer step `step` (1-based) of `total`. */
+/* The learning rate of optimizer step `step` (1-based) of `total`, for a
+ * job whose lr is set (taco_job_resolve_lr). */
 double taco_job_lr(const taco_job *job, int64_t step, int64_t total);
+
+/* The auto peak rate for the job's method and optimizer on a model of
+ * this hidden size (docs/taco.md, "Learning rates"), before
+ * lr_multiplier. */
+double taco_job_lr_auto(const taco_job *job, int hidden);
+
+/* Sets job->lr to its auto rate times lr_multiplier when it is auto (0);
+ * an explicit rate stays. Returns 1 when it was auto. */
+int taco_job_resolve_lr(taco_job *job, int hidden);
 
 const char *taco_schedule_name(int schedule);
 

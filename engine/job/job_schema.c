@@ -61,6 +61,20 @@ static void weights_stream(json_t *o, taco_job *job, taco_job_problems *p)
 				    "activation_checkpointing");
 }
 
+/* A multiplier scales the auto rate: beside a rate of its own it would
+ * say two things. */
+static void multiplier_of_auto(json_t *o, taco_job *job, taco_job_problems *p)
+{
+	json_t *m = json_object_get(o, "lr_multiplier");
+
+	if (job->lr != 0 && m && !json_is_null(m))
+		taco_job_problem(p,
+				 "lr_multiplier: only with lr auto (it "
+				 "multiplies the auto rate; lr %g is a "
+				 "rate of its own)",
+				 job->lr);
+}
+
 /* DPO scores each sequence of a pair in a row of its own: packing would
  * put several pairs' sequences in one row. */
 static void method_fits(json_t *o, taco_job *job, taco_job_problems *p)
@@ -141,7 +155,10 @@ const taco_job_key taco_job_keys[] = {
     {"seq_len", REQUEST, TACO_JOB_INT, AT(seq_len), INTS(2, 1 << 17)},
     {"grad_accum", REQUEST, TACO_JOB_INT, AT(grad_accum), INTS(1, 4096),
      .then = tokens_per_batch},
-    {"lr", REQUEST, TACO_JOB_NUM, AT(lr), NUMS(0, 10), .open_min = 1},
+    {"lr", REQUEST, TACO_JOB_NUM, AT(lr), NUMS(0, 10), .open_min = 1,
+     .or_auto = 1},
+    {"lr_multiplier", DAEMON, TACO_JOB_NUM, AT(lr_multiplier), NUMS(0, 1000),
+     .open_min = 1, .then = multiplier_of_auto},
     {"schedule", REQUEST, TACO_JOB_ENUM, AT(schedule), .names = schedules},
     {"warmup_steps", REQUEST, TACO_JOB_I64, AT(warmup_steps),
      INTS(0, 1000000000)},
@@ -249,19 +266,25 @@ static void get_i64(json_t *o, const char *where, const char *key, int64_t lo,
 	*out = json_integer_value(v);
 }
 
-/* A number in (lo, hi] or [lo, hi] depending on open_lo. */
+/* A number in (lo, hi] or [lo, hi] depending on open_lo; with or_auto,
+ * also "auto", which leaves the default (auto). */
 static void get_num(json_t *o, const char *where, const char *key, double lo,
-		    double hi, int open_lo, double *out, taco_job_problems *p)
+		    double hi, int open_lo, int or_auto, double *out,
+		    taco_job_problems *p)
 {
 	json_t *v = json_object_get(o, key);
 	double x;
 
 	if (!v || json_is_null(v))
 		return;
+	if (or_auto && json_is_string(v) &&
+	    !strcmp(json_string_value(v), "auto"))
+		return;
 	x = json_is_number(v) ? json_number_value(v) : NAN;
 	if (!(x <= hi && (open_lo ? x > lo : x >= lo))) {
-		taco_job_problem(p, "%s%s: must be a number in %s%g, %g]",
-				 where, key, open_lo ? "(" : "[", lo, hi);
+		taco_job_problem(p, "%s%s: must be %sa number in %s%g, %g]",
+				 where, key, or_auto ? "\"auto\" or " : "",
+				 open_lo ? "(" : "[", lo, hi);
 		return;
 	}
 	*out = x;
@@ -365,11 +388,13 @@ static void read_key(json_t *o, const char *where, const taco_job_key *k,
 		*u = (uint64_t)x;
 		break;
 	case TACO_JOB_NUM:
-		get_num(o, where, k->name, k->min, k->max, k->open_min, at, p);
+		get_num(o, where, k->name, k->min, k->max, k->open_min,
+			k->or_auto, at, p);
 		break;
 	case TACO_JOB_FLOAT:
 		d = *(float *)at;
-		get_num(o, where, k->name, k->min, k->max, k->open_min, &d, p);
+		get_num(o, where, k->name, k->min, k->max, k->open_min,
+			k->or_auto, &d, p);
 		*(float *)at = (float)d;
 		break;
 	case TACO_JOB_BOOL:

@@ -49,6 +49,7 @@ struct taco_job_key {
 	int64_t imin, imax;	    /* INT, I64, U64 */
 	double min, max;	    /* NUM, FLOAT */
 	int open_min;		    /* NUM, FLOAT: min itself is outside */
+	int or_auto;		    /* NUM, FLOAT: "auto" keeps the default */
 	const char *const *names;   /* ENUM: NULL-terminated, enum order */
 	const taco_job_key *fields; /* OBJECT: its options, NULL-ended */
 	/* A check across options, run right after this one is read (the

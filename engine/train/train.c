@@ -36,7 +36,10 @@ typedef struct grad_ctx {
 } grad_ctx;
 
 typedef struct trainer {
-	const taco_job *job;
+	const taco_job *job; /* &job_lr */
+	/* the job as given, with its auto lr resolved for the model */
+	taco_job job_lr;
+	int lr_auto; /* the job's lr was auto */
 	const taco_train_opts *opts;
 	taco_model *m;
 	taco_optim *o;
@@ -721,6 +724,8 @@ static int setup(trainer *tr, taco_err *err)
 		 j->dropout >= 0 ? (float)j->dropout : tr->m->cfg.dropout,
 		 tk_splitmix64(j->optim.seed ^ 0x64726f706f7574ull), err)))
 		return r;
+	/* from the config alone, so a resumed run gets the same rate */
+	tr->lr_auto = taco_job_resolve_lr(&tr->job_lr, tr->m->cfg.hidden);
 	r = taco_job_data_load(j, tr->m->cfg.vocab, &tr->data, err);
 	validated(tr);
 	if (r)
@@ -766,9 +771,12 @@ static void started(trainer *tr)
 	    "batch_size", j->batch_size, "seq_len", j->seq_len, "grad_accum",
 	    j->grad_accum, "planned_bytes", (json_int_t)tr->plan.total);
 
-	if (e)
+	if (e) {
 		json_object_set_new(e, "method",
 				    json_string(tr->dpo ? "dpo" : "sft"));
+		json_object_set_new(e, "lr", json_real(j->lr));
+		json_object_set_new(e, "lr_auto", json_boolean(tr->lr_auto));
+	}
 	if (e && tr->dpo)
 		json_object_set_new(e, "train_pairs",
 				    json_integer((json_int_t)tr->train->n / 2));
@@ -805,7 +813,9 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 	memset(&tr, 0, sizeof(tr));
 	tr.lock_fd = -1;
 	tr.eval_step = -1;
-	tr.job = job;
+	/* a shallow copy: freeze stays the caller's */
+	tr.job_lr = *job;
+	tr.job = &tr.job_lr;
 	tr.opts = opts;
 	tr.ops = opts->ops ? opts->ops : tk_cpu_ops();
 	tr.backend =

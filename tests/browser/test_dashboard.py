@@ -483,7 +483,7 @@ def run(t, locked, d, shots):
     did = d.current_url.split("#/job/")[1]
     djob = t.json("GET", f"/v1/fine_tuning/jobs/{did}")
     check(djob["method"] == {"type": "dpo", "dpo": {"hyperparameters": {
-        "beta": 0.1, "batch_size": 8, "n_epochs": None, "learning_rate_multiplier": 3.0}}}
+        "beta": 0.1, "batch_size": 8, "n_epochs": None, "learning_rate_multiplier": None}}}
           and djob["model"] == tuned, f"the DPO job: {djob['method']}, {djob['model']}")
     wait(d, "the DPO job to succeed", lambda: shown_status(d) == "succeeded", timeout=90 * SCALE)
     wait(d, "its evaluations", lambda: points(d, "chart-reward-acc", 1) >= 3)
