@@ -237,7 +237,7 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 		return tacod_request_fail(
 		    e, "suffix", "invalid_suffix",
 		    "suffix is at most 64 letters, digits, '-', '_' "
-		    "or '.'");
+		    "or '.', and not . or ..");
 	v = json_object_get(req, "seed");
 	if (v && !json_is_null(v) &&
 	    (!json_is_integer(v) || json_integer_value(v) < 0 ||

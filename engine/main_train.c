@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include "data/job_data.h"
+#include "gguf/gguf_export.h"
 #include "job/job.h"
 #include "plan/plan.h"
+#include "train/export_gguf.h"
 #include "train/train.h"
 #include "util/runtime.h"
 
@@ -99,6 +101,18 @@ static void usage(FILE *f)
 		"                   on cuda); a job whose plan exceeds it is "
 		"refused\n"
 		"                   before it loads\n"
+		"  --export-gguf TYPE\n"
+		"                   convert the job's exported model "
+		"(OUTPUT_DIR/model) to\n"
+		"                   GGUF for llama.cpp, of type bf16, f16 or "
+		"q8_0, and exit:\n"
+		"                   OUTPUT_DIR/gguf/model-TYPE.gguf "
+		"(docs/gguf.md)\n"
+		"  --checkpoint DIR with --export-gguf: convert the "
+		"checkpoint DIR instead\n"
+		"                   (OUTPUT_DIR/gguf/step-NNNNNNNN-TYPE.gguf)\n"
+		"  --output PATH    with --export-gguf: write the file to "
+		"PATH instead\n"
 		"  -h, --help       this text\n"
 		"\n"
 		"SIGTERM or SIGINT: finish the current step, write a "
@@ -200,6 +214,22 @@ static int print_plan(const taco_job *job, int backend, uint64_t budget)
 	return r;
 }
 
+/* taco-train --export-gguf */
+static int export_gguf(const taco_job *job, int type, const char *ckpt,
+		       const char *out)
+{
+	char path[4400];
+	taco_err err = {{0}};
+
+	if (taco_train_export_gguf(job, ckpt, type, out, path, sizeof(path),
+				   &err)) {
+		fprintf(stderr, "taco-train: %s\n", err.msg);
+		return EXIT_FAILED;
+	}
+	printf("%s\n", path);
+	return EXIT_OK;
+}
+
 static int parse_fd(const char *s, int *out)
 {
 	char *end;
@@ -224,12 +254,16 @@ int main(int argc, char **argv)
 	    {"plan", no_argument, NULL, 'P'},
 	    {"backend", required_argument, NULL, 'B'},
 	    {"memory-budget", required_argument, NULL, 'M'},
+	    {"export-gguf", required_argument, NULL, 'G'},
+	    {"checkpoint", required_argument, NULL, 'C'},
+	    {"output", required_argument, NULL, 'O'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	taco_train_opts to = {.events_fd = -1, .stop = &stop_requested};
 	int c, check = 0, no_progress = 0, plan = 0, validate = 0, r;
-	int die_with_parent = 0;
+	int die_with_parent = 0, gguf = -1;
+	const char *ckpt = NULL, *gguf_out = NULL;
 	int backend = TACO_BACKEND_CPU;
 	taco_job job;
 	taco_job_problems probs;
@@ -308,6 +342,20 @@ int main(int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			break;
+		case 'G':
+			if ((gguf = taco_gguf_type_from_name(optarg)) < 0) {
+				fprintf(stderr,
+					"taco-train: --export-gguf must "
+					"be bf16, f16 or q8_0\n");
+				return EXIT_USAGE;
+			}
+			break;
+		case 'C':
+			ckpt = optarg;
+			break;
+		case 'O':
+			gguf_out = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return EXIT_OK;
@@ -320,6 +368,11 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_USAGE;
 	}
+	if (gguf < 0 && (ckpt || gguf_out)) {
+		fprintf(stderr, "taco-train: --checkpoint and --output go with "
+				"--export-gguf\n");
+		return EXIT_USAGE;
+	}
 	if (taco_job_load(argv[optind], &job, &probs)) {
 		int shown = probs.n < 64 ? probs.n : 64;
 		fprintf(stderr, "taco-train: %s: %d problem%s:\n", argv[optind],
@@ -330,6 +383,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "  ... and %d more\n", probs.n - shown);
 		taco_job_free(&job);
 		return EXIT_USAGE;
+	}
+	if (gguf >= 0) {
+		r = export_gguf(&job, gguf, ckpt, gguf_out);
+		taco_job_free(&job);
+		return r;
 	}
 	if (validate) {
 		r = print_validation(&job);

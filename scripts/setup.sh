@@ -55,18 +55,32 @@ if [ ${#missing[@]} -ne 0 ]; then
 	$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The test venv (tests/openai_sdk/requirements.txt: the openai SDK,
-# schemathesis and selenium): made once, refreshed when its requirements change; a venv
-# that no longer runs is made anew.
 root="$(cd "$(dirname "$0")/.." && pwd)"
-venv="$root/build-venv/sdk"
-req="$root/tests/openai_sdk/requirements.txt"
-if [ -e "$venv" ] && ! "$venv/bin/python" -c '' 2>/dev/null; then
-	rm -rf "$venv"
-fi
-if ! cmp -s "$req" "$venv/requirements.txt" 2>/dev/null; then
-	echo "setup.sh: making $venv"
-	[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-	"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
-	cp "$req" "$venv/requirements.txt"
-fi
+
+# make_venv NAME REQUIREMENTS: build-venv/NAME from the pinned file, made
+# once and refreshed when the file changes; a venv that no longer runs is
+# made anew. pip's environment (CMAKE_ARGS) comes from the caller.
+make_venv() {
+	local venv="$root/build-venv/$1" req="$2"
+	if [ -e "$venv" ] && ! "$venv/bin/python" -c '' 2>/dev/null; then
+		rm -rf "$venv"
+	fi
+	if ! cmp -s "$req" "$venv/requirements.txt" 2>/dev/null; then
+		echo "setup.sh: making $venv"
+		[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+		"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+		cp "$req" "$venv/requirements.txt"
+	fi
+}
+
+# The test venv (tests/openai_sdk/requirements.txt: the openai SDK,
+# schemathesis and selenium).
+make_venv sdk "$root/tests/openai_sdk/requirements.txt"
+
+# The GGUF venv (tests/gguf/requirements.txt: gguf, llama-cpp-python, for
+# tests/gguf/check.py): apart from the SDK's, since pip builds llama.cpp
+# from source for it (about 8 minutes on 2 cores), and only when its own
+# requirements change. Without the multimodal library, which the test
+# does not load.
+CMAKE_ARGS="-DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+	make_venv gguf "$root/tests/gguf/requirements.txt"

@@ -190,6 +190,15 @@ static void job_event(void *ctx, tacod_run *rj, json_t *e)
 	} else if (!strcmp(name, "exported")) {
 		snprintf(rj->exported, sizeof(rj->exported), "%s",
 			 json_string_value(json_object_get(e, "path")));
+	} else if (!strcmp(name, "exported_gguf")) {
+		/* the file stays in the job's output (gguf/); a download route
+		 * is docs/gguf.md's next step */
+		snprintf(
+		    msg, sizeof(msg), "Exported GGUF %s (%lld bytes)",
+		    json_string_value(json_object_get(e, "type")) ?: "?",
+		    (long long)json_integer_value(json_object_get(e, "bytes")));
+		rc = tacod_service_event(s, rj->id, "info", "message", msg,
+					 NULL);
 	} else if (!strcmp(name, "error")) {
 		const char *m =
 		    json_string_value(json_object_get(e, "message"));

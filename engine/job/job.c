@@ -24,6 +24,7 @@ static void defaults(taco_job *job)
 	taco_optim_defaults(&job->optim);
 	job->keep_checkpoints = 2;
 	job->export_shard_bytes = 5000000000ull;
+	job->export_gguf_max_bytes = 1000000000000ull;
 	job->log_every = 1;
 	job->max_examples = 10000000;
 	job->activation_checkpointing = 1;

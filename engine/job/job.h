@@ -60,6 +60,10 @@ typedef struct taco_job {
 	int64_t checkpoint_every; /* 0 = on stop signals only */
 	int keep_checkpoints;
 	uint64_t export_shard_bytes;
+	/* GGUF files beside the export: bit TACO_GGUF_* (gguf_export.h's
+	 * order: bf16, f16, q8_0) */
+	unsigned export_gguf;
+	uint64_t export_gguf_max_bytes; /* per file */
 	int64_t log_every;
 	int64_t max_examples; /* limit on examples read from a data file */
 	int activation_checkpointing; /* 0: keep every layer's activations */

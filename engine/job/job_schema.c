@@ -103,6 +103,8 @@ static void method_fits(json_t *o, taco_job *job, taco_job_problems *p)
 enum { DAEMON = TACO_JOB_BY_DAEMON, REQUEST = TACO_JOB_BY_REQUEST };
 
 static const char *const schedules[] = {"constant", "linear", "cosine", NULL};
+/* engine/gguf/gguf_export.h's enum taco_gguf_type, in its order */
+static const char *const gguf_types[] = {"bf16", "f16", "q8_0", NULL};
 static const char *const optimizers[] = {"taco", "adamw", NULL};
 static const char *const roundings[] = {"nearest", "stochastic", NULL};
 /* in the order of enum taco_template and enum taco_overlength */
@@ -175,6 +177,10 @@ const taco_job_key taco_job_keys[] = {
     {"keep_checkpoints", REQUEST, TACO_JOB_INT, AT(keep_checkpoints),
      INTS(1, 1000)},
     {"export_shard_bytes", DAEMON, TACO_JOB_U64, AT(export_shard_bytes),
+     INTS(4096, INT64_MAX)},
+    {"export_gguf", REQUEST, TACO_JOB_ENUM_SET, AT(export_gguf),
+     .names = gguf_types},
+    {"export_gguf_max_bytes", DAEMON, TACO_JOB_U64, AT(export_gguf_max_bytes),
      INTS(4096, INT64_MAX)},
     {"log_every", REQUEST, TACO_JOB_I64, AT(log_every), INTS(1, 1000000000)},
     {"max_examples", DAEMON, TACO_JOB_I64, AT(max_examples),
@@ -323,6 +329,48 @@ static void get_enum(json_t *o, const char *where, const char *key,
 	taco_job_problem(p, "%s%s: must be one of %s", where, key, list);
 }
 
+/* A list of distinct names: their bits. */
+static void get_enum_set(json_t *o, const char *where, const char *key,
+			 const char *const *names, unsigned *out,
+			 taco_job_problems *p)
+{
+	json_t *v = json_object_get(o, key), *e;
+	unsigned set = 0;
+	size_t i;
+	int k;
+
+	if (!v || json_is_null(v))
+		return;
+	if (!json_is_array(v)) {
+		taco_job_problem(p, "%s%s: must be a list", where, key);
+		return;
+	}
+	json_array_foreach(v, i, e)
+	{
+		for (k = 0; names[k]; k++)
+			if (json_is_string(e) &&
+			    !strcmp(json_string_value(e), names[k]))
+				break;
+		if (!names[k]) {
+			char list[256] = "";
+			for (int j = 0; names[j]; j++)
+				snprintf(list + strlen(list),
+					 sizeof(list) - strlen(list), "%s%s",
+					 j ? ", " : "", names[j]);
+			taco_job_problem(p, "%s%s[%zu]: must be one of %s",
+					 where, key, i, list);
+			return;
+		}
+		if (set & (1u << k)) {
+			taco_job_problem(p, "%s%s[%zu]: %s is listed twice",
+					 where, key, i, names[k]);
+			return;
+		}
+		set |= 1u << k;
+	}
+	*out = set;
+}
+
 static void get_prefixes(json_t *v, const char *key, taco_job *job,
 			 taco_job_problems *p)
 {
@@ -402,6 +450,9 @@ static void read_key(json_t *o, const char *where, const taco_job_key *k,
 		break;
 	case TACO_JOB_ENUM:
 		get_enum(o, where, k->name, k->names, at, p);
+		break;
+	case TACO_JOB_ENUM_SET:
+		get_enum_set(o, where, k->name, k->names, at, p);
 		break;
 	case TACO_JOB_OBJECT:
 		if (!v)

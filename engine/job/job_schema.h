@@ -33,6 +33,7 @@ enum taco_job_type {
 	TACO_JOB_FLOAT,	   /* float: likewise */
 	TACO_JOB_BOOL,	   /* int: true or false */
 	TACO_JOB_ENUM,	   /* int: the index of one of names */
+	TACO_JOB_ENUM_SET, /* unsigned: a list of names, bit i for names[i] */
 	TACO_JOB_OBJECT,   /* an object of the options in fields */
 	TACO_JOB_PREFIXES, /* freeze: at most TACO_JOB_MAX_FREEZE tensor-name
 			    * prefixes into n_freeze and freeze */

@@ -18,6 +18,8 @@
 #include "data/job_data.h"
 #include "eval.h"
 #include "events.h"
+#include "export_gguf.h"
+#include "gguf/gguf_export.h"
 #include "model/export.h"
 #include "model/model.h"
 #include "optim/optim.h"
@@ -801,6 +803,21 @@ static int finish(trainer *tr, taco_err *err)
 	if (tr->opts->progress)
 		fprintf(stderr, "exported %s\n", out);
 	taco_events_emit(&tr->ev, "exported", json_pack("{ss}", "path", out));
+	for (int t = 0; t < TACO_GGUF_TYPES; t++) {
+		struct stat st;
+		if (!(tr->job->export_gguf & (1u << t)))
+			continue;
+		if ((r = taco_train_export_gguf(tr->job, NULL, t, NULL, out,
+						sizeof(out), err)))
+			return r;
+		if (tr->opts->progress)
+			fprintf(stderr, "exported %s\n", out);
+		taco_events_emit(
+		    &tr->ev, "exported_gguf",
+		    json_pack("{sssssI}", "path", out, "type",
+			      taco_gguf_type_name(t), "bytes",
+			      (json_int_t)(stat(out, &st) ? 0 : st.st_size)));
+	}
 	return 0;
 }
 
