@@ -327,76 +327,79 @@ static int64_t src_row(const plan_tensor *t, int64_t i)
 	return i;
 }
 
+/* The architecture's keys ("ARCH.NAME"), added until one fails: the first
+ * error stays in r. */
+typedef struct meta {
+	taco_gguf *g;
+	const char *arch;
+	int r;
+} meta;
+
+static const char *arch_key(const meta *m, const char *name, char *k,
+			    size_t len)
+{
+	snprintf(k, len, "%s.%s", m->arch, name);
+	return k;
+}
+
+static void meta_u32(meta *m, const char *name, int v)
+{
+	char k[96];
+	if (!m->r)
+		m->r = taco_gguf_kv_u32(m->g, arch_key(m, name, k, sizeof(k)),
+					(uint32_t)v);
+}
+
+static void meta_f32(meta *m, const char *name, double v)
+{
+	char k[96];
+	if (!m->r)
+		m->r = taco_gguf_kv_f32(m->g, arch_key(m, name, k, sizeof(k)),
+					(float)v);
+}
+
+static void meta_bool(meta *m, const char *name, int v)
+{
+	char k[96];
+	if (!m->r)
+		m->r =
+		    taco_gguf_kv_bool(m->g, arch_key(m, name, k, sizeof(k)), v);
+}
+
 static int add_meta(taco_gguf *g, const taco_config *c, const char *arch,
 		    const char *name, int ftype)
 {
-	char k[96];
-	int r = 0;
+	meta m = {g, arch, 0};
 
-#define KEY(s) (snprintf(k, sizeof(k), "%s.%s", arch, s), k)
-	r = r ?: taco_gguf_kv_str(g, "general.architecture", arch);
-	r = r ?: taco_gguf_kv_str(g, "general.type", "model");
-	r = r ?: taco_gguf_kv_str(g, "general.name", name);
-	r = r ?: taco_gguf_kv_u32(g, KEY("block_count"), (uint32_t)c->layers);
-	r = r
-		?: taco_gguf_kv_u32(g, KEY("context_length"),
-				    (uint32_t)c->max_pos);
-	r = r
-		?: taco_gguf_kv_u32(g, KEY("embedding_length"),
-				    (uint32_t)c->hidden);
-	r = r
-		?: taco_gguf_kv_u32(g, KEY("feed_forward_length"),
-				    (uint32_t)c->intermediate);
-	r = r
-		?: taco_gguf_kv_u32(g, KEY("attention.head_count"),
-				    (uint32_t)c->heads);
+	m.r = taco_gguf_kv_str(g, "general.architecture", arch);
+	m.r = m.r ?: taco_gguf_kv_str(g, "general.type", "model");
+	m.r = m.r ?: taco_gguf_kv_str(g, "general.name", name);
+	meta_u32(&m, "block_count", c->layers);
+	meta_u32(&m, "context_length", c->max_pos);
+	meta_u32(&m, "embedding_length", c->hidden);
+	meta_u32(&m, "feed_forward_length", c->intermediate);
+	meta_u32(&m, "attention.head_count", c->heads);
 	if (c->family == TACO_FAMILY_NEOX) {
-		r = r
-			?: taco_gguf_kv_u32(g, KEY("rope.dimension_count"),
-					    (uint32_t)c->rotary_dim);
-		r = r
-			?: taco_gguf_kv_bool(g, KEY("use_parallel_residual"),
-					     c->parallel_residual);
-		r = r
-			?: taco_gguf_kv_f32(g,
-					    KEY("attention.layer_norm_epsilon"),
-					    c->rms_eps);
+		meta_u32(&m, "rope.dimension_count", c->rotary_dim);
+		meta_bool(&m, "use_parallel_residual", c->parallel_residual);
+		meta_f32(&m, "attention.layer_norm_epsilon", c->rms_eps);
 		/* not the converter's (llama.cpp's default is 10000): so that
 		 * a model with another base is read right */
-		r = r
-			?: taco_gguf_kv_f32(g, KEY("rope.freq_base"),
-					    (float)c->rope_theta);
+		meta_f32(&m, "rope.freq_base", c->rope_theta);
 	} else {
-		r = r
-			?: taco_gguf_kv_u32(g, KEY("attention.head_count_kv"),
-					    (uint32_t)c->kv_heads);
-		r = r
-			?: taco_gguf_kv_f32(g, KEY("rope.freq_base"),
-					    (float)c->rope_theta);
-		r = r
-			?: taco_gguf_kv_f32(
-			       g, KEY("attention.layer_norm_rms_epsilon"),
-			       c->rms_eps);
-		r = r
-			?: taco_gguf_kv_u32(g, KEY("attention.key_length"),
-					    (uint32_t)c->head_dim);
-		r = r
-			?: taco_gguf_kv_u32(g, KEY("attention.value_length"),
-					    (uint32_t)c->head_dim);
+		meta_u32(&m, "attention.head_count_kv", c->kv_heads);
+		meta_f32(&m, "rope.freq_base", c->rope_theta);
+		meta_f32(&m, "attention.layer_norm_rms_epsilon", c->rms_eps);
+		meta_u32(&m, "attention.key_length", c->head_dim);
+		meta_u32(&m, "attention.value_length", c->head_dim);
 		if (!strcmp(arch, "llama")) {
-			r = r
-				?: taco_gguf_kv_u32(g, KEY("vocab_size"),
-						    (uint32_t)c->vocab);
-			r = r
-				?: taco_gguf_kv_u32(g,
-						    KEY("rope.dimension_count"),
-						    (uint32_t)c->head_dim);
+			meta_u32(&m, "vocab_size", c->vocab);
+			meta_u32(&m, "rope.dimension_count", c->head_dim);
 		}
 	}
-	r = r ?: taco_gguf_kv_u32(g, "general.file_type", (uint32_t)ftype);
-	r = r ?: taco_gguf_kv_u32(g, "general.quantization_version", 2);
-#undef KEY
-	return r;
+	m.r = m.r ?: taco_gguf_kv_u32(g, "general.file_type", (uint32_t)ftype);
+	m.r = m.r ?: taco_gguf_kv_u32(g, "general.quantization_version", 2);
+	return m.r;
 }
 
 /* One row of cols values from src (its dtype) into out (type). */
