@@ -310,11 +310,19 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	snprintf(body, sizeof(body), "%s/jobs/%s/out/model/model.safetensors",
 		 th_state, a);
 	ck_assert(inode(path) == inode(body));
+	/* a GGUF file of its export_gguf (docs/gguf.md) goes with it */
+	snprintf(path, sizeof(path), "%s/jobs/%s/out/gguf", th_state, a);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/jobs/%s/out/gguf/model-q8_0.gguf",
+		 th_state, a);
+	fclose(fopen(path, "w"));
 	ck_assert_int_eq(model_call("alice-t", "DELETE", ft, &j), 200);
 	ck_assert_str_eq(th_str(j, "id"), ft);
 	ck_assert(json_is_true(json_object_get(j, "deleted")));
 	json_decref(j);
 	snprintf(path, sizeof(path), "%s/jobs/%s/out/model", th_state, a);
+	ck_assert_int_ne(access(path, F_OK), 0);
+	snprintf(path, sizeof(path), "%s/jobs/%s/out/gguf", th_state, a);
 	ck_assert_int_ne(access(path, F_OK), 0);
 	ck_assert_ptr_null(listed("alice-t", ft));
 	expect_error(model_call("alice-t", "GET", ft, &j), 404, j,

@@ -298,7 +298,7 @@ int tacod_route_model_delete(tacod_http_req *r, void *ctx)
 {
 	tacod_service *s = ctx;
 	const char *name = tacod_http_param(r, "model");
-	char dir[TACOD_PATH_MAX + 320];
+	char dir[TACOD_PATH_MAX + 320], gguf[TACOD_PATH_MAX + 16] = "";
 	taco_err err = {{0}};
 	tacod_model_name m;
 	found_model f;
@@ -329,6 +329,8 @@ int tacod_route_model_delete(tacod_http_req *r, void *ctx)
 		f.job.model_deleted_at = tacod_now();
 		rc = tacod_store_job_update(s->store, &f.job, &err);
 		snprintf(dir, sizeof(dir), "%s", f.weights);
+		/* its GGUF files (export_gguf) go with it */
+		snprintf(gguf, sizeof(gguf), "%s/gguf", f.job.output_dir);
 		tacod_job_clear(&f.job);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -339,6 +341,8 @@ int tacod_route_model_delete(tacod_http_req *r, void *ctx)
 	/* the name is refused already: what stays behind is only space */
 	if (taco_remove_flat_dir(dir, &err))
 		fprintf(stderr, "tacod: deleting %s: %s\n", name, err.msg);
+	if (gguf[0] && taco_remove_flat_dir(gguf, &err))
+		fprintf(stderr, "tacod: deleting %s: %s\n", gguf, err.msg);
 	return tacod_http_reply_json(r, 200,
 				     json_pack("{ss ss sb}", "id", name,
 					       "object", "model", "deleted",
