@@ -309,6 +309,16 @@ static void get_bool(json_t *o, const char *where, const char *key, int *out,
 		taco_job_problem(p, "%s%s: must be true or false", where, key);
 }
 
+/* "a, b, c": the names, for a problem's text. */
+static const char *names_list(const char *const *names, char *list, size_t len)
+{
+	list[0] = 0;
+	for (int i = 0; names[i]; i++)
+		snprintf(list + strlen(list), len - strlen(list), "%s%s",
+			 i ? ", " : "", names[i]);
+	return list;
+}
+
 static void get_enum(json_t *o, const char *where, const char *key,
 		     const char *const *names, int *out, taco_job_problems *p)
 {
@@ -317,16 +327,14 @@ static void get_enum(json_t *o, const char *where, const char *key,
 
 	if (!v || json_is_null(v))
 		return;
-	for (int i = 0; names[i]; i++) {
+	for (int i = 0; names[i]; i++)
 		if (json_is_string(v) &&
 		    strcmp(json_string_value(v), names[i]) == 0) {
 			*out = i;
 			return;
 		}
-		snprintf(list + strlen(list), sizeof(list) - strlen(list),
-			 "%s%s", i ? ", " : "", names[i]);
-	}
-	taco_job_problem(p, "%s%s: must be one of %s", where, key, list);
+	taco_job_problem(p, "%s%s: must be one of %s", where, key,
+			 names_list(names, list, sizeof(list)));
 }
 
 /* A list of distinct names: their bits. */
@@ -352,13 +360,10 @@ static void get_enum_set(json_t *o, const char *where, const char *key,
 			    !strcmp(json_string_value(e), names[k]))
 				break;
 		if (!names[k]) {
-			char list[256] = "";
-			for (int j = 0; names[j]; j++)
-				snprintf(list + strlen(list),
-					 sizeof(list) - strlen(list), "%s%s",
-					 j ? ", " : "", names[j]);
+			char list[256];
 			taco_job_problem(p, "%s%s[%zu]: must be one of %s",
-					 where, key, i, list);
+					 where, key, i,
+					 names_list(names, list, sizeof(list)));
 			return;
 		}
 		if (set & (1u << k)) {
