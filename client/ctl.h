@@ -83,6 +83,11 @@ int ctl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int ctl_call(ctl *c, const char *method, const char *path, json_t *body,
 	     unsigned flags, ctl_resp *out);
 
+/* GETs path into the file output ("-": standard output) through a
+ * temporary file renamed when complete (files.c); CTL_OK or CTL_FAIL
+ * (printed). */
+int ctl_download_file(ctl *c, const char *path, const char *output);
+
 /* The request path fmt with each %s an id, percent-escaped; CTL_OK or
  * CTL_FAIL (printed). */
 int ctl_pathf(char *out, size_t cap, const char *fmt, ...);

@@ -114,9 +114,7 @@ static int to_file(void *ctx, const void *data, size_t n, ctl_err *err)
 	return 0;
 }
 
-/* Downloads the content to output ("-": stdout) through a temporary file
- * renamed when complete. */
-static int download(ctl *c, const char *path, const char *output)
+int ctl_download_file(ctl *c, const char *path, const char *output)
 {
 	char tmp[4200];
 	unsigned char rnd[6];
@@ -176,7 +174,7 @@ int ctl_cmd_files_get(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 		return ctl_pathf(path, sizeof(path), "/v1/files/%s/content",
 				 argv[first])
 			   ? CTL_FAIL
-			   : download(c, path, o.output);
+			   : ctl_download_file(c, path, o.output);
 	if (ctl_pathf(path, sizeof(path), "/v1/files/%s", argv[first]) ||
 	    (rc = ctl_call(c, "GET", path, NULL, 0, &r)))
 		return CTL_FAIL;

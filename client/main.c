@@ -23,6 +23,9 @@ int ctl_cmd_plan(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
 int ctl_cmd_checkpoints_list(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
 int ctl_cmd_checkpoints_download(ctl *c, const ctl_cmd *cmd, int argc,
 				 char **argv);
+int ctl_cmd_gguf_export(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
+int ctl_cmd_gguf_list(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
+int ctl_cmd_gguf_rm(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
 int ctl_cmd_models(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
 int ctl_cmd_device(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
 
@@ -78,6 +81,28 @@ const ctl_cmd ctl_commands[] = {
      "directory",
      "  -o, --output DIR         the directory to create (or an empty one);"
      "\n                           default: the checkpoint's name\n"},
+    {"gguf", "export", ctl_cmd_gguf_export,
+     "[--type T] [-o FILE] [--timeout S] [--no-download] JOB "
+     "[CHECKPOINT|STEP]",
+     "convert the final model, or a checkpoint, to GGUF for llama.cpp "
+     "in tacod, then download it",
+     "  --type T                 bf16, f16 or q8_0 (default q8_0)\n"
+     "  -o, --output FILE        where to write it (- for standard "
+     "output); default:\n"
+     "                           the server's name in the current "
+     "directory, the job\n"
+     "                           id without ftjob- and model-T.gguf "
+     "or\n"
+     "                           step-NNNNNNNN-T.gguf\n"
+     "  --timeout S              give up waiting after S seconds (exit "
+     "status 1;\n"
+     "                           the conversion goes on in tacod)\n"
+     "  --no-download            convert only; print the file's name "
+     "and size\n"},
+    {"gguf", "list", ctl_cmd_gguf_list, "JOB",
+     "list a job's GGUF files and conversions", NULL},
+    {"gguf", "rm", ctl_cmd_gguf_rm, "JOB NAME...", "delete GGUF files of a job",
+     NULL},
     {"models", NULL, ctl_cmd_models, "[list | get MODEL | rm MODEL...]",
      "list the base models and your fine-tuned models, show one (a "
      "checkpoint too), or delete fine-tuned models",

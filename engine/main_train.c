@@ -68,7 +68,9 @@ static void usage(FILE *f)
 		"  --die-with-parent\n"
 		"                   stop (with a checkpoint) when the parent "
 		"process dies\n"
-		"                   (tacod starts its workers so)\n"
+		"                   (tacod starts its workers so); with "
+		"--export-gguf, exit\n"
+		"                   at once\n"
 		"  --no-progress    print no progress (by default: a live line "
 		"on a\n"
 		"                   terminal, else a line every log_every "
@@ -385,6 +387,15 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	if (gguf >= 0) {
+		/* Under tacod a conversion ends with tacod: it has nothing
+		 * to save, and its temporary file is tacod's to remove. */
+		if (die_with_parent) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() == 1) {
+				taco_job_free(&job);
+				return EXIT_STOPPED;
+			}
+		}
 		r = export_gguf(&job, gguf, ckpt, gguf_out);
 		taco_job_free(&job);
 		return r;

@@ -59,13 +59,21 @@ void th_start(uint64_t device_memory, void (*tweak)(tacod_config *))
 }
 
 static char users_tokens[128]; /* th_start_users's tokens file, or "" */
+static void (*users_tweak)(tacod_config *);
 
 static void with_users(tacod_config *c)
 {
 	snprintf(c->tokens_file, sizeof(c->tokens_file), "%s", users_tokens);
+	if (users_tweak)
+		users_tweak(c);
 }
 
 void th_start_users(uint64_t device_memory)
+{
+	th_start_users_x(device_memory, NULL);
+}
+
+void th_start_users_x(uint64_t device_memory, void (*tweak)(tacod_config *))
 {
 	FILE *f;
 
@@ -77,6 +85,7 @@ void th_start_users(uint64_t device_memory)
 	th_token_line(f, "carol-t", "carol", "user");
 	th_token_line(f, "bob-t", "bob", "admin");
 	fclose(f);
+	users_tweak = tweak;
 	th_start(device_memory, with_users);
 }
 

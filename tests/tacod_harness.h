@@ -50,6 +50,8 @@ void th_token_line(FILE *f, const char *token, const char *user,
  * "carol-t" (carol), users, and "bob-t" (bob), an admin; th_stop removes
  * it. */
 void th_start_users(uint64_t device_memory);
+/* The same, with tweak (may be NULL) editing the config after. */
+void th_start_users_x(uint64_t device_memory, void (*tweak)(tacod_config *));
 /* th_call with "Authorization: Bearer token". */
 long th_as(const char *token, const char *method, const char *path,
 	   const char *json, const char *upload, json_t **out);

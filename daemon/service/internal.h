@@ -22,6 +22,12 @@
 /* state_dir/reserve (service/storage.c): room to record the ends of the
  * running jobs when the disk fills */
 #define TACOD_RESERVE_BYTES (1u << 20)
+/* GGUF conversions (service/gguf.c): waiting, running or failed ones
+ * remembered at once; a conversion's time limit; the files one list
+ * call sorts (a job has one per checkpoint and type at most) */
+#define TACOD_GGUF_TASKS 16
+#define TACOD_GGUF_TIMEOUT_S (6 * 3600)
+#define TACOD_GGUF_LIST_MAX 4096
 
 /* A client following a job's events (server-sent events). */
 typedef struct tacod_follower {
@@ -65,6 +71,8 @@ struct tacod_service {
 	int n_val_kept;
 	/* the webhook delivery thread's state (webhooks/delivery.c) */
 	struct tacod_hooks *hooks;
+	/* the GGUF conversions and their thread (service/gguf.c) */
+	struct tacod_gguf *gguf;
 };
 
 int64_t tacod_now(void);
@@ -234,6 +242,20 @@ void tacod_validate_keep(tacod_service *s, const char *id, taco_job *job,
 			 json_t *req);
 void tacod_validate_stop(tacod_service *s);
 void tacod_validate_join(tacod_service *s);
+/* GGUF conversions on demand (service/gguf.c). start: the thread.
+ * stop (lock held): the running conversion is killed, no other starts.
+ * join (lock not held): waits for the thread and frees the queue.
+ * forget_job (lock held): the job's model was deleted; its waiting
+ * conversions are dropped, the running one killed and its file removed. */
+int tacod_gguf_start(tacod_service *s, taco_err *err);
+void tacod_gguf_stop(tacod_service *s);
+void tacod_gguf_join(tacod_service *s);
+void tacod_gguf_forget_job(tacod_service *s, const char *job);
+int tacod_route_gguf_create(tacod_http_req *r, void *ctx);
+int tacod_route_gguf_list(tacod_http_req *r, void *ctx);
+int tacod_route_gguf_show(tacod_http_req *r, void *ctx);
+int tacod_route_gguf_content(tacod_http_req *r, void *ctx);
+int tacod_route_gguf_delete(tacod_http_req *r, void *ctx);
 /* Adds a follower (lock held); -EBUSY when too many streams are open. */
 int tacod_service_follow(tacod_service *s, const char *job,
 			 tacod_http_stream *stream, int64_t after_seq);

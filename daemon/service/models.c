@@ -329,8 +329,10 @@ int tacod_route_model_delete(tacod_http_req *r, void *ctx)
 		f.job.model_deleted_at = tacod_now();
 		rc = tacod_store_job_update(s->store, &f.job, &err);
 		snprintf(dir, sizeof(dir), "%s", f.weights);
-		/* its GGUF files (export_gguf) go with it */
+		/* its GGUF files (export_gguf, service/gguf.c) go with
+		 * it, and so do the conversions of its job */
 		snprintf(gguf, sizeof(gguf), "%s/gguf", f.job.output_dir);
+		tacod_gguf_forget_job(s, f.job.id);
 		tacod_job_clear(&f.job);
 	}
 	pthread_mutex_unlock(&s->lock);

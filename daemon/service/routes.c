@@ -3,7 +3,7 @@
  * (health, the API's description). Handlers run on the HTTP
  * server's thread and hold the service lock while they touch the store;
  * each resource has its file: files.c, jobs.c, plan.c, events.c,
- * checkpoints.c, download.c, models.c, device.c, dashboard.c; OpenAI's
+ * checkpoints.c, download.c, gguf.c, models.c, device.c, dashboard.c; OpenAI's
  * paths tacod does not serve (checkpoint permissions, graders) answer a
  * documented 404 here. */
 #include <dirent.h>
@@ -174,6 +174,16 @@ void tacod_service_routes(tacod_service *s)
 	     tacod_route_checkpoint_content, NULL, 0},
 	    {"GET", "/v1/fine_tuning/jobs/{id}/model/content",
 	     tacod_route_model_content, NULL, 0},
+	    {"POST", "/v1/fine_tuning/jobs/{id}/gguf", tacod_route_gguf_create,
+	     NULL, 0},
+	    {"GET", "/v1/fine_tuning/jobs/{id}/gguf", tacod_route_gguf_list,
+	     NULL, 0},
+	    {"GET", "/v1/fine_tuning/jobs/{id}/gguf/{name}",
+	     tacod_route_gguf_show, NULL, 0},
+	    {"DELETE", "/v1/fine_tuning/jobs/{id}/gguf/{name}",
+	     tacod_route_gguf_delete, NULL, 0},
+	    {"GET", "/v1/fine_tuning/jobs/{id}/gguf/{name}/content",
+	     tacod_route_gguf_content, NULL, 0},
 	    {"GET",
 	     "/v1/fine_tuning/checkpoints/{fine_tuned_model_checkpoint}/"
 	     "permissions",

@@ -697,7 +697,8 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 	    (r = revalidate(s, err)) ||
 	    (r = tacod_webhooks_start(s->store, &s->lock, &s->cfg.webhooks,
 				      &s->hooks, err)) ||
-	    (r = tacod_validate_start(s, err)))
+	    (r = tacod_validate_start(s, err)) ||
+	    (r = tacod_gguf_start(s, err)))
 		goto fail;
 	tacod_reserve_make(s); /* no room for it is no reason not to start */
 	tacod_service_routes(s);
@@ -733,6 +734,7 @@ void tacod_service_shutdown(tacod_service *s)
 	/* the validation in progress is recorded; the jobs still waiting
 	 * stay in validating_files for the next start */
 	tacod_validate_stop(s);
+	tacod_gguf_stop(s);
 	for (int i = 0; i < s->runs.n; i++)
 		if (!s->runs.run[i]->stop)
 			s->runs.run[i]->stop = TACOD_STOP_SHUTDOWN;
@@ -780,6 +782,7 @@ void tacod_service_free(tacod_service *s)
 	if (s->http)
 		tacod_http_stop(s->http);
 	tacod_validate_join(s);
+	tacod_gguf_join(s);
 	tacod_webhooks_join(s->hooks);
 	s->hooks = NULL;
 	tacod_runner_free(s->runner);

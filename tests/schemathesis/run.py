@@ -224,6 +224,14 @@ def lay_out(base, work):
     j_spare = user.wait(spare, ("succeeded", "failed", "cancelled"))
     if j_spare["status"] != "succeeded":
         raise RuntimeError(f"the set-up job {spare} ended {j_spare['status']}: {j_spare.get('error')}")
+    # Two GGUF files of the done job for the GGUF routes to show,
+    # download and delete (the fixture model has no tokenizer.json, so a
+    # conversion of it fails, as it should: test_tacod_gguf converts the
+    # demo model for real). Written where a conversion leaves its file.
+    gguf = work / "state" / "jobs" / done / "out" / "gguf"
+    gguf.mkdir(parents=True)
+    for name in ("model-q8_0.gguf", "model-f16.gguf"):
+        (gguf / name).write_bytes(b"GGUF" + bytes(60))
     models = [MODEL, j["fine_tuned_model"]]
     ckpts = [c["id"] for c in user.call("GET", f"/v1/fine_tuning/jobs/{done}/checkpoints")["data"]]
     if len(ckpts) != 2:
@@ -278,6 +286,12 @@ values = {json.dumps(live)}
 values = {json.dumps(ckpts + [c.rsplit("-", 1)[1] for c in ckpts])}
 [dictionaries.models]
 values = {json.dumps(models)}
+[dictionaries.done]
+values = {json.dumps([done])}
+[dictionaries.gguf_names]
+values = ["model-q8_0.gguf"]
+[dictionaries.gguf_deletable]
+values = ["model-f16.gguf"]
 [dictionaries.deletable]
 values = {json.dumps([j_spare["fine_tuned_model"]])}
 
@@ -325,6 +339,19 @@ parameters = {{ "path.id" = {{ dictionary = "live", probability = 0.5 }} }}
 [[operations]]
 include-path-regex = "^/v1/fine_tuning/jobs/[{{]id[}}](/(events|checkpoints.*|model/content))?$"
 parameters = {{ "path.id" = {{ dictionary = "jobs", probability = 0.5 }}, "path.checkpoint" = {{ dictionary = "checkpoints", probability = 0.5 }} }}
+
+# The GGUF routes: the done job's files (one shown and downloaded, one
+# deleted: 200 once, then 404).
+[[operations]]
+include-path-regex = "^/v1/fine_tuning/jobs/[{{]id[}}]/gguf$"
+parameters = {{ "path.id" = {{ dictionary = "jobs", probability = 0.5 }} }}
+[[operations]]
+include-path-regex = "^/v1/fine_tuning/jobs/[{{]id[}}]/gguf/[{{]name[}}](/content)?$"
+include-method = ["GET"]
+parameters = {{ "path.id" = {{ dictionary = "done", probability = 0.5 }}, "path.name" = {{ dictionary = "gguf_names", probability = 0.5 }} }}
+[[operations]]
+include-operation-id = "deleteFineTuningJobGguf"
+parameters = {{ "path.id" = {{ dictionary = "done", probability = 0.5 }}, "path.name" = {{ dictionary = "gguf_deletable", probability = 1.0 }} }}
 """
     (work / "schemathesis.toml").write_text(config)
     return env
