@@ -10,7 +10,9 @@
 # Required: the blocks curl, tacoctl, sdk and dpo, tacoctl in TACO_BIN_DIR and
 # the venv build-venv/sdk (scripts/setup.sh makes it): CI has both, so a
 # missing one fails. Optional: the block transformers, run when a Python
-# with transformers and torch is found (python3, or /opt/tacofix).
+# with transformers and torch is found (python3, or /opt/tacofix), and the
+# block gguf, run when the venv build-venv/gguf has llama_cpp (setup.sh
+# builds it, so CI runs it).
 #
 #   TACO_BIN_DIR=build tests/readme_tour.sh        (CTest: readme_tour)
 set -euo pipefail
@@ -257,6 +259,19 @@ for name in "${blocks[@]}"; do
 		EOF
 			fail "transformers: greedy answers: $(tail -n 3 "$work/greedy.out")"
 		grep '^readme_tour:' "$work/greedy.out"
+		;;
+	gguf)
+		# llama.cpp from the venv scripts/setup.sh builds (CI has it)
+		if ! [ -x "$src/build-venv/gguf/bin/python" ] ||
+			! "$src/build-venv/gguf/bin/python" -c 'import llama_cpp' 2>/dev/null; then
+			echo "readme_tour: skipping the optional 'gguf' block: no build-venv/gguf with llama_cpp"
+			continue
+		fi
+		run_block gguf
+		grep -q '^build/demo-dpo.gguf: ' "$work/gguf.out" ||
+			fail "gguf: tacoctl did not download the GGUF file"
+		grep -q 'build/demo-dpo.gguf -> Sure: 28 29 30 31 32$' "$work/gguf.out" ||
+			fail "gguf: llama.cpp does not count on from 27: $(tail -n 3 "$work/gguf.out")"
 		;;
 	*)
 		fail "README.md: unknown tour block '$name'"

@@ -229,6 +229,20 @@ START_TEST(test_export_refusals)
 	ck_assert_int_eq(
 	    taco_gguf_export(dir, NULL, out, TACO_GGUF_F16, UINT64_MAX, &err),
 	    -ENOTSUP);
+	/* Llama 2's and Mistral's kind: named as such */
+	ck_assert_msg(strstr(err.msg, "tokenizer.json: a SentencePiece "
+				      "tokenizer") &&
+			  strstr(err.msg, "convert_hf_to_gguf.py"),
+		      "%s", err.msg);
+	ck_assert(!exists(out));
+	ck_assert_ptr_nonnull(t = json_load_file(path, 0, NULL));
+	json_object_set_new(t, "pre_tokenizer",
+			    json_pack("{ss}", "type", "Whitespace"));
+	ck_assert_int_eq(json_dump_file(t, path, 0), 0);
+	json_decref(t);
+	ck_assert_int_eq(
+	    taco_gguf_export(dir, NULL, out, TACO_GGUF_F16, UINT64_MAX, &err),
+	    -ENOTSUP);
 	ck_assert_ptr_nonnull(strstr(err.msg, "tokenizer.json: pre_tokenizer"));
 	ck_assert(!exists(out));
 	/* and the fixture itself converts */

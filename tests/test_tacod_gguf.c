@@ -374,38 +374,38 @@ START_TEST(test_gguf_on_demand)
 	json_decref(o);
 	expect_error(call("alice-t", "GET", path, NULL, &o), 404, o,
 		     "not_found");
-	/* tacoctl gguf: export (converts, waits, downloads), list, rm */
-	snprintf(cmd, sizeof(cmd), "gguf export --type f16 -o ft.gguf %s", job);
+	/* tacoctl gguf as docs/gguf.md shows it: export (converts, waits,
+	 * downloads) a checkpoint and the final model, list, rm */
+	snprintf(cmd, sizeof(cmd), "gguf export --type f16 -o ft.gguf %s 4",
+		 job);
 	ck_assert_int_eq(tacoctl(cmd, out, sizeof(out)), 0);
 	ck_assert_msg(!strncmp(out, "ft.gguf: ", 9), "%s", out);
-	snprintf(path, sizeof(path), "%s/jobs/%s/out/gguf/model-f16.gguf",
-		 th_state, job);
+	snprintf(path, sizeof(path),
+		 "%s/jobs/%s/out/gguf/step-00000004-f16.gguf", th_state, job);
 	want = read_all(path, &want_len);
 	snprintf(path, sizeof(path), "%s/ft.gguf", th_state);
 	got = read_all(path, &got_len);
 	ck_assert(got_len == want_len && !memcmp(got, want, got_len));
 	free(got);
 	free(want);
-	/* a step, converted only; then the default name */
-	snprintf(cmd, sizeof(cmd), "gguf export --type bf16 --no-download %s 4",
-		 job);
-	ck_assert_int_eq(tacoctl(cmd, out, sizeof(out)), 0);
-	ck_assert_msg(!strncmp(out, "step-00000004-bf16.gguf: ", 25), "%s",
-		      out);
 	snprintf(cmd, sizeof(cmd), "gguf export %s", job);
 	ck_assert_int_eq(tacoctl(cmd, out, sizeof(out)), 0);
 	snprintf(path, sizeof(path), "%s/%s-model-q8_0.gguf", th_state,
 		 job + 6);
 	ck_assert_msg(access(path, F_OK) == 0, "%s", out);
+	snprintf(cmd, sizeof(cmd), "gguf export --type bf16 --no-download %s",
+		 job);
+	ck_assert_int_eq(tacoctl(cmd, out, sizeof(out)), 0);
+	ck_assert_msg(!strncmp(out, "model-bf16.gguf: ", 17), "%s", out);
 	snprintf(cmd, sizeof(cmd), "gguf list %s", job);
 	ck_assert_msg(tacoctl(cmd, out, sizeof(out)) == 0, "%s", out);
-	ck_assert_msg(strstr(out, "NAME") && strstr(out, "model-f16.gguf") &&
+	ck_assert_msg(strstr(out, "NAME") && strstr(out, "model-bf16.gguf") &&
 			  strstr(out, "model-q8_0.gguf") &&
-			  strstr(out, "step-00000004-bf16.gguf"),
+			  strstr(out, "step-00000004-f16.gguf"),
 		      "%s", out);
-	snprintf(cmd, sizeof(cmd), "gguf rm %s step-00000004-bf16.gguf", job);
+	snprintf(cmd, sizeof(cmd), "gguf rm %s step-00000004-f16.gguf", job);
 	ck_assert_int_eq(tacoctl(cmd, out, sizeof(out)), 0);
-	ck_assert_msg(strstr(out, "deleted step-00000004-bf16.gguf"), "%s",
+	ck_assert_msg(strstr(out, "deleted step-00000004-f16.gguf"), "%s",
 		      out);
 	snprintf(cmd, sizeof(cmd), "gguf list %s", job);
 	ck_assert_int_eq(tacoctl(cmd, out, sizeof(out)), 0);

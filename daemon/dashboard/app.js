@@ -257,12 +257,18 @@
 		rew.box.classList.add('hidden');
 		const chartRow = el('div', { class: 'charts' }, loss.box, acc.box, racc.box, rew.box, lr.box);
 		const ckpts = el('div', { id: 'checkpoints' });
+		/* GGUF for llama.cpp (docs/gguf.md): the type the GGUF buttons
+		 * of the checkpoints ask for, and the job's files */
+		const ggufType = el('select', { id: 'gguf-type' }, ['q8_0', 'f16', 'bf16'].map((t) => el('option', { value: t }, t)));
+		const ggufs = el('div', { id: 'gguf' });
 		const log = el('tbody');
 		append(clear(main), [head, errs, actErrs, el('div', { class: 'cols' }, el('section', { class: 'card' }, el('h2', {}, 'Job'), info),
 			el('section', { class: 'card' }, el('h2', {}, 'Progress'), stats, el('h3', {}, 'Memory'), mem)),
 		el('p', { class: 'small muted' }, 'Hover a chart for its values; drag across one to zoom into those steps, double-click or Reset zoom to see them all.'),
 		chartRow,
-		el('div', { class: 'cols' }, el('section', { class: 'card' }, el('h2', {}, 'Checkpoints'), ckpts),
+		el('div', { class: 'cols' }, el('section', { class: 'card' }, el('h2', {}, 'Checkpoints'), ckpts,
+			el('h3', {}, 'GGUF for llama.cpp'), el('p', { class: 'small muted' }, el('label', {}, 'Type ', ggufType),
+				' — a GGUF button converts that model in tacod; the file is listed here to download.'), ggufs),
 			el('section', { class: 'card wide' }, el('h2', {}, 'Events'), el('div', { class: 'log' },
 				el('table', { id: 'events', class: 'list small' }, el('thead', {}, el('tr', {}, el('th', {}, 'Time'), el('th', {}, 'Level'), el('th', {}, 'Message'))), log))))]);
 
@@ -351,12 +357,39 @@
 			ckptShown = key;
 			const dl = (label, path, name) => el('button', { type: 'button', class: 'secondary small download', dataset: { file: name }, on: { click: () =>
 				A.download(path, name).catch((e) => append(clear(actErrs), errorBox(e))) } }, label);
+			/* POST .../gguf: the list shows the conversion from the next
+			 * poll on */
+			const gguf = (source, checkpoint) => el('button', { type: 'button', class: 'secondary small gguf-convert', dataset: { source },
+				on: { click: async () => {
+					clear(actErrs);
+					try {
+						await A.call('POST', q + '/gguf', { type: ggufType.value, checkpoint });
+						await renderGguf();
+					} catch (e) {
+						append(actErrs, errorBox(e));
+					}
+				} } }, 'GGUF');
 			const items = list.data.map((c) => el('li', {}, 'step ' + c.step_number + ' ', el('span', { class: 'mono small' }, c.id), ' ',
-				dl('Download', q + '/checkpoints/' + encodeURIComponent(c.id) + '/content', c.id + '.tar')));
+				dl('Download', q + '/checkpoints/' + encodeURIComponent(c.id) + '/content', c.id + '.tar'), ' ', gguf(c.id, c.id)));
 			if (job.status === 'succeeded')
 				items.unshift(el('li', {}, 'final model ', el('span', { class: 'mono small' }, job.fine_tuned_model || ''), ' ',
-					dl('Download', q + '/model/content', job.id + '-model.tar')));
+					dl('Download', q + '/model/content', job.id + '-model.tar'), ' ', gguf('model', null)));
 			append(clear(ckpts), items.length ? el('ul', { class: 'plain' }, items) : el('p', { class: 'muted' }, 'None yet.'));
+		}
+		let ggufShown = '';
+		async function renderGguf() {
+			const list = await A.call('GET', q + '/gguf?limit=100');
+			const key = JSON.stringify(list.data.map((g) => [g.id, g.status, g.bytes]));
+			if (key === ggufShown)
+				return;
+			ggufShown = key;
+			const file = (g) => job.id.replace(/^ftjob-/, '') + '-' + g.id;
+			const items = list.data.map((g) => el('li', { dataset: { gguf: g.id, status: g.status } }, el('span', { class: 'mono small' }, g.id), ' ',
+				badge(g.status), ' ',
+				g.status === 'succeeded' ? [C.bytes(g.bytes), ' ', el('button', { type: 'button', class: 'secondary small download', dataset: { file: file(g) },
+					on: { click: () => A.download(g.download_url, file(g)).catch((e) => append(clear(actErrs), errorBox(e))) } }, 'Download')] : null,
+				g.error ? el('span', { class: 'error small' }, g.error.message) : null));
+			append(clear(ggufs), items.length ? el('ul', { class: 'plain' }, items) : el('p', { class: 'muted' }, 'None yet.'));
 		}
 		/* a dpo job's pair metrics (TRL's names, prefix '' or 'val_') into
 		 * the reward accuracy's series acc and the rewards' from rew on */
@@ -418,6 +451,7 @@
 			job = await A.call('GET', q);
 			renderJob();
 			await renderCheckpoints();
+			await renderGguf();
 		}, 2000, errs);
 		return { stop() {
 			stream.stop();

@@ -126,6 +126,10 @@ static int name_param(tacod_http_req *r, const char **name)
 
 /* ---- POST /v1/fine_tuning/jobs/{id}/gguf ------------------------------ */
 
+/* A step in a request: JSON's exact integers (2^53 - 1, the spec's
+ * maximum) */
+#define TACOD_GGUF_STEP_MAX 9007199254740991ll
+
 /* The request {"type": ..., "checkpoint": ...}: 0 with *type and *step
  * (-1: the final model) set, or a 400 has been sent. */
 static int parse_request(tacod_http_req *r, const char *job, json_t *req,
@@ -161,10 +165,15 @@ static int parse_request(tacod_http_req *r, const char *job, json_t *req,
 	if (!c || json_is_null(c))
 		return 0;
 	/* a step: JSON Schema's integer, 2.0 as well as 2 */
-	if (json_is_number(c) && json_number_value(c) >= 0 &&
-	    json_number_value(c) < 9007199254740992.0 &&
-	    json_number_value(c) == (double)(int64_t)json_number_value(c)) {
-		*step = (int64_t)json_number_value(c);
+	if (json_is_integer(c) && json_integer_value(c) >= 0 &&
+	    json_integer_value(c) <= TACOD_GGUF_STEP_MAX) {
+		*step = json_integer_value(c);
+		return 0;
+	}
+	if (json_is_real(c) && json_real_value(c) >= 0 &&
+	    json_real_value(c) <= (double)TACOD_GGUF_STEP_MAX &&
+	    json_real_value(c) == (double)(int64_t)json_real_value(c)) {
+		*step = (int64_t)json_real_value(c);
 		return 0;
 	}
 	if (json_is_string(c)) {

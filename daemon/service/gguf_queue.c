@@ -106,6 +106,8 @@ static int convert(tacod_service *s, tacod_gguf_task *t, const char *job_path,
 	char *argv[12];
 	int n = 0, fds[2], status = 0, rc;
 	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t sa;
+	sigset_t none, dflt;
 	struct timespec now;
 	int64_t step;
 	pid_t pid;
@@ -137,7 +139,21 @@ static int convert(tacod_service *s, tacod_gguf_task *t, const char *job_path,
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-	rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+	/* the child starts with no signal blocked and the usual
+	 * dispositions, whatever this thread and tacod have set */
+	posix_spawnattr_init(&sa);
+	sigemptyset(&none);
+	sigemptyset(&dflt);
+	sigaddset(&dflt, SIGPIPE);
+	sigaddset(&dflt, SIGTERM);
+	sigaddset(&dflt, SIGINT);
+	sigaddset(&dflt, SIGHUP);
+	posix_spawnattr_setsigmask(&sa, &none);
+	posix_spawnattr_setsigdefault(&sa, &dflt);
+	posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETSIGMASK |
+					  POSIX_SPAWN_SETSIGDEF);
+	rc = posix_spawnp(&pid, argv[0], &fa, &sa, argv, environ);
+	posix_spawnattr_destroy(&sa);
 	posix_spawn_file_actions_destroy(&fa);
 	close(fds[1]);
 	if (rc) {

@@ -89,6 +89,20 @@ static int pre_name(vocab *v, const char **out, taco_err *err)
 					return 0;
 				}
 	}
+	/* Llama 2's and Mistral's: SentencePiece pieces with byte
+	 * fallback, GGUF's "llama" tokenizer, which the export does not
+	 * write (docs/gguf.md) */
+	if (json_is_true(json_object_get(json_object_get(v->tj, "model"),
+					 "byte_fallback")) ||
+	    (type && !strcmp(type, "Metaspace")))
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: a SentencePiece tokenizer (byte "
+				    "fallback or Metaspace, as Llama 2's and "
+				    "Mistral's): tacod's GGUF export writes "
+				    "byte-level BPE tokenizers only; "
+				    "llama.cpp's convert_hf_to_gguf.py "
+				    "converts this model",
+				    v->tj_name);
 	return taco_err_set(err, -ENOTSUP,
 			    "%s: pre_tokenizer: not one whose llama.cpp "
 			    "pre-tokenizer tacod knows (GPT-2's byte-level "

@@ -18,6 +18,8 @@ venv, tests/openai_sdk/requirements.txt) and checks what a user sees:
 - a job created through the new-job form (files uploaded through the file
   inputs, the model picked, options set, the plan's bar and data report
   shown) runs to success, with curves, and the browser saves its model;
+- that job's final model converted to GGUF by its GGUF button, listed,
+  and saved by the browser;
 - a DPO job through the form, from that job's model, on the demo's
   preference pairs: its method shown, every series of its loss, reward
   accuracy and rewards charts equal to its events' values, its reference
@@ -455,6 +457,22 @@ def run(t, locked, d, shots):
     wait(d, "every event", lambda: "successfully completed" in text(d, "#events"))
     screenshot(d, shots, "job")
     steps.append("form job succeeded, model downloaded")
+
+    # GGUF for llama.cpp: the final model's GGUF button converts it in
+    # tacod (a taco-train child), the list shows the file, and its
+    # Download button saves it under the server's name
+    Select(d.find_element(By.ID, "gguf-type")).select_by_value("q8_0")
+    click(d, '#checkpoints button.gguf-convert[data-source="model"]')
+    gguf_name = f"{fid[len('ftjob-'):]}-model-q8_0.gguf"
+    wait(d, "the GGUF file", lambda: d.find_elements(By.CSS_SELECTOR, f'#gguf button[data-file="{gguf_name}"]'),
+         timeout=60 * SCALE)
+    want = t.json("GET", f"/v1/fine_tuning/jobs/{fid}/gguf/model-q8_0.gguf")
+    check(want["status"] == "succeeded" and want["type"] == "q8_0", f"the GGUF: {want}")
+    click(d, f'#gguf button[data-file="{gguf_name}"]')
+    saved = downloads / gguf_name
+    wait(d, "the download of the GGUF", lambda: saved.is_file() and saved.stat().st_size == want["bytes"])
+    check(saved.read_bytes()[:4] == b"GGUF", "the saved file is not a GGUF file")
+    steps.append("GGUF converted and downloaded")
 
     d.get(t.url + "/#/jobs")
     wait(d, "both jobs", lambda: len(d.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job-id]")) == 2)
