@@ -91,9 +91,11 @@ int ctl_download_file(ctl *c, const char *path, const char *output);
 /* The request path fmt with each %s an id, percent-escaped; CTL_OK or
  * CTL_FAIL (printed). */
 int ctl_pathf(char *out, size_t cap, const char *fmt, ...);
-/* DELETE fmt (one %s, an id) of each of argv, printing "deleted ID" (or
- * the reply with --json); CTL_FAIL when any failed (each said why). */
-int ctl_delete_each(ctl *c, const char *fmt, int argc, char **argv);
+/* DELETE fmt (one %s, an id; with parent, two: parent's id, then the
+ * id) of each of argv, printing "deleted ID" (or the reply with --json);
+ * CTL_FAIL when any failed (each said why). */
+int ctl_delete_each(ctl *c, const char *fmt, const char *parent, int argc,
+		    char **argv);
 
 /* Writes the body exactly as the server sent it, then a newline if it has
  * none. */

@@ -205,5 +205,6 @@ int ctl_cmd_files_rm(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 		return ctl_usage(cmd, "expected a file id");
 	if ((rc = ctl_connect(c)))
 		return rc;
-	return ctl_delete_each(c, "/v1/files/%s", argc - first, argv + first);
+	return ctl_delete_each(c, "/v1/files/%s", NULL, argc - first,
+			       argv + first);
 }

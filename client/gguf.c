@@ -249,8 +249,7 @@ int ctl_cmd_gguf_list(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 
 int ctl_cmd_gguf_rm(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 {
-	char path[CTL_PATH_MAX];
-	int first, rc, failed = 0;
+	int first, rc;
 
 	rc = ctl_parse(c, cmd, argc, argv, NULL, NULL, NULL, NULL, &first);
 	if (rc != CTL_GO_ON)
@@ -259,20 +258,6 @@ int ctl_cmd_gguf_rm(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 		return ctl_usage(cmd, "expected a job id and GGUF names");
 	if ((rc = ctl_connect(c)))
 		return rc;
-	for (int i = first + 1; i < argc; i++) {
-		ctl_resp r = {0};
-		if (ctl_pathf(path, sizeof(path),
-			      "/v1/fine_tuning/jobs/%s/gguf/%s", argv[first],
-			      argv[i]) ||
-		    ctl_call(c, "DELETE", path, NULL, 0, &r)) {
-			failed = 1; /* said on stderr; the others still go */
-			continue;
-		}
-		if (c->json)
-			ctl_print_raw(&r);
-		else
-			printf("deleted %s\n", argv[i]);
-		ctl_resp_free(&r);
-	}
-	return failed ? CTL_FAIL : CTL_OK;
+	return ctl_delete_each(c, "/v1/fine_tuning/jobs/%s/gguf/%s",
+			       argv[first], argc - first - 1, argv + first + 1);
 }

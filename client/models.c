@@ -81,7 +81,7 @@ int ctl_cmd_models(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 	if (!strcmp(what, "rm") && n >= 1)
 		return (rc = ctl_connect(c))
 			   ? rc
-			   : ctl_delete_each(c, "/v1/models/%s", n,
+			   : ctl_delete_each(c, "/v1/models/%s", NULL, n,
 					     argv + first + 1);
 	if (strcmp(what, "list") && strcmp(what, "get") && strcmp(what, "rm"))
 		return ctl_usage(cmd, "unknown command 'models %s'", what);

@@ -308,14 +308,17 @@ void ctl_table_free(ctl_table *t)
 	memset(t, 0, sizeof(*t));
 }
 
-int ctl_delete_each(ctl *c, const char *fmt, int argc, char **argv)
+int ctl_delete_each(ctl *c, const char *fmt, const char *parent, int argc,
+		    char **argv)
 {
 	char path[CTL_PATH_MAX];
 	int failed = 0;
 
 	for (int i = 0; i < argc; i++) {
 		ctl_resp r = {0};
-		if (ctl_pathf(path, sizeof(path), fmt, argv[i]) ||
+		if ((parent
+			 ? ctl_pathf(path, sizeof(path), fmt, parent, argv[i])
+			 : ctl_pathf(path, sizeof(path), fmt, argv[i])) ||
 		    ctl_call(c, "DELETE", path, NULL, 0, &r)) {
 			failed = 1; /* said on stderr; the others still go */
 			continue;

@@ -363,3 +363,17 @@ pid_t th_spawn_tacod(const char *cfg)
 	ck_assert_msg(pid > 0, "tacod did not start");
 	return pid;
 }
+
+void th_expect_error_at(int line, long got, long want, json_t *j,
+			const char *code)
+{
+	char *d = json_dumps(j, 0);
+
+	ck_assert_msg(got == want && j &&
+			  th_str(json_object_get(j, "error"), "code"),
+		      "line %d: %ld (wanted %ld): %s", line, got, want,
+		      d ? d : "no JSON");
+	free(d);
+	ck_assert_str_eq(th_str(json_object_get(j, "error"), "code"), code);
+	json_decref(j);
+}

@@ -61,6 +61,15 @@ char *th_upload_count(void);
 /* Creates a llama_gqa job with the given "taco" members; asserts the
  * status is want, returns the id on 200. */
 char *th_create(const char *file, const char *taco, long want);
+/* Asserts a reply was the error want with error.code code, and drops j;
+ * got is evaluated first (it sets j). */
+#define th_expect_error(got, want, j, code)                                    \
+	do {                                                                   \
+		long th_got_ = (got);                                          \
+		th_expect_error_at(__LINE__, th_got_, want, j, code);          \
+	} while (0)
+void th_expect_error_at(int line, long got, long want, json_t *j,
+			const char *code);
 /* Polls a job until it is in status (or 120 s pass); the job object. */
 json_t *th_wait_status(const char *id, const char *status);
 

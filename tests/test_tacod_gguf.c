@@ -45,26 +45,6 @@ static long call(const char *token, const char *method, const char *path,
 	return th_as(token, method, path, body, NULL, out);
 }
 
-/* got is evaluated first: it sets j */
-#define expect_error(got, want, j, code)                                       \
-	do {                                                                   \
-		long got_ = (got);                                             \
-		expect_error_at(__LINE__, got_, want, j, code);                \
-	} while (0)
-static void expect_error_at(int line, long got, long want, json_t *j,
-			    const char *code)
-{
-	char *d = json_dumps(j, 0);
-
-	ck_assert_msg(got == want && j &&
-			  th_str(json_object_get(j, "error"), "code"),
-		      "line %d: %ld (wanted %ld): %s", line, got, want,
-		      d ? d : "no JSON");
-	free(d);
-	ck_assert_str_eq(th_str(json_object_get(j, "error"), "code"), code);
-	json_decref(j);
-}
-
 /* Polls one GGUF object until it is no longer queued or running. */
 static json_t *wait_gguf(const char *job, const char *name)
 {
@@ -294,39 +274,41 @@ START_TEST(test_gguf_on_demand)
 
 	/* what is refused */
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/gguf", job);
-	expect_error(call("alice-t", "POST", path, "{\"type\": \"q4_0\"}", &o),
-		     400, o, "invalid_value");
-	expect_error(call("alice-t", "POST", path, "{}", &o), 400, o,
-		     "invalid_value");
-	expect_error(call("alice-t", "POST", path,
-			  "{\"type\": \"f16\", \"quant\": 1}", &o),
-		     400, o, "unknown_parameter");
-	expect_error(call("alice-t", "POST", path,
-			  "{\"type\": \"f16\", \"checkpoint\": "
-			  "\"ftckpt-000000000000000000000000-2\"}",
-			  &o),
-		     404, o, "not_found");
-	expect_error(call("alice-t", "POST", path,
-			  "{\"type\": \"f16\", \"checkpoint\": -1}", &o),
-		     400, o, "invalid_value");
-	expect_error(call("alice-t", "POST", path,
-			  "{\"type\": \"f16\", \"checkpoint\": 3.0}", &o),
-		     404, o, "not_found");
-	expect_error(call("carol-t", "POST", path, "{\"type\": \"f16\"}", &o),
-		     404, o, "not_found");
+	th_expect_error(
+	    call("alice-t", "POST", path, "{\"type\": \"q4_0\"}", &o), 400, o,
+	    "invalid_value");
+	th_expect_error(call("alice-t", "POST", path, "{}", &o), 400, o,
+			"invalid_value");
+	th_expect_error(call("alice-t", "POST", path,
+			     "{\"type\": \"f16\", \"quant\": 1}", &o),
+			400, o, "unknown_parameter");
+	th_expect_error(call("alice-t", "POST", path,
+			     "{\"type\": \"f16\", \"checkpoint\": "
+			     "\"ftckpt-000000000000000000000000-2\"}",
+			     &o),
+			404, o, "not_found");
+	th_expect_error(call("alice-t", "POST", path,
+			     "{\"type\": \"f16\", \"checkpoint\": -1}", &o),
+			400, o, "invalid_value");
+	th_expect_error(call("alice-t", "POST", path,
+			     "{\"type\": \"f16\", \"checkpoint\": 3.0}", &o),
+			404, o, "not_found");
+	th_expect_error(
+	    call("carol-t", "POST", path, "{\"type\": \"f16\"}", &o), 404, o,
+	    "not_found");
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/gguf", job);
-	expect_error(call("carol-t", "GET", path, NULL, &o), 404, o,
-		     "not_found");
+	th_expect_error(call("carol-t", "GET", path, NULL, &o), 404, o,
+			"not_found");
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/gguf/%s", job,
 		 "model-bf16.gguf");
-	expect_error(call("alice-t", "GET", path, NULL, &o), 404, o,
-		     "not_found");
+	th_expect_error(call("alice-t", "GET", path, NULL, &o), 404, o,
+			"not_found");
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/gguf/%s/content",
 		 job, "job.json");
-	expect_error(call("alice-t", "GET", path, NULL, &o), 404, o,
-		     "not_found");
-	expect_error(call("carol-t", "GET", file, NULL, &o), 404, o,
-		     "not_found");
+	th_expect_error(call("alice-t", "GET", path, NULL, &o), 404, o,
+			"not_found");
+	th_expect_error(call("carol-t", "GET", file, NULL, &o), 404, o,
+			"not_found");
 
 	/* deleted: gone from the disk and the list */
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/gguf/%s", job,
@@ -334,8 +316,8 @@ START_TEST(test_gguf_on_demand)
 	ck_assert_int_eq(call("alice-t", "DELETE", path, NULL, &o), 200);
 	ck_assert(json_is_true(json_object_get(o, "deleted")));
 	json_decref(o);
-	expect_error(call("alice-t", "GET", path, NULL, &o), 404, o,
-		     "not_found");
+	th_expect_error(call("alice-t", "GET", path, NULL, &o), 404, o,
+			"not_found");
 	snprintf(path, sizeof(path),
 		 "%s/jobs/%s/out/gguf/step-00000002-f16.gguf", th_state, job);
 	ck_assert_int_ne(access(path, F_OK), 0);
@@ -372,8 +354,8 @@ START_TEST(test_gguf_on_demand)
 		 "model-bf16.gguf");
 	ck_assert_int_eq(call("alice-t", "DELETE", path, NULL, &o), 200);
 	json_decref(o);
-	expect_error(call("alice-t", "GET", path, NULL, &o), 404, o,
-		     "not_found");
+	th_expect_error(call("alice-t", "GET", path, NULL, &o), 404, o,
+			"not_found");
 	/* tacoctl gguf as docs/gguf.md shows it: export (converts, waits,
 	 * downloads) a checkpoint and the final model, list, rm */
 	snprintf(cmd, sizeof(cmd), "gguf export --type f16 -o ft.gguf %s 4",
@@ -405,8 +387,7 @@ START_TEST(test_gguf_on_demand)
 		      "%s", out);
 	snprintf(cmd, sizeof(cmd), "gguf rm %s step-00000004-f16.gguf", job);
 	ck_assert_int_eq(tacoctl(cmd, out, sizeof(out)), 0);
-	ck_assert_msg(strstr(out, "deleted step-00000004-f16.gguf"), "%s",
-		      out);
+	ck_assert_msg(strstr(out, "deleted step-00000004-f16.gguf"), "%s", out);
 	snprintf(cmd, sizeof(cmd), "gguf list %s", job);
 	ck_assert_int_eq(tacoctl(cmd, out, sizeof(out)), 0);
 	ck_assert_ptr_null(strstr(out, "step-00000004"));

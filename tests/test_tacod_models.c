@@ -147,26 +147,6 @@ static long model_call(const char *token, const char *method, const char *name,
 	return th_as(token, method, path, NULL, NULL, out);
 }
 
-/* got is evaluated first: it sets j */
-#define expect_error(got, want, j, code)                                       \
-	do {                                                                   \
-		long got_ = (got);                                             \
-		expect_error_at(__LINE__, got_, want, j, code);                \
-	} while (0)
-static void expect_error_at(int line, long got, long want, json_t *j,
-			    const char *code)
-{
-	char *d = json_dumps(j, 0);
-
-	ck_assert_msg(got == want && j &&
-			  th_str(json_object_get(j, "error"), "code"),
-		      "line %d: %ld (wanted %ld): %s", line, got, want,
-		      d ? d : "no JSON");
-	free(d);
-	ck_assert_str_eq(th_str(json_object_get(j, "error"), "code"), code);
-	json_decref(j);
-}
-
 START_TEST(test_fine_tune_a_fine_tuned_model)
 {
 	char path[1024], body[1024], ft[400], ckpt[512], *file, *a, *b, *c, *d,
@@ -221,22 +201,22 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	json_decref(j);
 
 	/* another user: the same 404 as for a model that does not exist */
-	expect_error(model_call("carol-t", "GET", ft, &j), 404, j,
-		     "model_not_found");
+	th_expect_error(model_call("carol-t", "GET", ft, &j), 404, j,
+			"model_not_found");
 	snprintf(body, sizeof(body), "ft:llama_gqa:one:%s", "0123456789ab");
-	expect_error(model_call("carol-t", "GET", body, &j), 404, j,
-		     "model_not_found");
-	expect_error(model_call("carol-t", "DELETE", ft, &j), 404, j,
-		     "model_not_found");
+	th_expect_error(model_call("carol-t", "GET", body, &j), 404, j,
+			"model_not_found");
+	th_expect_error(model_call("carol-t", "DELETE", ft, &j), 404, j,
+			"model_not_found");
 	snprintf(body, sizeof(body),
 		 "{\"model\": \"%s\", \"training_file\": \"%s\"}", ft, file);
-	expect_error(
+	th_expect_error(
 	    th_as("carol-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j),
 	    404, j, "model_not_found");
 	/* a name tacod did not form (another root) is no model either */
 	snprintf(body, sizeof(body), "ft:llama_mha:one:%s", a + 6);
-	expect_error(model_call("alice-t", "GET", body, &j), 404, j,
-		     "model_not_found");
+	th_expect_error(model_call("alice-t", "GET", body, &j), 404, j,
+			"model_not_found");
 
 	/* the plan of a job from the fine-tuned model; it leaves nothing */
 	snprintf(body, sizeof(body),
@@ -325,19 +305,19 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	snprintf(path, sizeof(path), "%s/jobs/%s/out/gguf", th_state, a);
 	ck_assert_int_ne(access(path, F_OK), 0);
 	ck_assert_ptr_null(listed("alice-t", ft));
-	expect_error(model_call("alice-t", "GET", ft, &j), 404, j,
-		     "model_not_found");
-	expect_error(model_call("alice-t", "DELETE", ft, &j), 404, j,
-		     "model_not_found");
+	th_expect_error(model_call("alice-t", "GET", ft, &j), 404, j,
+			"model_not_found");
+	th_expect_error(model_call("alice-t", "DELETE", ft, &j), 404, j,
+			"model_not_found");
 	snprintf(body, sizeof(body),
 		 "{\"model\": \"%s\", \"training_file\": \"%s\"}", ft, file);
-	expect_error(
+	th_expect_error(
 	    th_as("alice-t", "POST", "/v1/fine_tuning/jobs", body, NULL, &j),
 	    404, j, "model_not_found");
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/model/content",
 		 a);
-	expect_error(th_as("alice-t", "GET", path, NULL, NULL, &j), 404, j,
-		     "not_found");
+	th_expect_error(th_as("alice-t", "GET", path, NULL, NULL, &j), 404, j,
+			"not_found");
 	/* the job record stays, and so do the checkpoints as models */
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", a);
 	ck_assert_int_eq(th_as("alice-t", "GET", path, NULL, NULL, &j), 200);
@@ -362,10 +342,10 @@ START_TEST(test_fine_tune_a_fine_tuned_model)
 	json_decref(wait_for(d, "cancelled"));
 
 	/* what cannot be deleted */
-	expect_error(model_call("alice-t", "DELETE", "llama_gqa", &j), 403, j,
-		     "model_not_deletable");
-	expect_error(model_call("alice-t", "DELETE", ckpt, &j), 400, j,
-		     "model_not_deletable");
+	th_expect_error(model_call("alice-t", "DELETE", "llama_gqa", &j), 403,
+			j, "model_not_deletable");
+	th_expect_error(model_call("alice-t", "DELETE", ckpt, &j), 400, j,
+			"model_not_deletable");
 	/* a job from a fine-tuned model b made works as well: the chain */
 	snprintf(body, sizeof(body), "ft:llama_gqa:two:%s", b + 6);
 	e = create(body, file, "five", "\"steps\": 1");
