@@ -173,6 +173,7 @@ static int tacoctl(const char *args, char *out, size_t cap)
 START_TEST(test_gguf_on_demand)
 {
 	char body[1024], path[512], cmd[2048], file[512], out[8192];
+	char stale[512];
 	char *train, *job, *bad, *got, *want;
 	size_t got_len, want_len;
 	json_t *o, *l;
@@ -233,7 +234,12 @@ START_TEST(test_gguf_on_demand)
 	ck_assert_str_eq(th_str(o, "status"), "succeeded");
 	json_decref(o);
 
-	/* a checkpoint, by id, in f16 */
+	/* a checkpoint, by id, in f16; what a conversion of that name left
+	 * when tacod was killed goes first */
+	snprintf(stale, sizeof(stale),
+		 "%s/jobs/%s/out/gguf/step-00000002-f16.gguf.tmp-99999",
+		 th_state, job);
+	fclose(fopen(stale, "w"));
 	snprintf(body, sizeof(body),
 		 "{\"type\": \"f16\", \"checkpoint\": \"ftckpt-%s-2\"}",
 		 job + 6);
@@ -245,6 +251,7 @@ START_TEST(test_gguf_on_demand)
 	ck_assert_str_eq(th_str(o, "checkpoint"), body);
 	ck_assert_int_eq(json_integer_value(json_object_get(o, "step")), 2);
 	json_decref(o);
+	ck_assert_int_ne(access(stale, F_OK), 0);
 
 	/* the list: sorted by name, paged */
 	ck_assert_int_eq(call("alice-t", "GET", path, NULL, &l), 200);

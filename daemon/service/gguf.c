@@ -500,6 +500,7 @@ int tacod_route_gguf_delete(tacod_http_req *r, void *ctx)
 	}
 	if (t)
 		t->state = TACOD_GGUF_FREE;
+	tacod_gguf_remove_stale(path);
 	if (unlink(path))
 		rc = errno == ENOENT && t ? 0 : -errno;
 	pthread_mutex_unlock(&s->lock);

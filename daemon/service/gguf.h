@@ -49,4 +49,8 @@ struct tacod_gguf {
  * -1. */
 int tacod_gguf_name_parse(const char *name, int64_t *step, int *type);
 
+/* Removes the temporary files taco-train left for the file at path
+ * (path.tmp-PID: a conversion killed with tacod, kill -9). */
+void tacod_gguf_remove_stale(const char *path);
+
 #endif

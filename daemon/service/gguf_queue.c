@@ -9,6 +9,7 @@
  * at its final name is complete (taco-train writes a temporary file,
  * fsyncs, renames), so what the queue loses in a restart is only the
  * conversions that had not finished, which a client asks for again. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -97,6 +98,30 @@ static int read_stderr(int fd, char *tail, size_t cap, time_t deadline)
 	}
 }
 
+void tacod_gguf_remove_stale(const char *path)
+{
+	char dir[TACOD_PATH_MAX + 96], full[2 * TACOD_PATH_MAX + 256];
+	const char *slash = strrchr(path, '/'), *name;
+	struct dirent *e;
+	size_t n;
+	DIR *d;
+
+	if (!slash)
+		return;
+	snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	name = slash + 1;
+	n = strlen(name);
+	if (!(d = opendir(dir)))
+		return;
+	while ((e = readdir(d)))
+		if (!strncmp(e->d_name, name, n) &&
+		    !strncmp(e->d_name + n, ".tmp-", 5)) {
+			snprintf(full, sizeof(full), "%s/%s", dir, e->d_name);
+			unlink(full);
+		}
+	closedir(d);
+}
+
 /* Runs one conversion (lock not held): 0, or -1 with msg set. */
 static int convert(tacod_service *s, tacod_gguf_task *t, const char *job_path,
 		   char *msg, size_t cap)
@@ -131,6 +156,10 @@ static int convert(tacod_service *s, tacod_gguf_task *t, const char *job_path,
 	argv[n++] = out;
 	argv[n++] = (char *)job_path;
 	argv[n] = NULL;
+	/* what a conversion of this name left when tacod was killed: only
+	 * one conversion of a name runs at a time, and the job's own
+	 * export_gguf has finished before its final model can be asked for */
+	tacod_gguf_remove_stale(out);
 	if (pipe2(fds, O_CLOEXEC)) {
 		snprintf(msg, cap, "cannot make a pipe: %s", strerror(errno));
 		return -1;
