@@ -291,7 +291,7 @@ json_t *th_wait_status(const char *id, const char *status)
 	json_t *j = NULL;
 
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", id);
-	for (int i = 0; i < 1200; i++) {
+	for (int i = 0; i < TH_WAIT_TICKS; i++) {
 		json_decref(j);
 		ck_assert_int_eq(th_call("GET", path, NULL, NULL, &j), 200);
 		if (!strcmp(th_str(j, "status"), status))

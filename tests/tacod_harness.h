@@ -71,6 +71,11 @@ char *th_create(const char *file, const char *taco, long want);
 void th_expect_error_at(int line, long got, long want, json_t *j,
 			const char *code);
 /* Polls a job until it is in status (or 120 s pass); the job object. */
+/* How many 100 ms polls a test waits for a job or a conversion: 5 minutes,
+ * because under ASan on a busy 2-core CI machine a 60-step job resumed
+ * after kill -9 has taken over 2 minutes.  Only a failing test waits it. */
+#define TH_WAIT_TICKS 3000
+
 json_t *th_wait_status(const char *id, const char *status);
 
 #endif

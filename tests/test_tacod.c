@@ -434,7 +434,7 @@ START_TEST(test_kill9_recovery)
 	b = th_create(file, "\"steps\": 3", 200);
 	json_decref(th_wait_status(a, "running"));
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/checkpoints", a);
-	for (int i = 0; i < 600; i++) {
+	for (int i = 0; i < TH_WAIT_TICKS; i++) {
 		ck_assert_int_eq(th_call("GET", path, NULL, NULL, &j), 200);
 		st = (int)json_array_size(json_object_get(j, "data"));
 		json_decref(j);

@@ -53,7 +53,7 @@ static json_t *wait_gguf(const char *job, const char *name)
 
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/gguf/%s", job,
 		 name);
-	for (int i = 0; i < 1200; i++) {
+	for (int i = 0; i < TH_WAIT_TICKS; i++) {
 		json_decref(o);
 		ck_assert_int_eq(call("alice-t", "GET", path, NULL, &o), 200);
 		if (strcmp(th_str(o, "status"), "queued") &&
@@ -71,7 +71,7 @@ static json_t *wait_job(const char *id, const char *status)
 	json_t *j = NULL;
 
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", id);
-	for (int i = 0; i < 1200; i++) {
+	for (int i = 0; i < TH_WAIT_TICKS; i++) {
 		json_decref(j);
 		ck_assert_int_eq(call("alice-t", "GET", path, NULL, &j), 200);
 		if (!strcmp(th_str(j, "status"), status))

@@ -51,7 +51,7 @@ static json_t *wait_for(const char *id, const char *status)
 	json_t *j = NULL;
 
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", id);
-	for (int i = 0; i < 1200; i++) {
+	for (int i = 0; i < TH_WAIT_TICKS; i++) {
 		json_decref(j);
 		ck_assert_int_eq(th_as("alice-t", "GET", path, NULL, NULL, &j),
 				 200);
@@ -81,7 +81,7 @@ static void wait_trained(const char *id)
 			return;
 		}
 		json_decref(j);
-		ck_assert_int_lt(i, 1200);
+		ck_assert_int_lt(i, TH_WAIT_TICKS);
 		usleep(100000);
 	}
 }
