@@ -97,13 +97,20 @@ static void local_schedule(tacod_runner *r)
 	tacod_job *q = calloc(QUEUE_CAP, sizeof(*q));
 	tacod_sched_job *sj = calloc(QUEUE_CAP, sizeof(*sj));
 	int start[QUEUE_CAP], n = 0, k;
-	tacod_sched_state st = {r->env.cfg->device_memory, 0, 0,
-				r->env.cfg->limits.max_running_jobs, 2};
+	uint32_t devs[QUEUE_CAP];
+	/* one device for now: the config's device_memory (issue 35 gives
+	 * tacod.json a list of them) */
+	tacod_sched_state st = {{{r->env.cfg->device_memory, 0, 0}},
+				1,
+				0,
+				r->env.cfg->limits.max_running_jobs,
+				2};
 
 	if (!q || !sj)
 		goto out;
 	for (int i = 0; i < rs->n; i++) {
-		st.running_bytes += rs->run[i]->planned;
+		st.dev[0].running_bytes += rs->run[i]->planned;
+		st.dev[0].running++;
 		st.running++;
 	}
 	if (st.running >= TACOD_MAX_RUNNING)
@@ -111,11 +118,13 @@ static void local_schedule(tacod_runner *r)
 	if (tacod_store_job_by_status(r->env.store, TACOD_QUEUED, q, QUEUE_CAP,
 				      &n, NULL))
 		goto out;
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		sj[i].planned = (uint64_t)q[i].planned_bytes;
+		sj[i].gpus = 1;
+	}
 	if (n && !strcmp(q[0].id, ls->head_id))
 		sj[0].skips = ls->head_skips;
-	k = tacod_sched_pick(&st, sj, n, start);
+	k = tacod_sched_pick(&st, sj, n, start, devs);
 	if (n) {
 		snprintf(ls->head_id, sizeof(ls->head_id), "%s", q[0].id);
 		ls->head_skips = sj[0].skips;
