@@ -87,6 +87,21 @@ static const struct {
     {"{\"slurm\": {\"sbatch_options\": [\"-p\"]}}", "slurm.sbatch_options[0]"},
     {"{\"slurm\": {\"sbatch_options\": \"--qos=x\"}}",
      "'slurm.sbatch_options' must be an array"},
+    {"{\"devices\": []}", "'devices' must be a list of 1 to 32"},
+    {"{\"devices\": {\"index\": 0}}", "'devices' must be a list"},
+    {"{\"devices\": [1]}", "devices[0] must be an object"},
+    {"{\"devices\": [{\"index\": -1, \"memory\": 1}]}",
+     "devices[0].index must be"},
+    {"{\"devices\": [{\"index\": 0}]}", "devices[0].memory must be a size"},
+    {"{\"devices\": [{\"index\": 0, \"memory\": \"80GB\", \"name\": "
+     "\"a\"}]}",
+     "unknown field 'devices[0].name'"},
+    {"{\"devices\": [{\"index\": 1, \"memory\": 1}, {\"index\": 1, "
+     "\"memory\": 1}]}",
+     "devices[0] and devices[1] are both GPU 1"},
+    {"{\"device_memory\": \"80GB\", \"devices\": [{\"index\": 0, "
+     "\"memory\": 1}]}",
+     "'devices' and 'device_memory' both given"},
 };
 
 START_TEST(test_slurm_config)
@@ -123,6 +138,35 @@ START_TEST(test_slurm_config)
 }
 END_TEST
 
+START_TEST(test_devices)
+{
+	tacod_config c;
+	tacod_device_config d[TACOD_MAX_DEVICES];
+	taco_err err = {{0}};
+
+	/* without "devices": one device of device_memory, not pinned */
+	ck_assert_int_eq(parse("{\"device_memory\": \"24GB\"}", &c, &err), 0);
+	ck_assert_int_eq(tacod_config_device_list(&c, d), 1);
+	ck_assert_int_eq(d[0].index, -1);
+	ck_assert_uint_eq(d[0].memory, 24000000000ull);
+	ck_assert_uint_eq(tacod_config_plan_memory(&c), 24000000000ull);
+	ck_assert_int_eq(
+	    parse("{\"backend\": \"cuda\", \"devices\": [{\"index\": 2, "
+		  "\"memory\": \"80GB\"}, {\"index\": 0, \"memory\": "
+		  "\"141GB\"}, {\"index\": 7, \"memory\": 40000000000}]}",
+		  &c, &err),
+	    0);
+	ck_assert_int_eq(tacod_config_check(&c, &err), 0);
+	ck_assert_int_eq(tacod_config_device_list(&c, d), 3);
+	ck_assert_int_eq(d[0].index, 2);
+	ck_assert_int_eq(d[1].index, 0);
+	ck_assert_uint_eq(d[1].memory, 141000000000ull);
+	ck_assert_int_eq(d[2].index, 7);
+	/* one job's plan must fit the largest */
+	ck_assert_uint_eq(tacod_config_plan_memory(&c), 141000000000ull);
+}
+END_TEST
+
 START_TEST(test_bad_files)
 {
 	tacod_config c;
@@ -148,6 +192,10 @@ static const struct {
      "'slurm.jobs_dir'"},
     {"{\"scheduler\": \"slurm\", \"slurm\": {\"jobs_dir\": \"/nfs/j\"}}",
      "'slurm.gpu_memory'"},
+    {"{\"scheduler\": \"slurm\", \"slurm\": {\"jobs_dir\": \"/nfs/j\", "
+     "\"gpu_memory\": \"80GB\"}, \"devices\": [{\"index\": 0, "
+     "\"memory\": \"80GB\"}]}",
+     "'devices' are the GPUs of this machine"},
 };
 
 START_TEST(test_bad_combinations)
@@ -170,6 +218,7 @@ int main(void)
 	tcase_add_test(tc, test_defaults_are_valid);
 	tcase_add_test(tc, test_full_config);
 	tcase_add_test(tc, test_slurm_config);
+	tcase_add_test(tc, test_devices);
 	tcase_add_loop_test(tc, test_bad_files, 0,
 			    sizeof(bad) / sizeof(bad[0]));
 	tcase_add_loop_test(tc, test_bad_combinations, 0,

@@ -149,22 +149,12 @@ static int limits(json_t *o, tacod_limits *l, const char *name, taco_err *err)
 static int config_from_json(json_t *root, const char *name, void *arg,
 			    taco_err *err)
 {
-	static const char *const keys[] = {"listen",
-					   "unix_socket",
-					   "state_dir",
-					   "models_dir",
-					   "tokens_file",
-					   "taco_train",
-					   "dataset_roots",
-					   "device_memory",
-					   "backend",
-					   "max_retries",
-					   "cancel_timeout_s",
-					   "limits",
-					   "webhooks",
-					   "scheduler",
-					   "slurm",
-					   NULL};
+	static const char *const keys[] = {
+	    "listen",	   "unix_socket", "state_dir",	   "models_dir",
+	    "tokens_file", "taco_train",  "dataset_roots", "device_memory",
+	    "devices",	   "backend",	  "max_retries",   "cancel_timeout_s",
+	    "limits",	   "webhooks",	  "scheduler",	   "slurm",
+	    NULL};
 	tacod_config *c = arg;
 	json_t *v;
 	int r;
@@ -204,6 +194,18 @@ static int config_from_json(json_t *root, const char *name, void *arg,
 			memcpy(c->roots[c->n_roots++], json_string_value(e),
 			       json_string_length(e) + 1);
 		}
+	}
+	if ((v = json_object_get(root, "devices"))) {
+		/* each device has its own memory: device_memory besides
+		 * would say one of two things */
+		if (json_object_get(root, "device_memory"))
+			return taco_err_set(err, -EINVAL,
+					    "%s: 'devices' and 'device_memory' "
+					    "both given: each device has its "
+					    "memory; keep 'devices'",
+					    name);
+		if ((r = tacod_config_devices(v, c, name, err)))
+			return r;
 	}
 	if ((v = json_object_get(root, "backend"))) {
 		const char *b = json_is_string(v) ? json_string_value(v) : "";
@@ -291,6 +293,12 @@ int tacod_config_check(const tacod_config *c, taco_err *err)
 					    "an absolute path",
 					    i);
 	if (c->scheduler == TACOD_SCHED_SLURM) {
+		if (c->n_devices)
+			return taco_err_set(err, -EINVAL,
+					    "config: 'devices' are the GPUs "
+					    "of this machine; with scheduler "
+					    "\"slurm\" Slurm places jobs on "
+					    "its nodes' GPUs");
 		if (c->slurm.jobs_dir[0] != '/')
 			return taco_err_set(
 			    err, -EINVAL,

@@ -46,6 +46,16 @@ typedef struct tacod_slurm_config {
 	char sbatch[4096], squeue[4096], scancel[4096]; /* the commands */
 } tacod_slurm_config;
 
+#define TACOD_MAX_DEVICES 32	   /* GPUs of one tacod */
+#define TACOD_DEVICE_INDEX_MAX 255 /* a GPU's number (CUDA_VISIBLE_DEVICES) */
+
+/* One GPU jobs are scheduled on: its CUDA number and the memory the plans
+ * of its jobs must fit in together. */
+typedef struct tacod_device_config {
+	int index; /* -1: the one device of device_memory, not pinned */
+	uint64_t memory;
+} tacod_device_config;
+
 typedef struct tacod_config {
 	char listen[256];	/* "host:port", "" = no TCP listener */
 	char unix_socket[4096]; /* "" = none */
@@ -56,9 +66,12 @@ typedef struct tacod_config {
 	int n_roots;
 	char roots[TACOD_MAX_ROOTS][4096]; /* where datasets may be read */
 	uint64_t device_memory; /* bytes job plans must fit together */
-	int backend;		/* enum taco_plan_backend */
-	int max_retries;	/* a crashed worker is retried this often */
-	int cancel_timeout_s;	/* SIGKILL this long after SIGTERM */
+	/* "devices": the GPUs (0: one device of device_memory) */
+	int n_devices;
+	tacod_device_config devices[TACOD_MAX_DEVICES];
+	int backend;	      /* enum taco_plan_backend */
+	int max_retries;      /* a crashed worker is retried this often */
+	int cancel_timeout_s; /* SIGKILL this long after SIGTERM */
 	tacod_limits limits;
 	tacod_webhooks webhooks; /* webhooks/webhook.h; none by default */
 	int scheduler;		 /* TACOD_SCHED_* */
@@ -78,8 +91,8 @@ int tacod_config_load(const char *path, tacod_config *c, taco_err *err);
 int tacod_config_check(const tacod_config *c, taco_err *err);
 
 /* An integer field of the config's parsers (config.c, config/slurm.c,
- * webhooks/webhook.c): an absent key leaves *out as it is; a value that is not an
- * integer in [lo, hi] is an error naming the field as where + key
+ * webhooks/webhook.c): an absent key leaves *out as it is; a value that is not
+ * an integer in [lo, hi] is an error naming the field as where + key
  * ("limits.max_connections", "webhooks[2].timeout_s"). */
 int tacod_config_int(json_t *o, const char *where, const char *key, int lo,
 		     int hi, int *out, const char *name, taco_err *err);
@@ -95,8 +108,14 @@ int tacod_config_loopback(const tacod_config *c);
 /* Where the job directories are: <state_dir>/jobs, or under Slurm
  * slurm.jobs_dir, which the nodes read and write. */
 void tacod_config_jobs_dir(const tacod_config *c, char *out, size_t cap);
-/* The memory the running jobs' plans must fit together: device_memory,
- * or under Slurm one GPU of the partition (slurm.gpu_memory). */
+/* The memory one job's plan must fit in: device_memory, the largest of
+ * "devices", or under Slurm one GPU of the partition (slurm.gpu_memory). */
 uint64_t tacod_config_plan_memory(const tacod_config *c);
+/* config/devices.c: parses "devices" (a JSON array) into c; and the
+ * devices jobs run on, into out (TACOD_MAX_DEVICES): c's list, or one
+ * device of device_memory with index -1. Returns how many. */
+int tacod_config_devices(json_t *v, tacod_config *c, const char *name,
+			 taco_err *err);
+int tacod_config_device_list(const tacod_config *c, tacod_device_config *out);
 
 #endif

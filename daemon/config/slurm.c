@@ -163,6 +163,14 @@ void tacod_config_jobs_dir(const tacod_config *c, char *out, size_t cap)
 
 uint64_t tacod_config_plan_memory(const tacod_config *c)
 {
-	return c->scheduler == TACOD_SCHED_SLURM ? c->slurm.gpu_memory
-						 : c->device_memory;
+	uint64_t m = 0;
+
+	if (c->scheduler == TACOD_SCHED_SLURM)
+		return c->slurm.gpu_memory;
+	if (!c->n_devices)
+		return c->device_memory;
+	for (int i = 0; i < c->n_devices; i++)
+		if (c->devices[i].memory > m)
+			m = c->devices[i].memory;
+	return m;
 }

@@ -647,6 +647,7 @@
 		append(clear(main), [el('h1', {}, 'Device'), errs, box]);
 		return poller(async () => {
 			const d = await A.call('GET', '/v1/device');
+			const devs = d.devices || [];
 			const total = d.memory_total || 1;
 			const seg = (cls, v) => {
 				/* a job's few MB of a GPU's many GB still shows */
@@ -662,10 +663,17 @@
 				el('div', { class: 'legend' }, el('span', { class: 'key planned' }), 'planned ' + C.bytes(d.memory_planned), '  ',
 					el('span', { class: 'key used' }), 'used ' + C.bytes(d.memory_used), '  ', 'of ' + C.bytes(d.memory_total) +
 					' (' + (100 * d.memory_planned / total).toFixed(2) + '% planned)')),
+				/* several GPUs (tacod.json devices): each with its memory and jobs */
+				devs.length > 1 ? el('section', { class: 'card' }, el('h2', {}, 'GPUs'),
+					el('table', { class: 'list', id: 'gpus' }, el('thead', {}, el('tr', {}, ['GPU', 'Memory', 'Planned', 'Used', 'Jobs'].map((h) => el('th', {}, h)))),
+						el('tbody', {}, devs.map((g) => el('tr', { dataset: { gpu: String(g.index) } }, el('td', {}, String(g.index)), el('td', { class: 'num' }, C.bytes(g.memory_total)),
+							el('td', { class: 'num' }, C.bytes(g.memory_planned)), el('td', { class: 'num' }, C.bytes(g.memory_used)),
+							el('td', {}, g.running_jobs.map((id) => [jobLink(id), ' ']))))))) : null,
 				el('section', { class: 'card' }, el('h2', {}, 'Jobs'),
 					el('p', {}, d.running_jobs.length + ' running, ' + d.queued_jobs + ' queued, ' + d.paused_jobs + ' paused'),
-					el('table', { class: 'list', id: 'running' }, el('thead', {}, el('tr', {}, ['Running job', 'Planned', 'Peak', 'Tokens/s'].map((h) => el('th', {}, h)))),
-						el('tbody', {}, d.running_jobs.map((j) => el('tr', {}, el('td', {}, jobLink(j.id)), el('td', { class: 'num' }, C.bytes(j.planned_bytes)),
+					el('table', { class: 'list', id: 'running' }, el('thead', {}, el('tr', {}, ['Running job', 'GPU', 'Planned', 'Peak', 'Tokens/s'].map((h) => el('th', {}, h)))),
+						el('tbody', {}, d.running_jobs.map((j) => el('tr', {}, el('td', {}, jobLink(j.id)), el('td', {}, (j.devices || []).map((g) => g === null ? '–' : String(g)).join(', ')),
+							el('td', { class: 'num' }, C.bytes(j.planned_bytes)),
 							el('td', { class: 'num' }, C.bytes(j.peak_bytes)), el('td', { class: 'num' }, j.tokens_per_s ? Math.round(j.tokens_per_s).toLocaleString('en') : '–')))))),
 			]);
 		}, 2000, errs);

@@ -11,6 +11,9 @@
 #include "daemon/runner/worker.h"
 #include "plan/plan.h"
 
+_Static_assert(TACOD_MAX_DEVICES <= TACOD_SCHED_DEVICES_MAX,
+	       "a device mask holds every device of the config");
+
 /* A worker needs a moment after its spawn to set its signal handler; a
  * stop sent before would kill it without a checkpoint. The service's 1 s
  * tick sends it then. */
@@ -53,19 +56,37 @@ static void local_on_exit(tacod_worker *w, int64_t status, int sig, void *ctx)
 	(void)w;
 }
 
-static void start_job(tacod_runner *r, const tacod_job *j)
+/* The CUDA numbers of the devices of mask, "2" or "0,1", into out; ""
+ * for the one unpinned device of device_memory. */
+static void device_numbers(const tacod_config *cfg, uint32_t mask, char *out,
+			   size_t cap)
+{
+	tacod_device_config d[TACOD_MAX_DEVICES];
+	int n = tacod_config_device_list(cfg, d);
+	size_t len = 0;
+
+	out[0] = 0;
+	for (int i = 0; i < n; i++)
+		if ((mask & (1u << i)) && d[i].index >= 0 && len < cap)
+			len += (size_t)snprintf(out + len, cap - len, "%s%d",
+						len ? "," : "", d[i].index);
+}
+
+static void start_job(tacod_runner *r, const tacod_job *j, uint32_t devices)
 {
 	static const tacod_worker_cb cb = {local_on_event, local_on_exit};
 	const tacod_config *cfg = r->env.cfg;
 	tacod_run *run = calloc(1, sizeof(*run));
 	local_job *lj = calloc(1, sizeof(*lj));
-	char path[2 * TACOD_PATH_MAX];
+	char path[2 * TACOD_PATH_MAX], numbers[TACOD_MAX_DEVICES * 5];
 	taco_err err = {{0}};
 
 	if (!run || !lj)
 		goto fail;
 	snprintf(run->id, sizeof(run->id), "%s", j->id);
 	run->planned = (uint64_t)j->planned_bytes;
+	run->devices = devices;
+	device_numbers(cfg, devices, numbers, sizeof(numbers));
 	run->impl = lj;
 	lj->r = r;
 	snprintf(path, sizeof(path), "%s/%s/job.json", r->env.jobs_dir, j->id);
@@ -74,10 +95,12 @@ static void start_job(tacod_runner *r, const tacod_job *j)
 				       TACOD_RUNNING, NULL))
 		goto fail;
 	/* --resume starts fresh when there is no checkpoint yet */
-	if (tacod_worker_start(r->env.loop, cfg->taco_train, path, 1,
-			       cfg->backend == TACO_BACKEND_CUDA ? "cuda"
-								 : "cpu",
-			       &cb, run, &lj->w, &err)) {
+	/* pinned: the job sees only its GPUs, so it never runs on another
+	 * by accident (its GPU 0 is the first of them) */
+	if (tacod_worker_start_on(
+		r->env.loop, cfg->taco_train, path, 1,
+		cfg->backend == TACO_BACKEND_CUDA ? "cuda" : "cpu",
+		numbers[0] ? numbers : NULL, &cb, run, &lj->w, &err)) {
 		r->env.host.start_failed(r->env.host.ctx, j->id, err.msg);
 		goto fail;
 	}
@@ -98,19 +121,21 @@ static void local_schedule(tacod_runner *r)
 	tacod_sched_job *sj = calloc(QUEUE_CAP, sizeof(*sj));
 	int start[QUEUE_CAP], n = 0, k;
 	uint32_t devs[QUEUE_CAP];
-	/* one device for now: the config's device_memory (issue 35 gives
-	 * tacod.json a list of them) */
-	tacod_sched_state st = {{{r->env.cfg->device_memory, 0, 0}},
-				1,
-				0,
-				r->env.cfg->limits.max_running_jobs,
-				2};
+	tacod_device_config dc[TACOD_MAX_DEVICES];
+	tacod_sched_state st = {
+	    {{0}}, 0, 0, r->env.cfg->limits.max_running_jobs, 2};
 
 	if (!q || !sj)
 		goto out;
+	st.n_dev = tacod_config_device_list(r->env.cfg, dc);
+	for (int d = 0; d < st.n_dev; d++)
+		st.dev[d].budget = dc[d].memory;
 	for (int i = 0; i < rs->n; i++) {
-		st.dev[0].running_bytes += rs->run[i]->planned;
-		st.dev[0].running++;
+		for (int d = 0; d < st.n_dev; d++)
+			if (rs->run[i]->devices & (1u << d)) {
+				st.dev[d].running_bytes += rs->run[i]->planned;
+				st.dev[d].running++;
+			}
 		st.running++;
 	}
 	if (st.running >= TACOD_MAX_RUNNING)
@@ -130,7 +155,7 @@ static void local_schedule(tacod_runner *r)
 		ls->head_skips = sj[0].skips;
 	}
 	for (int i = 0; i < k && rs->n < TACOD_MAX_RUNNING; i++)
-		start_job(r, &q[start[i]]);
+		start_job(r, &q[start[i]], devs[i]);
 out:
 	for (int i = 0; q && i < n; i++)
 		tacod_job_clear(&q[i]);

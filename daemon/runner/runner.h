@@ -35,7 +35,9 @@ enum {
 /* One job being run (local) or submitted (Slurm). */
 typedef struct tacod_run {
 	char id[TACOD_ID_MAX];
-	uint64_t planned;
+	uint64_t planned;    /* bytes on each of its devices */
+	uint32_t devices;    /* the devices it runs on: a bit per position
+				in tacod_config_device_list's list */
 	uint64_t peak;	     /* the last reported peak */
 	double tokens_per_s; /* its last progress event's */
 	int stop, stop_sent; /* TACOD_STOP_*, asked and sent */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util/text.h"
 
@@ -143,19 +144,53 @@ static void on_proc_exit(uv_process_t *p, int64_t status, int sig)
 	maybe_exit(w);
 }
 
+/* environ with CUDA_VISIBLE_DEVICES=devices in place of any it has (the
+ * array malloc'd, its strings environ's but the one, which is *own). */
+static char **env_with_devices(const char *devices, char **own)
+{
+	size_t n = 0, k = 0;
+	char **env;
+
+	while (environ[n])
+		n++;
+	env = calloc(n + 2, sizeof(*env));
+	if (!env || asprintf(own, "CUDA_VISIBLE_DEVICES=%s", devices) < 0) {
+		free(env);
+		*own = NULL;
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21))
+			env[k++] = environ[i];
+	env[k] = *own;
+	return env;
+}
+
 int tacod_worker_start(uv_loop_t *loop, const char *taco_train,
 		       const char *job_path, int resume, const char *backend,
 		       const tacod_worker_cb *cb, void *ctx, tacod_worker **out,
 		       taco_err *err)
 {
+	return tacod_worker_start_on(loop, taco_train, job_path, resume,
+				     backend, NULL, cb, ctx, out, err);
+}
+
+int tacod_worker_start_on(uv_loop_t *loop, const char *taco_train,
+			  const char *job_path, int resume, const char *backend,
+			  const char *devices, const tacod_worker_cb *cb,
+			  void *ctx, tacod_worker **out, taco_err *err)
+{
+	char **env = NULL, *own = NULL;
 	tacod_worker *w = calloc(1, sizeof(*w));
 	uv_process_options_t o;
 	uv_stdio_container_t stdio[4];
 	char *args[12];
 	int n = 0, r;
 
-	if (!w)
+	if (!w || (devices && !(env = env_with_devices(devices, &own)))) {
+		free(w);
 		return taco_err_set(err, -ENOMEM, "out of memory");
+	}
 	w->loop = loop;
 	w->cb = *cb;
 	w->ctx = ctx;
@@ -188,7 +223,10 @@ int tacod_worker_start(uv_loop_t *loop, const char *taco_train,
 	stdio[3].data.stream = (uv_stream_t *)&w->events;
 	o.stdio = stdio;
 	o.stdio_count = 4;
+	o.env = env;
 	r = uv_spawn(loop, &w->proc, &o);
+	free(env);
+	free(own);
 	w->open_handles = 4;
 	if (r) {
 		/* libuv wants even a failed process handle closed */

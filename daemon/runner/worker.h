@@ -33,6 +33,14 @@ int tacod_worker_start(uv_loop_t *loop, const char *taco_train,
 		       const tacod_worker_cb *cb, void *ctx, tacod_worker **out,
 		       taco_err *err);
 
+/* The same with CUDA_VISIBLE_DEVICES=devices in its environment (the
+ * GPUs it is pinned to, "2" or "0,1"; NULL: tacod's environment as it
+ * is). */
+int tacod_worker_start_on(uv_loop_t *loop, const char *taco_train,
+			  const char *job_path, int resume, const char *backend,
+			  const char *devices, const tacod_worker_cb *cb,
+			  void *ctx, tacod_worker **out, taco_err *err);
+
 /* Asks the job to stop at a step boundary (SIGTERM: it checkpoints and
  * exits 3); SIGKILL follows after timeout_ms if it has not exited. */
 void tacod_worker_stop(tacod_worker *w, uint64_t timeout_ms);

@@ -68,7 +68,14 @@ typedef struct snapshot {
 		char id[TACOD_ID_MAX];
 		uint64_t planned, peak;
 		double tokens_per_s;
+		uint32_t devices;
 	} run[TACOD_MAX_RUNNING];
+	/* the devices jobs run on (tacod_config_device_list) */
+	int n_dev;
+	tacod_device_config dev[TACOD_MAX_DEVICES];
+	uint64_t dev_planned[TACOD_MAX_DEVICES], dev_used[TACOD_MAX_DEVICES];
+	int dev_jobs[TACOD_MAX_DEVICES];
+	uint64_t total;
 	uint64_t planned, used;
 	int64_t counts[TACOD_CANCELLED + 1];
 } snapshot;
@@ -85,13 +92,32 @@ static int take(tacod_service *s, snapshot *sn, taco_err *err)
 		sn->run[i].planned = rj->planned;
 		sn->run[i].peak = rj->peak;
 		sn->run[i].tokens_per_s = rj->tokens_per_s;
-		sn->planned += rj->planned;
-		sn->used += rj->peak;
+		/* a Slurm job's GPU is Slurm's: the one device entry */
+		sn->run[i].devices = rj->devices ? rj->devices : 1;
+		for (int d = 0; d < TACOD_MAX_DEVICES; d++)
+			if (sn->run[i].devices & (1u << d)) {
+				sn->dev_planned[d] += rj->planned;
+				sn->dev_used[d] += rj->peak;
+				sn->dev_jobs[d]++;
+				sn->planned += rj->planned;
+				sn->used += rj->peak;
+			}
 	}
 	sn->n = s->runs.n;
+	sn->n_dev = tacod_config_device_list(&s->cfg, sn->dev);
+	if (!s->cfg.n_devices)
+		sn->dev[0].memory = s->cfg.device_memory; /* Slurm's too */
+	for (int d = 0; d < sn->n_dev; d++)
+		sn->total += sn->dev[d].memory;
 	rc = tacod_store_job_count(s->store, NULL, sn->counts, err);
 	pthread_mutex_unlock(&s->lock);
 	return rc;
+}
+
+/* A device's label in /metrics: its CUDA number, or its place. */
+static int label(const snapshot *sn, int d)
+{
+	return sn->dev[d].index >= 0 ? sn->dev[d].index : d;
 }
 
 int tacod_route_device(tacod_http_req *r, void *ctx)
@@ -99,7 +125,7 @@ int tacod_route_device(tacod_http_req *r, void *ctx)
 	tacod_service *s = ctx;
 	taco_err err = {{0}};
 	snapshot *sn = malloc(sizeof(*sn));
-	json_t *run, *o;
+	json_t *run, *devs, *o;
 	int rc;
 
 	if (!sn)
@@ -111,21 +137,46 @@ int tacod_route_device(tacod_http_req *r, void *ctx)
 		return tacod_route_store_error(r, rc, &err, "job");
 	}
 	run = json_array();
-	for (int i = 0; i < sn->n; i++)
+	devs = json_array();
+	for (int d = 0; d < sn->n_dev; d++)
 		json_array_append_new(
-		    run,
-		    json_pack("{ss sI sI sf}", "id", sn->run[i].id,
-			      "planned_bytes", (json_int_t)sn->run[i].planned,
-			      "peak_bytes", (json_int_t)sn->run[i].peak,
-			      "tokens_per_s", sn->run[i].tokens_per_s));
+		    devs,
+		    json_pack("{so sI sI sI s[]}", "index",
+			      sn->dev[d].index < 0
+				  ? json_null()
+				  : json_integer(sn->dev[d].index),
+			      "memory_total", (json_int_t)sn->dev[d].memory,
+			      "memory_planned", (json_int_t)sn->dev_planned[d],
+			      "memory_used", (json_int_t)sn->dev_used[d],
+			      "running_jobs"));
+	for (int i = 0; i < sn->n; i++) {
+		json_t *on = json_array();
+		for (int d = 0; d < sn->n_dev; d++)
+			if (sn->run[i].devices & (1u << d)) {
+				json_array_append_new(
+				    json_object_get(json_array_get(devs, d),
+						    "running_jobs"),
+				    json_string(sn->run[i].id));
+				json_array_append_new(
+				    on, sn->dev[d].index < 0
+					    ? json_null()
+					    : json_integer(sn->dev[d].index));
+			}
+		json_array_append_new(
+		    run, json_pack("{ss sI sI sf so}", "id", sn->run[i].id,
+				   "planned_bytes",
+				   (json_int_t)sn->run[i].planned, "peak_bytes",
+				   (json_int_t)sn->run[i].peak, "tokens_per_s",
+				   sn->run[i].tokens_per_s, "devices", on));
+	}
 	o = json_pack(
-	    "{ss ss ss sI sI sI so sI sI}", "object", "device", "backend",
+	    "{ss ss ss sI sI sI so sI sI so}", "object", "device", "backend",
 	    s->cfg.backend == TACO_BACKEND_CPU ? "cpu" : "cuda", "name",
-	    device_name, "memory_total", (json_int_t)s->cfg.device_memory,
+	    device_name, "memory_total", (json_int_t)sn->total,
 	    "memory_planned", (json_int_t)sn->planned, "memory_used",
 	    (json_int_t)sn->used, "running_jobs", run, "queued_jobs",
 	    (json_int_t)sn->counts[TACOD_QUEUED], "paused_jobs",
-	    (json_int_t)sn->counts[TACOD_PAUSED]);
+	    (json_int_t)sn->counts[TACOD_PAUSED], "devices", devs);
 	free(sn);
 	return tacod_http_reply_json(r, 200, o);
 }
@@ -200,9 +251,27 @@ int tacod_route_metrics(tacod_http_req *r, void *ctx)
 	    "memory plans.\n"
 	    "# TYPE tacod_planned_memory_bytes gauge\n"
 	    "tacod_planned_memory_bytes %llu\n",
-	    (long long)sn->counts[TACOD_QUEUED],
-	    (unsigned long long)s->cfg.device_memory,
+	    (long long)sn->counts[TACOD_QUEUED], (unsigned long long)sn->total,
 	    (unsigned long long)sn->planned);
+	metrics_put(&t, "# HELP tacod_gpu_memory_bytes One device's memory, "
+			"which the plans of its jobs must fit in.\n"
+			"# TYPE tacod_gpu_memory_bytes gauge\n");
+	for (int d = 0; d < sn->n_dev; d++)
+		metrics_put(&t, "tacod_gpu_memory_bytes{device=\"%d\"} %llu\n",
+			    label(sn, d),
+			    (unsigned long long)sn->dev[d].memory);
+	metrics_put(&t, "# HELP tacod_gpu_planned_bytes Sum of the memory "
+			"plans of one device's running jobs.\n"
+			"# TYPE tacod_gpu_planned_bytes gauge\n");
+	for (int d = 0; d < sn->n_dev; d++)
+		metrics_put(&t, "tacod_gpu_planned_bytes{device=\"%d\"} %llu\n",
+			    label(sn, d),
+			    (unsigned long long)sn->dev_planned[d]);
+	metrics_put(&t, "# HELP tacod_gpu_jobs Jobs running on one device.\n"
+			"# TYPE tacod_gpu_jobs gauge\n");
+	for (int d = 0; d < sn->n_dev; d++)
+		metrics_put(&t, "tacod_gpu_jobs{device=\"%d\"} %d\n",
+			    label(sn, d), sn->dev_jobs[d]);
 	metrics_put(
 	    &t, "# HELP tacod_job_planned_bytes A running job's memory plan.\n"
 		"# TYPE tacod_job_planned_bytes gauge\n");
