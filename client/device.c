@@ -58,17 +58,20 @@ int ctl_cmd_device(ctl *c, const ctl_cmd *cmd, int argc, char **argv)
 	devs = json_object_get(r.json, "devices");
 	if (json_array_size(devs) > 1) {
 		char c1[32], c2[32], c3[32], n[16], k[16];
-		ctl_table_init(&t, 5);
-		t.right[1] = t.right[2] = t.right[3] = t.right[4] = 1;
-		ctl_table_row(&t, "GPU", "MEMORY", "PLANNED", "USED", "JOBS");
+		ctl_table_init(&t, 6);
+		t.right[2] = t.right[3] = t.right[4] = t.right[5] = 1;
+		ctl_table_row(&t, "GPU", "NAME", "MEMORY", "PLANNED", "USED",
+			      "JOBS");
 		for (size_t i = 0; i < json_array_size(devs); i++) {
 			json_t *gpu = json_array_get(devs, i);
+			const char *name = json_string_value(
+			    json_object_get(gpu, "name")); /* "auto"'s */
 			snprintf(n, sizeof(n), "%lld", ctl_int(gpu, "index"));
 			snprintf(k, sizeof(k), "%zu",
 				 json_array_size(
 				     json_object_get(gpu, "running_jobs")));
 			ctl_table_row(
-			    &t, n,
+			    &t, n, name ? name : "-",
 			    ctl_fmt_bytes((double)ctl_int(gpu, "memory_total"),
 					  c1, sizeof(c1)),
 			    ctl_fmt_bytes(

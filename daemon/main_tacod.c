@@ -7,6 +7,7 @@
 
 #include "daemon/config/config.h"
 #include "daemon/notify.h"
+#include "daemon/runner/discover.h"
 #include "daemon/service/service.h"
 #include "util/runtime.h"
 
@@ -244,6 +245,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tacod: %s\n", err.msg);
 		return 2;
 	}
+	/* "devices": "auto": the GPUs from taco-train --list-devices, once
+	 * at start (a GPU added later needs a restart, as a changed list
+	 * does) */
+	if (tacod_devices_discover(&cfg, TACOD_DISCOVER_TIMEOUT_MS, &err)) {
+		fprintf(stderr, "tacod: %s\n", err.msg);
+		return 2;
+	}
+	for (int i = 0; cfg.devices_auto && i < cfg.n_devices; i++)
+		fprintf(stderr,
+			"tacod: devices \"auto\": GPU %d, %s, %.1f GB\n",
+			cfg.devices[i].index, cfg.devices[i].name,
+			(double)cfg.devices[i].memory / 1e9);
 	if (check) {
 		printf("tacod: configuration is valid\n");
 		return 0;

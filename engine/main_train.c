@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: taco-train [OPTIONS] JOB.json\n"
+		"       taco-train --list-devices\n"
 		"\n"
 		"Runs the fine-tuning job described by JOB.json (docs/job.md) "
 		"in the\n"
@@ -115,6 +117,10 @@ static void usage(FILE *f)
 		"                   (OUTPUT_DIR/gguf/step-NNNNNNNN-TYPE.gguf)\n"
 		"  --output PATH    with --export-gguf: write the file to "
 		"PATH instead\n"
+		"  --list-devices   print the GPUs the CUDA backend sees as "
+		"JSON, and exit\n"
+		"                   (no JOB.json; exit 1 when it sees none: "
+		"why on stderr)\n"
 		"  -h, --help       this text\n"
 		"\n"
 		"SIGTERM or SIGINT: finish the current step, write a "
@@ -124,6 +130,45 @@ static void usage(FILE *f)
 		"Exit status: 0 finished, 1 failed, 2 bad usage or invalid "
 		"job,\n"
 		"3 stopped by a signal after a checkpoint.\n");
+}
+
+/* taco-train --list-devices: {"devices": [{"index", "name", "memory",
+ * "compute_capability", "usable"}]} on stdout (tacod's "devices": "auto"
+ * reads it), or why there are none on stderr. */
+static int list_devices(void)
+{
+	tk_device_info d[64];
+	char why[256] = "", cc[16];
+	json_t *all, *list;
+	int n, r;
+
+	if ((n = tk_cuda_devices(d, 64, why, sizeof(why))) < 0) {
+		fprintf(stderr, "taco-train: --list-devices: %s\n", why);
+		return EXIT_FAILED;
+	}
+	if (n > 64)
+		n = 64;
+	list = json_array();
+	for (int i = 0; i < n; i++) {
+		snprintf(cc, sizeof(cc), "%d.%d", d[i].cc_major, d[i].cc_minor);
+		json_array_append_new(
+		    list,
+		    json_pack("{s:i, s:s, s:I, s:s, s:b}", "index", d[i].index,
+			      "name", d[i].name, "memory",
+			      (json_int_t)d[i].memory, "compute_capability", cc,
+			      "usable", d[i].usable));
+	}
+	all = json_pack("{s:o}", "devices", list);
+	r = json_dumpf(all, stdout, JSON_INDENT(2)) || puts("") == EOF ||
+		    fflush(stdout)
+		? EXIT_FAILED
+		: EXIT_OK;
+	json_decref(all);
+	if (!n) {
+		fprintf(stderr, "taco-train: --list-devices: no CUDA device\n");
+		return EXIT_FAILED;
+	}
+	return r;
 }
 
 /* taco-train --validate */
@@ -259,12 +304,13 @@ int main(int argc, char **argv)
 	    {"export-gguf", required_argument, NULL, 'G'},
 	    {"checkpoint", required_argument, NULL, 'C'},
 	    {"output", required_argument, NULL, 'O'},
+	    {"list-devices", no_argument, NULL, 'L'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	taco_train_opts to = {.events_fd = -1, .stop = &stop_requested};
 	int c, check = 0, no_progress = 0, plan = 0, validate = 0, r;
-	int die_with_parent = 0, gguf = -1;
+	int die_with_parent = 0, gguf = -1, list = 0;
 	const char *ckpt = NULL, *gguf_out = NULL;
 	int backend = TACO_BACKEND_CPU;
 	taco_job job;
@@ -358,6 +404,9 @@ int main(int argc, char **argv)
 		case 'O':
 			gguf_out = optarg;
 			break;
+		case 'L':
+			list = 1;
+			break;
 		case 'h':
 			usage(stdout);
 			return EXIT_OK;
@@ -365,6 +414,14 @@ int main(int argc, char **argv)
 			usage(stderr);
 			return EXIT_USAGE;
 		}
+	}
+	if (list) {
+		if (optind != argc) {
+			fprintf(stderr, "taco-train: --list-devices takes no "
+					"JOB.json\n");
+			return EXIT_USAGE;
+		}
+		return list_devices();
 	}
 	if (optind != argc - 1) {
 		usage(stderr);

@@ -1,5 +1,5 @@
-/* cuda_loader.c: tk_cuda_open, tk_cuda_last_error and the profile's
- * tk_cuda_profile_start / stop, which load the CUDA backend
+/* cuda_loader.c: tk_cuda_open, tk_cuda_devices, tk_cuda_last_error and the
+ * profile's tk_cuda_profile_start / stop, which load the CUDA backend
  * (libtaco_cuda.so, kernels/cuda) on demand or call into the loaded one.
  *
  * Why a loadable module: a program that NEEDs libcudart cannot start at all
@@ -28,18 +28,23 @@
 #define MODULE "libtaco_cuda.so"
 
 typedef int (*open_fn)(const tk_ops **out, char *why, size_t why_len);
+typedef int (*devices_fn)(tk_device_info *out, int cap, char *why,
+			  size_t why_len);
 typedef const char *(*last_error_fn)(void);
 typedef int (*profile_start_fn)(void);
 typedef int (*profile_stop_fn)(tk_profile *out);
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static last_error_fn module_last_error; /* set once the module is open */
+static last_error_fn module_last_error; /* set once the module is loaded */
 /* Set once the module is open, if it has a profiler (a module of this
  * tree has; without one the profile calls say -ENOSYS). */
 static profile_start_fn module_profile_start;
 static profile_stop_fn module_profile_stop;
 
 #ifdef TK_CUDA_BUILT
+static open_fn module_open; /* these two too */
+static devices_fn module_devices;
+
 /* The directory of the running program, with a trailing '/'. */
 static int program_dir(char *buf, size_t cap)
 {
@@ -90,37 +95,57 @@ static void *load(char *why, size_t why_len)
 	return NULL;
 }
 
-int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
+/* The module, loaded and its entry points resolved once; NULL with why set
+ * when it is missing or not ours. Called with lock held. */
+static void *module(char *why, size_t why_len)
 {
 	static void *handle;
-	static open_fn module_open;
+
+	if (handle || !(handle = load(why, why_len)))
+		return handle;
+	module_open = (open_fn)dlsym(handle, "tk_cuda_module_open");
+	module_devices = (devices_fn)dlsym(handle, "tk_cuda_module_devices");
+	module_last_error =
+	    (last_error_fn)dlsym(handle, "tk_cuda_module_last_error");
+	if (!module_open || !module_devices || !module_last_error) {
+		tk_why(why, why_len,
+		       "%s: not a tacod CUDA backend (no entry points)",
+		       MODULE);
+		dlclose(handle);
+		handle = NULL;
+		module_open = NULL;
+		module_devices = NULL;
+		module_last_error = NULL;
+		return NULL;
+	}
+	module_profile_start =
+	    (profile_start_fn)dlsym(handle, "tk_cuda_module_profile_start");
+	module_profile_stop =
+	    (profile_stop_fn)dlsym(handle, "tk_cuda_module_profile_stop");
+	if (!module_profile_start || !module_profile_stop) {
+		module_profile_start = NULL;
+		module_profile_stop = NULL;
+	}
+	return handle;
+}
+
+int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
+{
 	int r;
 
 	pthread_mutex_lock(&lock);
-	if (!handle && (handle = load(why, why_len))) {
-		module_open = (open_fn)dlsym(handle, "tk_cuda_module_open");
-		module_last_error =
-		    (last_error_fn)dlsym(handle, "tk_cuda_module_last_error");
-		if (!module_open || !module_last_error) {
-			tk_why(why, why_len,
-			       "%s: not a tacod CUDA backend (no entry points)",
-			       MODULE);
-			dlclose(handle);
-			handle = NULL;
-			module_open = NULL;
-			module_last_error = NULL;
-		} else {
-			module_profile_start = (profile_start_fn)dlsym(
-			    handle, "tk_cuda_module_profile_start");
-			module_profile_stop = (profile_stop_fn)dlsym(
-			    handle, "tk_cuda_module_profile_stop");
-			if (!module_profile_start || !module_profile_stop) {
-				module_profile_start = NULL;
-				module_profile_stop = NULL;
-			}
-		}
-	}
-	r = handle ? module_open(out, why, why_len) : -ENODEV;
+	r = module(why, why_len) ? module_open(out, why, why_len) : -ENODEV;
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+int tk_cuda_devices(tk_device_info *out, int cap, char *why, size_t why_len)
+{
+	int r;
+
+	pthread_mutex_lock(&lock);
+	r = module(why, why_len) ? module_devices(out, cap, why, why_len)
+				 : -ENODEV;
 	pthread_mutex_unlock(&lock);
 	return r;
 }
@@ -128,6 +153,14 @@ int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
 int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
 {
 	(void)out;
+	tk_why(why, why_len, "built without CUDA");
+	return -ENOSYS;
+}
+
+int tk_cuda_devices(tk_device_info *out, int cap, char *why, size_t why_len)
+{
+	(void)out;
+	(void)cap;
 	tk_why(why, why_len, "built without CUDA");
 	return -ENOSYS;
 }

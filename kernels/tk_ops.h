@@ -404,6 +404,21 @@ const tk_ops *tk_cpu_ops(void);
 /* The CUDA backend on device 0: 0 and *out set, or -ENODEV (no device or
  * driver, why says which) / -ENOSYS (built without CUDA). */
 int tk_cuda_open(const tk_ops **out, char *why, size_t why_len);
+/* One GPU the CUDA runtime sees, as tk_cuda_devices lists it. */
+typedef struct tk_device_info {
+	int index;	 /* the runtime's number: CUDA_VISIBLE_DEVICES's */
+	char name[96];	 /* "NVIDIA H200" */
+	uint64_t memory; /* total device memory, bytes */
+	int cc_major, cc_minor; /* compute capability */
+	int usable;		/* the CUDA backend runs on it (8.0 or newer) */
+} tk_device_info;
+
+/* Every GPU the CUDA runtime sees, at most cap into out: how many it sees
+ * (the count may exceed cap), or -ENODEV (no driver or device, why says
+ * which) / -ENOSYS (built without CUDA). Opens no backend and sets no
+ * device for later ops (tacod's "devices": "auto", taco-train
+ * --list-devices). */
+int tk_cuda_devices(tk_device_info *out, int cap, char *why, size_t why_len);
 /* First CUDA/cuBLAS error since open, or NULL; ops return void so the engine
  * polls this after each step. */
 const char *tk_cuda_last_error(void);

@@ -87,8 +87,9 @@ static const struct {
     {"{\"slurm\": {\"sbatch_options\": [\"-p\"]}}", "slurm.sbatch_options[0]"},
     {"{\"slurm\": {\"sbatch_options\": \"--qos=x\"}}",
      "'slurm.sbatch_options' must be an array"},
-    {"{\"devices\": []}", "'devices' must be a list of 1 to 32"},
-    {"{\"devices\": {\"index\": 0}}", "'devices' must be a list"},
+    {"{\"devices\": []}", "'devices' must be \"auto\" or a list of 1 to 32"},
+    {"{\"devices\": {\"index\": 0}}", "'devices' must be \"auto\" or a list"},
+    {"{\"devices\": \"all\"}", "'devices' must be \"auto\" or a list"},
     {"{\"devices\": [1]}", "devices[0] must be an object"},
     {"{\"devices\": [{\"index\": -1, \"memory\": 1}]}",
      "devices[0].index must be"},
@@ -164,6 +165,14 @@ START_TEST(test_devices)
 	ck_assert_int_eq(d[2].index, 7);
 	/* one job's plan must fit the largest */
 	ck_assert_uint_eq(tacod_config_plan_memory(&c), 141000000000ull);
+	/* "auto": no list until taco-train --list-devices gives one
+	 * (test_tacod_devices) */
+	ck_assert_int_eq(
+	    parse("{\"backend\": \"cuda\", \"devices\": \"auto\"}", &c, &err),
+	    0);
+	ck_assert_int_eq(tacod_config_check(&c, &err), 0);
+	ck_assert_int_eq(c.devices_auto, 1);
+	ck_assert_int_eq(c.n_devices, 0);
 }
 END_TEST
 
@@ -196,6 +205,11 @@ static const struct {
      "\"gpu_memory\": \"80GB\"}, \"devices\": [{\"index\": 0, "
      "\"memory\": \"80GB\"}]}",
      "'devices' are the GPUs of this machine"},
+    {"{\"scheduler\": \"slurm\", \"backend\": \"cuda\", \"slurm\": "
+     "{\"jobs_dir\": \"/nfs/j\", \"gpu_memory\": \"80GB\"}, \"devices\": "
+     "\"auto\"}",
+     "'devices' are the GPUs of this machine"},
+    {"{\"devices\": \"auto\"}", "it needs backend \"cuda\""},
 };
 
 START_TEST(test_bad_combinations)

@@ -5,16 +5,23 @@
  * CUDA_VISIBLE_DEVICES to its own; a fourth waits, and takes the device a
  * cancelled job leaves; /v1/device and /metrics show each device and its
  * job. Against a real in-process tacod, with taco-train behind a wrapper
- * that records the CUDA_VISIBLE_DEVICES it was given. */
+ * that records the CUDA_VISIBLE_DEVICES it was given. And "devices":
+ * "auto": the usable GPUs of taco-train --list-devices (a stand-in that
+ * lists three, one too old; one that fails; one that hangs; the real one,
+ * which finds none here), in tacod --check-config and /v1/device. */
 #include <check.h>
 #include <curl/curl.h>
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon/runner/discover.h"
+#include "plan/plan.h"
 #include "tacod_harness.h"
 #include "testutil.h"
 
@@ -203,6 +210,179 @@ START_TEST(test_three_devices)
 }
 END_TEST
 
+/* A stand-in for taco-train: --list-devices runs body, anything else the
+ * real one. */
+static void make_lister(char *path, size_t cap, const char *tag,
+			const char *body)
+{
+	FILE *f;
+
+	snprintf(path, cap, "/tmp/tacod-lister-%s-%d.sh", tag, (int)getpid());
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "#!/bin/sh\n[ \"$1\" = --list-devices ] || exit 99\n%s\n",
+		body);
+	fclose(f);
+	ck_assert_int_eq(chmod(path, 0755), 0);
+}
+
+static const char three_gpus[] =
+    "cat <<'EOF'\n"
+    "{\"devices\": [\n"
+    " {\"index\": 0, \"name\": \"NVIDIA H200\", \"memory\": 150754820096, "
+    "\"compute_capability\": \"9.0\", \"usable\": true},\n"
+    " {\"index\": 1, \"name\": \"Tesla V100\", \"memory\": 34089926656, "
+    "\"compute_capability\": \"7.0\", \"usable\": false},\n"
+    " {\"index\": 2, \"name\": \"NVIDIA H100 80GB HBM3\", \"memory\": "
+    "85029158912, \"compute_capability\": \"9.0\", \"usable\": true}]}\n"
+    "EOF";
+
+static tacod_config found; /* what discovery made of three_gpus */
+
+static void use_found(tacod_config *c)
+{
+	c->backend = found.backend;
+	c->devices_auto = 1;
+	c->n_devices = found.n_devices;
+	memcpy(c->devices, found.devices, sizeof(c->devices));
+}
+
+static void auto_config(tacod_config *c, const char *lister)
+{
+	tacod_config_defaults(c);
+	c->backend = TACO_BACKEND_CUDA;
+	c->devices_auto = 1;
+	snprintf(c->taco_train, sizeof(c->taco_train), "%s", lister);
+}
+
+START_TEST(test_auto)
+{
+	char ok[128], fails[128], hangs[128], real[4096], cmd[8192];
+	char cfg_path[128], out[4096];
+	const char *bin = getenv("TACO_BIN_DIR");
+	tacod_device_config d[2];
+	taco_err err = {{0}};
+	tacod_config c;
+	json_t *j, *e;
+	size_t i;
+	FILE *f;
+	int n, skipped, r;
+
+	make_lister(ok, sizeof(ok), "ok", three_gpus);
+	make_lister(fails, sizeof(fails), "fails",
+		    "echo 'taco-train: --list-devices: no usable CUDA driver "
+		    "or device: no CUDA-capable device is detected' >&2; "
+		    "exit 1");
+	make_lister(hangs, sizeof(hangs), "hangs", "exec sleep 30");
+	/* the usable two, in order, each with its memory and name */
+	auto_config(&c, ok);
+	ck_assert_int_eq(tacod_devices_discover(&c, 10000, &err), 0);
+	ck_assert_int_eq(c.n_devices, 2);
+	ck_assert_int_eq(c.devices[0].index, 0);
+	ck_assert_uint_eq(c.devices[0].memory, 150754820096ull);
+	ck_assert_str_eq(c.devices[0].name, "NVIDIA H200");
+	ck_assert_int_eq(c.devices[1].index, 2);
+	ck_assert_str_eq(c.devices[1].name, "NVIDIA H100 80GB HBM3");
+	ck_assert_uint_eq(tacod_config_plan_memory(&c), 150754820096ull);
+	found = c;
+	/* a list given is kept: no query */
+	ck_assert_int_eq(tacod_devices_discover(&c, 10000, &err), 0);
+	/* taco-train's reason, and the config unchanged */
+	auto_config(&c, fails);
+	ck_assert_int_eq(tacod_devices_discover(&c, 10000, &err), -ENODEV);
+	ck_assert_msg(strstr(err.msg, "'devices': \"auto\" found no GPU: no "
+				      "usable CUDA driver or device") != NULL,
+		      "%s", err.msg);
+	ck_assert_int_eq(c.n_devices, 0);
+	auto_config(&c, hangs);
+	ck_assert_int_eq(tacod_devices_discover(&c, 300, &err), -ETIMEDOUT);
+	ck_assert_ptr_nonnull(strstr(err.msg, "did not answer in time"));
+	/* the real taco-train: no GPU here (or, on a GPU machine, some) */
+	snprintf(real, sizeof(real), "%s/taco-train", bin ? bin : ".");
+	auto_config(&c, real);
+	r = tacod_devices_discover(&c, 60000, &err);
+	ck_assert_msg(r == 0
+			  ? c.n_devices > 0
+			  : r == -ENODEV && strstr(err.msg, "found no") != NULL,
+		      "%d: %s", r, err.msg);
+	/* the parser: a bad entry, too many */
+	ck_assert_int_eq(
+	    tacod_devices_parse_list("[]", 2, d, 2, &n, &skipped, &err),
+	    -EINVAL);
+	ck_assert_int_eq(
+	    tacod_devices_parse_list("{\"devices\": [{\"index\": 0}]}", 27, d,
+				     2, &n, &skipped, &err),
+	    -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "devices[0]"));
+	{
+		const char *three = strstr(three_gpus, "{\"devices");
+		size_t len = strstr(three, "\nEOF") - three;
+		ck_assert_int_eq(tacod_devices_parse_list(three, len, d, 1, &n,
+							  &skipped, &err),
+				 -E2BIG);
+	}
+	/* tacod --check-config names what it found; with cpu it refuses */
+	snprintf(cfg_path, sizeof(cfg_path), "/tmp/tacod-auto-%d.json",
+		 (int)getpid());
+	f = fopen(cfg_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f,
+		"{\"backend\": \"cuda\", \"devices\": \"auto\", "
+		"\"taco_train\": \"%s\"}",
+		ok);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "%s/tacod --config %s --check-config 2>&1",
+		 bin ? bin : ".", cfg_path);
+	f = popen(cmd, "r");
+	out[fread(out, 1, sizeof(out) - 1, f)] = 0;
+	ck_assert_int_eq(pclose(f), 0);
+	ck_assert_msg(
+	    strstr(out, "tacod: devices \"auto\": GPU 0, NVIDIA "
+			"H200, 150.8 GB\n") &&
+		strstr(out, "GPU 2, NVIDIA H100 80GB HBM3, 85.0 GB") &&
+		!strstr(out, "V100") && strstr(out, "configuration is valid"),
+	    "%s", out);
+	f = fopen(cfg_path, "w");
+	fprintf(f,
+		"{\"backend\": \"cuda\", \"devices\": \"auto\", "
+		"\"taco_train\": \"%s\"}",
+		fails);
+	fclose(f);
+	f = popen(cmd, "r");
+	out[fread(out, 1, sizeof(out) - 1, f)] = 0;
+	ck_assert_int_eq(WEXITSTATUS(pclose(f)), 2);
+	ck_assert_msg(strstr(out, "found no GPU: no usable CUDA driver"), "%s",
+		      out);
+	unlink(cfg_path);
+	/* /v1/device: the GPUs found, with their names */
+	th_start(0, use_found);
+	ck_assert_int_eq(th_call("GET", "/v1/device", NULL, NULL, &j), 200);
+	ck_assert_int_eq(json_array_size(json_object_get(j, "devices")), 2);
+	json_array_foreach(json_object_get(j, "devices"), i, e)
+	{
+		ck_assert_int_eq(
+		    json_integer_value(json_object_get(e, "index")),
+		    (json_int_t)(2 * i));
+		ck_assert_str_eq(th_str(e, "name"), found.devices[i].name);
+	}
+	json_decref(j);
+	/* tacoctl device: a GPU's row has its name */
+	snprintf(cmd, sizeof(cmd),
+		 "TACOD_URL=http://127.0.0.1:%d %s/tacoctl device", th_port,
+		 bin ? bin : ".");
+	f = popen(cmd, "r");
+	out[fread(out, 1, sizeof(out) - 1, f)] = 0;
+	ck_assert_int_eq(pclose(f), 0);
+	ck_assert_msg(strstr(out, "NAME") && strstr(out, "NVIDIA H200") &&
+			  strstr(out, "NVIDIA H100 80GB HBM3"),
+		      "%s", out);
+	th_stop();
+	unlink(ok);
+	unlink(fails);
+	unlink(hangs);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tacod_devices");
@@ -211,6 +391,7 @@ int main(void)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, test_three_devices);
+	tcase_add_test(tc, test_auto);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

@@ -292,8 +292,14 @@ int tacod_config_check(const tacod_config *c, taco_err *err)
 					    "config: dataset_roots[%d] must be "
 					    "an absolute path",
 					    i);
+	if (c->devices_auto && c->backend != TACO_BACKEND_CUDA)
+		return taco_err_set(err, -EINVAL,
+				    "config: 'devices': \"auto\" asks the "
+				    "CUDA backend for its GPUs: it needs "
+				    "backend \"cuda\" (on the cpu backend "
+				    "devices are memory budgets: list them)");
 	if (c->scheduler == TACOD_SCHED_SLURM) {
-		if (c->n_devices)
+		if (c->n_devices || c->devices_auto)
 			return taco_err_set(err, -EINVAL,
 					    "config: 'devices' are the GPUs "
 					    "of this machine; with scheduler "

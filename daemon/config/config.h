@@ -54,6 +54,7 @@ typedef struct tacod_slurm_config {
 typedef struct tacod_device_config {
 	int index; /* -1: the one device of device_memory, not pinned */
 	uint64_t memory;
+	char name[96]; /* "NVIDIA H200" when "auto" found it, else "" */
 } tacod_device_config;
 
 typedef struct tacod_config {
@@ -68,6 +69,9 @@ typedef struct tacod_config {
 	uint64_t device_memory; /* bytes job plans must fit together */
 	/* "devices": the GPUs (0: one device of device_memory) */
 	int n_devices;
+	/* "devices": "auto": n_devices is 0 until tacod_devices_discover
+	 * fills the list from taco-train --list-devices */
+	int devices_auto;
 	tacod_device_config devices[TACOD_MAX_DEVICES];
 	int backend;	      /* enum taco_plan_backend */
 	int max_retries;      /* a crashed worker is retried this often */

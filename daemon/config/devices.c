@@ -1,6 +1,8 @@
 /* config/devices.c: tacod.json's "devices", the GPUs one tacod schedules
  * jobs on (docs/tacod.md "Several GPUs"): [{"index": 0, "memory":
- * "80GB"}, ...]. Without it, one device of device_memory. On the CPU
+ * "80GB"}, ...], or "auto": every usable GPU taco-train --list-devices
+ * finds (runner/discover.c, at start). Without it, one device of
+ * device_memory. On the CPU
  * backend the devices are memory budgets: the same admission, tested in
  * CI. */
 #include <errno.h>
@@ -54,17 +56,22 @@ static int device_at(json_t *e, size_t i, tacod_device_config *d,
 int tacod_config_devices(json_t *v, tacod_config *c, const char *name,
 			 taco_err *err)
 {
-	tacod_device_config d[TACOD_MAX_DEVICES];
+	tacod_device_config d[TACOD_MAX_DEVICES] = {{0}};
 	size_t i, n;
 	json_t *e;
 	int r;
 
+	if (json_is_string(v) && !strcmp(json_string_value(v), "auto")) {
+		c->devices_auto = 1;
+		c->n_devices = 0;
+		return 0;
+	}
 	if (!json_is_array(v) || !(n = json_array_size(v)) ||
 	    n > TACOD_MAX_DEVICES)
 		return taco_err_set(err, -EINVAL,
-				    "%s: 'devices' must be a list of 1 to %d "
-				    "GPUs, each {\"index\": N, \"memory\": "
-				    "\"80GB\"}",
+				    "%s: 'devices' must be \"auto\" or a list "
+				    "of 1 to %d GPUs, each {\"index\": N, "
+				    "\"memory\": \"80GB\"}",
 				    name, TACOD_MAX_DEVICES);
 	json_array_foreach(v, i, e)
 	{

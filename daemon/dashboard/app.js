@@ -663,10 +663,10 @@
 				el('div', { class: 'legend' }, el('span', { class: 'key planned' }), 'planned ' + C.bytes(d.memory_planned), '  ',
 					el('span', { class: 'key used' }), 'used ' + C.bytes(d.memory_used), '  ', 'of ' + C.bytes(d.memory_total) +
 					' (' + (100 * d.memory_planned / total).toFixed(2) + '% planned)')),
-				/* several GPUs (tacod.json devices): each with its memory and jobs */
+				/* several GPUs (tacod.json devices): each with its memory and jobs (and its name with "auto") */
 				devs.length > 1 ? el('section', { class: 'card' }, el('h2', {}, 'GPUs'),
 					el('table', { class: 'list', id: 'gpus' }, el('thead', {}, el('tr', {}, ['GPU', 'Memory', 'Planned', 'Used', 'Jobs'].map((h) => el('th', {}, h)))),
-						el('tbody', {}, devs.map((g) => el('tr', { dataset: { gpu: String(g.index) } }, el('td', {}, String(g.index)), el('td', { class: 'num' }, C.bytes(g.memory_total)),
+						el('tbody', {}, devs.map((g) => el('tr', { dataset: { gpu: String(g.index) } }, el('td', {}, String(g.index), g.name ? ' ' + g.name : null), el('td', { class: 'num' }, C.bytes(g.memory_total)),
 							el('td', { class: 'num' }, C.bytes(g.memory_planned)), el('td', { class: 'num' }, C.bytes(g.memory_used)),
 							el('td', {}, g.running_jobs.map((id) => [jobLink(id), ' ']))))))) : null,
 				el('section', { class: 'card' }, el('h2', {}, 'Jobs'),

@@ -141,10 +141,13 @@ int tacod_route_device(tacod_http_req *r, void *ctx)
 	for (int d = 0; d < sn->n_dev; d++)
 		json_array_append_new(
 		    devs,
-		    json_pack("{so sI sI sI s[]}", "index",
+		    json_pack("{so so sI sI sI s[]}", "index",
 			      sn->dev[d].index < 0
 				  ? json_null()
 				  : json_integer(sn->dev[d].index),
+			      "name",
+			      sn->dev[d].name[0] ? json_string(sn->dev[d].name)
+						 : json_null(),
 			      "memory_total", (json_int_t)sn->dev[d].memory,
 			      "memory_planned", (json_int_t)sn->dev_planned[d],
 			      "memory_used", (json_int_t)sn->dev_used[d],

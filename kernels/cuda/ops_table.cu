@@ -277,6 +277,38 @@ fail_quiet:
 	return -ENODEV;
 }
 
+/* The devices, for tk_cuda_devices: properties only, so no context is
+ * made on any of them (a query costs no device memory). */
+extern "C" TKC_EXPORT int tk_cuda_module_devices(tk_device_info *out, int cap,
+						 char *why, size_t why_len)
+{
+	cudaDeviceProp prop;
+	cudaError_t e;
+	int count = 0;
+
+	e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess) {
+		tk_why(why, why_len, "no usable CUDA driver or device: %s",
+		       cudaGetErrorString(e));
+		return -ENODEV;
+	}
+	for (int d = 0; d < count && d < cap; d++) {
+		if ((e = cudaGetDeviceProperties(&prop, d)) != cudaSuccess) {
+			tk_why(why, why_len, "CUDA device %d: %s", d,
+			       cudaGetErrorString(e));
+			return -ENODEV;
+		}
+		memset(&out[d], 0, sizeof(out[d]));
+		out[d].index = d;
+		snprintf(out[d].name, sizeof(out[d].name), "%.95s", prop.name);
+		out[d].memory = (uint64_t)prop.totalGlobalMem;
+		out[d].cc_major = prop.major;
+		out[d].cc_minor = prop.minor;
+		out[d].usable = prop.major >= 8; /* as open_device demands */
+	}
+	return count;
+}
+
 extern "C" TKC_EXPORT int tk_cuda_module_open(const tk_ops **out, char *why,
 					      size_t why_len)
 {

@@ -5,7 +5,8 @@
 #   1. nvidia-smi, and a preflight of the build's tools and libraries
 #   2. configure build-gpu (CUDA on, sm_90, Release) and build the targets
 #      the checks need with -j16
-#   3. ctest -R '^test_cuda_': the CUDA backend's tests, with their output
+#   3. ctest -R '^test_cuda_': the CUDA backend's tests, with their output;
+#      taco-train --list-devices (tacod's "devices": "auto") lists the GPU
 #   4. bitsandbytes for the PyTorch baseline, installed from the wheel in
 #      .gpu-deps/ (the GPU machine has no network) into /tmp/taco-bnb,
 #      which only the PyTorch runs get on PYTHONPATH
@@ -414,6 +415,24 @@ if [ "$BUILT" = 1 ]; then
 	fi
 else
 	record "ctest -R cuda" skipped-nobuild - 0 "no build"
+fi
+
+# ---- 3b. taco-train --list-devices: what tacod's "devices": "auto" reads ----
+
+if [ "$BUILT" = 1 ] && [ "$MODE" = gpu ]; then
+	run_part "list devices" 60 "$WORK/devices.json" "$BUILD/taco-train" --list-devices
+	if part_ok "list devices" && ! grep -q '"usable": true' "$WORK/devices.json"; then
+		record "list devices usable" failed 1 0 "no GPU listed as usable"
+	fi
+elif [ "$BUILT" = 1 ]; then
+	# no GPU here: it must fail, saying why, as tacod reports it
+	if "$BUILD/taco-train" --list-devices >"$WORK/devices.json" 2>"$WORK/devices.err"; then
+		record "list devices" failed 0 0 "listed a GPU in the smoke run"
+	elif grep -q -- '--list-devices: ' "$WORK/devices.err"; then
+		record "list devices" skipped-smoke 1 0 "$(head -c 120 "$WORK/devices.err" | tr "\n\t" "  ")"
+	else
+		record "list devices" failed 1 0 "no reason on stderr"
+	fi
 fi
 
 # ---- 4. bitsandbytes for the PyTorch baseline ----
