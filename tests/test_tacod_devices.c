@@ -30,7 +30,7 @@ static uint64_t budget;
 static char wrapper[128];
 
 /* taco-train behind a script that writes its CUDA_VISIBLE_DEVICES beside
- * the job file (its last argument) */
+ * the job file (its last argument), whole or not at all (a rename) */
 static void make_wrapper(void)
 {
 	const char *bin = getenv("TACO_BIN_DIR");
@@ -43,8 +43,10 @@ static void make_wrapper(void)
 	fprintf(f,
 		"#!/bin/sh\n"
 		"for last; do :; done\n"
+		"d=$(dirname \"$last\")\n"
 		"printf '%%s' \"${CUDA_VISIBLE_DEVICES-unset}\" "
-		">\"$(dirname \"$last\")/devices\"\n"
+		">\"$d/devices.tmp\"\n"
+		"mv \"$d/devices.tmp\" \"$d/devices\"\n"
 		"exec '%s/taco-train' \"$@\"\n",
 		bin ? bin : ".");
 	fclose(f);
@@ -100,6 +102,8 @@ static void device_of(const char *job, char *out, int *jobs)
 	json_decref(d);
 }
 
+/* The job is "running" once tacod has spawned the wrapper, which may not
+ * have written its file yet (a busy machine): wait for it, as for a job. */
 static void pinned_to(const char *job, char *out, size_t cap)
 {
 	char path[512];
@@ -107,6 +111,8 @@ static void pinned_to(const char *job, char *out, size_t cap)
 	size_t n;
 
 	snprintf(path, sizeof(path), "%s/jobs/%s/devices", th_state, job);
+	for (int i = 0; i < TH_WAIT_TICKS && access(path, F_OK); i++)
+		usleep(100000);
 	f = fopen(path, "r");
 	ck_assert_msg(f != NULL, "no %s", path);
 	n = fread(out, 1, cap - 1, f);
