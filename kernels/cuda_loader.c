@@ -9,10 +9,8 @@
  * touches it, and a failed load is an error of tk_cuda_open that names the
  * library that is missing.
  *
- * Where the module is looked for, first hit wins:
- *   $TACO_CUDA_BACKEND             a path, for tests and unusual installs
- *   <program dir>/libtaco_cuda.so  the build tree
- *   <program dir>/TK_CUDA_REL_DIR/libtaco_cuda.so  an installed tree */
+ * Where the module is looked for: $TACO_CUDA_BACKEND, then beside the
+ * program, then in the installed module directory (tk_module.h). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -22,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tk_module.h"
 #include "tk_ops.h"
 #include "tk_why.h"
 
@@ -45,54 +44,11 @@ static profile_stop_fn module_profile_stop;
 static open_fn module_open; /* these two too */
 static devices_fn module_devices;
 
-/* The directory of the running program, with a trailing '/'. */
-static int program_dir(char *buf, size_t cap)
-{
-	ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
-	char *slash;
-
-	if (n <= 0 || (size_t)n >= cap - 1)
-		return -1;
-	buf[n] = 0;
-	slash = strrchr(buf, '/');
-	if (!slash)
-		return -1;
-	slash[1] = 0;
-	return 0;
-}
-
-/* dlopen of the first candidate that exists; the error of the first one
- * that exists but does not load (a missing libcudart) is what why says. */
+/* libtaco_cuda.so, found as every module is (tk_module.h) */
 static void *load(char *why, size_t why_len)
 {
-	static const char *const rel[] = {MODULE, TK_CUDA_REL_DIR "/" MODULE};
-	const char *env = getenv("TACO_CUDA_BACKEND");
-	char dir[PATH_MAX], path[PATH_MAX + 64];
-	void *h;
-
-	if (env && env[0]) {
-		if (!(h = dlopen(env, RTLD_NOW | RTLD_LOCAL)))
-			tk_why(why, why_len, "the CUDA backend %s: %s", env,
-			       dlerror());
-		return h;
-	}
-	if (program_dir(dir, sizeof(dir))) {
-		tk_why(why, why_len, "%s: cannot find the program's directory",
-		       MODULE);
-		return NULL;
-	}
-	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-		snprintf(path, sizeof(path), "%s%s", dir, rel[i]);
-		if (access(path, F_OK))
-			continue;
-		if (!(h = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
-			tk_why(why, why_len, "the CUDA backend %s: %s", path,
-			       dlerror());
-		return h;
-	}
-	tk_why(why, why_len, "no CUDA backend (%s) beside the program in %s",
-	       MODULE, dir);
-	return NULL;
+	return tk_module_load("TACO_CUDA_BACKEND", MODULE, "CUDA backend", why,
+			      why_len);
 }
 
 /* The module, loaded and its entry points resolved once; NULL with why set

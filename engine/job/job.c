@@ -17,6 +17,7 @@ static void defaults(taco_job *job)
 	job->batch_size = 4;
 	job->seq_len = 1024;
 	job->grad_accum = 1;
+	job->gpus = 1;
 	job->lr = 0; /* auto */
 	job->lr_multiplier = 1;
 	job->schedule = TACO_SCHED_LINEAR;

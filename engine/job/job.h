@@ -48,6 +48,8 @@ typedef struct taco_job {
 	int batch_size;
 	int seq_len;
 	int grad_accum;
+	/* data-parallel ranks, one GPU each (docs/multi-gpu.md); 1 */
+	int gpus;
 	double lr;	      /* peak rate; 0: auto (taco_job_lr_auto) */
 	double lr_multiplier; /* times the auto rate; 1 */
 	int schedule;

@@ -44,7 +44,7 @@ int taco_job_resolve_lr(taco_job *job, int hidden)
 		return 0;
 	/* a positive multiplier is a positive rate: a tiny one's product
 	 * would underflow to 0, no rate at all */
-	job->lr = fmax(taco_job_lr_auto(job, hidden) * job->lr_multiplier,
-		       DBL_MIN);
+	job->lr =
+	    fmax(taco_job_lr_auto(job, hidden) * job->lr_multiplier, DBL_MIN);
 	return 1;
 }

@@ -40,6 +40,25 @@ static void tokens_per_batch(json_t *o, taco_job *job, taco_job_problems *p)
 				 1 << 20);
 }
 
+/* Data parallel: each rank takes an equal slice of every batch, so that
+ * every rank runs the same shapes and hands its sink the same parts. */
+static void gpus_fit(json_t *o, taco_job *job, taco_job_problems *p)
+{
+	(void)o;
+	if (job->gpus < 2)
+		return;
+	if (job->batch_size % job->gpus)
+		taco_job_problem(p,
+				 "gpus: batch_size (%d) must be a multiple of "
+				 "gpus (%d): each GPU takes an equal slice of "
+				 "every batch",
+				 job->batch_size, job->gpus);
+	if (job->method == TACO_METHOD_DPO)
+		taco_job_problem(p, "gpus: method dpo runs on one GPU (several "
+				    "are supervised fine-tuning only, for "
+				    "now)");
+}
+
 /* Streamed weights take their updates inside the step, from the pieces
  * of each gradient: not from a dense gradient (accumulation, AdamW on
  * matrices), and they need the checkpointed schedule. */
@@ -204,6 +223,8 @@ const taco_job_key taco_job_keys[] = {
     {"method", DAEMON, TACO_JOB_ENUM, AT(method), .names = methods,
      .then = method_fits},
     {"dpo", DAEMON, TACO_JOB_OBJECT, .fields = dpo_fields},
+    /* after batch_size and method, which its check reads */
+    {"gpus", REQUEST, TACO_JOB_INT, AT(gpus), INTS(1, 64), .then = gpus_fit},
     {.name = NULL},
 };
 

@@ -89,6 +89,10 @@ typedef struct taco_model {
 	 * (off) to 0.9, and the seed of its masks. */
 	float dropout;
 	uint64_t dropout_seed;
+	/* Data parallel (taco_model_set_global_batch): the tokens of the
+	 * global batch the steps' batches are slices of; not owned. */
+	const int32_t *global_tokens;
+	int global_n;
 } taco_model;
 
 /* One micro-batch. targets[i] is the token that position i must predict
@@ -212,6 +216,14 @@ size_t taco_model_param_count(const taco_model *m);
  * Returns the number of targets through n_targets. */
 int taco_batch_check(const taco_model *m, const taco_batch *b,
 		     int64_t *n_targets, taco_err *err);
+
+/* Data parallel (the schedule's ranks > 1): the next steps' batches are
+ * each one of ranks equal slices of a global batch of n tokens (ranks times
+ * the batch's B * T), all of them at tokens (kept by the caller until it
+ * sets another or NULL). An untied embedding's gradient then covers the
+ * global batch's distinct tokens, so that every rank hands its sink the
+ * same parts, to be summed. NULL: a batch alone. */
+void taco_model_set_global_batch(taco_model *m, const int32_t *tokens, int n);
 
 /* Forward and backward with activation checkpointing. The loss is the mean
  * over targets, normalised by norm_targets when > 0 (gradient accumulation:

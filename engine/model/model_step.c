@@ -9,6 +9,12 @@
 
 #include "layer.h"
 
+void taco_model_set_global_batch(taco_model *m, const int32_t *tokens, int n)
+{
+	m->global_tokens = tokens;
+	m->global_n = tokens ? n : 0;
+}
+
 int taco_batch_check(const taco_model *m, const taco_batch *b,
 		     int64_t *n_targets, taco_err *err)
 {
@@ -20,6 +26,21 @@ int taco_batch_check(const taco_model *m, const taco_batch *b,
 				    "batch %d x %d: need 1 <= batch * "
 				    "sequence length <= %d tokens",
 				    b->B, b->T, TACO_MAX_TOKENS);
+	if (m->global_tokens) {
+		int ranks = m->sched.ranks > 1 ? m->sched.ranks : 1;
+		if ((int64_t)m->global_n != (int64_t)b->B * b->T * ranks)
+			return taco_err_set(err, -EINVAL,
+					    "global batch of %d tokens: not %d "
+					    "ranks of %d x %d",
+					    m->global_n, ranks, b->B, b->T);
+		for (int i = 0; i < m->global_n; i++)
+			if (m->global_tokens[i] < 0 || m->global_tokens[i] >= V)
+				return taco_err_set(
+				    err, -EINVAL,
+				    "global batch token %d: id %d outside "
+				    "the vocabulary (%d)",
+				    i, m->global_tokens[i], V);
+	}
 	for (int i = 0; i < b->B * b->T; i++) {
 		int t = b->tokens[i], y = b->targets[i];
 		if (t < 0 || t >= V)
@@ -72,13 +93,16 @@ const void *step_weight_of(step_ctx *c, int id, float *scratch)
 	return scratch;
 }
 
-/* The batch's distinct tokens, ascending, into w->uniq, and each token's
- * index among them into w->rows (the untied embedding's gradient rows). */
+/* The batch's distinct tokens (the global batch's, data parallel),
+ * ascending, into w->uniq, and each token's index among them into w->rows
+ * (the untied embedding's gradient rows). */
 static int upload_distinct(taco_model *m, const taco_batch *b, taco_err *err)
 {
 	taco_work *w = m->work;
 	int N = b->B * b->T, V = m->cfg.vocab, U = 0;
-	int32_t *uniq = malloc((size_t)N * 4), *map = malloc((size_t)N * 4);
+	const int32_t *all = m->global_tokens ? m->global_tokens : b->tokens;
+	int n_all = m->global_tokens ? m->global_n : N;
+	int32_t *uniq = malloc((size_t)n_all * 4), *map = malloc((size_t)N * 4);
 	int32_t *seen = malloc((size_t)V * 4);
 	int r = 0;
 
@@ -88,8 +112,8 @@ static int upload_distinct(taco_model *m, const taco_batch *b, taco_err *err)
 	}
 	for (int v = 0; v < V; v++)
 		seen[v] = -1;
-	for (int i = 0; i < N; i++)
-		seen[b->tokens[i]] = 0;
+	for (int i = 0; i < n_all; i++)
+		seen[all[i]] = 0;
 	for (int v = 0; v < V; v++)
 		if (seen[v] == 0) {
 			seen[v] = U;

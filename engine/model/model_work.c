@@ -50,6 +50,7 @@ void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
 	s->keep = sc->keep_activations != 0;
 	s->offload = sc->offload && !s->keep;
 	s->pref = sc->pref != 0;
+	s->ranks = sc->ranks > 1 ? sc->ranks : 1;
 	if (s->keep)
 		chunks = 1;
 	else if (sc->mlp_chunks > 0)
@@ -140,7 +141,8 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(targets, N, 4, BATCH, R_PERSIST);
 	ADD(pos, N, 4, BATCH, R_PERSIST);
 	ADD(rows, N, 4, BATCH, R_PERSIST);
-	ADD(uniq, N, 4, BATCH, R_PERSIST);
+	ADD(uniq, s->ranks > 1 && N * s->ranks > V ? V : N * s->ranks, 4, BATCH,
+	    R_PERSIST);
 	ADD(pos_ids, c->learned_pos ? N : 0, 4, BATCH, R_PERSIST);
 	ADD(emb_rows, opt ? N : 0, 4, BATCH, R_PERSIST);
 	ADD(rope_cos, (size_t)s->T * half, 4, BATCH, R_PERSIST);

@@ -82,6 +82,7 @@ typedef struct taco_work_shape {
 	int overlap;   /* two gradient blocks, updates on the side stream */
 	int stream;    /* the last `stream` layers' matrices streamed */
 	int slots;     /* slots of the weight ring: min(stream, 3) */
+	int ranks;     /* data-parallel ranks (1: one) */
 } taco_work_shape;
 
 struct taco_work {
@@ -93,8 +94,10 @@ struct taco_work {
 	int32_t *tokens, *targets, *pos; /* [N] */
 	/* [N]: token i's index among the batch's distinct tokens */
 	int32_t *rows;
-	int32_t *uniq; /* [N] the batch's distinct tokens, ascending */
-	int n_uniq;    /* how many */
+	/* [N] the batch's distinct tokens, ascending; with ranks, the
+	 * global batch's (at most min(ranks * N, vocab)) */
+	int32_t *uniq;
+	int n_uniq;		    /* how many */
 	float *rope_cos, *rope_sin; /* f32 [T, hd/2] */
 	/* layer inputs: [(L+1), N, H], or TACO_OFFLOAD_SLOTS of [N, H] with
 	 * the whole [(L+1), N, H] in host memory */

@@ -41,6 +41,12 @@ typedef struct taco_step_opts {
 	/* 1: the step may be a preference step (taco_model_step_pref): the
 	 * buffers of each token's loss and gradient scale are made. */
 	int pref;
+	/* Data parallel (job option gpus): the step's batch is one of ranks
+	 * equal slices of a global batch whose tokens taco_batch.all_tokens
+	 * holds, and an untied embedding's gradient covers the distinct
+	 * tokens of the whole global batch, so that every rank hands the
+	 * sink the same parts to sum (0 or 1: one rank). */
+	int ranks;
 } taco_step_opts;
 
 #endif

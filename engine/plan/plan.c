@@ -46,6 +46,12 @@ void taco_plan_input_from_job(const taco_job *job, int backend,
 	 * only at the same shape: less than a step) */
 	in->B = job->method == TACO_METHOD_DPO ? 2 * job->batch_size
 					       : job->batch_size;
+	/* data parallel: each GPU runs its slice of the batch (job_schema.c:
+	 * batch_size is a multiple of gpus) */
+	if (job->gpus > 1) {
+		in->B /= job->gpus;
+		in->step.ranks = job->gpus;
+	}
 	in->step.pref = job->method == TACO_METHOD_DPO;
 	in->T = job->seq_len;
 	in->A = job->grad_accum;

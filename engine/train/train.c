@@ -16,6 +16,7 @@
 #include "checkpoint.h"
 #include "data/data.h"
 #include "data/job_data.h"
+#include "dist.h"
 #include "eval.h"
 #include "events.h"
 #include "export_gguf.h"
@@ -71,6 +72,10 @@ typedef struct trainer {
 	double *refb, *logp;  /* [2B] a micro-batch's */
 	taco_pref_sums last;  /* of the last step */
 	char ckpt_digest[17]; /* the reference a resumed checkpoint names */
+	/* data parallel (gpus): this rank among the job's; rank 0 alone
+	 * writes (events, checkpoints, the export, the terminal) */
+	taco_dist dist;
+	taco_train_opts rank_opts; /* opts, for this rank */
 } trainer;
 
 static double now(void)
@@ -186,6 +191,7 @@ static void free_trainer(trainer *tr)
 	taco_events_close(&tr->ev);
 	if (tr->lock_fd >= 0)
 		close(tr->lock_fd); /* releases the lock */
+	taco_dist_close(&tr->dist);
 }
 
 /* One DPO step: grad_accum micro-batches of batch_size pairs (2 rows a
@@ -258,14 +264,19 @@ static int pref_step(trainer *tr, taco_err *err)
 	return 0;
 }
 
-/* One optimizer step over grad_accum micro-batches. */
+/* One optimizer step over grad_accum micro-batches. Every rank reads the
+ * whole global batch (the same data order everywhere) and runs rows
+ * [rank * B / N, (rank + 1) * B / N) of each micro-batch; the loss is
+ * normalised by the global batch's targets, so the ranks' summed gradients
+ * are the one-rank gradient, up to the order of the additions. */
 static int train_step(trainer *tr, taco_err *err)
 {
 	const taco_job *j = tr->job;
 	size_t rows = (size_t)j->batch_size * j->seq_len;
+	int Bl = j->batch_size / tr->dist.size;
+	size_t mine = (size_t)tr->dist.rank * Bl * j->seq_len;
 	int64_t norm = 0;
-	double loss = 0;
-	int64_t correct = 0;
+	double sums[2] = {0, 0}; /* loss, correct */
 	int r;
 
 	if (tr->dpo)
@@ -281,51 +292,56 @@ static int train_step(trainer *tr, taco_err *err)
 	tr->g.o = tr->o;
 	tr->g.frozen = tr->frozen;
 	tr->g.lr = (float)taco_job_lr(j, tr->step + 1, tr->total);
-	if (!tr->g.dense) {
-		taco_step_stats st;
-		taco_batch b = {j->batch_size,
-				j->seq_len,
-				tr->tokens,
-				tr->targets,
-				tr->pos,
-				(uint64_t)tr->step * (uint64_t)j->grad_accum};
-		if ((r = taco_train_step(tr->m, tr->o, tr->frozen, &b, tr->g.lr,
-					 &st, err)))
-			return r;
-		loss = st.loss_sum;
-		correct = st.n_correct;
-		goto done;
-	}
 	taco_optim_begin_step(tr->o);
-	for (int i = 0; i < tr->m->n_tensors; i++)
-		if (tr->g.dense[i])
-			tr->m->ops->memset0(tr->g.dense[i],
-					    tr->m->tensors[i].numel * 4);
+	if (tr->g.dense)
+		for (int i = 0; i < tr->m->n_tensors; i++)
+			if (tr->g.dense[i])
+				tr->m->ops->memset0(tr->g.dense[i],
+						    tr->m->tensors[i].numel *
+							4);
 	for (tr->g.micro = 0; tr->g.micro < j->grad_accum; tr->g.micro++) {
 		size_t at = (size_t)tr->g.micro * rows;
-		taco_batch b = {j->batch_size,
+		taco_batch b = {Bl,
 				j->seq_len,
-				tr->tokens + at,
-				tr->targets + at,
-				tr->pos + at,
+				tr->tokens + at + mine,
+				tr->targets + at + mine,
+				tr->pos + at + mine,
 				(uint64_t)tr->step * (uint64_t)j->grad_accum +
 				    (uint64_t)tr->g.micro};
-		taco_grad_sink sink = {NULL, on_dense, tr->frozen, &tr->g,
-				       NULL};
+		/* part mode: each piece updates its tensor (summed over the
+		 * ranks first); dense: the pieces add up for the end */
+		taco_grad_sink part = {on_part, NULL, tr->frozen, &tr->g,
+				       on_changed_rows};
+		taco_grad_sink dense = {NULL, on_dense, tr->frozen, &tr->g,
+					NULL};
 		taco_step_stats st;
-		if ((r = taco_model_step(tr->m, &b, norm, &sink, &st, err)))
+		if (tr->dist.size > 1)
+			taco_model_set_global_batch(tr->m, tr->tokens + at,
+						    (int)rows);
+		r = taco_model_step(
+		    tr->m, &b, norm,
+		    tr->g.dense ? &dense : taco_dist_sink(&tr->dist, &part),
+		    &st, err);
+		taco_model_set_global_batch(tr->m, NULL, 0);
+		if (r)
 			return r;
-		loss += st.loss_sum;
-		correct += st.n_correct;
+		sums[0] += st.loss_sum;
+		sums[1] += (double)st.n_correct;
 	}
-	for (int i = 0; i < tr->m->n_tensors; i++)
-		if (tr->g.dense[i])
+	for (int i = 0; tr->g.dense && i < tr->m->n_tensors; i++)
+		if (tr->g.dense[i]) {
+			if ((r = taco_dist_sum_f32(&tr->dist, tr->g.dense[i],
+						   tr->m->tensors[i].numel,
+						   err)))
+				return r;
 			taco_optim_apply(tr->o, i, tr->g.dense[i], tr->g.lr);
-done:
+		}
+	if ((r = taco_dist_sum(&tr->dist, sums, 2, err)))
+		return r;
 	tr->step++;
 	tr->tokens_seen += (int64_t)rows * j->grad_accum;
-	tr->loss = norm ? loss / (double)norm : 0.0;
-	tr->accuracy = norm ? (double)correct / (double)norm : 0.0;
+	tr->loss = norm ? sums[0] / (double)norm : 0.0;
+	tr->accuracy = norm ? sums[1] / (double)norm : 0.0;
 	return 0;
 }
 
@@ -443,7 +459,7 @@ static json_t *job_identity(const taco_job *j)
 	return o;
 }
 
-static int checkpoint(trainer *tr, taco_err *err)
+static int write_checkpoint(trainer *tr, taco_err *err)
 {
 	char path[4400];
 	json_t *t = json_pack(
@@ -474,6 +490,16 @@ static int checkpoint(trainer *tr, taco_err *err)
 	    &tr->ev, "checkpoint",
 	    json_pack("{sI ss}", "step", (json_int_t)tr->step, "path", path));
 	return 0;
+}
+
+/* Rank 0's checkpoint, then every rank's weights against rank 0's. */
+static int checkpoint(trainer *tr, taco_err *err)
+{
+	int r = tr->dist.rank == 0 ? write_checkpoint(tr, err) : 0;
+
+	if (r || (r = taco_dist_barrier(&tr->dist, TACO_DIST_LONG_S, err)))
+		return r;
+	return taco_dist_check_weights(&tr->dist, tr->m, tr->step, err);
 }
 
 static int resume(trainer *tr, taco_err *err)
@@ -628,10 +654,12 @@ static int lock_output_dir(trainer *tr, taco_err *err)
  * job is planned (for the started event) but not checked. */
 static int admit(trainer *tr, taco_err *err)
 {
-	uint64_t budget = tr->opts->memory_budget ? tr->opts->memory_budget
-			  : tr->backend == TACO_BACKEND_CPU
-			      ? taco_plan_host_memory()
-			      : 0;
+	/* the ranks of a CPU job share this machine's memory */
+	uint64_t budget =
+	    tr->opts->memory_budget ? tr->opts->memory_budget
+	    : tr->backend == TACO_BACKEND_CPU
+		? taco_plan_host_memory() / (uint64_t)tr->dist.size
+		: 0;
 	taco_model *shapes = NULL;
 	taco_plan_input in;
 	uint8_t *frozen = NULL;
@@ -712,8 +740,9 @@ static int setup(trainer *tr, taco_err *err)
 	int r;
 
 	tr->dpo = j->method == TACO_METHOD_DPO;
-	if ((r = check_output_dir(j->output_dir, err)) ||
-	    (r = lock_output_dir(tr, err)))
+	/* rank 0 owns the directory; the others only read checkpoints */
+	if (tr->dist.rank == 0 && ((r = check_output_dir(j->output_dir, err)) ||
+				   (r = lock_output_dir(tr, err))))
 		return r;
 	if ((r = admit(tr, err)))
 		return r;
@@ -778,6 +807,7 @@ static void started(trainer *tr)
 				    json_string(tr->dpo ? "dpo" : "sft"));
 		json_object_set_new(e, "lr", json_real(j->lr));
 		json_object_set_new(e, "lr_auto", json_boolean(tr->lr_auto));
+		json_object_set_new(e, "gpus", json_integer(tr->dist.size));
 	}
 	if (e && tr->dpo)
 		json_object_set_new(e, "train_pairs",
@@ -795,6 +825,8 @@ static int finish(trainer *tr, taco_err *err)
 	if ((tr->val || tr->data.mc) && tr->eval_step != tr->step &&
 	    (r = evaluate(tr, err)))
 		return r;
+	if (tr->dist.rank != 0) /* rank 0 exports */
+		return taco_dist_barrier(&tr->dist, TACO_DIST_LONG_S, err);
 	snprintf(out, sizeof(out), "%s/model", tr->job->output_dir);
 	if ((r = taco_export(tr->m, tr->job->model, out,
 			     tr->job->export_shard_bytes, err)) ||
@@ -818,6 +850,41 @@ static int finish(trainer *tr, taco_err *err)
 			      taco_gguf_type_name(t), "bytes",
 			      (json_int_t)(stat(out, &st) ? 0 : st.st_size)));
 	}
+	return taco_dist_barrier(&tr->dist, TACO_DIST_LONG_S, err);
+}
+
+/* Joins the job's ranks (gpus); rank 0 alone writes events and to the
+ * terminal. A rank that could not join fails alone: the launcher ends the
+ * others. */
+static int open_ranks(trainer *tr, taco_err *err)
+{
+	int r;
+
+	if (tr->job->gpus > 1 && tr->backend != TACO_BACKEND_CPU)
+		return taco_err_set(err, -ENOSYS,
+				    "gpus %d: several GPUs need NCCL, which "
+				    "this build has not got",
+				    tr->job->gpus);
+	if ((r = taco_dist_open(&tr->dist, tr->job, err)))
+		return r;
+	if (tr->dist.rank != 0) {
+		tr->rank_opts.events_fd = -1;
+		tr->rank_opts.progress = TACO_PROGRESS_NONE;
+	}
+	return 0;
+}
+
+/* Whether to stop before the next step: asked of any rank, so all stop at
+ * the same step. */
+static int stop_asked(trainer *tr, int *end, taco_err *err)
+{
+	double v = tr->opts->stop && *tr->opts->stop ? 1.0 : 0.0;
+	int r;
+
+	if ((r = taco_dist_sum(&tr->dist, &v, 1, err)))
+		return r;
+	if (v > 0)
+		*end = TACO_TRAIN_STOPPED;
 	return 0;
 }
 
@@ -833,13 +900,16 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 	/* a shallow copy: freeze stays the caller's */
 	tr.job_lr = *job;
 	tr.job = &tr.job_lr;
-	tr.opts = opts;
+	tr.rank_opts = *opts;
+	tr.opts = &tr.rank_opts;
 	tr.ops = opts->ops ? opts->ops : tk_cpu_ops();
 	tr.backend =
 	    tr.ops == tk_cpu_ops() ? TACO_BACKEND_CPU : TACO_BACKEND_CUDA;
-	if (taco_events_open(&tr.ev, opts->events_fd)) {
+	if ((r = open_ranks(&tr, err)))
+		goto out;
+	if (taco_events_open(&tr.ev, tr.opts->events_fd)) {
 		r = taco_err_set(err, -EBADF, "--events-fd %d: not open",
-				 opts->events_fd);
+				 tr.opts->events_fd);
 		goto out;
 	}
 	if ((r = setup(&tr, err)))
@@ -847,10 +917,10 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 	started(&tr);
 	tr.t_start = now();
 	while (tr.step < tr.total) {
-		if (opts->stop && *opts->stop) {
-			end = TACO_TRAIN_STOPPED;
+		if ((r = stop_asked(&tr, &end, err)))
+			goto out;
+		if (end == TACO_TRAIN_STOPPED)
 			break;
-		}
 		if ((r = train_step(&tr, err)) || (r = backend_check(&tr, err)))
 			goto out;
 		progress(&tr);
@@ -867,7 +937,7 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 		    (r = checkpoint(&tr, err)))
 			goto out;
 	}
-	if (opts->progress == TACO_PROGRESS_TTY)
+	if (tr.opts->progress == TACO_PROGRESS_TTY)
 		fputc('\n', stderr);
 	if (end == TACO_TRAIN_STOPPED) {
 		if (!(job->checkpoint_every &&
@@ -890,6 +960,13 @@ out:
 		taco_events_emit(
 		    &tr.ev, "error",
 		    json_pack("{ss si}", "message", err->msg, "errno", -r));
+	/* a rank that fails alone ends them all: the others would wait in
+	 * their next sum (mpirun then ends the job) */
+	if (r < 0 && tr.dist.size > 1) {
+		fprintf(stderr, "taco-train: rank %d: %s\n", tr.dist.rank,
+			err->msg);
+		tr.dist.comm->abort(tr.dist.comm, 1);
+	}
 	free_trainer(&tr);
 	return r;
 }

@@ -1,0 +1,50 @@
+/* tk_comm.h: the collectives of a data-parallel job (job option gpus,
+ * docs/multi-gpu.md): N ranks, each a process with a full replica of the
+ * model, that sum their gradients. Two implementations behind one table:
+ * the one rank of a plain run (every sum is the identity), and MPI
+ * (libtaco_mpi.so, loaded on demand like the CUDA backend, so that no
+ * program NEEDs libmpi), for the CPU backend.
+ *
+ * Every sum adds the ranks' values in rank order, (r0 + r1) + r2 ...,
+ * element by element, and gives every rank the same bits: the ranks then
+ * compute the same update, so their weights stay bit-identical without
+ * ever being sent. Every collective is bounded by the comm's timeout: a
+ * rank that stops answering aborts the whole job (MPI_Abort) instead of
+ * hanging it. Every call is a collective: all ranks make the same calls in
+ * the same order. 0 or a negative errno. */
+#ifndef TK_COMM_H
+#define TK_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tk_comm tk_comm;
+
+struct tk_comm {
+	int rank, size;
+	double timeout_s; /* each collective's bound, set by tk_comm_open */
+	/* buf[n] (host memory) summed over the ranks into buf on each */
+	int (*sum_f32)(tk_comm *c, float *buf, size_t n);
+	int (*sum_f64)(tk_comm *c, double *buf, size_t n);
+	/* bytes of rank 0's buf into every rank's */
+	int (*bcast)(tk_comm *c, void *buf, size_t bytes);
+	/* each rank's 8 bytes into all[size], in rank order */
+	int (*gather_u64)(tk_comm *c, uint64_t mine, uint64_t *all);
+	/* every rank here, bounded by timeout_s (rank 0's checkpoint, say) */
+	int (*barrier)(tk_comm *c, double timeout_s);
+	/* ends every rank with status code (a rank that failed alone) */
+	void (*abort)(tk_comm *c, int code);
+	void (*close)(tk_comm *c);
+	void *impl;
+};
+
+/* How many ranks the launcher started this process among (mpirun's or
+ * srun's environment), and this one's rank: 1 and 0 for a plain run. */
+int tk_comm_world(int *rank);
+
+/* The comm of this process: the one-rank comm when tk_comm_world says 1,
+ * else MPI's (-ENOSYS: built without MPI; -ENODEV: libtaco_mpi.so or
+ * libmpi missing, why says which; -EIO: MPI_Init failed). */
+int tk_comm_open(double timeout_s, tk_comm **out, char *why, size_t why_len);
+
+#endif
