@@ -13,7 +13,9 @@
 #include "data/job_data.h"
 #include "gguf/gguf_export.h"
 #include "job/job.h"
+#include "launch.h"
 #include "plan/plan.h"
+#include "tk_comm.h"
 #include "train/export_gguf.h"
 #include "train/train.h"
 #include "util/runtime.h"
@@ -288,6 +290,33 @@ static int parse_fd(const char *s, int *out)
 	return 0;
 }
 
+/* gpus > 1, started as one process: the job's ranks under mpirun, each
+ * with this run's options (launch.c). */
+static int launch(const taco_job *job, char *job_path,
+		  const taco_train_opts *to, int no_progress, int backend,
+		  const char *budget)
+{
+	char *args[8];
+	int k = 0;
+
+	if (to->resume)
+		args[k++] = "--resume";
+	if (no_progress)
+		args[k++] = "--no-progress";
+	if (backend == TACO_BACKEND_CUDA) {
+		args[k++] = "--backend";
+		args[k++] = "cuda";
+	}
+	if (budget) {
+		args[k++] = "--memory-budget";
+		args[k++] = (char *)budget;
+	}
+	args[k++] = job_path;
+	args[k] = NULL;
+	return taco_launch_ranks(job->gpus, args, to->events_fd,
+				 &stop_requested);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -311,7 +340,7 @@ int main(int argc, char **argv)
 	taco_train_opts to = {.events_fd = -1, .stop = &stop_requested};
 	int c, check = 0, no_progress = 0, plan = 0, validate = 0, r;
 	int die_with_parent = 0, gguf = -1, list = 0;
-	const char *ckpt = NULL, *gguf_out = NULL;
+	const char *ckpt = NULL, *gguf_out = NULL, *budget_arg = NULL;
 	int backend = TACO_BACKEND_CPU;
 	taco_job job;
 	taco_job_problems probs;
@@ -328,6 +357,8 @@ int main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	/* a rank's stop, from its launcher through mpirun (launch.c) */
+	sigaction(SIGUSR1, &sa, NULL);
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'r':
@@ -381,6 +412,7 @@ int main(int argc, char **argv)
 							: TACO_BACKEND_CPU;
 			break;
 		case 'M':
+			budget_arg = optarg;
 			if (taco_parse_bytes(optarg, &to.memory_budget) ||
 			    !to.memory_budget) {
 				fprintf(stderr,
@@ -484,6 +516,12 @@ int main(int argc, char **argv)
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		if (getppid() == 1)
 			stop_requested = 1;
+	}
+	if (job.gpus > 1 && tk_comm_world(&r) == 1) {
+		r = launch(&job, argv[optind], &to, no_progress, backend,
+			   budget_arg);
+		taco_job_free(&job);
+		return r;
 	}
 	if (backend == TACO_BACKEND_CUDA) {
 		char why[256] = "";
