@@ -216,6 +216,126 @@ START_TEST(test_three_devices)
 }
 END_TEST
 
+/* A request of a long job of gpus n (the default batch of 4). */
+static void body_of(const char *file, int n, char *body, size_t cap)
+{
+	snprintf(body, cap,
+		 "{\"model\": \"llama_gqa\", \"training_file\": \"%s\", "
+		 "\"suffix\": \"t\", \"taco\": {\"steps\": 100000, "
+		 "\"seq_len\": 24, \"gpus\": %d}}",
+		 file, n);
+}
+
+/* The per-GPU plan of a job of gpus n. */
+static int64_t plan_of(const char *file, int n)
+{
+	char body[512];
+	json_t *j;
+	int64_t plan;
+
+	body_of(file, n, body, sizeof(body));
+	ck_assert_int_eq(
+	    th_call("POST", "/v1/fine_tuning/plan", body, NULL, &j), 200);
+	plan = json_integer_value(json_object_get(j, "total_bytes"));
+	ck_assert_int_gt(plan, 0);
+	json_decref(j);
+	return plan;
+}
+
+static void cancel(const char *job)
+{
+	char path[256];
+	json_t *j;
+
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/cancel", job);
+	ck_assert_int_eq(post(path, &j), 200);
+	json_decref(j);
+	json_decref(th_wait_status(job, "cancelled"));
+}
+
+/* A job of gpus 2 beside jobs of one: it takes two devices at once, its
+ * worker sees both, and its two ranks (taco-train under mpirun) train;
+ * the third device takes a one-GPU job, a fourth job waits for a device
+ * the two-GPU job leaves. */
+START_TEST(test_two_gpu_job)
+{
+	char *file, *job[3], where[3][16], env[16], path[256], body[512];
+	int jobs[3], used = 0;
+	int64_t p1, p2;
+	json_t *j;
+
+	budget = 8ull << 30;
+	make_wrapper();
+	th_start(0, three_devices);
+	file = th_upload_count();
+	p1 = plan_of(file, 1);
+	p2 = plan_of(file, 2);
+	ck_assert_int_lt(p2, p1); /* a rank's slice is half the batch */
+	/* four GPUs of three: never */
+	body_of(file, 4, body, sizeof(body));
+	th_expect_error(th_call("POST", "/v1/fine_tuning/jobs", body, NULL, &j),
+			400, j, "insufficient_gpus");
+	free(file);
+	th_stop();
+	/* each device holds one job, whichever kind */
+	budget = (uint64_t)(p1 + p2 / 2);
+	th_start(0, three_devices);
+	file = th_upload_count();
+	job[0] = th_create(file, "\"steps\": 100000, \"gpus\": 2", 200);
+	job[1] = th_create(file, "\"steps\": 100000", 200);
+	job[2] = th_create(file, "\"steps\": 100000", 200);
+	for (int i = 0; i < 2; i++)
+		json_decref(th_wait_status(job[i], "running"));
+	usleep(1500000);
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", job[2]);
+	ck_assert_int_eq(th_call("GET", path, NULL, NULL, &j), 200);
+	ck_assert_str_eq(th_str(j, "status"), "queued");
+	json_decref(j);
+	for (int i = 0; i < 2; i++) {
+		device_of(job[i], where[i], jobs);
+		pinned_to(job[i], env, sizeof(env));
+		for (char *c = where[i]; *c; c++)
+			used |= 1 << (*c - '0');
+		/* "3,5": the worker's CUDA_VISIBLE_DEVICES, /v1/device's "35"
+		 */
+		ck_assert_int_eq(strlen(where[i]), i == 0 ? 2 : 1);
+		ck_assert_int_eq(strlen(env), i == 0 ? 3 : 1);
+		ck_assert_int_eq(env[0], where[i][0]);
+		ck_assert_int_eq(env[strlen(env) - 1],
+				 where[i][strlen(where[i]) - 1]);
+	}
+	ck_assert_int_eq(used, (1 << 0) | (1 << 3) | (1 << 5));
+	/* both ranks train: the job's steps come in */
+	for (int i = 0;; i++) {
+		ck_assert_int_eq(th_call("GET", path, NULL, NULL, &j), 200);
+		json_decref(j);
+		snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s", job[0]);
+		ck_assert_int_eq(th_call("GET", path, NULL, NULL, &j), 200);
+		if (json_integer_value(json_object_get(j, "trained_tokens"))) {
+			json_decref(j);
+			break;
+		}
+		ck_assert_msg(strcmp(th_str(j, "status"), "failed"), "%s",
+			      json_dumps(json_object_get(j, "error"), 0));
+		json_decref(j);
+		ck_assert_int_lt(i, TH_WAIT_TICKS);
+		usleep(100000);
+	}
+	/* the two-GPU job's devices free, the waiting job takes one */
+	cancel(job[0]);
+	json_decref(th_wait_status(job[2], "running"));
+	device_of(job[2], where[2], jobs);
+	ck_assert_ptr_nonnull(strchr(where[0], where[2][0]));
+	cancel(job[1]);
+	cancel(job[2]);
+	for (int i = 0; i < 3; i++)
+		free(job[i]);
+	free(file);
+	th_stop();
+	unlink(wrapper);
+}
+END_TEST
+
 /* A stand-in for taco-train: --list-devices runs body, anything else the
  * real one. */
 static void make_lister(char *path, size_t cap, const char *tag,
@@ -398,6 +518,7 @@ int main(void)
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, test_three_devices);
 	tcase_add_test(tc, test_auto);
+	tcase_add_test(tc, test_two_gpu_job);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

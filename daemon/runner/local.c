@@ -2,6 +2,7 @@
  * tacod (runner/worker.c) on this machine's GPU or CPU, started when its
  * memory plan fits beside the running ones (runner/scheduler.c), its
  * events read from a pipe. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,18 @@ static void device_numbers(const tacod_config *cfg, uint32_t mask, char *out,
 		if ((mask & (1u << i)) && d[i].index >= 0 && len < cap)
 			len += (size_t)snprintf(out + len, cap - len, "%s%d",
 						len ? "," : "", d[i].index);
+}
+
+/* The devices a job runs on at once: its request's taco.gpus (1 unless
+ * it is data parallel; the create checked it). */
+static int request_gpus(const char *request)
+{
+	json_t *o = request ? json_loads(request, 0, NULL) : NULL;
+	json_int_t n = json_integer_value(
+	    json_object_get(json_object_get(o, "taco"), "gpus"));
+
+	json_decref(o);
+	return n > 1 && n <= TACOD_MAX_DEVICES ? (int)n : 1;
 }
 
 static void start_job(tacod_runner *r, const tacod_job *j, uint32_t devices)
@@ -145,7 +158,7 @@ static void local_schedule(tacod_runner *r)
 		goto out;
 	for (int i = 0; i < n; i++) {
 		sj[i].planned = (uint64_t)q[i].planned_bytes;
-		sj[i].gpus = 1;
+		sj[i].gpus = request_gpus(q[i].request);
 	}
 	if (n && !strcmp(q[0].id, ls->head_id))
 		sj[0].skips = ls->head_skips;

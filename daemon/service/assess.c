@@ -113,6 +113,30 @@ static uint64_t file_bytes(const char *path)
 	return path[0] && !stat(path, &st) ? (uint64_t)st.st_size : 0;
 }
 
+/* A job of gpus N runs on N devices at once, each holding its plan: a
+ * tacod with fewer such devices could never start it. Slurm's nodes are
+ * Slurm's to count. */
+static void gpus_fit(tacod_service *s, const taco_job *job, tacod_assessment *a)
+{
+	tacod_device_config d[TACOD_MAX_DEVICES];
+	int n, fit = 0;
+	char msg[256];
+
+	if (job->gpus < 2 || s->cfg.scheduler == TACOD_SCHED_SLURM)
+		return;
+	n = tacod_config_device_list(&s->cfg, d);
+	for (int i = 0; i < n; i++)
+		fit += d[i].memory >= a->plan.total;
+	if (fit >= job->gpus)
+		return;
+	a->fits = 0;
+	snprintf(msg, sizeof(msg),
+		 "taco.gpus %d: this tacod has %d device%s that hold%s the "
+		 "plan of one GPU's slice (tacod.json devices)",
+		 job->gpus, fit, fit == 1 ? "" : "s", fit == 1 ? "s" : "");
+	problem(a, "insufficient_gpus", "taco.gpus", msg);
+}
+
 void tacod_assess(tacod_service *s, const taco_job *job, json_t *req, int what,
 		  uint64_t data_limit, tacod_assessment *a)
 {
@@ -134,6 +158,8 @@ void tacod_assess(tacod_service *s, const taco_job *job, json_t *req, int what,
 			if (rc)
 				problem(a, "insufficient_memory", NULL,
 					err.msg);
+			else
+				gpus_fit(s, job, a);
 		} else {
 			problem(a, "invalid_model", "model", err.msg);
 		}
