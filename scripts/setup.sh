@@ -33,6 +33,8 @@ packages=(
 	                    # scancel, scontrol: the single-host cluster of
 	                    # test_slurm (tests/slurm/cluster.sh, docs/slurm.md)
 	munge               # tests only: munged, Slurm's authentication
+	openmpi-bin libopenmpi-dev # mpirun, and libmpi for libtaco_mpi.so:
+	                    # the ranks of a job of gpus > 1 (docs/multi-gpu.md)
 	wrk                 # bench/tacod_load.py, a README command
 	                    # (its test: readme_commands)
 )

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# tests/dist_mpi.sh: data parallel on the CPU backend (job option gpus,
+# docs/multi-gpu.md), 2 and 3 ranks that taco-train starts under mpirun:
+#   - the loss of every logged step and the validation loss within fp32
+#     rounding of the one-rank run on the same global batch (the ranks
+#     check at every checkpoint that their weights are bit-identical to
+#     rank 0's, and fail the job otherwise);
+#   - two runs of two ranks give the same bytes;
+#   - kill -9 of rank 1 after a checkpoint: the launcher dies of SIGKILL
+#     (as tacod retries a crashed worker), and --resume ends with the bytes
+#     of the uninterrupted run; SIGTERM to the launcher: a checkpoint,
+#     exit 3, and the same after --resume;
+#   - the refusals: batch_size not a multiple of gpus, a rank count that
+#     is not the job's.
+# Needs mpirun (openmpi-bin) and a build with libtaco_mpi.so.
+set -euo pipefail
+bin=${TACO_BIN_DIR:?TACO_BIN_DIR: the build directory}
+fx=${TACO_FIXTURES:?TACO_FIXTURES: tests/fixtures}
+work=$(mktemp -d /tmp/taco-dist-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1
+fail() {
+	echo "dist_mpi: $*" >&2
+	exit 1
+}
+
+# job NAME GPUS STEPS [EXTRA]: a job file of the counting task
+job() {
+	cat >"$work/$1.json" <<EOF
+{"model": "$fx/models/llama_gqa", "train": "$fx/data/count_train.jsonl",
+ "validation": "$fx/data/count_val.jsonl", "output_dir": "$work/$1",
+ "steps": $3, "batch_size": 6, "seq_len": 32, "lr": 0.01,
+ "checkpoint_every": 10, "eval_every": 20, "log_every": 5, "gpus": $2${4:-}}
+EOF
+}
+
+run() { # NAME: trains it, its events in NAME.events
+	"$bin/taco-train" --no-progress --events-file "$work/$1.events" \
+		"$work/$1.json" 2>"$work/$1.err" || {
+		tail -20 "$work/$1.err" >&2
+		fail "$1 failed"
+	}
+}
+
+for n in 1 2 3; do
+	job "g$n" "$n" 40
+	run "g$n"
+done
+python3 - "$work" <<'EOF'
+import json, sys
+work = sys.argv[1]
+def events(name):
+    return [json.loads(l) for l in open(f"{work}/{name}.events")]
+def series(ev, kind, key):
+    return [(e["step"], e[key]) for e in ev if e["event"] == kind and key in e]
+one = events("g1")
+for n in (2, 3):
+    ev = events(f"g{n}")
+    start = [e for e in ev if e["event"] == "started"][0]
+    assert start["gpus"] == n, start
+    for kind, key in (("progress", "loss"), ("eval", "val_loss")):
+        a, b = series(one, kind, key), series(ev, kind, key)
+        assert len(a) == len(b) and a, (kind, a, b)
+        for (s1, x), (s2, y) in zip(a, b):
+            assert s1 == s2 and abs(x - y) <= 1e-5 * abs(x), (n, kind, s1, x, y)
+    ck = [e["step"] for e in ev if e["event"] == "checkpoint"]
+    assert ck == [10, 20, 30, 40], ck
+    print(f"{n} ranks: {len(series(ev, 'progress', 'loss'))} losses within 1e-5 of 1 rank's")
+EOF
+
+# the same bytes every time
+job g2b 2 40
+run g2b
+cmp "$work/g2/model/model.safetensors" "$work/g2b/model/model.safetensors" ||
+	fail "two runs of 2 ranks differ"
+
+# kill -9 of rank 1 mid-run, then --resume: the uninterrupted run's bytes
+job long 2 300 ', "checkpoint_every": 50'
+sed -i 's/"checkpoint_every": 10, //' "$work/long.json"
+cp "$work/long.json" "$work/kill.json"
+cp "$work/long.json" "$work/term.json"
+sed -i "s#$work/long\"#$work/kill\"#" "$work/kill.json"
+sed -i "s#$work/long\"#$work/term\"#" "$work/term.json"
+run long
+"$bin/taco-train" --no-progress "$work/kill.json" 2>"$work/kill.err" &
+launcher=$!
+for _ in $(seq 600); do
+	[ -d "$work/kill/checkpoints/step-00000050" ] && break
+	sleep 0.1
+done
+[ -d "$work/kill/checkpoints/step-00000050" ] || fail "no checkpoint to kill after"
+killed=""
+for p in $(pgrep -f "taco-train.*$work/kill.json" || true); do
+	if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then
+		kill -9 "$p" && killed=$p
+	fi
+done
+[ -n "$killed" ] || fail "rank 1 not found"
+rc=0
+wait "$launcher" || rc=$?
+[ "$rc" = 137 ] || fail "launcher exit $rc after rank 1 was killed, want 137 (SIGKILL)"
+"$bin/taco-train" --no-progress --resume "$work/kill.json" 2>>"$work/kill.err" ||
+	fail "resume after kill -9 failed"
+cmp "$work/long/model/model.safetensors" "$work/kill/model/model.safetensors" ||
+	fail "resumed after kill -9: not the uninterrupted run's weights"
+echo "kill -9 of rank 1, resumed: the uninterrupted run's bytes"
+
+# SIGTERM to the launcher: every rank stops at one step, rank 0 checkpoints
+"$bin/taco-train" --no-progress "$work/term.json" 2>"$work/term.err" &
+launcher=$!
+for _ in $(seq 600); do
+	[ -d "$work/term/checkpoints/step-00000050" ] && break
+	sleep 0.1
+done
+kill -TERM "$launcher"
+rc=0
+wait "$launcher" || rc=$?
+[ "$rc" = 3 ] || fail "launcher exit $rc after SIGTERM, want 3"
+"$bin/taco-train" --no-progress --resume "$work/term.json" 2>>"$work/term.err" ||
+	fail "resume after SIGTERM failed"
+cmp "$work/long/model/model.safetensors" "$work/term/model/model.safetensors" ||
+	fail "resumed after SIGTERM: not the uninterrupted run's weights"
+echo "SIGTERM, resumed: the uninterrupted run's bytes"
+
+# refusals
+job odd 4 10
+rc=0
+"$bin/taco-train" --check "$work/odd.json" 2>"$work/odd.err" || rc=$?
+[ "$rc" = 2 ] && grep -q "batch_size (6) must be a multiple of gpus (4)" "$work/odd.err" ||
+	fail "gpus 4 with batch_size 6: exit $rc, $(cat "$work/odd.err")"
+job three 3 10
+rc=0
+mpirun -np 2 --oversubscribe --allow-run-as-root "$bin/taco-train" --no-progress \
+	"$work/three.json" 2>"$work/three.err" || rc=$?
+[ "$rc" != 0 ] && grep -q "gpus 3: started among 2 ranks" "$work/three.err" ||
+	fail "gpus 3 on 2 ranks: exit $rc, $(tail -5 "$work/three.err")"
+echo "dist_mpi: all passed"
