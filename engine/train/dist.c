@@ -4,8 +4,27 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tk_hash.h"
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A sum of n floats, timed. */
+static int sum_timed(taco_dist *d, float *buf, size_t n)
+{
+	double t0 = now();
+	int r = d->comm->sum_f32(d->comm, buf, n);
+
+	d->comm_s += now() - t0;
+	return r;
+}
 
 int taco_dist_open(taco_dist *d, const taco_job *job, taco_err *err)
 {
@@ -73,7 +92,7 @@ static int on_part(void *ctx, taco_model *m, const taco_grad_part *p)
 	for (int i = 0; i < p->rows; i++)
 		memcpy(d->buf + (size_t)i * p->cols, p->g + (size_t)i * p->ld,
 		       (size_t)p->cols * sizeof(float));
-	if ((r = d->comm->sum_f32(d->comm, d->buf, n)))
+	if ((r = sum_timed(d, d->buf, n)))
 		return r;
 	q.g = d->buf;
 	q.ld = p->cols;
@@ -116,7 +135,7 @@ int taco_dist_sum_f32(taco_dist *d, float *buf, size_t n, taco_err *err)
 
 	if (d->size < 2)
 		return 0;
-	if ((r = d->comm->sum_f32(d->comm, buf, n)))
+	if ((r = sum_timed(d, buf, n)))
 		return comm_err(d, r, "a gradient sum", err);
 	return 0;
 }

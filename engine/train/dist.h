@@ -28,6 +28,7 @@ typedef struct taco_dist {
 	/* the sink the summed parts go on to */
 	const taco_grad_sink *inner;
 	taco_grad_sink sink;
+	double comm_s; /* seconds in the step's sums so far (bench/) */
 } taco_dist;
 
 /* Joins the job's ranks: job->gpus of them, as the launcher started this

@@ -947,12 +947,18 @@ int taco_train_run(const taco_job *job, const taco_train_opts *opts,
 	} else if ((r = finish(&tr, err))) {
 		goto out;
 	}
-	taco_events_emit(
-	    &tr.ev, "finished",
-	    json_pack("{ss sI sf sf}", "status",
-		      end == TACO_TRAIN_STOPPED ? "stopped" : "succeeded",
-		      "step", (json_int_t)tr.step, "loss", tr.loss, "elapsed_s",
-		      now() - tr.t_start));
+	{
+		json_t *e = json_pack("{ss sI sf sf}", "status",
+				      end == TACO_TRAIN_STOPPED ? "stopped"
+								: "succeeded",
+				      "step", (json_int_t)tr.step, "loss",
+				      tr.loss, "elapsed_s", now() - tr.t_start);
+		/* rank 0's time in the gradient sums (bench/dist_scaling.sh) */
+		if (e && tr.dist.size > 1)
+			json_object_set_new(e, "comm_s",
+					    json_real(tr.dist.comm_s));
+		taco_events_emit(&tr.ev, "finished", e);
+	}
 	r = end;
 out:
 	/* errno: what failed, for tacod (ENOSPC: out of storage) */
