@@ -10,8 +10,9 @@
  *  - mpirun ends every rank when one dies; a rank killed by a signal ends
  *    the launcher by the same signal, so that tacod retries the job from
  *    its checkpoint as it retries a crashed worker.
- * Under Slurm the batch script starts the ranks with srun instead, and
- * they write their events to the job directory's file. */
+ * Inside a Slurm allocation of at least N tasks (tacod's batch script asks
+ * for N, one GPU each) the ranks are started with srun instead, as one job
+ * step: Slurm then accounts for them, and ends them with the step. */
 #include "launch.h"
 
 #include <errno.h>
@@ -60,20 +61,33 @@ static pid_t start(char *const *argv)
 
 	if (pid)
 		return pid;
-	/* mpirun ends the ranks when it is ended: with the launcher */
+	/* mpirun (srun) ends the ranks when it is ended: with the launcher */
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
 	execvp(argv[0], argv);
 	fprintf(stderr,
-		"taco-train: cannot run %s: %s (install openmpi-bin; "
-		"docs/multi-gpu.md)\n",
-		argv[0], strerror(errno));
+		"taco-train: cannot run %s: %s (%s; docs/multi-gpu.md)\n",
+		argv[0], strerror(errno),
+		strcmp(argv[0], "srun") ? "install openmpi-bin"
+					: "a Slurm node without srun");
 	_exit(127);
+}
+
+/* Whether this process runs inside a Slurm allocation that has room for
+ * n tasks: then srun starts the ranks. TACO_LAUNCHER (mpirun or srun)
+ * decides instead when set. */
+static int use_srun(int n)
+{
+	const char *l = getenv("TACO_LAUNCHER"), *t = getenv("SLURM_NTASKS");
+
+	if (l && l[0])
+		return !strcmp(l, "srun");
+	return getenv("SLURM_JOB_ID") && t && atoi(t) >= n;
 }
 
 int taco_launch_ranks(int n, char *const *rank_args, int events_fd,
 		      const volatile sig_atomic_t *stop)
 {
-	char dir[] = "/tmp/taco-train-XXXXXX", fifo[64], np[16];
+	char dir[] = "/tmp/taco-train-XXXXXX", fifo[64], np[16], ntasks[32];
 	char self[PATH_MAX];
 	char *argv[MAX_ARGS + 16];
 	int k = 0, rfd = -1, status = 0, forwarded = 0, code = 1;
@@ -96,21 +110,36 @@ int taco_launch_ranks(int n, char *const *rank_args, int events_fd,
 			strerror(errno));
 		goto out;
 	}
-	argv[k++] = "mpirun";
-	argv[k++] = "-np";
-	argv[k++] = np;
-	/* one rank a GPU, whatever mpirun counts as slots; no pinning, so
-	 * each rank's OpenMP threads keep their cores */
-	argv[k++] = "--oversubscribe";
-	argv[k++] = "--bind-to";
-	argv[k++] = "none";
-	/* shared memory without the cross-memory attach that containers
-	 * forbid */
-	argv[k++] = "--mca";
-	argv[k++] = "btl_vader_single_copy_mechanism";
-	argv[k++] = "none";
-	if (geteuid() == 0) /* tacod runs as its own user; tests as root */
-		argv[k++] = "--allow-run-as-root";
+	if (use_srun(n)) {
+		snprintf(ntasks, sizeof(ntasks), "--ntasks=%d", n);
+		argv[k++] = "srun";
+		argv[k++] = ntasks;
+		argv[k++] = "--nodes=1";
+		/* MPI_Init over Slurm's PMIx; a rank that fails ends the
+		 * step, as mpirun ends the others */
+		argv[k++] = "--mpi=pmix";
+		argv[k++] = "--kill-on-bad-exit=1";
+		argv[k++] = "--cpu-bind=none";
+		/* what mpirun's --mca below says, for ranks srun starts */
+		setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+	} else {
+		argv[k++] = "mpirun";
+		argv[k++] = "-np";
+		argv[k++] = np;
+		/* one rank a GPU, whatever mpirun counts as slots; no
+		 * pinning, so each rank's OpenMP threads keep their cores */
+		argv[k++] = "--oversubscribe";
+		argv[k++] = "--bind-to";
+		argv[k++] = "none";
+		/* shared memory without the cross-memory attach that
+		 * containers forbid */
+		argv[k++] = "--mca";
+		argv[k++] = "btl_vader_single_copy_mechanism";
+		argv[k++] = "none";
+		if (geteuid() == 0) /* tacod runs as its own user; tests as
+				       root */
+			argv[k++] = "--allow-run-as-root";
+	}
 	argv[k++] = self;
 	argv[k++] = "--events-file";
 	argv[k++] = fifo;

@@ -1,10 +1,12 @@
-/* launch.h: taco-train starting a job's ranks under mpirun (launch.c). */
+/* launch.h: taco-train starting a job's ranks under mpirun, or srun inside
+ * a Slurm allocation (launch.c). */
 #ifndef TACO_LAUNCH_H
 #define TACO_LAUNCH_H
 
 #include <signal.h>
 
-/* Runs `mpirun -np n <this program> --events-file FIFO rank_args...`
+/* Runs `mpirun -np n <this program> --events-file FIFO rank_args...` (or
+ * `srun --ntasks=n ...` in a Slurm allocation of n tasks or more)
  * (rank_args: NULL-terminated, at most 64) and relays rank 0's events to
  * events_fd (-1: none) until mpirun ends; *stop (set by the caller's
  * signal handler) is forwarded to the ranks once. Returns the exit status

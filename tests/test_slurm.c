@@ -180,9 +180,9 @@ static void wait_slurm_gone(long long id)
 	ck_abort_msg("Slurm job %lld is still %s", id, line);
 }
 
-/* start_step of the started event in the job's events file: the last
- * run's (each run's file is new). */
-static int started_step(const char *job)
+/* key of the started event in the job's events file (start_step, gpus):
+ * the last run's (each run's file is new); -1 before there is one. */
+static int started_int(const char *job, const char *key)
 {
 	char p[256], l[4096];
 	int at = -1;
@@ -190,13 +190,13 @@ static int started_step(const char *job)
 
 	snprintf(p, sizeof(p), "%s/shared/%s/events.jsonl", dir, job);
 	f = fopen(p, "r");
-	ck_assert_ptr_nonnull(f);
+	if (!f)
+		return -1;
 	while (fgets(l, sizeof(l), f)) {
 		json_error_t e;
 		json_t *o = json_loads(l, 0, &e);
 		if (o && !strcmp(th_str(o, "event"), "started"))
-			at = (int)json_integer_value(
-			    json_object_get(o, "start_step"));
+			at = (int)json_integer_value(json_object_get(o, key));
 		json_decref(o);
 	}
 	fclose(f);
@@ -307,7 +307,7 @@ START_TEST(test_slurm_killed_step_requeued)
 	ck_assert_int_eq(steps[n - 1], 40);
 	/* the second run's own events file: it started from a checkpoint,
 	 * not at step 0 */
-	resumed_at = started_step(job);
+	resumed_at = started_int(job, "start_step");
 	ck_assert_int_ge(resumed_at, 5);
 	json_decref(ev);
 	free(file);
@@ -352,9 +352,11 @@ START_TEST(test_slurm_tacod_restart)
 }
 END_TEST
 
-/* One GPU in the cluster: a second job waits in Slurm's queue (PENDING),
- * queued in tacod, and a cancel removes it there; a pause checkpoints
- * and gives the GPU back, a resume submits the job again with --resume. */
+/* Two GPUs in the cluster, both taken by a job of two ranks (srun starts
+ * them, one task a GPU): a second job waits in Slurm's queue (PENDING),
+ * queued in tacod, and a cancel removes it there; a pause reaches both
+ * ranks, which checkpoint and give the GPUs back; a resume submits the
+ * job again with --resume, and its two ranks finish it. */
 START_TEST(test_slurm_pending_and_pause)
 {
 	pid_t pid = slurm_tacod();
@@ -364,9 +366,23 @@ START_TEST(test_slurm_pending_and_pause)
 
 	a = th_create(file,
 		      "\"steps\": 40, \"lr\": 0.01, \"checkpoint_every\": 5, "
-		      "\"seq_len\": 768",
+		      "\"seq_len\": 768, \"gpus\": 2",
 		      200);
 	json_decref(th_wait_status(a, "running"));
+	for (int i = 0; i < 300 && started_int(a, "gpus") != 2; i++)
+		usleep(100000);
+	ck_assert_int_eq(started_int(a, "gpus"), 2);
+	ev = events_of(a);
+	sa = slurm_id_of(ev);
+	json_decref(ev);
+	snprintf(path, sizeof(path), "scontrol show job -o %lld", sa);
+	{
+		char line[4096];
+		run_line(path, line, sizeof(line));
+		ck_assert_msg(strstr(line, "gres:gpu:2") &&
+				  strstr(line, "NumTasks=2"),
+			      "%s", line);
+	}
 	b = th_create(file, "\"steps\": 3", 200);
 	for (int i = 0; i < 300 && !sb; i++) {
 		ev = events_of(b);
@@ -445,7 +461,7 @@ START_TEST(test_slurm_node_fail)
 	(void)!system("scontrol update nodename=localhost state=resume "
 		      "2>/dev/null");
 	json_decref(th_wait_status(job, "succeeded"));
-	ck_assert_int_ge(started_step(job), 5);
+	ck_assert_int_ge(started_int(job, "start_step"), 5);
 	free(file);
 	free(job);
 	tacod_end(pid);

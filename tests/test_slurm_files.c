@@ -1,10 +1,11 @@
 /* test_slurm_files.c: what the Slurm scheduler reads and writes without a
- * cluster (daemon/runner/slurm_files.h): squeue's and sbatch's output, the exit status
- * file, the events file read in complete lines from an offset, and the
+ * cluster (daemon/runner/slurm_files.h): squeue's and sbatch's output, the exit
+ * status file, the events file read in complete lines from an offset, and the
  * batch script run by sh with a stand-in taco-train (its arguments, its
  * exit status left behind, SIGTERM forwarded). test_slurm runs the real
  * thing. */
 #include <check.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,28 @@ START_TEST(test_parse_squeue)
 	ck_assert_int_eq(
 	    tacod_slurm_parse_squeue(out, strlen(out), e, 2, &n, &err),
 	    -EINVAL);
+}
+END_TEST
+
+/* A job of 2 or 4 GPUs asks Slurm for as many of slurm.gres's. */
+START_TEST(test_gres)
+{
+	char out[32];
+
+	ck_assert_int_eq(tacod_slurm_gres("gpu:1", 2, out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "gpu:2");
+	ck_assert_int_eq(tacod_slurm_gres("gpu:h100:1", 4, out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "gpu:h100:4");
+	ck_assert_int_eq(tacod_slurm_gres("gpu", 2, out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "gpu:2");
+	ck_assert_int_eq(tacod_slurm_gres("gpu:h100", 3, out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "gpu:h100:3");
+	ck_assert_int_eq(tacod_slurm_gres("gpu:1", 1, out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "gpu:1");
+	ck_assert_int_eq(tacod_slurm_gres("gpu:a-type-name-longer-than-out:1",
+					  2, out, sizeof(out)),
+			 -ENAMETOOLONG);
 }
 END_TEST
 
@@ -263,6 +286,7 @@ int main(void)
 	TCase *tc = tcase_create("slurm_files");
 
 	tcase_add_test(tc, test_parse_squeue);
+	tcase_add_test(tc, test_gres);
 	tcase_add_test(tc, test_parse_sbatch_and_status);
 	tcase_add_test(tc, test_read_lines);
 	tcase_add_test(tc, test_script);

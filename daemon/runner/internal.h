@@ -24,6 +24,10 @@ struct tacod_runner {
 	void *state; /* the runner's own */
 };
 
+/* The GPUs a job's request asks for (taco.gpus): 1 when it asks for none
+ * or for more than max (the create's checks have refused those). */
+int tacod_request_gpus(const char *request, int max);
+
 extern const tacod_runner_ops tacod_runner_local;
 extern const tacod_runner_ops tacod_runner_slurm;
 

@@ -73,18 +73,6 @@ static void device_numbers(const tacod_config *cfg, uint32_t mask, char *out,
 						len ? "," : "", d[i].index);
 }
 
-/* The devices a job runs on at once: its request's taco.gpus (1 unless
- * it is data parallel; the create checked it). */
-static int request_gpus(const char *request)
-{
-	json_t *o = request ? json_loads(request, 0, NULL) : NULL;
-	json_int_t n = json_integer_value(
-	    json_object_get(json_object_get(o, "taco"), "gpus"));
-
-	json_decref(o);
-	return n > 1 && n <= TACOD_MAX_DEVICES ? (int)n : 1;
-}
-
 static void start_job(tacod_runner *r, const tacod_job *j, uint32_t devices)
 {
 	static const tacod_worker_cb cb = {local_on_event, local_on_exit};
@@ -158,7 +146,8 @@ static void local_schedule(tacod_runner *r)
 		goto out;
 	for (int i = 0; i < n; i++) {
 		sj[i].planned = (uint64_t)q[i].planned_bytes;
-		sj[i].gpus = request_gpus(q[i].request);
+		sj[i].gpus =
+		    tacod_request_gpus(q[i].request, TACOD_MAX_DEVICES);
 	}
 	if (n && !strcmp(q[0].id, ls->head_id))
 		sj[0].skips = ls->head_skips;

@@ -3,6 +3,7 @@
 #include "daemon/runner/runner.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,16 @@ void tacod_runs_remove(tacod_runs *rs, tacod_run *r)
 			return;
 		}
 	}
+}
+
+int tacod_request_gpus(const char *request, int max)
+{
+	json_t *o = request ? json_loads(request, 0, NULL) : NULL;
+	json_int_t n = json_integer_value(
+	    json_object_get(json_object_get(o, "taco"), "gpus"));
+
+	json_decref(o);
+	return n > 1 && n <= max ? (int)n : 1;
 }
 
 int tacod_runner_open(const tacod_runner_env *env, tacod_runner **out,

@@ -340,13 +340,13 @@ static void submit(tacod_runner *s, const tacod_job *j)
 	char name[TACOD_ID_MAX + 32], comment[TACOD_ID_MAX + 32];
 	char chdir_[TACOD_PATH_MAX + 128], output[TACOD_PATH_MAX + 128];
 	char script[TACOD_PATH_MAX + 128], gres[160], part[160], acct[160];
-	char tl[96], *argv[TACOD_SLURM_ARGS_MAX];
+	char tl[96], ntasks[32], *argv[TACOD_SLURM_ARGS_MAX];
 	tacod_slurm_row row;
 	memset(&row, 0, sizeof(row));
 	taco_err err = {{0}};
 	tacod_run *rj = new_running(s, j->id);
 	cmd_ctx *c;
-	int n = 0;
+	int n = 0, gpus;
 
 	if (!rj)
 		return;
@@ -369,14 +369,23 @@ static void submit(tacod_runner *s, const tacod_job *j)
 	snprintf(output, sizeof(output), "--output=%s/" TACOD_SLURM_OUTPUT,
 		 SJ(rj)->dir);
 	snprintf(script, sizeof(script), "%s/" TACOD_SLURM_SCRIPT, SJ(rj)->dir);
-	snprintf(gres, sizeof(gres), "--gres=%s", sc->gres);
+	/* a job of gpus N: N tasks, a GPU each, that taco-train's launcher
+	 * starts with srun (engine/launch.c) */
+	gpus = tacod_request_gpus(j->request,
+				  TACO_JOB_MAX_GPUS); /* plan.h's job.h */
+	memcpy(gres, "--gres=", 7);
+	if (tacod_slurm_gres(sc->gres, gpus, gres + 7, sizeof(gres) - 7)) {
+		fail_now(s, rj, "slurm.gres: too long for the job's GPUs");
+		return;
+	}
+	snprintf(ntasks, sizeof(ntasks), "--ntasks=%d", gpus);
 	argv[n++] = (char *)sc->sbatch;
 	argv[n++] = "--parsable";
 	argv[n++] = name;
 	argv[n++] = comment;
 	argv[n++] = gres;
 	argv[n++] = "--nodes=1";
-	argv[n++] = "--ntasks=1";
+	argv[n++] = ntasks;
 	/* tacod resubmits a job whose node failed, with --resume and
 	 * within max_retries; Slurm's own requeue would bypass both */
 	argv[n++] = "--no-requeue";

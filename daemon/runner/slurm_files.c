@@ -282,6 +282,25 @@ int tacod_slurm_parse_sbatch(const char *out, size_t len, int64_t *id,
 	return 0;
 }
 
+int tacod_slurm_gres(const char *gres, int gpus, char *out, size_t cap)
+{
+	const char *c = strrchr(gres, ':');
+	long count = 0;
+	char *end;
+	int n;
+
+	if (c && c[1] >= '0' && c[1] <= '9') {
+		count = strtol(c + 1, &end, 10);
+		if (*end || count < 1 || count > 1024)
+			count = 0;
+	}
+	/* a count: times gpus; none ("gpu", "gpu:h100"): gpus of them */
+	n = count ? snprintf(out, cap, "%.*s:%ld", (int)(c - gres), gres,
+			     count * gpus)
+		  : snprintf(out, cap, "%s:%d", gres, gpus);
+	return n >= 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
+}
+
 int tacod_slurm_parse_status(const char *text, size_t len, int64_t *status,
 			     int *sig, taco_err *err)
 {

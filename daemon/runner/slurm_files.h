@@ -63,6 +63,10 @@ int tacod_slurm_parse_squeue(const char *out, size_t len, tacod_slurm_entry *e,
 /* sbatch --parsable's answer: "<id>" or "<id>;<cluster>". */
 int tacod_slurm_parse_sbatch(const char *out, size_t len, int64_t *id,
 			     taco_err *err);
+/* The --gres of a job of gpus ranks, one GPU each: slurm.gres ("gpu:1",
+ * "gpu:h100:1", "gpu") with its count times gpus ("gpu:2", "gpu:h100:2").
+ * -ENAMETOOLONG when it does not fit out. */
+int tacod_slurm_gres(const char *gres, int gpus, char *out, size_t cap);
 /* The exit status file's text: the shell's $? of taco-train, a number in
  * [0, 255]; above 128 a signal. */
 int tacod_slurm_parse_status(const char *text, size_t len, int64_t *status,

@@ -121,12 +121,13 @@ MinJobAge=30
 KillWait=5
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1
-NodeName=localhost NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$cpus Gres=gpu:1 State=UNKNOWN
+NodeName=localhost NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$cpus Gres=gpu:2 State=UNKNOWN
 PartitionName=gpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
 	cat >"$dir/etc/gres.conf" <<CONF
 AutoDetect=off
 NodeName=localhost Name=gpu File=/dev/null
+NodeName=localhost Name=gpu File=/dev/zero
 CONF
 	export SLURM_CONF="$dir/etc/slurm.conf"
 	slurmctld -f "$SLURM_CONF" -i
