@@ -317,6 +317,27 @@ static int launch(const taco_job *job, char *job_path,
 				 &stop_requested);
 }
 
+/* A rank of several on the CUDA backend: its own GPU of the job's, as the
+ * only one it sees, before CUDA starts (NCCL wants one GPU a rank). */
+static int pin_rank_gpu(void)
+{
+	char gpu[128];
+	const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+	int rank, r;
+
+	if (tk_comm_world(&rank) < 2)
+		return 0;
+	r = tk_comm_rank_gpu(visible, tk_comm_local_rank(), gpu, sizeof(gpu));
+	if (r) {
+		fprintf(stderr,
+			"taco-train: rank %d: no GPU of its own among "
+			"CUDA_VISIBLE_DEVICES=%s (%s)\n",
+			rank, visible ? visible : "(unset)", strerror(-r));
+		return r;
+	}
+	return setenv("CUDA_VISIBLE_DEVICES", gpu, 1) ? -errno : 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -525,6 +546,10 @@ int main(int argc, char **argv)
 	}
 	if (backend == TACO_BACKEND_CUDA) {
 		char why[256] = "";
+		if (pin_rank_gpu()) {
+			taco_job_free(&job);
+			return EXIT_FAILED;
+		}
 		if (tk_cuda_open(&to.ops, why, sizeof(why))) {
 			fprintf(stderr,
 				"taco-train: --backend cuda: no CUDA "

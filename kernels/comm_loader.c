@@ -45,6 +45,44 @@ int tk_comm_world(int *rank)
 	return size;
 }
 
+int tk_comm_local_rank(void)
+{
+	int r = env_int("OMPI_COMM_WORLD_LOCAL_RANK");
+
+	return r >= 0 ? r : env_int("SLURM_LOCALID");
+}
+
+int tk_comm_rank_gpu(const char *visible, int local_rank, char *out, size_t cap)
+{
+	const char *p = visible;
+	int n = 1, k = 0;
+	size_t len;
+
+	if (!visible) {
+		if (local_rank < 0)
+			return -EINVAL;
+		return snprintf(out, cap, "%d", local_rank) < (int)cap
+			   ? 0
+			   : -ENAMETOOLONG;
+	}
+	for (const char *c = visible; *c; c++)
+		n += *c == ',';
+	if (n > 1 && local_rank < 0)
+		return -EINVAL;
+	if (n > 1 && local_rank >= n)
+		return -ERANGE;
+	/* the entry: the whole list when it has one */
+	for (; n > 1 && k < local_rank; k++)
+		p = strchr(p, ',') + 1;
+	len =
+	    n > 1 && strchr(p, ',') ? (size_t)(strchr(p, ',') - p) : strlen(p);
+	if (len + 1 > cap)
+		return -ENAMETOOLONG;
+	memcpy(out, p, len);
+	out[len] = 0;
+	return 0;
+}
+
 /* ---- one rank ---------------------------------------------------------- */
 
 static int one_sum_f32(tk_comm *c, float *buf, size_t n)

@@ -29,6 +29,8 @@
 typedef int (*open_fn)(const tk_ops **out, char *why, size_t why_len);
 typedef int (*devices_fn)(tk_device_info *out, int cap, char *why,
 			  size_t why_len);
+typedef int (*comm_fn)(struct tk_comm *host, double timeout_s,
+		       struct tk_comm **out, char *why, size_t why_len);
 typedef const char *(*last_error_fn)(void);
 typedef int (*profile_start_fn)(void);
 typedef int (*profile_stop_fn)(tk_profile *out);
@@ -43,6 +45,7 @@ static profile_stop_fn module_profile_stop;
 #ifdef TK_CUDA_BUILT
 static open_fn module_open; /* these two too */
 static devices_fn module_devices;
+static comm_fn module_comm; /* NULL: a module without NCCL */
 
 /* libtaco_cuda.so, found as every module is (tk_module.h) */
 static void *load(char *why, size_t why_len)
@@ -74,6 +77,7 @@ static void *module(char *why, size_t why_len)
 		module_last_error = NULL;
 		return NULL;
 	}
+	module_comm = (comm_fn)dlsym(handle, "tk_cuda_module_comm");
 	module_profile_start =
 	    (profile_start_fn)dlsym(handle, "tk_cuda_module_profile_start");
 	module_profile_stop =
@@ -105,7 +109,31 @@ int tk_cuda_devices(tk_device_info *out, int cap, char *why, size_t why_len)
 	pthread_mutex_unlock(&lock);
 	return r;
 }
+int tk_cuda_comm_open(struct tk_comm *host, double timeout_s,
+		      struct tk_comm **out, char *why, size_t why_len)
+{
+	int r;
+
+	pthread_mutex_lock(&lock);
+	if (!module(why, why_len))
+		r = -ENODEV;
+	else if (!module_comm) {
+		tk_why(why, why_len, "%s was built without NCCL", MODULE);
+		r = -ENOSYS;
+	} else
+		r = module_comm(host, timeout_s, out, why, why_len);
+	pthread_mutex_unlock(&lock);
+	return r;
+}
 #else
+int tk_cuda_comm_open(struct tk_comm *host, double timeout_s,
+		      struct tk_comm **out, char *why, size_t why_len)
+{
+	(void)host, (void)timeout_s, (void)out;
+	tk_why(why, why_len, "built without CUDA");
+	return -ENOSYS;
+}
+
 int tk_cuda_open(const tk_ops **out, char *why, size_t why_len)
 {
 	(void)out;

@@ -419,6 +419,16 @@ typedef struct tk_device_info {
  * device for later ops (tacod's "devices": "auto", taco-train
  * --list-devices). */
 int tk_cuda_devices(tk_device_info *out, int cap, char *why, size_t why_len);
+/* After tk_cuda_open: the device comm of a data-parallel job (tk_comm.h),
+ * over NCCL, which the module loads at run time (libnccl.so.2: NVIDIA's
+ * nvidia-nccl-cu13 wheel, or the toolkit's; $TACO_NCCL_LIB names one). The
+ * NCCL id goes from rank 0 to the others over host (the MPI comm, which
+ * must outlive it); every sum is bounded by timeout_s. -ENOSYS: built
+ * without nccl.h; -ENODEV: no libnccl.so.2; -EIO: NCCL failed; why says
+ * which. */
+struct tk_comm;
+int tk_cuda_comm_open(struct tk_comm *host, double timeout_s,
+		      struct tk_comm **out, char *why, size_t why_len);
 /* First CUDA/cuBLAS error since open, or NULL; ops return void so the engine
  * polls this after each step. */
 const char *tk_cuda_last_error(void);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "model/model_work.h"
 #include "testutil.h"
 #include "tk_comm.h"
 #include "train/dist.h"
@@ -97,11 +98,16 @@ START_TEST(test_sink_sums_parts)
 			    .ld = 4,
 			    .rows = 3,
 			    .cols = 2};
+	/* a model whose step buffers hold a comm block of 6 floats */
+	float block[6];
+	taco_work w = {.comm = block};
+	taco_model m = {.work = &w};
 
+	w.s.gblock = 6;
 	other = 2.0f;
 	timeout = 0;
 	ck_assert_ptr_ne(s, &inner);
-	ck_assert_int_eq(s->part(s->ctx, NULL, &p), 0);
+	ck_assert_int_eq(s->part(s->ctx, &m, &p), 0);
 	ck_assert_int_eq(got_parts, 1);
 	ck_assert_int_eq(got_ld, 2); /* contiguous */
 	ck_assert_int_eq(got_rows, 3);
@@ -115,9 +121,14 @@ START_TEST(test_sink_sums_parts)
 	ck_assert_ptr_eq(taco_dist_sink(&d, &inner), &inner);
 	d.size = 2;
 	timeout = 1;
-	ck_assert_int_eq(s->part(s->ctx, NULL, &p), -ETIMEDOUT);
+	ck_assert_int_eq(s->part(s->ctx, &m, &p), -ETIMEDOUT);
 	timeout = 0;
-	free(d.buf);
+	/* a part larger than the block (never made: parts are cut from
+	 * one), or no block: refused, not written past */
+	w.s.gblock = 5;
+	ck_assert_int_eq(s->part(s->ctx, &m, &p), -EOVERFLOW);
+	w.comm = NULL;
+	ck_assert_int_eq(s->part(s->ctx, &m, &p), -EOVERFLOW);
 }
 END_TEST
 
@@ -187,6 +198,49 @@ START_TEST(test_world)
 	ck_assert_int_eq(rank, 1);
 	unsetenv("SLURM_STEP_NUM_TASKS");
 	unsetenv("PMIX_RANK");
+	/* the rank's index on its machine */
+	unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+	unsetenv("SLURM_LOCALID");
+	ck_assert_int_eq(tk_comm_local_rank(), -1);
+	setenv("SLURM_LOCALID", "1", 1);
+	ck_assert_int_eq(tk_comm_local_rank(), 1);
+	setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
+	ck_assert_int_eq(tk_comm_local_rank(), 3);
+	unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+	unsetenv("SLURM_LOCALID");
+}
+END_TEST
+
+/* Each rank's GPU: its own of the job's GPUs. */
+START_TEST(test_rank_gpu)
+{
+	char out[16];
+
+	/* tacod pinned the job to GPUs 3, 5 and 6: rank 1 takes 5 */
+	ck_assert_int_eq(tk_comm_rank_gpu("3,5,6", 1, out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "5");
+	ck_assert_int_eq(tk_comm_rank_gpu("3,5,6", 2, out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "6");
+	ck_assert_int_eq(tk_comm_rank_gpu("3,5,6", 0, out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "3");
+	/* UUIDs as well as numbers */
+	ck_assert_int_eq(tk_comm_rank_gpu("GPU-aa,GPU-bb", 1, out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "GPU-bb");
+	/* srun gave the task one: that one, whatever the local rank */
+	ck_assert_int_eq(tk_comm_rank_gpu("2", 1, out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "2");
+	/* nothing pinned: every GPU, numbered by local rank */
+	ck_assert_int_eq(tk_comm_rank_gpu(NULL, 2, out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "2");
+	/* more local ranks than GPUs; no local rank; too long */
+	ck_assert_int_eq(tk_comm_rank_gpu("0,1", 2, out, sizeof(out)), -ERANGE);
+	ck_assert_int_eq(tk_comm_rank_gpu("0,1", -1, out, sizeof(out)),
+			 -EINVAL);
+	ck_assert_int_eq(tk_comm_rank_gpu(NULL, -1, out, sizeof(out)), -EINVAL);
+	ck_assert_int_eq(
+	    tk_comm_rank_gpu("GPU-0123456789abcdef,1", 0, out, sizeof(out)),
+	    -ENAMETOOLONG);
 }
 END_TEST
 
@@ -199,6 +253,7 @@ int main(void)
 	tcase_add_test(tc, test_sums_and_timeouts);
 	tcase_add_test(tc, test_weights_check);
 	tcase_add_test(tc, test_world);
+	tcase_add_test(tc, test_rank_gpu);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

@@ -10,6 +10,8 @@
 
 #define TACO_JOB_MAX_BYTES (1u << 20)
 #define TACO_JOB_MAX_FREEZE 256
+/* A job's ranks at most (job option gpus). */
+#define TACO_JOB_MAX_GPUS 64
 #define TACO_PATH_MAX 4096
 
 enum taco_schedule {

@@ -224,7 +224,8 @@ const taco_job_key taco_job_keys[] = {
      .then = method_fits},
     {"dpo", DAEMON, TACO_JOB_OBJECT, .fields = dpo_fields},
     /* after batch_size and method, which its check reads */
-    {"gpus", REQUEST, TACO_JOB_INT, AT(gpus), INTS(1, 64), .then = gpus_fit},
+    {"gpus", REQUEST, TACO_JOB_INT, AT(gpus), INTS(1, TACO_JOB_MAX_GPUS),
+     .then = gpus_fit},
     {.name = NULL},
 };
 

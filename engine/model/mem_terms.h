@@ -20,6 +20,7 @@ enum taco_plan_term {
 	TACO_PLAN_WEIGHT_SCRATCH, /* fp32 copies of one layer's weights */
 	TACO_PLAN_WEIGHT_RING,	  /* slots of streamed layers' weights */
 	TACO_PLAN_GEMM_WORKSPACE, /* BLAS / cuBLASLt workspace */
+	TACO_PLAN_COMM,		  /* data parallel: gradient sums (NCCL) */
 	TACO_PLAN_BACKEND_FIXED,  /* CUDA context, library handles */
 	TACO_PLAN_MARGIN,	  /* allocator fragmentation */
 	TACO_PLAN_TERMS

@@ -225,6 +225,12 @@ int taco_batch_check(const taco_model *m, const taco_batch *b,
  * same parts, to be summed. NULL: a batch alone. */
 void taco_model_set_global_batch(taco_model *m, const int32_t *tokens, int n);
 
+/* Data parallel: the backend buffer a sink sums a gradient part in, made
+ * contiguous (*n floats: at most a part), planned with the step's buffers
+ * (the plan's term "gradient sums across GPUs"); NULL with one rank, or
+ * before the first step. */
+float *taco_model_comm_block(const taco_model *m, size_t *n);
+
 /* Forward and backward with activation checkpointing. The loss is the mean
  * over targets, normalised by norm_targets when > 0 (gradient accumulation:
  * the token count of the whole optimizer step), else by this batch's count.

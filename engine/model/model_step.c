@@ -15,6 +15,14 @@ void taco_model_set_global_batch(taco_model *m, const int32_t *tokens, int n)
 	m->global_n = tokens ? n : 0;
 }
 
+float *taco_model_comm_block(const taco_model *m, size_t *n)
+{
+	if (!m->work || !m->work->comm)
+		return NULL;
+	*n = m->work->s.gblock;
+	return m->work->comm;
+}
+
 int taco_batch_check(const taco_model *m, const taco_batch *b,
 		     int64_t *n_targets, taco_err *err)
 {

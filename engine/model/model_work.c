@@ -242,6 +242,7 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(w_top, top_scratch(m, f32), 4, WEIGHT_SCRATCH, R_PERSIST);
 	ADD(gblock, s->gblock, 4, GRAD_BUFFER, R_PERSIST);
 	ADD(gblock2, s->overlap ? s->gblock : 0, 4, GRAD_BUFFER, R_PERSIST);
+	ADD(comm, s->ranks > 1 ? s->gblock : 0, 4, COMM, R_PERSIST);
 	ADD(ring, (size_t)s->slots * w->slot_bytes, 1, WEIGHT_RING, R_PERSIST);
 	ADD(wb_dev, (size_t)s->slots * w->wb_slot, 1, WEIGHT_RING, R_PERSIST);
 	ADD(wb_host, (size_t)s->stream * w->wb_layer, 1, WEIGHT_RING, R_HOST);

@@ -146,6 +146,9 @@ struct taco_work {
 	/* gradients: one block of any tensor, f32; with overlap a second
 	 * one, the two used in turn */
 	float *gblock, *gblock2;
+	/* data parallel (ranks > 1): a gradient part made contiguous and
+	 * summed over the ranks, at most a block (train/dist.c) */
+	float *comm;
 	/* streamed weights: `slots` slots of slot_bytes, a layer's tensor of
 	 * slot sl at ring_off[sl] in its slot; which layer each slot holds
 	 * (-1: none), whether its updates are still to be written back, and

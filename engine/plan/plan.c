@@ -22,6 +22,7 @@ static const char *const term_names[TACO_PLAN_TERMS] = {
     [TACO_PLAN_WEIGHT_SCRATCH] = "fp32 weight scratch",
     [TACO_PLAN_WEIGHT_RING] = "streamed weights' ring",
     [TACO_PLAN_GEMM_WORKSPACE] = "GEMM workspace",
+    [TACO_PLAN_COMM] = "gradient sums across GPUs",
     [TACO_PLAN_BACKEND_FIXED] = "backend fixed overhead",
     [TACO_PLAN_MARGIN] = "allocator margin",
 };
@@ -156,6 +157,10 @@ static int work_terms(const taco_model *shapes, const taco_plan_input *in,
 #define CUDA_GEMM_WORKSPACE (32u << 20)
 #define CUDA_CONTEXT (512u << 20)
 #define CUDA_MARGIN_FIXED (64u << 20)
+/* NCCL's own buffers on each GPU of a job of several (its channels'
+ * FIFOs, for every peer and protocol): an estimate until a GPU measures
+ * it (the started event's comm_device_bytes, tests/gpu/run.sh). */
+#define CUDA_NCCL_RESERVE (512u << 20)
 
 int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 		      taco_plan *out, taco_err *err)
@@ -186,6 +191,8 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 	if (in->backend == TACO_BACKEND_CUDA) {
 		p.term[TACO_PLAN_GEMM_WORKSPACE] += CUDA_GEMM_WORKSPACE;
 		p.term[TACO_PLAN_BACKEND_FIXED] += CUDA_CONTEXT;
+		if (in->step.ranks > 1)
+			p.term[TACO_PLAN_COMM] += CUDA_NCCL_RESERVE;
 		for (int t = 0; t < TACO_PLAN_TERMS; t++)
 			if (t != TACO_PLAN_BACKEND_FIXED)
 				dynamic += p.term[t];

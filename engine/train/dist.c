@@ -52,11 +52,31 @@ int taco_dist_open(taco_dist *d, const taco_job *job, taco_err *err)
 	return 0;
 }
 
+int taco_dist_open_device(taco_dist *d, const tk_ops *ops, taco_err *err)
+{
+	const char *one = getenv("TACO_NCCL_ONE_RANK");
+	char why[256] = "";
+	int r;
+
+	if (d->size < 2 && !(one && !strcmp(one, "1")))
+		return 0;
+	d->ops = ops;
+	if ((r = tk_cuda_comm_open(d->comm, TACO_DIST_TIMEOUT_S, &d->dev, why,
+				   sizeof(why))))
+		return taco_err_set(err, r, "gpus %d: rank %d: NCCL: %s",
+				    d->size, d->rank, why);
+	return 0;
+}
+
 void taco_dist_close(taco_dist *d)
 {
+	/* the device comm first: it was made over the host one */
+	if (d->dev)
+		d->dev->close(d->dev);
+	if (d->own)
+		d->ops->free(d->own, d->own_cap * sizeof(float));
 	if (d->comm)
 		d->comm->close(d->comm);
-	free(d->buf);
 	memset(d, 0, sizeof(*d));
 }
 
@@ -71,30 +91,49 @@ static int comm_err(taco_dist *d, int r, const char *what, taco_err *err)
 			    strerror(-r));
 }
 
-/* Part mode: the part's rows into d->buf, summed, then to the inner sink
- * as one contiguous part. The parts arrive in the same order on every
- * rank (the same shapes, and the global batch's embedding rows), so the
- * sums pair up. */
+/* Part mode: the part's rows into the model's comm block, summed, then to
+ * the inner sink as one contiguous part. The parts arrive in the same
+ * order on every rank (the same shapes, and the global batch's embedding
+ * rows), so the sums pair up. On a device comm (NCCL) the copy and the sum
+ * are queued on the backend's stream, where the inner sink's update
+ * follows them: the side stream while the backward goes on, with overlap
+ * (model_grad.c). */
 static int on_part(void *ctx, taco_model *m, const taco_grad_part *p)
 {
 	taco_dist *d = ctx;
-	size_t n = (size_t)p->rows * (size_t)p->cols;
+	size_t n = (size_t)p->rows * (size_t)p->cols, cap = 0;
+	float *out = taco_model_comm_block(m, &cap);
 	taco_grad_part q = *p;
 	int r;
 
-	if (n > d->cap) {
-		float *b = realloc(d->buf, n * sizeof(float));
-		if (!b)
-			return -ENOMEM;
-		d->buf = b;
-		d->cap = n;
+	if (!out && d->size == 1 && d->dev) { /* TACO_NCCL_ONE_RANK */
+		if (n > d->own_cap) {
+			if (d->own)
+				d->ops->free(d->own,
+					     d->own_cap * sizeof(float));
+			d->own_cap = 0;
+			if (!(d->own = d->ops->alloc(n * sizeof(float))))
+				return -ENOMEM;
+			d->own_cap = n;
+		}
+		out = d->own;
+		cap = d->own_cap;
 	}
-	for (int i = 0; i < p->rows; i++)
-		memcpy(d->buf + (size_t)i * p->cols, p->g + (size_t)i * p->ld,
-		       (size_t)p->cols * sizeof(float));
-	if ((r = sum_timed(d, d->buf, n)))
+	if (!out || n > cap) /* a part is at most a block */
+		return -EOVERFLOW;
+	if (d->dev) {
+		r = d->dev->sum_rows_f32(d->dev, p->g, p->ld, p->rows, p->cols,
+					 out);
+	} else {
+		for (int i = 0; i < p->rows; i++)
+			memcpy(out + (size_t)i * p->cols,
+			       p->g + (size_t)i * p->ld,
+			       (size_t)p->cols * sizeof(float));
+		r = sum_timed(d, out, n);
+	}
+	if (r)
 		return r;
-	q.g = d->buf;
+	q.g = out;
 	q.ld = p->cols;
 	return d->inner->part(d->inner->ctx, m, &q);
 }
@@ -110,7 +149,7 @@ static const void *on_changed_rows(void *ctx, taco_model *m, int tensor, int *k)
 
 const taco_grad_sink *taco_dist_sink(taco_dist *d, const taco_grad_sink *inner)
 {
-	if (d->size < 2)
+	if (d->size < 2 && !d->dev)
 		return inner;
 	d->inner = inner;
 	d->sink =
@@ -133,9 +172,10 @@ int taco_dist_sum_f32(taco_dist *d, float *buf, size_t n, taco_err *err)
 {
 	int r;
 
-	if (d->size < 2)
+	if (d->size < 2 && !d->dev)
 		return 0;
-	if ((r = sum_timed(d, buf, n)))
+	r = d->dev ? d->dev->sum_f32(d->dev, buf, n) : sum_timed(d, buf, n);
+	if (r)
 		return comm_err(d, r, "a gradient sum", err);
 	return 0;
 }

@@ -12,6 +12,7 @@
 #include "job/job.h"
 #include "model/model.h"
 #include "tk_comm.h"
+#include "tk_ops.h"
 #include "util/taco_err.h"
 
 /* A step's collectives wait this long at most for the slowest rank; the
@@ -21,10 +22,15 @@
 
 typedef struct taco_dist {
 	tk_comm *comm; /* NULL until open */
+	/* the CUDA backend's: gradient sums in device memory (NCCL), made
+	 * over comm; NULL: comm sums host memory (the CPU backend) */
+	tk_comm *dev;
 	int rank, size;
-	/* a part's gradient, contiguous, summed in place */
-	float *buf;
-	size_t cap;
+	/* one rank through NCCL (TACO_NCCL_ONE_RANK=1, tests/gpu/run.sh):
+	 * a comm block of its own, as its step buffers have none */
+	const tk_ops *ops;
+	float *own;
+	size_t own_cap;
 	/* the sink the summed parts go on to */
 	const taco_grad_sink *inner;
 	taco_grad_sink sink;
@@ -35,6 +41,12 @@ typedef struct taco_dist {
  * process (tk_comm_world); one rank, without any MPI, for gpus 1. */
 int taco_dist_open(taco_dist *d, const taco_job *job, taco_err *err);
 void taco_dist_close(taco_dist *d);
+
+/* The CUDA backend (ops, open): the gradients' sums over NCCL in device
+ * memory, the NCCL id passed over the host comm. Nothing with one rank,
+ * unless TACO_NCCL_ONE_RANK=1 asks for NCCL anyway: the check on a
+ * machine of one GPU that the NCCL path gives the bits of the plain one. */
+int taco_dist_open_device(taco_dist *d, const tk_ops *ops, taco_err *err);
 
 /* The sink that sums each gradient part over the ranks, then hands it to
  * inner (part mode). */

@@ -369,9 +369,13 @@ static int pref_eval(trainer *tr, taco_pref_sums *s, taco_err *err)
 	return 0;
 }
 
+/* With ranks each evaluates its slice of every batch of the validation set
+ * (the step's shape, which its plan holds), and the sums are summed. */
 static int evaluate(trainer *tr, taco_err *err)
 {
 	const taco_job *j = tr->job;
+	int Bl = j->batch_size / tr->dist.size;
+	double sums[3] = {0, 0, 0}; /* loss, targets, correct */
 	double loss = 0;
 	int64_t n = 0, correct = 0;
 	json_t *ev;
@@ -379,7 +383,8 @@ static int evaluate(trainer *tr, taco_err *err)
 
 	double mc_acc = -1;
 
-	if (tr->data.mc && (r = taco_mc_eval(tr->m, tr->data.mc, j->batch_size,
+	/* the same choices on every rank: each scores them all */
+	if (tr->data.mc && (r = taco_mc_eval(tr->m, tr->data.mc, Bl,
 					     j->seq_len, &mc_acc, NULL, err)))
 		return r;
 	taco_pref_sums ps = {0};
@@ -389,18 +394,23 @@ static int evaluate(trainer *tr, taco_err *err)
 	for (size_t first = 0; !tr->dpo && tr->val && first < tr->val->n;
 	     first += j->batch_size) {
 		taco_step_stats st;
-		taco_data_rows(tr->val, first, j->batch_size, j->seq_len,
-			       tr->tokens, tr->targets, tr->pos);
+		taco_data_rows(tr->val, first + (size_t)tr->dist.rank * Bl, Bl,
+			       j->seq_len, tr->tokens, tr->targets, tr->pos);
 		if ((r = taco_model_eval(tr->m,
-					 &(taco_batch){j->batch_size,
-						       j->seq_len, tr->tokens,
-						       tr->targets, tr->pos, 0},
+					 &(taco_batch){Bl, j->seq_len,
+						       tr->tokens, tr->targets,
+						       tr->pos, 0},
 					 &st, err)))
 			return r;
-		loss += st.loss_sum;
-		n += st.n_targets;
-		correct += st.n_correct;
+		sums[0] += st.loss_sum;
+		sums[1] += (double)st.n_targets;
+		sums[2] += (double)st.n_correct;
 	}
+	if (!tr->dpo && tr->val && (r = taco_dist_sum(&tr->dist, sums, 3, err)))
+		return r;
+	loss = sums[0];
+	n = (int64_t)sums[1];
+	correct = (int64_t)sums[2];
 	if ((r = backend_check(tr, err)))
 		return r;
 	ev = json_pack("{sI}", "step", (json_int_t)tr->step);
@@ -808,6 +818,13 @@ static void started(trainer *tr)
 		json_object_set_new(e, "lr", json_real(j->lr));
 		json_object_set_new(e, "lr_auto", json_boolean(tr->lr_auto));
 		json_object_set_new(e, "gpus", json_integer(tr->dist.size));
+		/* NCCL's own device memory, as measured (the plan's
+		 * estimate, CUDA_NCCL_RESERVE in plan.c, beside it) */
+		if (tr->dist.dev)
+			json_object_set_new(
+			    e, "comm_device_bytes",
+			    json_integer(
+				(json_int_t)tr->dist.dev->device_bytes));
 	}
 	if (e && tr->dpo)
 		json_object_set_new(e, "train_pairs",
@@ -860,12 +877,10 @@ static int open_ranks(trainer *tr, taco_err *err)
 {
 	int r;
 
-	if (tr->job->gpus > 1 && tr->backend != TACO_BACKEND_CPU)
-		return taco_err_set(err, -ENOSYS,
-				    "gpus %d: several GPUs need NCCL, which "
-				    "this build has not got",
-				    tr->job->gpus);
 	if ((r = taco_dist_open(&tr->dist, tr->job, err)))
+		return r;
+	if (tr->backend == TACO_BACKEND_CUDA &&
+	    (r = taco_dist_open_device(&tr->dist, tr->ops, err)))
 		return r;
 	if (tr->dist.rank != 0) {
 		tr->rank_opts.events_fd = -1;

@@ -6,7 +6,9 @@
 #   2. configure build-gpu (CUDA on, sm_90, Release) and build the targets
 #      the checks need with -j16
 #   3. ctest -R '^test_cuda_': the CUDA backend's tests, with their output;
-#      taco-train --list-devices (tacod's "devices": "auto") lists the GPU
+#      taco-train --list-devices (tacod's "devices": "auto") lists the GPU;
+#      3c: data parallel over NCCL (tests/gpu/nccl_check.sh: one rank
+#      through NCCL gives the plain run's bytes; two GPUs: a 2-rank job)
 #   4. bitsandbytes for the PyTorch baseline, installed from the wheel in
 #      .gpu-deps/ (the GPU machine has no network) into /tmp/taco-bnb,
 #      which only the PyTorch runs get on PYTHONPATH
@@ -172,6 +174,12 @@ if [ "$FETCH" = 1 ]; then
 	# shellcheck disable=SC2086
 	(cd "$DEPS_DIR" && apt-get download $DEPS_DEBS)
 	fetch_bnb
+	# nccl.h (25 KB), for a toolkit there without it: the module needs
+	# only the header at build time (kernels/CMakeLists.txt)
+	if [ -e /usr/local/cuda/include/nccl.h ]; then
+		mkdir -p "$DEPS_DIR/include"
+		cp /usr/local/cuda/include/nccl.h "$DEPS_DIR/include/"
+	fi
 	ls -l "$DEPS_DIR"
 	du -sh "$DEPS_DIR"
 	echo "Carry it to the GPU machine: run with carry [\".gpu-deps\"]" \
@@ -207,6 +215,10 @@ else
 	MODE=gpu
 	CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=Release -DTACO_CUDA=ON
 		-DCMAKE_CUDA_ARCHITECTURES=90)
+	# the carried nccl.h where the toolkit has none (--fetch-deps)
+	if [ ! -e /usr/local/cuda/include/nccl.h ] && [ -e "$DEPS_DIR/include/nccl.h" ]; then
+		CMAKE_ARGS+=("-DTK_NCCL_INCLUDE=$DEPS_DIR/include")
+	fi
 	CFG_SMALL=tests/fixtures/configs/qwen3-1.7b.json
 	CFG_MID=tests/fixtures/configs/qwen3-8b.json
 	CFG_BIG=tests/fixtures/configs/qwen3-32b.json
@@ -433,6 +445,14 @@ elif [ "$BUILT" = 1 ]; then
 	else
 		record "list devices" failed 1 0 "no reason on stderr"
 	fi
+fi
+
+# ---- 3c. several GPUs over NCCL (docs/multi-gpu.md) ----
+
+if [ "$BUILT" = 1 ] && [ "$MODE" = gpu ]; then
+	# one GPU: one rank through NCCL gives the plain run's bytes; two or
+	# more: a job of 2 ranks (tests/gpu/nccl_check.sh)
+	run_part "nccl" 120 "$WORK/nccl.log" bash tests/gpu/nccl_check.sh "$BUILD"
 fi
 
 # ---- 4. bitsandbytes for the PyTorch baseline ----
