@@ -25,7 +25,12 @@ that is not the schema's. Before such a request is sent:
   (not a plan, which answers 200 for a job that does not fit) under
   TACO_ST_MAX_TOKENS tokens per micro-batch so that the plan fits the test's
   `device_memory`; `taco.freeze` (prefixes that must name tensors of the
-  model) is emptied. Values stay within their schemas.
+  model) is emptied; `taco.gpus` above 1 is brought to the largest divisor
+  of `batch_size` not above it (each GPU takes an equal slice of every
+  batch: the engine's rule across two options), and to 1 for a create or
+  a dpo job (the test's tacod has one device, so more is 400
+  `insufficient_gpus`, which a plan answers with 200 and `fits` false; dpo
+  runs on one GPU). Values stay within their schemas.
 
 Nothing else is touched: every other field goes out as generated.
 """
@@ -123,6 +128,12 @@ def before_call(context, case, kwargs):
             taco["seq_len"] = max(2, cap // batch_size(body))
         if taco.get("freeze"):
             taco["freeze"] = []
+        gpus = integer(taco.get("gpus"))
+        if gpus is not None and gpus > 1:
+            if kind == "create" or method_type(body) == "dpo":
+                taco["gpus"] = 1
+            else:
+                taco["gpus"] = max(d for d in range(1, gpus + 1) if batch_size(body) % d == 0)
         body["taco"] = taco
     elif positive and kind == "create" and batch_size(body) * 1024 > MAX_TOKENS:
         body["taco"] = {"seq_len": max(2, MAX_TOKENS // batch_size(body))}
