@@ -277,11 +277,13 @@ static void comm_close(tk_comm *c)
 	comm_free(m);
 }
 
+/* Undoes the open so far: why says what failed, with NCCL's reason when
+ * it was NCCL's call (nr), else r's. */
 static int fail(nccl_comm *m, int r, char *why, size_t why_len,
 		const char *what, ncclResult_t nr)
 {
 	tk_why(why, why_len, "%s: %s", what,
-	       nc.error_string ? nc.error_string(nr) : "failed");
+	       nr != ncclSuccess ? nc.error_string(nr) : strerror(-r));
 	if (m->comm)
 		nc.abort(m->comm);
 	m->comm = NULL;
