@@ -279,7 +279,16 @@ START_TEST(test_gguf_on_demand)
 	    "step-00000002-f16.gguf");
 	json_decref(l);
 
-	/* what is refused */
+	/* what is refused: an after with a character no file name has
+	 * (U+1D4E3, 4 bytes), or longer than a name */
+	snprintf(path, sizeof(path),
+		 "/v1/fine_tuning/jobs/%s/gguf?after=%%F0%%9D%%93%%A3", job);
+	th_expect_error(call("alice-t", "GET", path, NULL, &o), 400, o,
+			"invalid_value");
+	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/gguf?after=%064d",
+		 job, 0);
+	th_expect_error(call("alice-t", "GET", path, NULL, &o), 400, o,
+			"invalid_value");
 	snprintf(path, sizeof(path), "/v1/fine_tuning/jobs/%s/gguf", job);
 	th_expect_error(
 	    call("alice-t", "POST", path, "{\"type\": \"q4_0\"}", &o), 400, o,

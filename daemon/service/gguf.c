@@ -402,6 +402,13 @@ int tacod_route_gguf_list(tacod_http_req *r, void *ctx)
 		return tacod_http_error(
 		    r, 400, "invalid_request_error", "invalid_value", "after",
 		    "after: longer than %d bytes", TACOD_GGUF_NAME_MAX - 1);
+	/* a name's characters, as the spec says: its 63 then count bytes */
+	if (after && after[strspn(after, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghij"
+					 "klmnopqrstuvwxyz0123456789._-")])
+		return tacod_http_error(
+		    r, 400, "invalid_request_error", "invalid_value", "after",
+		    "after: a GGUF file's name has only letters, digits, '.', "
+		    "'_' and '-'");
 	if (job_for(r, s, &j))
 		return 0;
 	snprintf(dir, sizeof(dir), "%s/gguf", j.output_dir);
