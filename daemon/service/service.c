@@ -46,13 +46,16 @@ static int terminal(int status)
 
 /* A running job's row or event could not be written for lack of room
  * (rc): its record would have holes, so it stops and fails with
- * insufficient_storage, recorded in the room of the reserve. */
+ * insufficient_storage, recorded in the room of the reserve. The reserve
+ * is freed only when that record needs it (finish_job), once the worker
+ * has exited: freed now, the worker's checkpoint on its way out could fill
+ * the room (a small model's fits in it), and the end would go unrecorded,
+ * the job left running in the store. */
 static void storage_failed(tacod_service *s, tacod_run *rj, int rc)
 {
 	if (!tacod_http_storage_errno(rc) || rj->no_space)
 		return;
 	rj->no_space = 1;
-	tacod_reserve_release(s);
 	fprintf(stderr,
 		"tacod: %s: its events cannot be stored (%s): it stops\n",
 		rj->id, strerror(-rc));
