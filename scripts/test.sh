@@ -22,7 +22,7 @@ phase() {
 	if [ -n "$phase_name" ]; then
 		local m
 		m=$(minutes $((SECONDS - phase_start)))
-		echo "-- $phase_name: $m min"
+		echo "== $phase_name: done in $(echo $m) min"
 		phases+="$m  $phase_name"$'\n'
 	fi
 	phase_name=$1
