@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include "job/job.h"
@@ -303,6 +304,10 @@ int tacod_job_request(json_t *req, const tacod_request_ctx *ctx,
 	}
 	if (!json_object_get(job, "steps"))
 		json_object_set_new(job, "epochs", json_integer(hp.epochs));
+	/* the chat template's clock (strftime_now), fixed at the create: a
+	 * revalidation after a restart and a resumed run render the same */
+	json_object_set_new(job, "chat_template_time",
+			    json_integer((json_int_t)time(NULL)));
 	/* The engine's own validation, every option at once, of the text
 	 * tacod writes: the same bytes taco-train reads, its size limit
 	 * included. Every path is absolute (models_dir and state_dir must

@@ -1,6 +1,9 @@
 /* plan.c: tacoctl plan: what a job would need, without creating it
  * (POST /v1/fine_tuning/plan), as a table. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctl.h"
 
@@ -117,6 +120,32 @@ static void advice(json_t *a)
 			  b, sizeof(b)));
 }
 
+/* The first chat as the model sees it: the trained text in colour on a
+ * terminal (NO_COLOR honoured), between [[ and ]] elsewhere. */
+static void preview(json_t *v)
+{
+	json_t *pv = json_object_get(v, "preview"), *segs, *s;
+	int colour = isatty(STDOUT_FILENO) && !getenv("NO_COLOR");
+	size_t i;
+
+	if (!json_is_object(pv))
+		return;
+	segs = json_object_get(pv, "segments");
+	printf("\nLine %lld as the model sees it (chat template: %s; the "
+	       "trained text %s):\n",
+	       ctl_int(pv, "line"), ctl_str(v, "chat_template"),
+	       colour ? "in green" : "between [[ and ]]");
+	json_array_foreach(segs, i, s)
+	{
+		int t = json_is_true(json_object_get(s, "trained"));
+		printf("%s%s%s", t ? (colour ? "\033[32m" : "[[") : "",
+		       ctl_str(s, "text"), t ? (colour ? "\033[0m" : "]]") : "");
+	}
+	printf("%s\n", json_is_true(json_object_get(pv, "truncated"))
+			   ? "\n... (the rest not shown)"
+			   : "");
+}
+
 static void validation(json_t *v)
 {
 	json_t *probs = json_object_get(v, "problems");
@@ -140,6 +169,7 @@ static void validation(json_t *v)
 	if (json_array_size(probs) > PROBLEMS_SHOWN)
 		printf("  ... and %zu more (--json shows them)\n",
 		       json_array_size(probs) - PROBLEMS_SHOWN);
+	preview(v);
 }
 
 int ctl_cmd_plan(ctl *c, const ctl_cmd *cmd, int argc, char **argv)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "data/chat.h"
 #include "data/dataset.h"
 #include "testutil.h"
 #include "train/eval.h"
@@ -89,7 +90,7 @@ START_TEST(test_chat_templates)
 	ck_assert_msg(r == 0, "%s", err.msg);
 	ck_assert_int_eq(rep.errors, 0);
 	if (_i == 0)
-		ck_assert_int_eq(rep.template_id, TACO_TEMPLATE_CHATML);
+		ck_assert_str_eq(rep.chat_template, "chat_template.jinja");
 	compare(d,
 		json_object_get(json_object_get(expected, "chat"), names[_i]),
 		names[_i]);
@@ -160,7 +161,8 @@ START_TEST(test_every_validation_code)
 	    {"{\"foo\": 1}", TACO_P_UNKNOWN_FORMAT, 1},
 	    {"{\"messages\": []}", TACO_P_MISSING_MESSAGES, 1},
 	    {"{\"messages\": [3]}", TACO_P_INVALID_MESSAGE, 1},
-	    {"{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}",
+	    {"{\"messages\": [{\"role\": \"function\", \"content\": "
+	     "\"x\"}]}",
 	     TACO_P_UNRECOGNIZED_ROLE, 1},
 	    {"{\"messages\": [{\"role\": \"user\"}]}", TACO_P_MISSING_CONTENT,
 	     1},
@@ -220,8 +222,9 @@ START_TEST(test_every_validation_code)
 }
 END_TEST
 
-/* OpenAI's function-calling fields and a message's name are not rendered:
- * a warning each, and the examples train as the plain chats. */
+/* OpenAI's tool fields are read (empty tools, parallel_tool_calls) and a
+ * message's name is the template's to render; only the legacy functions
+ * field is not read: a warning, and the example trains without it. */
 START_TEST(test_ignored_fields_warn)
 {
 	taco_dataset_opts o;
@@ -234,19 +237,17 @@ START_TEST(test_ignored_fields_warn)
 	    "[], \"parallel_tool_calls\": false}\n"
 	    "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", "
 	    "\"name\": \"ann\"}, {\"role\": \"assistant\", \"content\": "
-	    "\"y\"}]}\n");
+	    "\"y\"}], \"functions\": [{\"name\": \"f\"}]}\n");
 
 	opts(&o, TACO_TEMPLATE_CHATML);
 	o.seq_len = 64;
 	ck_assert_int_eq(taco_dataset_load(path, tok, &o, &d, &rep, &err), 0);
 	ck_assert_int_eq(rep.errors, 0);
-	ck_assert_int_eq(rep.warnings, 3);
-	ck_assert_int_eq(rep.by_code[TACO_P_IGNORED_FIELD], 3);
+	ck_assert_int_eq(rep.warnings, 1);
+	ck_assert_int_eq(rep.by_code[TACO_P_IGNORED_FIELD], 1);
 	ck_assert_int_eq(rep.kept, 2);
-	ck_assert_ptr_nonnull(strstr(rep.listed[0].detail, "\"tools\""));
-	ck_assert_ptr_nonnull(
-	    strstr(rep.listed[1].detail, "\"parallel_tool_calls\""));
-	ck_assert_ptr_nonnull(strstr(rep.listed[2].detail, "messages[0].name"));
+	ck_assert_int_eq(rep.listed[0].line, 2);
+	ck_assert_ptr_nonnull(strstr(rep.listed[0].detail, "\"functions\""));
 	ck_assert_str_eq(taco_problem_name(TACO_P_IGNORED_FIELD),
 			 "ignored_field");
 	taco_data_free(d);
@@ -395,8 +396,9 @@ END_TEST
 START_TEST(test_template_beside_huge_integer)
 {
 	char dir[] = "/tmp/taco-tmpl-XXXXXX", path[128];
+	taco_chat_opts co = {0};
+	taco_chat *c = NULL;
 	taco_err err = {{0}};
-	int t = -1;
 	FILE *f;
 
 	ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -407,13 +409,24 @@ START_TEST(test_template_beside_huge_integer)
 	      "{% endfor %}\"}",
 	      f);
 	fclose(f);
-	ck_assert_msg(taco_template_detect(dir, &t, &err) == 0, "%s", err.msg);
-	ck_assert_int_eq(t, TACO_TEMPLATE_LLAMA3);
+	co.model_dir = dir;
+	ck_assert_msg(taco_chat_open(&co, tok, &c, &err) == 0, "%s", err.msg);
+	ck_assert_str_eq(taco_chat_source(c), "tokenizer_config.json");
+	ck_assert_ptr_nonnull(strstr(taco_chat_jinja(c), "<|start_header_id|>"));
+	taco_chat_free(c);
 	f = fopen(path, "w");
 	fputs("{\"chat_template\": ", f); /* cut short */
 	fclose(f);
-	ck_assert_int_lt(taco_template_detect(dir, &t, &err), 0);
+	ck_assert_int_lt(taco_chat_open(&co, tok, &c, &err), 0);
 	ck_assert_ptr_nonnull(strstr(err.msg, "tokenizer_config.json:1"));
+	/* a template that does not compile names its file and line */
+	f = fopen(path, "w");
+	fputs("{\"chat_template\": \"x\\n{% for m in messages %}\"}", f);
+	fclose(f);
+	ck_assert_int_lt(taco_chat_open(&co, tok, &c, &err), 0);
+	ck_assert_msg(strstr(err.msg, "tokenizer_config.json") &&
+			  strstr(err.msg, "line 2"),
+		      "%s", err.msg);
 	unlink(path);
 	rmdir(dir);
 }
@@ -421,12 +434,13 @@ END_TEST
 
 START_TEST(test_unrecognised_template)
 {
-	int t;
+	taco_chat_opts co = {0};
+	taco_chat *c = NULL;
 	taco_err err = {{0}};
 
 	/* the fixture models have no tokenizer_config.json at all */
-	ck_assert_int_lt(
-	    taco_template_detect(tu_fixture("models/llama_gqa"), &t, &err), 0);
+	co.model_dir = tu_fixture("models/llama_gqa");
+	ck_assert_int_lt(taco_chat_open(&co, tok, &c, &err), 0);
 	ck_assert_ptr_nonnull(strstr(err.msg, "chat_template"));
 }
 END_TEST
@@ -697,14 +711,14 @@ START_TEST(test_pref_errors)
 	     "\"content\": \"yes\", \"tool_calls\": [{\"id\": \"c\"}]}], "
 	     "\"non_preferred_output\": [{\"role\": \"assistant\", "
 	     "\"content\": \"no\"}]}",
-	     "preferred_output[0].tool_calls: tacod's chat templates do not "
-	     "render tools",
+	     "preferred_output[0].tool_calls[0] must be {\"type\": "
+	     "\"function\"",
 	     TACO_P_INVALID_FIELD},
 	    {"{" PROMPT_OK ", \"preferred_output\": [{\"role\": \"assistant\", "
 	     "\"content\": \"yes\"}], \"non_preferred_output\": [{\"role\": "
 	     "\"assistant\", \"content\": \"no\", \"function_call\": "
 	     "{\"name\": \"f\"}}]}",
-	     "non_preferred_output[0].function_call: tacod's chat templates",
+	     "non_preferred_output[0].function_call: OpenAI's legacy field",
 	     TACO_P_INVALID_FIELD},
 	    {"{" PROMPT_OK ", \"preferred_output\": [{\"role\": \"assistant\", "
 	     "\"content\": \"yes\", \"weight\": 1}], \"non_preferred_output\": "
@@ -729,26 +743,26 @@ START_TEST(test_pref_errors)
 	     "\"weight\": 0}, {\"role\": \"user\", \"content\": "
 	     "\"r\"}]}, " PAIR_OK "}",
 	     "input.messages[1].weight is not allowed", TACO_P_INVALID_WEIGHT},
+	    {"{\"input\": {\"messages\": [{\"role\": \"function\", "
+	     "\"content\": \"q\"}]}, " PAIR_OK "}",
+	     "input.messages[0].role 'function' is not known",
+	     TACO_P_UNRECOGNIZED_ROLE},
 	    {"{\"input\": {\"messages\": [{\"role\": \"tool\", \"content\": "
 	     "\"q\"}]}, " PAIR_OK "}",
-	     "input.messages[0].role 'tool' is not known",
-	     TACO_P_UNRECOGNIZED_ROLE},
+	     "input.messages[0].tool_call_id must be a string",
+	     TACO_P_INVALID_MESSAGE},
 	    {"{\"input\": {\"messages\": [{\"role\": \"user\"}]}, " PAIR_OK "}",
 	     "input.messages[0].content must be a string",
 	     TACO_P_MISSING_CONTENT},
 	    {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
-	     "\"q\"}, {\"role\": \"system\", \"content\": \"s\"}, {\"role\": "
-	     "\"user\", \"content\": \"q\"}]}, " PAIR_OK "}",
-	     "input.messages[1]: a system message must come first",
-	     TACO_P_INVALID_MESSAGE},
-	    {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
 	     "\"q\"}], \"tools\": [{\"type\": \"function\"}]}, " PAIR_OK "}",
-	     "input.tools: tacod's chat templates do not render tools",
+	     "input.tools[0] must be {\"type\": \"function\"",
 	     TACO_P_INVALID_FIELD},
 	    {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
-	     "\"q\"}], \"functions\": [{\"name\": \"f\"}]}, " PAIR_OK "}",
-	     "input.functions: tacod's chat templates do not render tools",
-	     TACO_P_INVALID_FIELD},
+	     "\"q\"}], \"tools\": [{\"type\": \"function\", \"function\": "
+	     "{\"name\": \"f\"}}]}, " PAIR_OK "}",
+	     "\"tools\": the chat template renders no tool definitions",
+	     TACO_P_TOOLS_UNSUPPORTED},
 	    {"{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
 	     "\"the quick brown fox jumps over the lazy dog the quick brown "
 	     "fox\"}]}, " PAIR_OK "}",
@@ -766,10 +780,11 @@ START_TEST(test_pref_errors)
 		strcat(text, cases[i].line);
 		strcat(text, "\n");
 	}
-	/* nothing to render: accepted, parallel_tool_calls a warning */
+	/* nothing to render: accepted, the legacy functions a warning */
 	strcat(text, "{\"input\": {\"messages\": [{\"role\": \"user\", "
 		     "\"content\": \"q\"}], \"tools\": [], \"functions\": "
-		     "null, \"parallel_tool_calls\": true}, " PAIR_OK "}\n");
+		     "[{\"name\": \"f\"}], \"parallel_tool_calls\": true}, " PAIR_OK
+		     "}\n");
 	path = write_tmp(text);
 	opts_dpo(&o, TACO_TEMPLATE_CHATML);
 	o.seq_len = 28; /* the long prompt is 32 tokens; the good pair fits */
@@ -796,8 +811,7 @@ START_TEST(test_pref_errors)
 		    taco_problem_name(cases[i].code), cases[i].fragment);
 	ck_assert_int_eq(rep.listed[n].line, n + 1);
 	ck_assert_int_eq(rep.listed[n].code, TACO_P_IGNORED_FIELD);
-	ck_assert_ptr_nonnull(
-	    strstr(rep.listed[n].detail, "input.parallel_tool_calls"));
+	ck_assert_ptr_nonnull(strstr(rep.listed[n].detail, "input.functions"));
 	/* the good line alone loads */
 	ck_assert_int_eq(rep.kept, 1);
 	ck_assert_str_eq(taco_problem_name(TACO_P_NOT_PREFERENCE),
@@ -830,13 +844,14 @@ START_TEST(test_pref_mistral_turns)
 			 -EINVAL);
 	ck_assert_int_eq(rep.errors, 2);
 	ck_assert_int_eq(rep.listed[0].line, 1);
+	ck_assert_int_eq(rep.listed[0].code, TACO_P_TEMPLATE_ERROR);
 	ck_assert_ptr_nonnull(strstr(rep.listed[0].detail,
-				     "input.messages: the mistral template "
-				     "needs a user message before the output"));
+				     "the mistral template needs user and "
+				     "assistant turns alternating"));
 	ck_assert_int_eq(rep.listed[1].line, 2);
 	ck_assert_ptr_nonnull(strstr(rep.listed[1].detail,
-				     "input.messages[1]: the mistral template "
-				     "needs user and assistant turns"));
+				     "the mistral template needs user and "
+				     "assistant turns alternating"));
 	ck_assert_int_eq(rep.kept, 1);
 	/* for ChatML a system prompt alone is a prompt, and turns need not
 	 * alternate */

@@ -205,17 +205,17 @@ START_TEST(test_export_refusals)
 
 	snprintf(out, sizeof(out), "%s/x.gguf", tmp);
 	r = taco_gguf_export(tu_fixture("models/opt_pre"), NULL, out,
-			     TACO_GGUF_F16, UINT64_MAX, &err);
+			     TACO_GGUF_F16, UINT64_MAX, NULL, &err);
 	ck_assert_msg(r == -ENOTSUP, "%d %s", r, err.msg);
 	ck_assert_msg(strstr(err.msg, "OPT"), "%s", err.msg);
 	ck_assert_ptr_nonnull(strstr(err.msg, "no llama.cpp architecture"));
 	ck_assert_int_eq(taco_gguf_export(tu_fixture("gguf/llama"), NULL, out,
-					  TACO_GGUF_Q8_0, 4096, &err),
+					  TACO_GGUF_Q8_0, 4096, NULL, &err),
 			 -EFBIG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "over the limit of 4096"));
 	ck_assert(!exists(out));
 	ck_assert_int_eq(taco_gguf_export(tu_fixture("gguf/llama"), NULL, out,
-					  TACO_GGUF_TYPES, UINT64_MAX, &err),
+					  TACO_GGUF_TYPES, UINT64_MAX, NULL, &err),
 			 -EINVAL);
 
 	copy_fixture("gguf/llama", dir, sizeof(dir));
@@ -227,7 +227,7 @@ START_TEST(test_export_refusals)
 	ck_assert_int_eq(json_dump_file(t, path, 0), 0);
 	json_decref(t);
 	ck_assert_int_eq(
-	    taco_gguf_export(dir, NULL, out, TACO_GGUF_F16, UINT64_MAX, &err),
+	    taco_gguf_export(dir, NULL, out, TACO_GGUF_F16, UINT64_MAX, NULL, &err),
 	    -ENOTSUP);
 	/* Llama 2's and Mistral's kind: named as such */
 	ck_assert_msg(strstr(err.msg, "tokenizer.json: a SentencePiece "
@@ -241,13 +241,13 @@ START_TEST(test_export_refusals)
 	ck_assert_int_eq(json_dump_file(t, path, 0), 0);
 	json_decref(t);
 	ck_assert_int_eq(
-	    taco_gguf_export(dir, NULL, out, TACO_GGUF_F16, UINT64_MAX, &err),
+	    taco_gguf_export(dir, NULL, out, TACO_GGUF_F16, UINT64_MAX, NULL, &err),
 	    -ENOTSUP);
 	ck_assert_ptr_nonnull(strstr(err.msg, "tokenizer.json: pre_tokenizer"));
 	ck_assert(!exists(out));
 	/* and the fixture itself converts */
 	ck_assert_int_eq(taco_gguf_export(tu_fixture("gguf/llama"), NULL, out,
-					  TACO_GGUF_Q8_0, UINT64_MAX, &err),
+					  TACO_GGUF_Q8_0, UINT64_MAX, NULL, &err),
 			 0);
 	ck_assert(exists(out));
 }

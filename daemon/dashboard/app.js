@@ -162,6 +162,18 @@
 		return p;
 	}
 
+	/* A validation report's preview: the first chat as the model sees it,
+	 * its trained text highlighted (docs/datasets.md, Chat templates). */
+	function previewEl(r) {
+		if (!r || !r.preview || !Array.isArray(r.preview.segments))
+			return null;
+		return el('div', { class: 'chat-preview-box' },
+			el('p', { class: 'small muted' }, 'Line ' + r.preview.line + ' of ' + (r.file || 'the file') + ' as the model sees it (chat template: ' +
+				r.chat_template + '); highlighted: the text it is trained to write.'),
+			el('pre', { class: 'chat-preview' }, r.preview.segments.map((s) => s.trained ? el('mark', { class: 'trained' }, s.text) : s.text)),
+			r.preview.truncated ? el('p', { class: 'small muted' }, '… the rest of the chat is not shown.') : null);
+	}
+
 	function progressCell(p) {
 		if (!p)
 			return '–';
@@ -262,6 +274,7 @@
 		const ggufType = el('select', { id: 'gguf-type' }, ['q8_0', 'f16', 'bf16'].map((t) => el('option', { value: t }, t)));
 		const ggufs = el('div', { id: 'gguf' });
 		const log = el('tbody');
+		const dataPreview = el('section', { class: 'card wide hidden', id: 'job-preview' });
 		append(clear(main), [head, errs, actErrs, el('div', { class: 'cols' }, el('section', { class: 'card' }, el('h2', {}, 'Job'), info),
 			el('section', { class: 'card' }, el('h2', {}, 'Progress'), stats, el('h3', {}, 'Memory'), mem)),
 		el('p', { class: 'small muted' }, 'Hover a chart for its values; drag across one to zoom into those steps, double-click or Reset zoom to see them all.'),
@@ -270,7 +283,8 @@
 			el('h3', {}, 'GGUF for llama.cpp'), el('p', { class: 'small muted' }, el('label', {}, 'Type ', ggufType),
 				' — a GGUF button converts that model in tacod; the file is listed here to download.'), ggufs),
 			el('section', { class: 'card wide' }, el('h2', {}, 'Events'), el('div', { class: 'log' },
-				el('table', { id: 'events', class: 'list small' }, el('thead', {}, el('tr', {}, el('th', {}, 'Time'), el('th', {}, 'Level'), el('th', {}, 'Message'))), log))))]);
+				el('table', { id: 'events', class: 'list small' }, el('thead', {}, el('tr', {}, el('th', {}, 'Time'), el('th', {}, 'Level'), el('th', {}, 'Message'))), log)))),
+		dataPreview]);
 
 		const lossChart = C.lineChart(loss.canvas, [{ label: 'training loss' }, { label: 'validation loss', points: true }], { yTitle: 'cross-entropy' });
 		const accChart = C.lineChart(acc.canvas, [{ label: 'token accuracy', points: true, color: '#16a34a' },
@@ -402,6 +416,13 @@
 		}
 		function onEvent(ev) {
 			const d = ev.data || {};
+			/* the training file's report: its first chat as rendered */
+			const report = ev.type === 'validated' ? d : d.validation;
+			if (report && report.preview && !dataPreview.dataset.shown) {
+				append(clear(dataPreview), [el('h2', {}, 'Training data'), previewEl(report)]);
+				dataPreview.classList.remove('hidden');
+				dataPreview.dataset.shown = '1';
+			}
 			if (ev.type === 'metrics' && d.event === 'eval') {
 				C.add(lossChart, 1, d.step, d.val_loss);
 				addPairs(d, 'val_', 1, 3);
@@ -603,7 +624,8 @@
 						.filter((k) => k !== 'pairs' || report.pairs !== undefined).map((k) => el('tr', {}, el('td', {}, k.replace('_', ' ')), el('td', { class: 'num' }, String(report[k] ?? '–')))))),
 					report.problems && report.problems.length ? el('table', { class: 'list small' },
 						el('thead', {}, el('tr', {}, ['Line', 'Severity', 'Code', 'Detail'].map((h) => el('th', {}, h)))),
-						el('tbody', {}, report.problems.map((x) => el('tr', {}, el('td', {}, x.line), el('td', {}, x.severity), el('td', {}, x.code), el('td', {}, x.detail))))) : null)
+						el('tbody', {}, report.problems.map((x) => el('tr', {}, el('td', {}, x.line), el('td', {}, x.severity), el('td', {}, x.code), el('td', {}, x.detail))))) : null,
+					previewEl(report))
 					: el('p', { class: 'muted' }, 'No validation report' + (p.validated === false ? ' (the data was not read: see the note).' : '.')),
 			]);
 			planChart = C.planBar(canvas, Object.fromEntries(terms), p.device_memory_bytes);

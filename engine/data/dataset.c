@@ -75,72 +75,6 @@ static long utf8_invalid_at(const unsigned char *s, size_t n)
 	return -1;
 }
 
-/* ---- chat templates ---------------------------------------------------- */
-
-int taco_template_detect(const char *model_dir, int *template_id, taco_err *err)
-{
-	char path[4200];
-	char *text = NULL;
-	json_t *root = NULL, *t;
-	json_error_t jerr;
-	const char *tmpl = NULL;
-	char *jinja = NULL;
-	int r;
-
-	snprintf(path, sizeof(path), "%s/tokenizer_config.json", model_dir);
-	if ((r = taco_read_file(path, 16u << 20, &text, NULL, err)))
-		return taco_err_prefix(err, r,
-				       "cannot choose a chat template; set the "
-				       "job option chat_template (chatml, "
-				       "llama3, mistral)");
-	/* transformers writes model_max_length = 1e30 as an integer, which
-	 * does not fit json_int_t */
-	root = json_loads(text, JSON_DECODE_INT_AS_REAL, &jerr);
-	free(text);
-	if (!root)
-		return taco_err_set(err, -EINVAL, "%s:%d: %s", path, jerr.line,
-				    jerr.text);
-	t = json_object_get(root, "chat_template");
-	if (json_is_string(t)) {
-		tmpl = json_string_value(t);
-	} else if (json_is_array(t)) { /* [{"name": "default", ...}] */
-		size_t i;
-		json_t *e;
-		json_array_foreach(t, i, e)
-		{
-			json_t *n = json_object_get(e, "name");
-			if (json_is_string(n) &&
-			    !strcmp(json_string_value(n), "default"))
-				tmpl = json_string_value(
-				    json_object_get(e, "template"));
-		}
-	}
-	if (!tmpl) { /* transformers 5 keeps it in a file of its own */
-		snprintf(path, sizeof(path), "%s/chat_template.jinja",
-			 model_dir);
-		if (taco_read_file(path, 16u << 20, &jinja, NULL, NULL) == 0)
-			tmpl = jinja;
-	}
-	r = 0;
-	if (tmpl && strstr(tmpl, "<|im_start|>"))
-		*template_id = TACO_TEMPLATE_CHATML;
-	else if (tmpl && strstr(tmpl, "<|start_header_id|>"))
-		*template_id = TACO_TEMPLATE_LLAMA3;
-	else if (tmpl && strstr(tmpl, "[INST]"))
-		*template_id = TACO_TEMPLATE_MISTRAL;
-	else
-		r = taco_err_set(err, -ENOTSUP,
-				 "%s: %s; set the job option chat_template "
-				 "(chatml, llama3, mistral)",
-				 path,
-				 tmpl ? "chat_template is not one tacod "
-					"recognises"
-				      : "no chat_template");
-	json_decref(root);
-	free(jinja);
-	return r;
-}
-
 static int put(taco_ds_render *r, const char *s, size_t n)
 {
 	if (r->len + n + 1 > r->cap) {
@@ -160,11 +94,6 @@ static int put(taco_ds_render *r, const char *s, size_t n)
 	return 0;
 }
 
-static int puts_(taco_ds_render *r, const char *s)
-{
-	return put(r, s, strlen(s));
-}
-
 /* Appends s; when trained, its bytes become a trained span. */
 static int put_span(taco_ds_render *r, const char *s, size_t n, int trained)
 {
@@ -177,129 +106,6 @@ static int put_span(taco_ds_render *r, const char *s, size_t n, int trained)
 		r->span[r->n_span++] = r->len;
 	}
 	return e;
-}
-
-/* Python's str.isspace() (Unicode 14.0, Python 3.11): the characters that
- * Jinja's trim (str.strip()) removes. */
-static int py_isspace(uint32_t c)
-{
-	return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) ||
-	       c == 0x85 || c == 0xA0 || c == 0x1680 ||
-	       (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-	       c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-/* Decodes the UTF-8 char at s (n > 0 bytes); its length, 0 when it is not
- * well formed. */
-static size_t utf8_char(const unsigned char *s, size_t n, uint32_t *cp)
-{
-	size_t len = s[0] < 0x80	 ? 1
-		     : (s[0] >> 5) == 6	 ? 2
-		     : (s[0] >> 4) == 14 ? 3
-		     : (s[0] >> 3) == 30 ? 4
-					 : 0;
-
-	if (!len || len > n)
-		return 0;
-	*cp = len == 1 ? s[0] : s[0] & (0x7F >> len);
-	for (size_t k = 1; k < len; k++) {
-		if ((s[k] & 0xC0) != 0x80)
-			return 0;
-		*cp = (*cp << 6) | (s[k] & 0x3F);
-	}
-	return len;
-}
-
-/* Length of the str.isspace() char that s[0..n) starts with, or 0. */
-static size_t py_space_at(const char *s, size_t n)
-{
-	uint32_t cp;
-	size_t k = utf8_char((const unsigned char *)s, n, &cp);
-
-	return k && py_isspace(cp) ? k : 0;
-}
-
-/* Length of the str.isspace() char that s[0..n) ends with, or 0. */
-static size_t py_space_before(const char *s, size_t n)
-{
-	size_t k = 1;
-	uint32_t cp;
-
-	while (k < 4 && k < n && ((unsigned char)s[n - k] & 0xC0) == 0x80)
-		k++;
-	if (utf8_char((const unsigned char *)s + n - k, k, &cp) != k)
-		return 0;
-	return py_isspace(cp) ? k : 0;
-}
-
-/* The special strings of a template: they are added tokens of the
- * tokenizer, matched whole when the rendered text is encoded. */
-int taco_ds_render_chat(int tmpl, const taco_ds_message *m, int n,
-			const char *bos, const char *eos, int all,
-			taco_ds_render *r)
-{
-	int e = 0;
-
-	switch (tmpl) {
-	case TACO_TEMPLATE_CHATML:
-		for (int i = 0; i < n && !e; i++) {
-			int tr = all || (!strcmp(m[i].role, "assistant") &&
-					 m[i].weight);
-			e = puts_(r, "<|im_start|>") || puts_(r, m[i].role) ||
-			    puts_(r, "\n") ||
-			    put_span(r, m[i].content, m[i].content_len, tr) ||
-			    put_span(r, "<|im_end|>", 10, tr) || puts_(r, "\n");
-		}
-		break;
-	case TACO_TEMPLATE_LLAMA3:
-		e = puts_(r, "<|begin_of_text|>");
-		for (int i = 0; i < n && !e; i++) {
-			int tr = all || (!strcmp(m[i].role, "assistant") &&
-					 m[i].weight);
-			const char *c = m[i].content;
-			size_t len = m[i].content_len;
-			/* the template trims content (Python's str.strip()) */
-			size_t k;
-			while (len && (k = py_space_at(c, len)))
-				c += k, len -= k;
-			while (len && (k = py_space_before(c, len)))
-				len -= k;
-			e = puts_(r, "<|start_header_id|>") ||
-			    puts_(r, m[i].role) ||
-			    puts_(r, "<|end_header_id|>\n\n") ||
-			    put_span(r, c, len, tr) ||
-			    put_span(r, "<|eot_id|>", 10, tr);
-		}
-		break;
-	case TACO_TEMPLATE_MISTRAL: {
-		int i = 0;
-		e = puts_(r, bos ? bos : "<s>");
-		if (n && !strcmp(m[0].role, "system"))
-			i = 1; /* merged into the first user turn */
-		for (; i < n && !e; i++) {
-			int tr = all || (!strcmp(m[i].role, "assistant") &&
-					 m[i].weight);
-			if (!strcmp(m[i].role, "user")) {
-				e = puts_(r, "[INST] ");
-				if (!e && i == 1 &&
-				    !strcmp(m[0].role, "system"))
-					e = put(r, m[0].content,
-						m[0].content_len) ||
-					    puts_(r, "\n\n");
-				e = e ||
-				    put(r, m[i].content, m[i].content_len) ||
-				    puts_(r, " [/INST]");
-			} else {
-				e = put_span(r, m[i].content, m[i].content_len,
-					     tr) ||
-				    put_span(r, eos ? eos : "</s>",
-					     strlen(eos ? eos : "</s>"), tr);
-			}
-		}
-		break;
-	}
-	}
-	return e ? -ENOMEM : 0;
 }
 
 /* ---- tokens and labels ------------------------------------------------- */
@@ -380,6 +186,10 @@ int taco_ds_encode(taco_ds_loader *L, const taco_ds_render *rd, int add_special,
 					    add_special, &L->ids, &L->tmp, &k1,
 					    err)))
 			return r;
+		/* a token the span's end falls inside overlaps the span, so
+		 * it is trained, as transformers' assistant mask has it */
+		if (L->tmp.n > k1 && k1 < n)
+			k1++;
 		/* a span ending the text includes what follows (EOS) */
 		if (rd->span[s + 1] == rd->len)
 			k1 = n;
@@ -483,172 +293,8 @@ static int finish_example(taco_ds_loader *L, int64_t line,
 
 /* ---- formats ----------------------------------------------------------- */
 
-static const char *const roles[] = {"system", "user", "assistant", NULL};
-
-/* Fields of OpenAI's chat lines that no chat template here renders. */
-static const char *const ignored_chat_fields[] = {"tools", "functions",
-						  "parallel_tool_calls", NULL};
-
-/* A message's weight, when it is valid: 0 or 1, on an assistant message;
- * no prompt message has one (none of them is trained). */
-static int check_weight(taco_ds_loader *L, int64_t line, json_t *w,
-			const char *field, size_t i, int prompt,
-			taco_ds_message *mi)
-{
-	mi->weight = !prompt;
-	if (prompt && w) {
-		taco_ds_report(L->rep, line, TACO_P_INVALID_WEIGHT, 1,
-			       "%s[%zu].weight is not allowed: a preference "
-			       "pair trains its outputs only",
-			       field, i);
-		return 0;
-	}
-	if (!w || json_is_null(w))
-		return 1;
-	if (strcmp(mi->role, "assistant") || !json_is_integer(w) ||
-	    (json_integer_value(w) != 0 && json_integer_value(w) != 1)) {
-		taco_ds_report(L->rep, line, TACO_P_INVALID_WEIGHT, 1,
-			       "%s[%zu].weight must be 0 or 1, on assistant "
-			       "messages only",
-			       field, i);
-		return 0;
-	}
-	mi->weight = (int)json_integer_value(w);
-	return 1;
-}
-
-/* The mistral template's turns: user first (after a system message), then
- * assistant and user in turn. */
-static int check_alternation(taco_ds_loader *L, int64_t line, const char *field,
-			     const taco_ds_message *m, int n)
-{
-	int first = !strcmp(m[0].role, "system");
-
-	for (int k = first; k < n; k++) {
-		const char *want = (k - first) % 2 ? "assistant" : "user";
-		if (strcmp(m[k].role, want)) {
-			taco_ds_report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
-				       "%s[%d]: the mistral template needs "
-				       "user and assistant turns alternating, "
-				       "starting with user",
-				       field, k);
-			return 0;
-		}
-	}
-	return 1;
-}
-
-int taco_ds_check_chat(taco_ds_loader *L, int64_t line, json_t *msgs,
-		       const char *field, int prompt, taco_ds_message *m,
-		       int *n)
-{
-	size_t i;
-	json_t *e;
-	int ok = 1, assistants = 0, trained = 0;
-
-	if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-		taco_ds_report(L->rep, line, TACO_P_MISSING_MESSAGES, 1,
-			       "\"%s\" must be a non-empty array", field);
-		return 0;
-	}
-	if (json_array_size(msgs) > TACO_DATASET_MAX_MESSAGES) {
-		taco_ds_report(L->rep, line, TACO_P_INVALID_FIELD, 1,
-			       "%s: more than %d messages", field,
-			       TACO_DATASET_MAX_MESSAGES);
-		return 0;
-	}
-	json_array_foreach(msgs, i, e)
-	{
-		json_t *role = json_object_get(e, "role");
-		json_t *content = json_object_get(e, "content");
-		int known = 0;
-
-		if (!json_is_object(e)) {
-			taco_ds_report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
-				       "%s[%zu] is not an object", field, i);
-			ok = 0;
-			continue;
-		}
-		for (int k = 0; roles[k] && json_is_string(role); k++)
-			known |= !strcmp(json_string_value(role), roles[k]);
-		if (!known) {
-			taco_ds_report(
-			    L->rep, line, TACO_P_UNRECOGNIZED_ROLE, 1,
-			    "%s[%zu].role %s%s%s (system, user, assistant)",
-			    field, i, json_is_string(role) ? "'" : "",
-			    json_is_string(role) ? json_string_value(role)
-						 : "is missing",
-			    json_is_string(role) ? "' is not known" : "");
-			ok = 0;
-			continue;
-		}
-		if (!json_is_string(content)) {
-			taco_ds_report(L->rep, line, TACO_P_MISSING_CONTENT, 1,
-				       "%s[%zu].content must be a string",
-				       field, i);
-			ok = 0;
-			continue;
-		}
-		if (json_object_get(e, "name"))
-			taco_ds_report(L->rep, line, TACO_P_IGNORED_FIELD, 0,
-				       "%s[%zu].name is not read: the message "
-				       "is rendered without it",
-				       field, i);
-		m[i].role = json_string_value(role);
-		m[i].content = json_string_value(content);
-		m[i].content_len = json_string_length(content);
-		if (!check_weight(L, line, json_object_get(e, "weight"), field,
-				  i, prompt, &m[i])) {
-			ok = 0;
-			continue;
-		}
-		if (!strcmp(m[i].role, "assistant")) {
-			assistants++;
-			trained += m[i].weight;
-		}
-		if (!strcmp(m[i].role, "system") && i > 0) {
-			taco_ds_report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
-				       "%s[%zu]: a system message must come "
-				       "first",
-				       field, i);
-			ok = 0;
-		}
-	}
-	if (!ok)
-		return 0;
-	*n = (int)json_array_size(msgs);
-	if (prompt && !strcmp(m[*n - 1].role, "assistant")) {
-		taco_ds_report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
-			       "%s[%d]: the last message must not be an "
-			       "assistant's: the outputs answer it",
-			       field, *n - 1);
-		return 0;
-	}
-	if (!prompt && !assistants) {
-		taco_ds_report(L->rep, line, TACO_P_NO_ASSISTANT_MESSAGE, 1,
-			       "no assistant message to learn from");
-		return 0;
-	}
-	if (L->tmpl == TACO_TEMPLATE_MISTRAL) {
-		if (!check_alternation(L, line, field, m, *n))
-			return 0;
-		/* the output, an assistant turn, must follow a user turn */
-		if (prompt && strcmp(m[*n - 1].role, "user")) {
-			taco_ds_report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
-				       "%s: the mistral template needs a "
-				       "user message before the output",
-				       field);
-			return 0;
-		}
-	}
-	if (!prompt && !trained && !L->o->train_on_all) {
-		taco_ds_report(L->rep, line, TACO_P_ALL_LABELS_MASKED, 0,
-			       "every assistant message has weight 0: dropped");
-		L->rep->dropped++;
-		return 0;
-	}
-	return 1;
-}
+/* OpenAI's legacy function-calling field, which no template renders. */
+static const char *const ignored_chat_fields[] = {"functions", NULL};
 
 static int string_field(taco_ds_loader *L, int64_t line, json_t *root,
 			const char *key, const char **s, size_t *n)
@@ -718,25 +364,130 @@ static int pretokenized(taco_ds_loader *L, int64_t line, json_t *root,
 
 int taco_ds_template(taco_ds_loader *L, taco_err *err)
 {
+	const taco_dataset_opts *o = L->o;
+	taco_chat_opts co = {o->model_dir, o->template_id, o->chat_jinja,
+			     o->chat_kwargs, o->chat_now};
 	int r;
 
-	if (L->tmpl != TACO_TEMPLATE_AUTO)
+	if (L->chat)
 		return 0;
-	if ((r = taco_template_detect(L->o->model_dir, &L->tmpl, err)))
+	if ((r = taco_chat_open(&co, L->tok, &L->chat, err)))
 		return r;
-	L->rep->template_id = L->tmpl;
+	taco_text_copy(L->rep->chat_template, sizeof(L->rep->chat_template),
+		       taco_chat_source(L->chat));
+	L->rep->chat_time = o->chat_now;
 	return 0;
+}
+
+/* The report's preview: the first chat's render, cut at a character
+ * boundary, and its trained spans within the cut. */
+static void set_preview(taco_ds_loader *L, int64_t line,
+			const taco_chat_out *co)
+{
+	taco_dataset_report *rep = L->rep;
+	size_t n = co->len;
+
+	if (n > TACO_DATASET_PREVIEW) {
+		n = TACO_DATASET_PREVIEW;
+		while (n && ((unsigned char)co->text[n] & 0xC0) == 0x80)
+			n--;
+		rep->preview_cut = 1;
+	}
+	memcpy(rep->preview, co->text, n);
+	rep->preview[n] = 0;
+	rep->preview_len = n;
+	rep->preview_line = line;
+	for (int s = 0; s + 1 < co->n_span &&
+			rep->preview_n_span < 2 * TACO_DATASET_PREVIEW_SPANS;
+	     s += 2) {
+		if (co->span[s] >= n)
+			break;
+		rep->preview_span[rep->preview_n_span++] =
+		    (uint32_t)co->span[s];
+		rep->preview_span[rep->preview_n_span++] =
+		    (uint32_t)(co->span[s + 1] < n ? co->span[s + 1] : n);
+	}
+	L->preview_done = 1;
+}
+
+int taco_ds_render_chat(taco_ds_loader *L, int64_t line, json_t *messages,
+			json_t *tools, const unsigned char *trained,
+			taco_ds_render *rd, taco_err *err)
+{
+	taco_chat_out co;
+	char why[sizeof(((taco_problem *)0)->detail)];
+	int code = TACO_P_TEMPLATE_ERROR;
+	int r = taco_chat_render(L->chat, messages, tools, trained, &co, &code,
+				 why, sizeof(why), err);
+
+	rd->len = 0;
+	if (r == -EINVAL) {
+		taco_ds_report(L->rep, line, code, 1, "%s", why);
+		return 0;
+	}
+	if (r)
+		return r;
+	if (co.n_span > (int)(sizeof(rd->span) / sizeof(rd->span[0]))) {
+		taco_ds_report(L->rep, line, TACO_P_ANSWER_NOT_LOCATED, 1,
+			       "more than %d trained spans",
+			       TACO_DATASET_MAX_MESSAGES);
+		taco_chat_out_free(&co);
+		return 0;
+	}
+	free(rd->text);
+	rd->text = co.text;
+	rd->len = co.len;
+	rd->cap = co.len + 1;
+	memcpy(rd->span, co.span, (size_t)co.n_span * sizeof(size_t));
+	rd->n_span = co.n_span;
+	if (!L->preview_done)
+		set_preview(L, line, &co);
+	co.text = NULL;
+	taco_chat_out_free(&co);
+	return 0;
+}
+
+/* A chat line: {"messages": [...], "tools": [...]?,
+ * "parallel_tool_calls": bool?} */
+static int chat_line(taco_ds_loader *L, int64_t line, json_t *root,
+		     taco_ds_render *rd, taco_err *err)
+{
+	json_t *msgs = NULL, *tools;
+	int ok, r;
+
+	for (int k = 0; ignored_chat_fields[k]; k++)
+		if (json_object_get(root, ignored_chat_fields[k]))
+			taco_ds_report(L->rep, line, TACO_P_IGNORED_FIELD, 0,
+				       "\"%s\" is not read (OpenAI's legacy "
+				       "field): give \"tools\"",
+				       ignored_chat_fields[k]);
+	if ((r = taco_ds_template(L, err)))
+		return r;
+	tools = taco_ds_check_tools(L, line, root, "", &ok);
+	r = taco_ds_check_chat(
+	    L, line, json_object_get(root, "messages"), "messages", 0,
+	    !json_is_false(json_object_get(root, "parallel_tool_calls")),
+	    &msgs, L->trained);
+	if (r <= 0 || !ok) {
+		json_decref(msgs);
+		return r < 0 ? r : 0;
+	}
+	r = taco_ds_render_chat(L, line, msgs, tools, L->trained, rd, err);
+	json_decref(msgs);
+	if (r || !rd->len)
+		return r;
+	return finish_example(L, line, rd, 0, 0, err);
 }
 
 /* One line of the file. */
 static int do_line(taco_ds_loader *L, int64_t line, const char *buf, size_t len,
-		   taco_ds_message *m, taco_err *err)
+		   taco_err *err)
 {
 	json_error_t jerr;
 	json_t *root;
 	long bad;
 	taco_ds_render rd = {0};
-	int r = 0, n = 0;
+	int r = 0;
 	const char *a, *b;
 	size_t an, bn;
 
@@ -754,7 +505,7 @@ static int do_line(taco_ds_loader *L, int64_t line, const char *buf, size_t len,
 	}
 	if (taco_ds_is_pref(root)) {
 		if (L->o->method == TACO_METHOD_DPO)
-			r = taco_ds_pref_line(L, line, root, m, err);
+			r = taco_ds_pref_line(L, line, root, err);
 		else
 			taco_ds_report(L->rep, line, TACO_P_PREFERENCE_PAIR, 1,
 				       "a preference pair needs method dpo");
@@ -763,23 +514,7 @@ static int do_line(taco_ds_loader *L, int64_t line, const char *buf, size_t len,
 			       "method dpo needs preference pairs: input, "
 			       "preferred_output, non_preferred_output");
 	} else if (json_object_get(root, "messages")) {
-		/* OpenAI's function-calling fields: the chat is rendered
-		 * without them, which its owner should know */
-		for (int k = 0; ignored_chat_fields[k]; k++)
-			if (json_object_get(root, ignored_chat_fields[k]))
-				taco_ds_report(
-				    L->rep, line, TACO_P_IGNORED_FIELD, 0,
-				    "\"%s\" is not read: the chat trains "
-				    "without it",
-				    ignored_chat_fields[k]);
-		if ((r = taco_ds_template(L, err)))
-			goto out;
-		if (taco_ds_check_chat(L, line,
-				       json_object_get(root, "messages"),
-				       "messages", 0, m, &n) &&
-		    !(r = taco_ds_render_chat(L->tmpl, m, n, L->bos, L->eos,
-					      L->o->train_on_all, &rd)))
-			r = finish_example(L, line, &rd, 0, 0, err);
+		r = chat_line(L, line, root, &rd, err);
 	} else if (json_object_get(root, "completion")) {
 		if (string_field(L, line, root, "prompt", &a, &an) &&
 		    string_field(L, line, root, "completion", &b, &bn)) {
@@ -810,23 +545,9 @@ static int do_line(taco_ds_loader *L, int64_t line, const char *buf, size_t len,
 	if (r == -ENOMEM)
 		r = taco_err_set(err, r, "line %lld: out of memory",
 				 (long long)line);
-out:
 	free(rd.text);
 	json_decref(root);
 	return r;
-}
-
-static const char *token_string(const taco_tok *tok, int32_t id, char *buf,
-				size_t cap)
-{
-	size_t n;
-	const char *s = id >= 0 ? taco_tok_id_to_token(tok, id, &n) : NULL;
-
-	if (!s || n >= cap)
-		return NULL;
-	memcpy(buf, s, n);
-	buf[n] = 0;
-	return buf;
 }
 
 int taco_dataset_load(const char *path, const taco_tok *tok,
@@ -835,8 +556,7 @@ int taco_dataset_load(const char *path, const taco_tok *tok,
 {
 	FILE *f = fopen(path, "rb");
 	taco_ds_loader L = {0};
-	taco_ds_message *m = NULL;
-	char *line = NULL, bos[256], eos[256];
+	char *line = NULL;
 	size_t cap = 0;
 	ssize_t len;
 	int64_t lineno = 0;
@@ -851,16 +571,13 @@ int taco_dataset_load(const char *path, const taco_tok *tok,
 	L.tok = tok;
 	L.o = o;
 	L.rep = rep;
-	L.tmpl = o->template_id;
 	rep->template_id = o->template_id;
 	rep->method = o->method;
-	L.bos = token_string(tok, sp.bos, bos, sizeof(bos));
-	L.eos = token_string(tok, sp.eos, eos, sizeof(eos));
 	L.eos_id = sp.eos;
 	L.d = calloc(1, sizeof(*L.d));
 	/* a preference pair's prompt and one output */
-	m = calloc(TACO_DATASET_MAX_MESSAGES + 1, sizeof(*m));
-	if (!L.d || !m) {
+	L.trained = calloc(TACO_DATASET_MAX_MESSAGES + 1, 1);
+	if (!L.d || !L.trained) {
 		r = taco_err_set(err, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -890,7 +607,7 @@ int taco_dataset_load(const char *path, const taco_tok *tok,
 				       (long long)o->max_examples);
 			break;
 		}
-		if ((r = do_line(&L, lineno, line, (size_t)len, m, err))) {
+		if ((r = do_line(&L, lineno, line, (size_t)len, err))) {
 			taco_err_prefix(err, r, "%s:%lld", path,
 					(long long)lineno);
 			goto out;
@@ -921,7 +638,8 @@ out:
 	taco_tok_ids_free(&L.ids);
 	taco_tok_ids_free(&L.tmp);
 	free(L.labels);
-	free(m);
+	free(L.trained);
+	taco_chat_free(L.chat);
 	free(line);
 	fclose(f);
 	return r;

@@ -2,10 +2,9 @@
  * pre-tokenized) turned into token ids and labels, with a validation report
  * of every problem by line and code. docs/datasets.md documents the formats.
  *
- * Chat examples are rendered with a chat template segment by segment: the
- * role header and the end-of-turn markup are encoded apart from the
- * message content, as LLaMA-Factory and axolotl do, so that the label mask
- * follows message boundaries exactly.
+ * Chat examples are rendered whole with the job's chat template (chat.h:
+ * the model's own, as transformers renders it) and encoded once; the
+ * tokens of each trained assistant message's span carry labels.
  *
  * With method dpo the lines are preference pairs (OpenAI's format, pref.c),
  * each stored as two examples (the prompt with each output, only the
@@ -26,6 +25,8 @@
 #define TACO_DATASET_MAX_FILE (16ull << 30) /* bytes in one file */
 #define TACO_DATASET_MAX_MESSAGES 4096	    /* messages in one example */
 #define TACO_DATASET_MAX_LISTED 100	    /* problems listed in full */
+#define TACO_DATASET_PREVIEW 4096	    /* bytes of the rendered preview */
+#define TACO_DATASET_PREVIEW_SPANS 64	    /* its trained spans */
 
 /* Problem codes; docs/datasets.md says what each means. */
 enum taco_problem_code {
@@ -48,6 +49,10 @@ enum taco_problem_code {
 				*/
 	TACO_P_NOT_PREFERENCE, /* method dpo, a line that is not a pair */
 	TACO_P_PREFERENCE_PAIR, /* method sft, a preference pair */
+	TACO_P_TEMPLATE_ERROR,	/* the chat template fails on the chat */
+	TACO_P_ANSWER_NOT_LOCATED, /* an assistant message's span is not
+				      found in the render */
+	TACO_P_TOOLS_UNSUPPORTED,  /* tools, on a template without them */
 	TACO_P_COUNT
 };
 
@@ -56,6 +61,11 @@ const char *taco_problem_name(int code);
 typedef struct taco_dataset_opts {
 	const char *model_dir; /* tokenizer_config.json for TEMPLATE_AUTO */
 	int template_id;       /* enum taco_template */
+	/* the job's chat_template_jinja, chat_template_kwargs (a JSON
+	 * object's text) and chat_template_time (strftime_now's clock): NULL,
+	 * NULL, 0 when not set */
+	const char *chat_jinja, *chat_kwargs;
+	int64_t chat_now;
 	int train_on_all;      /* 1: every token is trained, not only answers */
 	int seq_len;
 	int overlength;	      /* enum taco_overlength */
@@ -90,8 +100,21 @@ typedef struct taco_dataset_report {
 	/* the first error and the first warning, listed or not (set when
 	 * errors, warnings > 0) */
 	taco_problem first_error, first_warning;
-	int template_id; /* the template used for chat lines */
+	int template_id; /* the template option the file was read with */
 	int method;	 /* enum taco_method the file was read for */
+	/* where the chat template came from (taco_chat_source), "" before a
+	 * chat line */
+	char chat_template[32];
+	int64_t chat_time; /* strftime_now()'s clock it rendered with */
+	/* The first chat as rendered, for the user to see what the model
+	 * will: its line (0: none), its first TACO_DATASET_PREVIEW bytes and
+	 * the trained byte spans within them. */
+	int64_t preview_line;
+	char preview[TACO_DATASET_PREVIEW + 1];
+	size_t preview_len;
+	int preview_cut; /* the render was longer */
+	uint32_t preview_span[2 * TACO_DATASET_PREVIEW_SPANS];
+	int preview_n_span;
 } taco_dataset_report;
 
 /* Reads a JSONL file. Every line is checked; the report lists every
@@ -102,11 +125,6 @@ typedef struct taco_dataset_report {
 int taco_dataset_load(const char *path, const taco_tok *tok,
 		      const taco_dataset_opts *o, taco_data **out,
 		      taco_dataset_report *rep, taco_err *err);
-
-/* The template of model_dir/tokenizer_config.json's chat_template, or
- * -ENOTSUP naming the option to set when it is not one we know. */
-int taco_template_detect(const char *model_dir, int *template_id,
-			 taco_err *err);
 
 const char *taco_template_name(int template_id);
 

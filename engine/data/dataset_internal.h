@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat.h"
 #include "dataset.h"
 
 /* A rendered example: text, and the byte spans whose tokens are trained. */
@@ -17,12 +18,6 @@ typedef struct taco_ds_render {
 	size_t span[2 * TACO_DATASET_MAX_MESSAGES + 4];
 	int n_span;
 } taco_ds_render;
-
-typedef struct taco_ds_message {
-	const char *role, *content;
-	size_t content_len;
-	int weight; /* 0 or 1 */
-} taco_ds_message;
 
 /* The reader's state while it reads one file. */
 typedef struct taco_ds_loader {
@@ -34,8 +29,9 @@ typedef struct taco_ds_loader {
 	taco_tok_ids ids, tmp;
 	int32_t *labels;
 	size_t labels_cap;
-	int tmpl;
-	const char *bos, *eos; /* token strings */
+	taco_chat *chat; /* opened on the first chat line */
+	unsigned char *trained; /* [TACO_DATASET_MAX_MESSAGES + 1] */
+	int preview_done;	/* the report's preview is set */
 	int32_t eos_id;
 } taco_ds_loader;
 
@@ -43,24 +39,37 @@ typedef struct taco_ds_loader {
 void taco_ds_report(taco_dataset_report *rep, int64_t line, int code, int error,
 		    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-/* Resolves TACO_TEMPLATE_AUTO from the model's tokenizer_config.json, on
- * the first chat line. */
+/* Opens the job's chat template, on the first chat line. */
 int taco_ds_template(taco_ds_loader *L, taco_err *err);
 
-/* Checks the chat messages msgs (the field named `field`) into m[0..*n).
- * As a prompt (prompt = 1): no assistant message is needed, the last must
- * not be one and no message may have a weight (every weight is 0: nothing
- * of a prompt is trained). Returns 1 when it may be rendered, 0 after
- * reporting its problems. */
-int taco_ds_check_chat(taco_ds_loader *L, int64_t line, json_t *msgs,
-		       const char *field, int prompt, taco_ds_message *m,
-		       int *n);
+/* dataset_chat.c. The tools of a line (root's "tools", checked; NULL when
+ * there are none or they are invalid: *ok says which) and
+ * parallel_tool_calls checked; field is the prefix of their names in
+ * problems ("" or "input."). */
+json_t *taco_ds_check_tools(taco_ds_loader *L, int64_t line, json_t *root,
+			    const char *field, int *ok);
 
-/* Renders m[0..n) with template tmpl; a message is trained when `all`, or
- * when it is an assistant message of weight 1. Returns 0 or -ENOMEM. */
-int taco_ds_render_chat(int tmpl, const taco_ds_message *m, int n,
-			const char *bos, const char *eos, int all,
-			taco_ds_render *r);
+/* Checks the chat messages msgs (the field named `field`) into *out, the
+ * messages as the template sees them, and trained[i] (an assistant message
+ * of weight 1). As a prompt (prompt = 1): no assistant message is needed,
+ * the last must not be one and no message may have a weight. parallel 0:
+ * at most one tool call a message. Returns 1 when it may be rendered, 0
+ * after reporting its problems, or -ENOMEM. */
+int taco_ds_check_chat(taco_ds_loader *L, int64_t line, json_t *msgs,
+		       const char *field, int prompt, int parallel,
+		       json_t **out, unsigned char *trained);
+
+/* A preference pair's output a (field: its name): one assistant message,
+ * into *out as the template sees it. Returns as taco_ds_check_chat. */
+int taco_ds_check_output(taco_ds_loader *L, int64_t line, json_t *a,
+			 const char *field, int parallel, json_t **out);
+
+/* Renders a checked chat into rd, its trained spans those of the messages
+ * with trained[i]; a template failure is reported on the line (returns 0
+ * with rd->len 0). Sets the report's preview from the first chat. */
+int taco_ds_render_chat(taco_ds_loader *L, int64_t line, json_t *messages,
+			json_t *tools, const unsigned char *trained,
+			taco_ds_render *rd, taco_err *err);
 
 /* Encodes rd into L->ids; L->labels are the ids of the tokens that start
  * inside a trained span (every id when train_all), -100 elsewhere. */
@@ -74,10 +83,9 @@ size_t taco_ds_count_trained(const taco_ds_loader *L, size_t n);
 int taco_ds_keep(taco_ds_loader *L, size_t n, taco_err *err);
 
 /* pref.c: whether root is a preference line, and reading one (its two
- * examples stored, or none). m has room for TACO_DATASET_MAX_MESSAGES + 1
- * messages. */
+ * examples stored, or none). */
 int taco_ds_is_pref(json_t *root);
 int taco_ds_pref_line(taco_ds_loader *L, int64_t line, json_t *root,
-		      taco_ds_message *m, taco_err *err);
+		      taco_err *err);
 
 #endif

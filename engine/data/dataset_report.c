@@ -24,6 +24,9 @@ static const char *const problem_names[TACO_P_COUNT] = {
     [TACO_P_IGNORED_FIELD] = "ignored_field",
     [TACO_P_NOT_PREFERENCE] = "not_preference",
     [TACO_P_PREFERENCE_PAIR] = "preference_pair",
+    [TACO_P_TEMPLATE_ERROR] = "template_error",
+    [TACO_P_ANSWER_NOT_LOCATED] = "answer_not_located",
+    [TACO_P_TOOLS_UNSUPPORTED] = "tools_unsupported",
 };
 
 const char *taco_problem_name(int code)
@@ -58,6 +61,35 @@ void taco_dataset_report_summary(const taco_dataset_report *rep,
 			 taco_problem_name(p->code), p->detail);
 }
 
+/* The preview as segments of text, each trained or not: what a client
+ * shows without counting bytes. */
+static json_t *preview_json(const taco_dataset_report *rep)
+{
+	json_t *segs = json_array(), *o;
+	size_t at = 0;
+
+	for (int s = 0; s <= rep->preview_n_span; s += 2) {
+		size_t a = s < rep->preview_n_span ? rep->preview_span[s]
+						   : rep->preview_len;
+		size_t b = s < rep->preview_n_span ? rep->preview_span[s + 1]
+						   : rep->preview_len;
+		if (a > at)
+			json_array_append_new(
+			    segs, json_pack("{ss% sb}", "text",
+					    rep->preview + at, a - at,
+					    "trained", 0));
+		if (b > a)
+			json_array_append_new(
+			    segs, json_pack("{ss% sb}", "text",
+					    rep->preview + a, b - a, "trained",
+					    1));
+		at = b > at ? b : at;
+	}
+	o = json_pack("{sI so sb}", "line", (json_int_t)rep->preview_line,
+		      "segments", segs, "truncated", rep->preview_cut);
+	return o;
+}
+
 json_t *taco_dataset_report_json(const taco_dataset_report *rep,
 				 const char *file)
 {
@@ -86,7 +118,14 @@ json_t *taco_dataset_report_json(const taco_dataset_report *rep,
 	    (json_int_t)rep->truncated, "dropped", (json_int_t)rep->dropped,
 	    "errors", (json_int_t)rep->errors, "warnings",
 	    (json_int_t)rep->warnings, "by_code", codes, "problems", list,
-	    "chat_template", taco_template_name(rep->template_id));
+	    "chat_template",
+	    rep->chat_template[0] ? rep->chat_template
+				  : taco_template_name(rep->template_id));
+	if (rep->preview_line) {
+		json_object_set_new(o, "preview", preview_json(rep));
+		json_object_set_new(o, "chat_template_time",
+				    json_integer(rep->chat_time));
+	}
 	if (rep->method == TACO_METHOD_DPO)
 		json_object_set_new(o, "pairs", json_integer(rep->pairs));
 	taco_dataset_report_summary(rep, file, sum, sizeof(sum));

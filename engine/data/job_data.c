@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "model/config.h"
 
@@ -10,6 +11,11 @@ static void opts_of(const taco_job *job, taco_dataset_opts *o)
 	taco_dataset_defaults(o);
 	o->model_dir = job->model;
 	o->template_id = job->chat_template;
+	o->chat_jinja = job->chat_template_jinja;
+	o->chat_kwargs = job->chat_template_kwargs;
+	/* once for every file of the job: the same clock renders them */
+	o->chat_now = job->chat_template_time ? job->chat_template_time
+					      : (int64_t)time(NULL);
 	o->train_on_all = job->train_on_all;
 	o->seq_len = job->seq_len;
 	o->overlength = job->overlength;

@@ -20,106 +20,35 @@ int taco_ds_is_pref(json_t *root)
 	       json_object_get(root, "non_preferred_output");
 }
 
-/* Tool fields are fine when they hold nothing to render. */
-static int no_tools(json_t *v)
-{
-	return !v || json_is_null(v) ||
-	       (json_is_array(v) && json_array_size(v) == 0);
-}
-
 static int check_input(taco_ds_loader *L, int64_t line, json_t *root,
-		       taco_ds_message *m, int *n)
+		       json_t **msgs, json_t **tools, int *parallel)
 {
-	static const char *const tool_fields[] = {"tools", "functions", NULL};
 	json_t *in = json_object_get(root, "input");
-	int ok = 1;
+	int ok;
 
+	*msgs = *tools = NULL;
 	if (!json_is_object(in)) {
 		taco_ds_report(L->rep, line, TACO_P_INVALID_FIELD, 1,
 			       "\"input\" must be an object with "
 			       "\"messages\"");
 		return 0;
 	}
-	for (int k = 0; tool_fields[k]; k++)
-		if (!no_tools(json_object_get(in, tool_fields[k]))) {
-			taco_ds_report(L->rep, line, TACO_P_INVALID_FIELD, 1,
-				       "input.%s: tacod's chat templates do "
-				       "not render tools",
-				       tool_fields[k]);
-			ok = 0;
-		}
-	if (json_object_get(in, "parallel_tool_calls"))
+	if (json_object_get(in, "functions"))
 		taco_ds_report(L->rep, line, TACO_P_IGNORED_FIELD, 0,
-			       "\"input.parallel_tool_calls\" is not read: "
-			       "the pair trains without it");
+			       "\"input.functions\" is not read (OpenAI's "
+			       "legacy field): give \"input.tools\"");
+	*tools = taco_ds_check_tools(L, line, in, "input.", &ok);
+	*parallel = !json_is_false(json_object_get(in, "parallel_tool_calls"));
 	return taco_ds_check_chat(L, line, json_object_get(in, "messages"),
-				  "input.messages", 1, m, n) &&
+				  "input.messages", 1, *parallel, msgs,
+				  L->trained) > 0 &&
 	       ok;
-}
-
-/* Output s: one assistant message with string content. */
-static int check_output(taco_ds_loader *L, int64_t line, json_t *root, int s,
-			taco_ds_message *out)
-{
-	const char *f = outputs[s];
-	json_t *a = json_object_get(root, f), *e = json_array_get(a, 0);
-	json_t *role = json_object_get(e, "role");
-	json_t *content = json_object_get(e, "content");
-	int ok = 1;
-
-	if (!json_is_array(a) || json_array_size(a) != 1 ||
-	    !json_is_object(e)) {
-		taco_ds_report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
-			       "%s must hold one assistant message", f);
-		return 0;
-	}
-	if (!json_is_string(role) ||
-	    strcmp(json_string_value(role), "assistant")) {
-		taco_ds_report(L->rep, line, TACO_P_INVALID_MESSAGE, 1,
-			       "%s[0].role must be \"assistant\"", f);
-		ok = 0;
-	}
-	if (!no_tools(json_object_get(e, "tool_calls")) ||
-	    !no_tools(json_object_get(e, "function_call"))) {
-		taco_ds_report(L->rep, line, TACO_P_INVALID_FIELD, 1,
-			       "%s[0].%s: tacod's chat templates do not "
-			       "render tools",
-			       f,
-			       no_tools(json_object_get(e, "tool_calls"))
-				   ? "function_call"
-				   : "tool_calls");
-		ok = 0;
-	}
-	if (!json_is_string(content)) {
-		taco_ds_report(L->rep, line, TACO_P_MISSING_CONTENT, 1,
-			       "%s[0].content must be a string", f);
-		ok = 0;
-	}
-	if (json_object_get(e, "weight")) {
-		taco_ds_report(L->rep, line, TACO_P_INVALID_WEIGHT, 1,
-			       "%s[0].weight is not allowed: every output is "
-			       "trained",
-			       f);
-		ok = 0;
-	}
-	if (!ok)
-		return 0;
-	if (json_object_get(e, "name"))
-		taco_ds_report(L->rep, line, TACO_P_IGNORED_FIELD, 0,
-			       "%s[0].name is not read: the message is "
-			       "rendered without it",
-			       f);
-	out->role = "assistant";
-	out->content = json_string_value(content);
-	out->content_len = json_string_length(content);
-	out->weight = 1;
-	return 1;
 }
 
 /* Both sequences of the pair, or neither: a sequence that is dropped or
  * fails takes back the one stored before it. */
-static int store_pair(taco_ds_loader *L, int64_t line, taco_ds_message *m,
-		      int n, const taco_ds_message *out, taco_err *err)
+static int store_pair(taco_ds_loader *L, int64_t line, json_t *msgs,
+		      json_t *tools, json_t *const *out, taco_err *err)
 {
 	const taco_dataset_opts *o = L->o;
 	taco_dataset_report *rep = L->rep;
@@ -130,15 +59,24 @@ static int store_pair(taco_ds_loader *L, int64_t line, taco_ds_message *m,
 	rep->examples++;
 	for (int s = 0; s < 2; s++) {
 		taco_ds_render rd = {0};
-		size_t len, k = 0, t;
+		size_t len, k = 0, t, n = json_array_size(msgs);
 
-		m[n] = out[s];
-		r = taco_ds_render_chat(L->tmpl, m, n + 1, L->bos, L->eos, 0,
-					&rd);
-		if (!r)
+		/* the prompt with this output, which alone is trained */
+		if (json_array_append(msgs, out[s])) {
+			r = taco_err_set(err, -ENOMEM, "out of memory");
+			goto undo;
+		}
+		L->trained[n] = 1;
+		r = taco_ds_render_chat(L, line, msgs, tools, L->trained, &rd,
+					err);
+		L->trained[n] = 0;
+		json_array_remove(msgs, n);
+		if (!r && rd.len)
 			r = taco_ds_encode(L, &rd, 0, 0, 0, err);
 		free(rd.text);
 		if (r)
+			goto undo;
+		if (!rd.len) /* the template failed on it: reported */
 			goto undo;
 		len = L->ids.n;
 		rep->tokens += (int64_t)len;
@@ -198,18 +136,27 @@ undo:
 }
 
 int taco_ds_pref_line(taco_ds_loader *L, int64_t line, json_t *root,
-		      taco_ds_message *m, taco_err *err)
+		      taco_err *err)
 {
-	taco_ds_message out[2];
-	int n = 0, ok, r;
+	json_t *msgs = NULL, *tools = NULL, *out[2] = {NULL, NULL};
+	int ok, parallel = 1, r;
 
 	if ((r = taco_ds_template(L, err)))
 		return r;
 	/* every problem of the line is reported, not only the first */
-	ok = check_input(L, line, root, m, &n);
-	ok = check_output(L, line, root, 0, &out[0]) && ok;
-	ok = check_output(L, line, root, 1, &out[1]) && ok;
-	if (!ok)
-		return 0;
-	return store_pair(L, line, m, n, out, err);
+	ok = check_input(L, line, root, &msgs, &tools, &parallel);
+	for (int s = 0; s < 2; s++) {
+		r = taco_ds_check_output(L, line,
+					 json_object_get(root, outputs[s]),
+					 outputs[s], parallel, &out[s]);
+		if (r < 0)
+			goto done;
+		ok = r && ok;
+	}
+	r = ok ? store_pair(L, line, msgs, tools, out, err) : 0;
+done:
+	json_decref(msgs);
+	json_decref(out[0]);
+	json_decref(out[1]);
+	return r;
 }

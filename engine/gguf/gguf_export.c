@@ -459,7 +459,7 @@ static const char *base_name(const char *dir)
 
 int taco_gguf_export(const char *model_dir, const char *weights_dir,
 		     const char *out_path, int type, uint64_t max_bytes,
-		     taco_err *err)
+		     const char *chat_template, taco_err *err)
 {
 	static const int ggml[TACO_GGUF_TYPES] = {TACO_GGML_BF16, TACO_GGML_F16,
 						  TACO_GGML_Q8_0};
@@ -505,7 +505,8 @@ int taco_gguf_export(const char *model_dir, const char *weights_dir,
 				 strerror(-r));
 		goto out;
 	}
-	if ((r = taco_gguf_add_vocab(g, model_dir, c.vocab, err)))
+	if ((r = taco_gguf_add_vocab(g, model_dir, c.vocab, chat_template,
+				     err)))
 		goto out;
 	for (int i = 0; i < p.n; i++) {
 		if (p.t[i].cols > maxcols)

@@ -26,9 +26,11 @@ int taco_gguf_type_from_name(const char *name);
  * them) to out_path, through a temporary file, an fsync
  * and a rename. Refuses a family llama.cpp has no architecture for (OPT),
  * a file larger than max_bytes (-EFBIG, before writing anything) and a
- * tokenizer llama.cpp would read differently. 0 or a negative errno. */
+ * tokenizer llama.cpp would read differently. chat_template, when not
+ * NULL, is the template written in place of model_dir's (a checkpoint of a
+ * job that trained with another). 0 or a negative errno. */
 int taco_gguf_export(const char *model_dir, const char *weights_dir,
 		     const char *out_path, int type, uint64_t max_bytes,
-		     taco_err *err);
+		     const char *chat_template, taco_err *err);
 
 #endif

@@ -262,38 +262,49 @@ static int adds_bos(vocab *v)
 	return 0;
 }
 
+/* The template transformers serves with: chat_template.jinja, else
+ * tokenizer_config.json's chat_template (a string, or the list's
+ * "default"). A job that trained with another wrote it as the export's
+ * chat_template.jinja. */
 static int add_template(taco_gguf *g, vocab *v, taco_err *err)
 {
-	const char *t =
-	    json_string_value(json_object_get(v->tc, "chat_template"));
+	json_t *c = json_object_get(v->tc, "chat_template"), *e;
+	const char *t = json_string_value(c);
 	char path[4200], *buf = NULL;
-	size_t len;
+	size_t len, i;
 	int r;
 
+	snprintf(path, sizeof(path), "%s/chat_template.jinja", v->dir);
+	r = taco_read_file(path, TACO_GGUF_TEMPLATE_MAX_BYTES, &buf, &len, err);
+	if (r && r != -ENOENT)
+		return r;
+	if (!r) {
+		if (strlen(buf) != len) {
+			free(buf);
+			return taco_err_set(err, -EINVAL,
+					    "%s: holds a NUL byte", path);
+		}
+		r = taco_gguf_kv_str(g, "tokenizer.chat_template", buf);
+		free(buf);
+		if (r)
+			return taco_err_set(err, r, "%s: %s", path,
+					    strerror(-r));
+		return 0;
+	}
+	json_array_foreach(c, i, e)
+	{
+		const char *n = json_string_value(json_object_get(e, "name"));
+		if (n && !strcmp(n, "default"))
+			t = json_string_value(json_object_get(e, "template"));
+	}
 	if (t && (r = taco_gguf_kv_str(g, "tokenizer.chat_template", t)))
 		return taco_err_set(err, r, "%s: chat_template: %s", v->dir,
 				    strerror(-r));
-	if (t)
-		return 0;
-	snprintf(path, sizeof(path), "%s/chat_template.jinja", v->dir);
-	r = taco_read_file(path, TACO_GGUF_TEMPLATE_MAX_BYTES, &buf, &len, err);
-	if (r == -ENOENT)
-		return 0;
-	if (r)
-		return r;
-	if (strlen(buf) != len) {
-		free(buf);
-		return taco_err_set(err, -EINVAL, "%s: holds a NUL byte", path);
-	}
-	r = taco_gguf_kv_str(g, "tokenizer.chat_template", buf);
-	free(buf);
-	if (r)
-		return taco_err_set(err, r, "%s: %s", path, strerror(-r));
 	return 0;
 }
 
 int taco_gguf_add_vocab(taco_gguf *g, const char *dir, int vocab_size,
-			taco_err *err)
+			const char *chat_template, taco_err *err)
 {
 	static const char *const ids[][2] = {
 	    {"bos_token", "tokenizer.ggml.bos_token_id"},
@@ -343,7 +354,12 @@ int taco_gguf_add_vocab(taco_gguf *g, const char *dir, int vocab_size,
 	    (r = taco_gguf_kv_bool(g, "tokenizer.ggml.add_eos_token",
 				   json_is_true(ae))))
 		goto kv;
-	if ((r = add_template(g, &v, err)))
+	if (chat_template)
+		r = taco_gguf_kv_str(g, "tokenizer.chat_template",
+				     chat_template);
+	else
+		r = add_template(g, &v, err);
+	if (r)
 		goto out;
 	r = 0;
 	goto out;

@@ -18,8 +18,10 @@
  * bos/eos/unk/padding ids it names, .add_bos_token (and .add_eos_token
  * when the tokenizer config says) and tokenizer.chat_template. A
  * tokenizer llama.cpp would read differently (not byte-level BPE, an
- * unknown pre-tokenizer) is refused, naming the file and field. */
+ * unknown pre-tokenizer) is refused, naming the file and field.
+ * chat_template, when not NULL, is written in place of dir's. */
 int taco_gguf_add_vocab(taco_gguf *g, const char *dir, int vocab_size,
+			const char *chat_template,
 			taco_err *err);
 
 #endif

@@ -85,6 +85,9 @@ void taco_job_free(taco_job *job)
 	free(job->freeze);
 	job->freeze = NULL;
 	job->n_freeze = 0;
+	free(job->chat_template_jinja);
+	free(job->chat_template_kwargs);
+	job->chat_template_jinja = job->chat_template_kwargs = NULL;
 }
 
 double taco_job_lr(const taco_job *job, int64_t step, int64_t total)

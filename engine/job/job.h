@@ -78,6 +78,12 @@ typedef struct taco_job {
 	double dropout;		      /* residual dropout; -1: the config's */
 	int packing;		      /* several examples per sequence */
 	int chat_template;	      /* enum taco_template */
+	char *chat_template_jinja;    /* the job's own template, or NULL */
+	char *chat_template_kwargs;   /* template variables: JSON text, or
+				       * NULL */
+	/* strftime_now()'s clock, seconds since the epoch: fixed when tacod
+	 * writes the file; 0 = when the job's data is first read */
+	int64_t chat_template_time;
 	int train_on_all;	      /* 0: answers only */
 	int overlength;		      /* enum taco_overlength */
 	char eval_multiple_choice[TACO_PATH_MAX]; /* "" = none */

@@ -113,6 +113,33 @@ static void method_fits(json_t *o, taco_job *job, taco_job_problems *p)
 		taco_job_problem(p, "dpo: only with method dpo");
 }
 
+/* The job's own template takes the place of the model's: with it,
+ * chat_template names no other. */
+static void one_template(json_t *o, taco_job *job, taco_job_problems *p)
+{
+	(void)o;
+	if (job->chat_template_jinja && job->chat_template != TACO_TEMPLATE_AUTO)
+		taco_job_problem(p, "chat_template_jinja: give it or "
+				    "chat_template, not both");
+}
+
+/* What tacod gives every render itself is no template variable of the
+ * job's. */
+static void kwargs_names(json_t *o, taco_job *job, taco_job_problems *p)
+{
+	static const char *const own[] = {"messages", "tools", "documents",
+					  "add_generation_prompt", NULL};
+	json_t *kw = json_object_get(o, "chat_template_kwargs");
+
+	(void)job;
+	for (int i = 0; json_is_object(kw) && own[i]; i++)
+		if (json_object_get(kw, own[i]))
+			taco_job_problem(p,
+					 "chat_template_kwargs.%s: tacod sets "
+					 "it for each chat",
+					 own[i]);
+}
+
 /* The rows: name, setter, type, then the value's place and limits. */
 
 #define AT(field) .offset = offsetof(taco_job, field)
@@ -216,6 +243,12 @@ const taco_job_key taco_job_keys[] = {
     {"packing", REQUEST, TACO_JOB_BOOL, AT(packing)},
     {"chat_template", REQUEST, TACO_JOB_ENUM, AT(chat_template),
      .names = templates},
+    {"chat_template_jinja", REQUEST, TACO_JOB_TEXT, AT(chat_template_jinja),
+     INTS(0, 256 << 10), .then = one_template},
+    {"chat_template_kwargs", REQUEST, TACO_JOB_JSON, AT(chat_template_kwargs),
+     INTS(0, 64 << 10), .then = kwargs_names},
+    {"chat_template_time", DAEMON, TACO_JOB_I64, AT(chat_template_time),
+     INTS(0, INT64_C(253402300799))},
     {"train_on", REQUEST, TACO_JOB_ENUM, AT(train_on_all), .names = train_on},
     {"overlength", REQUEST, TACO_JOB_ENUM, AT(overlength), .names = overlength},
     {"eval_multiple_choice", DAEMON, TACO_JOB_PATH, AT(eval_multiple_choice)},
@@ -430,6 +463,37 @@ static void get_prefixes(json_t *v, const char *key, taco_job *job,
 	}
 }
 
+/* TEXT and JSON: a string, or an object kept as its compact text. */
+static void get_text(json_t *v, const char *where, const taco_job_key *k,
+		     char **out, taco_job_problems *p)
+{
+	char *t;
+
+	if (!v || json_is_null(v))
+		return;
+	if (k->type == TACO_JOB_TEXT ? !json_is_string(v) : !json_is_object(v)) {
+		taco_job_problem(p, "%s%s: must be %s", where, k->name,
+				 k->type == TACO_JOB_TEXT ? "a string"
+							  : "an object");
+		return;
+	}
+	t = k->type == TACO_JOB_TEXT
+		? strdup(json_string_value(v))
+		: json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (!t) {
+		taco_job_problem(p, "%s%s: out of memory", where, k->name);
+		return;
+	}
+	if (strlen(t) > (size_t)k->imax) {
+		taco_job_problem(p, "%s%s: more than %lld bytes", where,
+				 k->name, (long long)k->imax);
+		free(t);
+		return;
+	}
+	free(*out);
+	*out = t;
+}
+
 /* The options of obj, where: "" or the enclosing option and a dot. */
 static void read_keys(json_t *obj, const char *where, const taco_job_key *keys,
 		      const char *dir, taco_job *job, taco_job_problems *p);
@@ -495,6 +559,10 @@ static void read_key(json_t *o, const char *where, const taco_job_key *k,
 	case TACO_JOB_PREFIXES:
 		if (v)
 			get_prefixes(v, k->name, job, p);
+		break;
+	case TACO_JOB_TEXT:
+	case TACO_JOB_JSON:
+		get_text(v, where, k, at, p);
 		break;
 	}
 	if (k->then)

@@ -37,6 +37,10 @@ enum taco_job_type {
 	TACO_JOB_OBJECT,   /* an object of the options in fields */
 	TACO_JOB_PREFIXES, /* freeze: at most TACO_JOB_MAX_FREEZE tensor-name
 			    * prefixes into n_freeze and freeze */
+	TACO_JOB_TEXT,	   /* char *, malloc'd: a string of at most imax
+			    * bytes */
+	TACO_JOB_JSON,	   /* char *, malloc'd: an object, as compact JSON
+			    * text of at most imax bytes */
 };
 
 typedef struct taco_job_key taco_job_key;

@@ -10,7 +10,7 @@
 #include "util/fsutil.h"
 
 int taco_export(const taco_model *m, const char *base_dir, const char *out_dir,
-		uint64_t shard_bytes, taco_err *err)
+		uint64_t shard_bytes, const char *chat_template, taco_err *err)
 {
 	char tmp[4200], src[4400], dst[4400];
 	struct stat st;
@@ -33,6 +33,11 @@ int taco_export(const taco_model *m, const char *base_dir, const char *out_dir,
 		if ((r = taco_copy_file(src, dst, err)))
 			goto fail;
 	}
+	snprintf(dst, sizeof(dst), "%s/chat_template.jinja", tmp);
+	if (chat_template &&
+	    (r = taco_write_file_atomic(dst, chat_template,
+					strlen(chat_template), err)))
+		goto fail;
 	if ((r = taco_model_save_sharded(m, tmp, shard_bytes, err)) ||
 	    (r = taco_fsync_dir(tmp, err)))
 		goto fail;

@@ -30,6 +30,21 @@ const char *taco_tok_id_to_token(const taco_tok *tok, int32_t id, size_t *len)
 	return tok->vocab.pool + tok->vocab.off[id];
 }
 
+int taco_tok_added_count(const taco_tok *tok)
+{
+	return tok->n_added;
+}
+
+const char *taco_tok_added_token(const taco_tok *tok, int i, size_t *len,
+				 int *special)
+{
+	if (i < 0 || i >= tok->n_added)
+		return NULL;
+	*len = tok->added[i].len;
+	*special = tok->added[i].special;
+	return tok->added[i].content;
+}
+
 int32_t taco_tok_vocab_size(const taco_tok *tok)
 {
 	return tok->vocab_size;

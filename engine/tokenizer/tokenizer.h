@@ -163,6 +163,13 @@ const char *taco_tok_id_to_token(const taco_tok *tok, int32_t id, size_t *len);
  * rows a model needs). */
 int32_t taco_tok_vocab_size(const taco_tok *tok);
 
+/* The added tokens, in the order of tokenizer.json's added_tokens: their
+ * count, and the content of the i-th (len bytes, not NUL-terminated; NULL
+ * past the end) with whether it is marked special. */
+int taco_tok_added_count(const taco_tok *tok);
+const char *taco_tok_added_token(const taco_tok *tok, int i, size_t *len,
+				 int *special);
+
 /* 1 when id is an added token marked special. */
 int taco_tok_is_special(const taco_tok *tok, int32_t id);
 

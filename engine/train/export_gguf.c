@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "data/chat.h"
 #include "gguf/gguf_export.h"
 #include "util/fsutil.h"
 
@@ -43,9 +44,12 @@ int taco_train_export_gguf(const taco_job *job, const char *ckpt_dir, int type,
 		return taco_err_set(err, -ENAMETOOLONG, "%s: path too long",
 				    out);
 	if (ckpt_dir)
-		return taco_gguf_export(job->model, ckpt_dir, out, type,
-					job->export_gguf_max_bytes, err);
+		return taco_gguf_export(
+		    job->model, ckpt_dir, out, type, job->export_gguf_max_bytes,
+		    taco_chat_trained_jinja(job->chat_template,
+					    job->chat_template_jinja),
+		    err);
 	snprintf(model, sizeof(model), "%s/model", job->output_dir);
 	return taco_gguf_export(model, NULL, out, type,
-				job->export_gguf_max_bytes, err);
+				job->export_gguf_max_bytes, NULL, err);
 }

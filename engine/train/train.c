@@ -14,6 +14,7 @@
 #include "tk_hash.h"
 
 #include "checkpoint.h"
+#include "data/chat.h"
 #include "data/data.h"
 #include "data/job_data.h"
 #include "dist.h"
@@ -846,7 +847,10 @@ static int finish(trainer *tr, taco_err *err)
 		return taco_dist_barrier(&tr->dist, TACO_DIST_LONG_S, err);
 	snprintf(out, sizeof(out), "%s/model", tr->job->output_dir);
 	if ((r = taco_export(tr->m, tr->job->model, out,
-			     tr->job->export_shard_bytes, err)) ||
+			     tr->job->export_shard_bytes,
+			     taco_chat_trained_jinja(tr->job->chat_template,
+						     tr->job->chat_template_jinja),
+			     err)) ||
 	    (r = backend_check(tr, err)))
 		return r;
 	if (tr->opts->progress)

@@ -1,0 +1,5 @@
+/* placeholder */
+int main(void)
+{
+	return 0;
+}
