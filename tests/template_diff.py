@@ -204,24 +204,32 @@ def rand_tool_call(rng, i):
 
 
 def rand_context(rng, wellformed=True):
+    """A chat: plain alternation, with a system turn, with tools and tool
+    calls, with content as parts, or (wellformed False) broken."""
+    mode = rng.choice(['plain', 'system', 'tools', 'tools', 'parts'])
     msgs = []
-    if rng.random() < 0.5:
+    if mode == 'system' or (mode in ('tools', 'parts') and
+                            rng.random() < 0.5):
         msgs.append({'role': 'system', 'content': rand_text(rng)})
     nturns = rng.choice([1, 1, 2, 3, 5, 8])
     k = 0
+
+    def content():
+        if mode != 'parts':
+            return rand_text(rng)
+        parts = [{'type': 'text', 'text': rand_text(rng)}]
+        if rng.random() < 0.4:
+            parts.insert(rng.randint(0, 1), {'type': 'image'})
+        return parts
+
     for t in range(nturns):
-        user = {'role': 'user', 'content': rand_text(rng)}
-        if rng.random() < 0.08:
-            user['content'] = [{'type': 'text', 'text': rand_text(rng)}]
-            if rng.random() < 0.5:
-                user['content'].append({'type': 'image'})
-        msgs.append(user)
-        if t == nturns - 1 and rng.random() < 0.3:
+        msgs.append({'role': 'user', 'content': content()})
+        if t == nturns - 1 and rng.random() < 0.4:
             break
-        a = {'role': 'assistant', 'content': rand_text(rng)}
-        if rng.random() < 0.3:
+        a = {'role': 'assistant', 'content': content()}
+        if mode == 'tools' and rng.random() < 0.3:
             a['reasoning_content'] = rand_text(rng)
-        if rng.random() < 0.3:
+        if mode == 'tools' and rng.random() < 0.4:
             a['tool_calls'] = [rand_tool_call(rng, k + j)
                                for j in range(rng.randint(1, 2))]
             k += 2
@@ -253,7 +261,7 @@ def rand_context(rng, wellformed=True):
                              'content': rand_text(rng)})
     ctx = {'messages': msgs, 'bos_token': '<s>', 'eos_token': '</s>',
            'add_generation_prompt': rng.random() < 0.5}
-    if rng.random() < 0.4:
+    if mode == 'tools' and rng.random() < 0.8:
         ctx['tools'] = [rand_tool(rng) for _ in range(rng.randint(1, 3))]
     elif rng.random() < 0.1:
         ctx['tools'] = None
@@ -427,11 +435,30 @@ class Gen:
             return '%s generation %s%s%s endgeneration %s%s' % (
                 self.ws('{%'), self.close('%}'), self.body(depth + 1),
                 self.ws('{%'), self.close('%}'), nl)
+        if r < 0.93:
+            return '%s set x%s %s%s%s endset %s%s' % (
+                self.ws('{%'), self.pick(['', ' | upper', ' | trim | title']),
+                self.close('%}'), self.body(depth + 1), self.ws('{%'),
+                self.close('%}'), nl)
         if r < 0.95:
-            return '%s set x %s%s%s endset %s%s' % (
-                self.ws('{%'), self.close('%}'), self.body(depth + 1),
-                self.ws('{%'), self.close('%}'), nl)
-        return '  text %s' % nl
+            return '%s filter %s %s%s%s endfilter %s%s' % (
+                self.ws('{%'), self.pick(['upper', 'replace("a", "b")|trim',
+                                          'indent(2)', 'center(12)']),
+                self.close('%}'), self.body(depth + 1), self.ws('{%'),
+                self.close('%}'), nl)
+        if r < 0.97:
+            return ('%s macro w(t) %s[{{ t }}:{{ caller(t) }}]%s endmacro %s'
+                    '%s call(v) w(%s) %s{{ v }}%s%s endcall %s%s') % (
+                self.ws('{%'), self.close('%}'), self.ws('{%'),
+                self.close('%}'), self.ws('{%'), self.expr(),
+                self.close('%}'), self.body(depth + 1), self.ws('{%'),
+                self.close('%}'), nl)
+        if r < 0.98:
+            return '%s with a = %s %s{{ a }}%s%s endwith %s%s' % (
+                self.ws('{%'), self.expr(), self.close('%}'),
+                self.body(depth + 1), self.ws('{%'), self.close('%}'), nl)
+        return self.pick(['  text %s', '\t\u00e9\u00a0%s', '\u3000 x %s',
+                          '{%% raw %%}{{ r }}{%% endraw %%}%s']) % nl
 
     def body(self, depth):
         return ''.join(self.stmt(depth) for _ in range(self.rng.randint(1, 3)))

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api/job_request.h"
 #include "api/model_name.h"
@@ -305,6 +306,10 @@ START_TEST(test_request_defaults_and_mapping)
 	/* the auto rate, which taco-train picks for the model */
 	ck_assert_ptr_null(json_object_get(job, "lr"));
 	ck_assert(json_real_value(json_object_get(job, "lr_multiplier")) == 1);
+	/* the chat template's clock, fixed at the create */
+	ck_assert_int_ge(
+	    json_integer_value(json_object_get(job, "chat_template_time")),
+	    (json_int_t)time(NULL) - 60);
 	ck_assert_str_eq(json_string_value(json_object_get(job, "train")),
 			 "/state/files/file-train");
 	ck_assert_str_eq(json_string_value(json_object_get(job, "output_dir")),

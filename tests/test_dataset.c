@@ -445,6 +445,47 @@ START_TEST(test_unrecognised_template)
 }
 END_TEST
 
+/* A multiple-choice line may give a chat: its prompt is the chat rendered
+ * by the job's template with the generation prompt, encoded as the
+ * template writes it (no BOS added); without a template it is an error. */
+START_TEST(test_multiple_choice_chat)
+{
+	static const char want[] =
+	    "<|im_start|>user\n2 + 2?<|im_end|>\n<|im_start|>assistant\n";
+	char *path = write_tmp(
+	    "{\"messages\": [{\"role\": \"user\", \"content\": \"2 + "
+	    "2?\"}], \"choices\": [\"4\", \"5\"], \"answer\": 0}\n");
+	taco_chat_opts co = {0};
+	taco_chat *chat = NULL;
+	taco_mc_set *s = NULL;
+	taco_tok_ids ids = {0};
+	taco_err err = {{0}};
+
+	co.template_id = TACO_TEMPLATE_CHATML;
+	ck_assert_int_eq(taco_chat_open(&co, tok, &chat, &err), 0);
+	ck_assert_msg(taco_mc_load(path, tok, chat, 100, &s, &err) == 0, "%s",
+		      err.msg);
+	ck_assert_int_eq(
+	    taco_tok_encode(tok, want, strlen(want), 0, &ids, &err), 0);
+	ck_assert_uint_eq(s->n, 1);
+	ck_assert_uint_eq(s->n_rows, 2);
+	for (size_t r = 0; r < 2; r++) {
+		ck_assert_uint_eq(s->row_split[r], ids.n);
+		ck_assert_int_eq(memcmp(s->tokens + s->row_off[r], ids.ids,
+					ids.n * sizeof(int32_t)),
+				 0);
+		ck_assert_uint_gt(s->row_off[r + 1] - s->row_off[r], ids.n);
+	}
+	taco_mc_free(s);
+	s = NULL;
+	ck_assert_int_eq(taco_mc_load(path, tok, NULL, 100, &s, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "no chat template"));
+	taco_tok_ids_free(&ids);
+	taco_chat_free(chat);
+	unlink(path);
+}
+END_TEST
+
 /* Multiple choice: the scores and the accuracy transformers computes. */
 START_TEST(test_multiple_choice)
 {
@@ -457,7 +498,8 @@ START_TEST(test_multiple_choice)
 	size_t row = 0;
 
 	ck_assert_int_eq(
-	    taco_mc_load(tu_fixture("chat/mc.jsonl"), tok, 100, &s, &err), 0);
+	    taco_mc_load(tu_fixture("chat/mc.jsonl"), tok, NULL, 100, &s, &err),
+	    0);
 	ck_assert_int_eq(taco_model_load(model_dir, tk_cpu_ops(), &m, &err), 0);
 	rows = malloc(s->n_rows * sizeof(double));
 	ck_assert_int_eq(taco_mc_eval(m, s, 3, 64, &acc, rows, &err), 0);
@@ -1093,6 +1135,7 @@ int main(void)
 	tcase_add_test(tc, test_unrecognised_template);
 	tcase_add_test(tc, test_template_beside_huge_integer);
 	tcase_add_test(tc, test_multiple_choice);
+	tcase_add_test(tc, test_multiple_choice_chat);
 	tcase_add_loop_test(tc, test_pref_matches_chat, 0, 3);
 	tcase_add_test(tc, test_pref_errors);
 	tcase_add_test(tc, test_pref_mistral_turns);

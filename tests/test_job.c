@@ -237,6 +237,48 @@ START_TEST(test_weights)
 }
 END_TEST
 
+/* The chat template's options: the job's own Jinja (not beside a built-in),
+ * its variables (not tacod's own), the clock. */
+START_TEST(test_chat_template_options)
+{
+	taco_job job;
+	taco_job_problems p;
+
+	ck_assert_int_eq(
+	    parse("{\"model\":\"m\",\"train\":\"t\",\"output_dir\":\"o\","
+		  "\"epochs\":1,\"chat_template_jinja\":\"{{ messages }}\","
+		  "\"chat_template_kwargs\":{\"enable_thinking\":false, "
+		  "\"d\": [1, 2.5]},\"chat_template_time\":1733500000}",
+		  &job, &p),
+	    0);
+	ck_assert_str_eq(job.chat_template_jinja, "{{ messages }}");
+	ck_assert_str_eq(job.chat_template_kwargs,
+			 "{\"enable_thinking\":false,\"d\":[1,2.5]}");
+	ck_assert_int_eq(job.chat_template_time, 1733500000);
+	taco_job_free(&job);
+	ck_assert_int_eq(
+	    parse("{\"model\":\"m\",\"train\":\"t\",\"output_dir\":\"o\","
+		  "\"epochs\":1,\"chat_template\":\"chatml\","
+		  "\"chat_template_jinja\":\"x\",\"chat_template_kwargs\":"
+		  "{\"messages\":[]},\"chat_template_time\":-1}",
+		  &job, &p),
+	    -EINVAL);
+	ck_assert(has(&p, "chat_template_jinja: give it or chat_template"));
+	ck_assert(has(&p, "chat_template_kwargs.messages: tacod sets it"));
+	ck_assert(has(&p, "chat_template_time"));
+	taco_job_free(&job);
+	ck_assert_int_eq(
+	    parse("{\"model\":\"m\",\"train\":\"t\",\"output_dir\":\"o\","
+		  "\"epochs\":1,\"chat_template_jinja\":3,"
+		  "\"chat_template_kwargs\":\"x\"}",
+		  &job, &p),
+	    -EINVAL);
+	ck_assert(has(&p, "chat_template_jinja: must be a string"));
+	ck_assert(has(&p, "chat_template_kwargs: must be an object"));
+	taco_job_free(&job);
+}
+END_TEST
+
 START_TEST(test_bad_json)
 {
 	taco_job job;
@@ -488,6 +530,7 @@ int main(void)
 	tcase_add_test(tc, test_all_problems_together);
 	tcase_add_test(tc, test_bad_json);
 	tcase_add_test(tc, test_weights);
+	tcase_add_test(tc, test_chat_template_options);
 	tcase_add_test(tc, test_method);
 	tcase_add_test(tc, test_schedules);
 	tcase_add_test(tc, test_lr_auto);

@@ -637,6 +637,22 @@ START_TEST(test_plan_pause_cancel_device)
 	ck_assert(json_is_true(json_object_get(j, "fits")));
 	json_decref(j);
 	run_free(&r);
+	/* the first chat as the model sees it, its trained text marked (no
+	 * terminal: between [[ and ]]) */
+	snprintf(jobfile, 256, "%s/chat.jsonl", home);
+	f = fopen(jobfile, "w");
+	fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, "
+	      "{\"role\": \"assistant\", \"content\": \"Hello.\"}]}\n",
+	      f);
+	fclose(f);
+	ck_run(0, &r, "plan", "--model", "chat_llama", "--train", jobfile,
+	       "--steps", "2", "--seq-len", "24");
+	has(r.out, "Line 1 as the model sees it (chat template: "
+		   "chat_template.jinja; the trained text between [[ and ]])");
+	has(r.out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+		   "[[Hello.<|im_end|>]]\n");
+	run_free(&r);
+	snprintf(jobfile, 256, "%s/job.json", home);
 
 	/* a long job runs; a second one waits in the queue */
 	ck_run(0, &r, "jobs", "create", "--model", "llama_gqa", "--train", file,

@@ -593,7 +593,8 @@ END_TEST
 
 /* An OPT model with the GPT-2 style tokenizer OPT ships (vocab.json +
  * merges.txt) and no chat template: chat data trains with the
- * chat_template option and is refused without it, naming the option;
+ * chat_template option (and the export carries that template as its
+ * chat_template.jinja) and is refused without it, naming the option;
  * prompt/completion data needs no template. */
 START_TEST(test_opt_chat_and_completion)
 {
@@ -628,6 +629,12 @@ START_TEST(test_opt_chat_and_completion)
 			snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd),
 				 " && grep -q chat_template %s/c%d.txt", tmpdir,
 				 k);
+		/* the export serves with the template it trained with */
+		if (k == 0)
+			snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd),
+				 " && grep -q 'im_start' "
+				 "%s/o0/model/chat_template.jinja",
+				 tmpdir);
 		ck_assert_msg(system(cmd) == 0, "%s", cmd);
 	}
 	rm_tmpdir();

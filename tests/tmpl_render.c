@@ -96,10 +96,11 @@ int main(int argc, char **argv)
 			tpath = NULL;
 	}
 	if (!tpath || (!cpath && !batch)) {
-		fprintf(stderr, "usage: tmpl_render TEMPLATE CONTEXT.json [--now "
-				"EPOCH] [--json]\n"
-				"       tmpl_render TEMPLATE --batch CONTEXTS.jsonl "
-				"[--now EPOCH]\n");
+		fprintf(stderr,
+			"usage: tmpl_render TEMPLATE CONTEXT.json [--now "
+			"EPOCH] [--json]\n"
+			"       tmpl_render TEMPLATE --batch CONTEXTS.jsonl "
+			"[--now EPOCH]\n");
 		return 2;
 	}
 	src = read_all(tpath, &len);
@@ -120,7 +121,8 @@ int main(int argc, char **argv)
 		ssize_t n;
 
 		if (!f) {
-			fprintf(stderr, "error: %s: %s\n", batch, strerror(errno));
+			fprintf(stderr, "error: %s: %s\n", batch,
+				strerror(errno));
 			taco_tmpl_free(t);
 			return 1;
 		}
@@ -133,8 +135,8 @@ int main(int argc, char **argv)
 			} else {
 				ctx = json_loadb(line, (size_t)n, 0, &jerr);
 				if (!ctx) {
-					fprintf(stderr, "error: %s: %s\n", batch,
-						jerr.text);
+					fprintf(stderr, "error: %s: %s\n",
+						batch, jerr.text);
 					break;
 				}
 				memset(&err, 0, sizeof(err));
@@ -145,7 +147,8 @@ int main(int argc, char **argv)
 				e = 0;
 				json_decref(ctx);
 			}
-			dump = json_dumps(res, JSON_COMPACT | JSON_ENSURE_ASCII);
+			dump =
+			    json_dumps(res, JSON_COMPACT | JSON_ENSURE_ASCII);
 			if (dump)
 				printf("%s\n", dump);
 			free(dump);
@@ -171,7 +174,8 @@ int main(int argc, char **argv)
 		if (as_json) {
 			json_t *res = result_json(e, &out, &err);
 
-			json_dumpf(res, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
+			json_dumpf(res, stdout,
+				   JSON_COMPACT | JSON_ENSURE_ASCII);
 			json_decref(res);
 			printf("\n");
 		}

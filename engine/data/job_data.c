@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat.h"
 #include "model/config.h"
 
 static void opts_of(const taco_job *job, taco_dataset_opts *o)
@@ -72,10 +73,20 @@ int taco_job_data_load(const taco_job *job, int vocab, taco_job_data *out,
 	    (r = taco_dataset_load(job->validation, out->tok, &o, &out->val,
 				   &out->val_report, err)))
 		return r;
-	if (job->eval_multiple_choice[0] &&
-	    (r = taco_mc_load(job->eval_multiple_choice, out->tok,
-			      job->max_examples, &out->mc, err)))
-		return r;
+	if (job->eval_multiple_choice[0]) {
+		taco_chat_opts co = {o.model_dir, o.template_id, o.chat_jinja,
+				     o.chat_kwargs, o.chat_now};
+		taco_chat *chat = NULL;
+		/* chat lines need the template; a model without one may still
+		 * score plain prompts */
+		if (taco_chat_open(&co, out->tok, &chat, NULL))
+			chat = NULL;
+		r = taco_mc_load(job->eval_multiple_choice, out->tok, chat,
+				 job->max_examples, &out->mc, err);
+		taco_chat_free(chat);
+		if (r)
+			return r;
+	}
 	return 0;
 }
 

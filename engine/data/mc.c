@@ -49,7 +49,8 @@ typedef struct mc_builder {
 /* One candidate row: encode(prompt + choice); the prompt's tokens are the
  * shared prefix of encode(prompt). */
 static int add_row(mc_builder *b, const taco_tok *tok, const char *prompt,
-		   size_t pn, const char *choice, size_t cn, taco_err *err)
+		   size_t pn, const char *choice, size_t cn, int special,
+		   taco_err *err)
 {
 	taco_mc_set *s = b->s;
 	size_t split, n;
@@ -59,9 +60,10 @@ static int add_row(mc_builder *b, const taco_tok *tok, const char *prompt,
 		return -ENOMEM;
 	memcpy(b->text, prompt, pn);
 	memcpy(b->text + pn, choice, cn);
-	if ((r = taco_tok_encode(tok, b->text, pn + cn, 1, &b->full, err)) ||
-	    (r = taco_tokens_before(tok, b->text, pn, 1, &b->full, &b->tmp,
-				    &split, err)))
+	if ((r = taco_tok_encode(tok, b->text, pn + cn, special, &b->full,
+				 err)) ||
+	    (r = taco_tokens_before(tok, b->text, pn, special, &b->full,
+				    &b->tmp, &split, err)))
 		return r;
 	n = b->full.n;
 	if (reserve((void **)&s->row_off, &b->cap_off, s->n_rows + 2,
@@ -82,24 +84,92 @@ static int add_row(mc_builder *b, const taco_tok *tok, const char *prompt,
 	return 0;
 }
 
-static int mc_line(mc_builder *b, const taco_tok *tok, json_t *root,
-		   const char *path, int64_t line, taco_err *err)
+static int mc_choices(mc_builder *b, const taco_tok *tok, json_t *root,
+		      const char *pt, size_t pn, int special, const char *path,
+		      int64_t line, taco_err *err);
+
+/* A chat's prompt: the messages rendered by the job's chat template with
+ * the generation prompt, what the model answers after when served. */
+static int chat_prompt(const taco_chat *chat, json_t *msgs, const char *path,
+		       int64_t line, taco_chat_out *out, taco_err *err)
+{
+	char why[256];
+	size_t i;
+	json_t *m;
+	int r;
+
+	if (!chat)
+		return taco_err_set(err, -EINVAL,
+				    "%s:%lld: \"messages\": the model has no "
+				    "chat template to render them with",
+				    path, (long long)line);
+	json_array_foreach(msgs, i, m)
+	{
+		if (!json_is_object(m) ||
+		    !json_is_string(json_object_get(m, "role")) ||
+		    !json_is_string(json_object_get(m, "content")))
+			return taco_err_set(err, -EINVAL,
+					    "%s:%lld: messages[%zu] must be "
+					    "{\"role\", \"content\"} strings",
+					    path, (long long)line, i);
+	}
+	r = taco_chat_render_text(chat, msgs, NULL, 1, out, why, sizeof(why),
+				  err);
+	if (r == -EINVAL)
+		return taco_err_set(err, r, "%s:%lld: %s", path,
+				    (long long)line, why);
+	return r;
+}
+
+static int mc_line(mc_builder *b, const taco_tok *tok, const taco_chat *chat,
+		   json_t *root, const char *path, int64_t line,
+		   taco_err *err)
+{
+	json_t *p = json_object_get(root, "prompt");
+	json_t *msgs = json_object_get(root, "messages");
+	taco_chat_out co = {0};
+	const char *pt;
+	size_t pn;
+	int r;
+
+	if (!p && json_is_array(msgs) && json_array_size(msgs)) {
+		/* the template writes its special tokens (BOS) itself */
+		if ((r = chat_prompt(chat, msgs, path, line, &co, err)))
+			return r;
+		pt = co.text;
+		pn = co.len;
+	} else if (json_is_string(p)) {
+		pt = json_string_value(p);
+		pn = json_string_length(p);
+	} else {
+		pt = NULL;
+		pn = 0;
+	}
+	r = mc_choices(b, tok, root, pt, pn, !co.text, path, line, err);
+	taco_chat_out_free(&co);
+	return r;
+}
+
+/* The choices of a line, each a row after the prompt pt[0..pn). */
+static int mc_choices(mc_builder *b, const taco_tok *tok, json_t *root,
+		      const char *pt, size_t pn, int special, const char *path,
+		      int64_t line, taco_err *err)
 {
 	taco_mc_set *s = b->s;
-	json_t *p = json_object_get(root, "prompt");
 	json_t *c = json_object_get(root, "choices");
 	json_t *a = json_object_get(root, "answer");
 	size_t i, nc = json_array_size(c);
 	json_t *e;
 	int r;
 
-	if (!json_is_string(p) || !json_is_array(c) || nc < 2 ||
+	if (!pt || !json_is_array(c) || nc < 2 ||
 	    nc > TACO_MC_MAX_CHOICES || !json_is_integer(a) ||
 	    json_integer_value(a) < 0 || (size_t)json_integer_value(a) >= nc)
 		return taco_err_set(err, -EINVAL,
-				    "%s:%lld: expected {\"prompt\": string, "
-				    "\"choices\": [2..%d strings], \"answer\": "
-				    "index of the right choice}",
+				    "%s:%lld: expected {\"prompt\": string (or "
+				    "\"messages\": a chat), \"choices\": [2..%d "
+				    "strings], \"answer\": index of the right "
+				    "choice}",
 				    path, (long long)line, TACO_MC_MAX_CHOICES);
 	if (reserve((void **)&s->answer, &b->cap_answer, s->n + 2,
 		    sizeof(int)) ||
@@ -115,9 +185,8 @@ static int mc_line(mc_builder *b, const taco_tok *tok, json_t *root,
 					    "%s:%lld: choices[%zu] must be a "
 					    "non-empty string",
 					    path, (long long)line, i);
-		if ((r = add_row(b, tok, json_string_value(p),
-				 json_string_length(p), json_string_value(e),
-				 json_string_length(e), err)))
+		if ((r = add_row(b, tok, pt, pn, json_string_value(e),
+				 json_string_length(e), special, err)))
 			return r == -ENOMEM
 				   ? taco_err_set(err, r, "out of memory")
 				   : r;
@@ -127,8 +196,8 @@ static int mc_line(mc_builder *b, const taco_tok *tok, json_t *root,
 	return 0;
 }
 
-int taco_mc_load(const char *path, const taco_tok *tok, int64_t max_examples,
-		 taco_mc_set **out, taco_err *err)
+int taco_mc_load(const char *path, const taco_tok *tok, const taco_chat *chat,
+		 int64_t max_examples, taco_mc_set **out, taco_err *err)
 {
 	FILE *f = fopen(path, "rb");
 	mc_builder b = {0};
@@ -172,7 +241,7 @@ int taco_mc_load(const char *path, const taco_tok *tok, int64_t max_examples,
 					 (long long)lineno, jerr.text);
 			goto out;
 		}
-		r = mc_line(&b, tok, root, path, lineno, err);
+		r = mc_line(&b, tok, chat, root, path, lineno, err);
 		json_decref(root);
 		if (r)
 			goto out;

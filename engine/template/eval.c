@@ -27,6 +27,7 @@ int tr_fail(trender *r, int code, const char *fmt, ...)
 	va_end(ap);
 	taco_err_set(r->err, code, "line %d: %s", r->line, msg);
 	r->errset = 1;
+	r->errcode = code;
 	return code;
 }
 
@@ -40,7 +41,8 @@ void *tr_alloc(trender *r, size_t n)
 	void *p = ta_alloc(&r->a, n);
 
 	if (!p) {
-		if (n > r->a.limit - r->a.used || r->a.used + (64u << 10) >= r->a.limit)
+		if (n > r->a.limit - r->a.used ||
+		    r->a.used + (64u << 10) >= r->a.limit)
 			tr_fail(r, -E2BIG, "max_memory exceeded (%zu bytes)",
 				r->lim.max_memory);
 		else
@@ -151,9 +153,12 @@ int ts_pre(trender *r, tscope *s, const tnode *n)
 
 /* ---- attributes and items ------------------------------------------ */
 
+/* Python's special attributes (__class__, __len__, ...): every object has
+ * some, all unsafe; a name like _x or __x is no attribute of ours */
 static int is_dunder(const char *s, size_t n)
 {
-	return n >= 2 && s[0] == '_' && s[1] == '_';
+	return n >= 5 && s[0] == '_' && s[1] == '_' && s[n - 1] == '_' &&
+	       s[n - 2] == '_';
 }
 
 static int bound(trender *r, const tv *obj, int mid, tv *out)
@@ -194,7 +199,7 @@ static int loop_attr(trender *r, const tv *obj, const char *name, size_t n,
 	} else if (IS("length") || IS("revindex") || IS("revindex0")) {
 		if ((e = tv_len(r, obj, &len)))
 			return e;
-		*out = tv_int(IS("length")	? len
+		*out = tv_int(IS("length")     ? len
 			      : IS("revindex") ? len - l->index0
 					       : len - l->index0 - 1);
 	} else if (IS("last")) {
@@ -220,8 +225,8 @@ static int loop_attr(trender *r, const tv *obj, const char *name, size_t n,
 
 /* obj.name when obj has no such Python attribute: the sandbox's fallback
  * to obj[name] */
-static int attr_fallback(trender *r, const tv *obj, const char *name,
-			 size_t n, tv *out)
+static int attr_fallback(trender *r, const tv *obj, const char *name, size_t n,
+			 tv *out)
 {
 	switch (obj->k) {
 	case TV_DICT:
@@ -230,8 +235,9 @@ static int attr_fallback(trender *r, const tv *obj, const char *name,
 			return 0;
 		break;
 	case TV_NS:
-		if (tv_map_gets(&(tv){.k = TV_DICT, .u.dict = &obj->u.ns->attrs},
-				name, n, out)) {
+		if (tv_map_gets(
+			&(tv){.k = TV_DICT, .u.dict = &obj->u.ns->attrs}, name,
+			n, out)) {
 			if (name[0] == '_')
 				*out = tv_unsafe(r, obj, name, n);
 			return r->errset ? -E2BIG : 0;
@@ -257,13 +263,39 @@ static int attr_fallback(trender *r, const tv *obj, const char *name,
 		break;
 	}
 	case TV_ITER:
-	case TV_VIEW:
 	case TV_MACRO:
-	case TV_FUNC:
-	case TV_METHOD:
-		return tr_fail(r, -EINVAL,
-			       "attributes of a %s ('%.*s') are not supported",
-			       tv_typename(obj), (int)(n > 60 ? 60 : n), name);
+	case TV_FUNC: {
+		/* the few attributes these Python objects have: refused;
+		 * any other name is undefined, as in jinja2 */
+		static const char *const gen[] = {
+		    "close",	    "send",	    "throw", "gi_running",
+		    "gi_suspended", "gi_yieldfrom", NULL};
+		static const char *const mac[] = {"name",
+						  "arguments",
+						  "catch_kwargs",
+						  "catch_varargs",
+						  "caller",
+						  "explicit_caller",
+						  NULL};
+		static const char *const cls[] = {
+		    "count",  "index", "start",	   "step",	 "stop",
+		    "clear",  "copy",  "fromkeys", "get",	 "items",
+		    "keys",   "pop",   "popitem",  "setdefault", "update",
+		    "values", NULL};
+		const char *const *names =
+		    obj->k == TV_ITER				? gen
+		    : obj->k == TV_MACRO			? mac
+		    : (obj->x == TG_RANGE || obj->x == TG_DICT) ? cls
+								: NULL;
+
+		for (int i = 0; names && names[i]; i++)
+			if (strlen(names[i]) == n && !memcmp(names[i], name, n))
+				return tr_fail(r, -EINVAL,
+					       "the attribute '%s' of a %s is "
+					       "not supported",
+					       names[i], tv_typename(obj));
+		break;
+	}
 	default:
 		break;
 	}
@@ -298,8 +330,8 @@ static int py_attr(trender *r, const tv *obj, const char *name, size_t n,
 	return bound(r, obj, mid, out) ?: 1;
 }
 
-int te_getattr(trender *r, const tv *obj, const char *name, size_t n,
-	       int mid, tv *out)
+int te_getattr(trender *r, const tv *obj, const char *name, size_t n, int mid,
+	       tv *out)
 {
 	int e;
 
@@ -332,19 +364,16 @@ static int item_fallback(trender *r, const tv *obj, const tv *key, tv *out)
 
 	if (key->k != TV_STR)
 		return undef_elem(r, obj, key, out);
-	if ((e = py_attr(r, obj, key->u.s, key->n,
-			 tm_lookup(key->u.s, key->n), out)))
+	if ((e = py_attr(r, obj, key->u.s, key->n, tm_lookup(key->u.s, key->n),
+			 out)))
 		return e < 0 ? e : 0;
 	switch (obj->k) {
 	case TV_NS:
 	case TV_LOOP:
 	case TV_RANGE:
-		return attr_fallback(r, obj, key->u.s, key->n, out);
 	case TV_ITER:
-	case TV_VIEW:
 	case TV_MACRO:
 	case TV_FUNC:
-	case TV_METHOD:
 		return attr_fallback(r, obj, key->u.s, key->n, out);
 	default:
 		*out = tv_undef_attr(r, obj, key->u.s, key->n, 0);
@@ -391,10 +420,12 @@ int te_getitem(trender *r, const tv *obj, const tv *key, tv *out)
 			size_t off = tu_offset(obj->u.s, obj->n, (size_t)i);
 			uint32_t cp;
 
-			*out = tv_str(obj->u.s + off,
-				      tu_dec(obj->u.s + off, obj->n - off, &cp));
+			*out =
+			    tv_str(obj->u.s + off,
+				   tu_dec(obj->u.s + off, obj->n - off, &cp));
 		} else if (obj->k == TV_RANGE) {
-			*out = tv_int(obj->u.range->start + i * obj->u.range->step);
+			*out = tv_int(obj->u.range->start +
+				      i * obj->u.range->step);
 		} else {
 			*out = tv_seq_at(obj, (size_t)i);
 		}
@@ -428,12 +459,14 @@ static void slice_adjust(int64_t len, int64_t *start, int64_t *stop,
 		*stop = step < 0 ? len - 1 : len;
 	}
 	if (step < 0)
-		*count = *stop < *start ? (*start - *stop - 1) / (-step) + 1 : 0;
+		*count =
+		    *stop < *start ? (*start - *stop - 1) / (-step) + 1 : 0;
 	else
 		*count = *start < *stop ? (*stop - *start - 1) / step + 1 : 0;
 }
 
-static int te_slice(trender *r, const tnode *n, tscope *s, tv *out)
+__attribute__((noinline)) static int te_slice(trender *r, const tnode *n,
+					      tscope *s, tv *out)
 {
 	tv obj, idx[3];
 	const tnode *parts[3] = {n->b, n->c, n->d};
@@ -472,9 +505,11 @@ static int te_slice(trender *r, const tnode *n, tscope *s, tv *out)
 		if (!ng)
 			return -E2BIG;
 		if (has[2] && v[2] == 0)
-			return tr_fail(r, -EINVAL, "ValueError: slice step cannot "
-						   "be zero");
-		slice_adjust(g->len, &v[0], &v[1], v[2], has[0], has[1], &count);
+			return tr_fail(r, -EINVAL,
+				       "ValueError: slice step cannot "
+				       "be zero");
+		slice_adjust(g->len, &v[0], &v[1], v[2], has[0], has[1],
+			     &count);
 		if (__builtin_mul_overflow(v[2], g->step, &ng->step) ||
 		    __builtin_mul_overflow(v[0], g->step, &ng->start) ||
 		    __builtin_add_overflow(ng->start, g->start, &ng->start) ||
@@ -489,18 +524,22 @@ static int te_slice(trender *r, const tnode *n, tscope *s, tv *out)
 	}
 	if (obj.k != TV_STR && !tv_is_seq(&obj)) {
 		if (tv_is_mapping(&obj))
-			return tr_fail(r, -EINVAL, "TypeError: unhashable type: "
-						   "'slice'");
-		return tr_fail(r, -EINVAL, "TypeError: '%s' object is not "
-					   "subscriptable",
+			return tr_fail(r, -EINVAL,
+				       "TypeError: unhashable type: "
+				       "'slice'");
+		return tr_fail(r, -EINVAL,
+			       "TypeError: '%s' object is not "
+			       "subscriptable",
 			       tv_typename(&obj));
 	}
 	if (bad)
-		return tr_fail(r, -EINVAL, "TypeError: slice indices must be "
-					   "integers or None or have an "
-					   "__index__ method");
+		return tr_fail(r, -EINVAL,
+			       "TypeError: slice indices must be "
+			       "integers or None or have an "
+			       "__index__ method");
 	if (has[2] && v[2] == 0)
-		return tr_fail(r, -EINVAL, "ValueError: slice step cannot be zero");
+		return tr_fail(r, -EINVAL,
+			       "ValueError: slice step cannot be zero");
 	if (v[2] == INT64_MIN)
 		v[2] = -INT64_MAX;
 	len = obj.k == TV_STR ? (int64_t)tu_count(obj.u.s, obj.n)
@@ -511,8 +550,8 @@ static int te_slice(trender *r, const tnode *n, tscope *s, tv *out)
 			*out = TV_LIT("");
 			return 0;
 		}
-		return ps_slice(r, &obj, v[0], v[0] + v[2] * (count - 1) +
-						   (v[2] > 0 ? 1 : -1),
+		return ps_slice(r, &obj, v[0],
+				v[0] + v[2] * (count - 1) + (v[2] > 0 ? 1 : -1),
 				v[2], out);
 	}
 	if ((e = tv_newlist(r, (uint32_t)count, obj.k == TV_TUPLE, out)))
@@ -541,8 +580,9 @@ static double as_double(const tv *v)
 
 static int overflow(trender *r)
 {
-	return tr_fail(r, -EINVAL, "integer overflow: an integer beyond 64 "
-				   "bits is not supported");
+	return tr_fail(r, -EINVAL,
+		       "integer overflow: an integer beyond 64 "
+		       "bits is not supported");
 }
 
 static int type_error(trender *r, const char *op, const tv *a, const tv *b)
@@ -551,10 +591,11 @@ static int type_error(trender *r, const char *op, const tv *a, const tv *b)
 		return tv_undef_fail(r, a);
 	if (b->k == TV_UNDEF)
 		return tv_undef_fail(r, b);
-	return tr_fail(r, -EINVAL,
-		       "TypeError: unsupported operand type(s) for %s: '%s' and "
-		       "'%s'",
-		       op, tv_typename(a), tv_typename(b));
+	return tr_fail(
+	    r, -EINVAL,
+	    "TypeError: unsupported operand type(s) for %s: '%s' and "
+	    "'%s'",
+	    op, tv_typename(a), tv_typename(b));
 }
 
 static int zero_div(trender *r)
@@ -648,15 +689,17 @@ static int float_pow(trender *r, double x, double y, tv *out)
 	double z;
 
 	if (x == 0 && y < 0)
-		return tr_fail(r, -EINVAL, "ZeroDivisionError: 0.0 cannot be "
-					   "raised to a negative power");
+		return tr_fail(r, -EINVAL,
+			       "ZeroDivisionError: 0.0 cannot be "
+			       "raised to a negative power");
 	if (x < 0 && isfinite(x) && isfinite(y) && y != floor(y))
 		return te_unsupported(r, "a negative number raised to a "
 					 "fractional power (a complex number)");
 	z = pow(x, y);
 	if (isinf(z) && isfinite(x) && isfinite(y))
-		return tr_fail(r, -EINVAL, "OverflowError: (34, 'Numerical "
-					   "result out of range')");
+		return tr_fail(r, -EINVAL,
+			       "OverflowError: (34, 'Numerical "
+			       "result out of range')");
 	*out = tv_float(z);
 	return 0;
 }
@@ -693,7 +736,8 @@ int te_binop(trender *r, int op, const tv *a, const tv *b, tv *out)
 			if (x > (1LL << 53) || x < -(1LL << 53) ||
 			    y > (1LL << 53) || y < -(1LL << 53))
 				return te_unsupported(
-				    r, "true division of integers beyond 2**53");
+				    r,
+				    "true division of integers beyond 2**53");
 			*out = tv_float((double)x / (double)y);
 			return 0;
 		case OP_FLOORDIV:
@@ -741,16 +785,18 @@ int te_binop(trender *r, int op, const tv *a, const tv *b, tv *out)
 			return 0;
 		case OP_DIV:
 			if (dy == 0)
-				return tr_fail(r, -EINVAL,
-					       "ZeroDivisionError: float division "
-					       "by zero");
+				return tr_fail(
+				    r, -EINVAL,
+				    "ZeroDivisionError: float division "
+				    "by zero");
 			*out = tv_float(dx / dy);
 			return 0;
 		case OP_FLOORDIV:
 		case OP_MOD:
 			if (dy == 0)
-				return tr_fail(r, -EINVAL,
-					       "ZeroDivisionError: float modulo");
+				return tr_fail(
+				    r, -EINVAL,
+				    "ZeroDivisionError: float modulo");
 			float_divmod(dx, dy, &q, &m);
 			*out = tv_float(op == OP_FLOORDIV ? q : m);
 			return 0;
@@ -768,7 +814,8 @@ int te_binop(trender *r, int op, const tv *a, const tv *b, tv *out)
 			return concat_seq(r, a, b, out);
 	}
 	if (op == OP_MUL) {
-		const tv *seq = is_intish(b) ? a : b, *cnt = is_intish(b) ? b : a;
+		const tv *seq = is_intish(b) ? a : b,
+			 *cnt = is_intish(b) ? b : a;
 
 		if (is_intish(cnt) && seq->k == TV_STR)
 			return ps_repeat(r, seq, cnt->u.i, out);
@@ -786,8 +833,9 @@ int te_binop(trender *r, int op, const tv *a, const tv *b, tv *out)
 	}
 	if (op == OP_MOD && a->k == TV_STR) {
 		if (a->f & TVF_MARKUP)
-			return te_unsupported(r, "% formatting of a safe (Markup) "
-						 "string");
+			return te_unsupported(r,
+					      "% formatting of a safe (Markup) "
+					      "string");
 		return py_percent(r, a, b, out);
 	}
 	return type_error(r, sym[op], a, b);
@@ -812,7 +860,8 @@ static int eval_args(trender *r, const tnode *n, tscope *s, targs *a)
 
 	a->n = n->nkids;
 	a->v = a->inl;
-	if (a->n > TE_INLINE_ARGS && !(a->v = tr_alloc(r, (size_t)a->n * sizeof(tv))))
+	if (a->n > TE_INLINE_ARGS &&
+	    !(a->v = tr_alloc(r, (size_t)a->n * sizeof(tv))))
 		return -E2BIG;
 	for (int i = 0; i < a->n; i++)
 		if ((e = te_eval(r, n->kids[i], s, &a->v[i])))
@@ -828,8 +877,8 @@ static int eval_args(trender *r, const tnode *n, tscope *s, targs *a)
 	return 0;
 }
 
-int te_call_value(trender *r, const tv *fn, tv *args, int nargs,
-		  const tkw *kw, tv *kwv, int nkw, tv *out)
+int te_call_value(trender *r, const tv *fn, tv *args, int nargs, const tkw *kw,
+		  tv *kwv, int nkw, tv *out)
 {
 	switch (fn->k) {
 	case TV_MACRO:
@@ -845,13 +894,15 @@ int te_call_value(trender *r, const tv *fn, tv *args, int nargs,
 	case TV_LOOP:
 		return te_unsupported(r, "calling loop (recursive loops)");
 	default:
-		return tr_fail(r, -EINVAL, "TypeError: '%s' object is not "
-					   "callable",
+		return tr_fail(r, -EINVAL,
+			       "TypeError: '%s' object is not "
+			       "callable",
 			       tv_typename(fn));
 	}
 }
 
-static int eval_call(trender *r, const tnode *n, tscope *s, tv *out)
+__attribute__((noinline)) static int eval_call(trender *r, const tnode *n,
+					       tscope *s, tv *out)
 {
 	const tnode *callee = n->a;
 	targs a;
@@ -894,6 +945,8 @@ int te_filter(trender *r, const tnode *n, tscope *s, const tv *in, tv *out)
 	tv input;
 	int e;
 
+	if (n->kind != N_FILTER)
+		return te_eval(r, n, s, out);
 	if (n->a) {
 		if ((e = te_filter(r, n->a, s, in, &input)))
 			return e;
@@ -905,8 +958,6 @@ int te_filter(trender *r, const tnode *n, tscope *s, const tv *in, tv *out)
 			return -EAGAIN;
 		input = tv_undef();
 	}
-	if (n->kind != N_FILTER)
-		return te_eval(r, n, s, out);
 	if ((e = eval_args(r, n, s, &a)))
 		return e;
 	r->line = n->line;
@@ -919,7 +970,8 @@ int te_filter(trender *r, const tnode *n, tscope *s, const tv *in, tv *out)
 	return tf_apply(r, n->id, &input, a.v, a.n, n->kw, a.kwv, a.nkw, out);
 }
 
-static int eval_test(trender *r, const tnode *n, tscope *s, tv *out)
+__attribute__((noinline)) static int eval_test(trender *r, const tnode *n,
+					       tscope *s, tv *out)
 {
 	targs a;
 	tv input;
@@ -957,19 +1009,22 @@ int te_contains(trender *r, const tv *hay, const tv *needle, int *out)
 		if (needle->k != TV_STR) {
 			if (needle->k == TV_UNDEF)
 				return tv_undef_fail(r, needle);
-			return tr_fail(r, -EINVAL,
-				       "TypeError: 'in <string>' requires string "
-				       "as left operand, not %s",
-				       tv_typename(needle));
+			return tr_fail(
+			    r, -EINVAL,
+			    "TypeError: 'in <string>' requires string "
+			    "as left operand, not %s",
+			    tv_typename(needle));
 		}
-		*out = ps_find(hay->u.s, hay->n, needle->u.s, needle->n, 0) >= 0;
+		*out =
+		    ps_find(hay->u.s, hay->n, needle->u.s, needle->n, 0) >= 0;
 		return 0;
 	case TV_DICT:
 	case TV_JOBJ:
 		got = tv_map_get(r, hay, needle, &item);
 		if (got == 2)
-			return tr_fail(r, -EINVAL, "TypeError: unhashable type: "
-						   "'%s'",
+			return tr_fail(r, -EINVAL,
+				       "TypeError: unhashable type: "
+				       "'%s'",
 				       tv_typename(needle));
 		if (got < 0)
 			return got;
@@ -1001,9 +1056,10 @@ int te_contains(trender *r, const tv *hay, const tv *needle, int *out)
 	case TV_ITER:
 		break;
 	default:
-		return tr_fail(r, -EINVAL,
-			       "TypeError: argument of type '%s' is not iterable",
-			       tv_typename(hay));
+		return tr_fail(
+		    r, -EINVAL,
+		    "TypeError: argument of type '%s' is not iterable",
+		    tv_typename(hay));
 	}
 	if ((e = tc_open(r, hay, &c)))
 		return e;
@@ -1022,7 +1078,8 @@ int te_contains(trender *r, const tv *hay, const tv *needle, int *out)
 
 /* ---- expressions --------------------------------------------------- */
 
-static int eval_compare(trender *r, const tnode *n, tscope *s, tv *out)
+__attribute__((noinline)) static int eval_compare(trender *r, const tnode *n,
+						  tscope *s, tv *out)
 {
 	tv left, right;
 	int e, ok = 1;
@@ -1050,7 +1107,8 @@ static int eval_compare(trender *r, const tnode *n, tscope *s, tv *out)
 	return 0;
 }
 
-static int eval_concat(trender *r, const tnode *n, tscope *s, tv *out)
+__attribute__((noinline)) static int eval_concat(trender *r, const tnode *n,
+						 tscope *s, tv *out)
 {
 	tbuf b = {0};
 	tv v;
@@ -1066,7 +1124,8 @@ static int eval_concat(trender *r, const tnode *n, tscope *s, tv *out)
 	return e;
 }
 
-static int eval_unary(trender *r, const tnode *n, tscope *s, tv *out)
+__attribute__((noinline)) static int eval_unary(trender *r, const tnode *n,
+						tscope *s, tv *out)
 {
 	tv v;
 	int e;
@@ -1094,12 +1153,14 @@ static int eval_unary(trender *r, const tnode *n, tscope *s, tv *out)
 	}
 	if (v.k == TV_UNDEF)
 		return tv_undef_fail(r, &v);
-	return tr_fail(r, -EINVAL, "TypeError: bad operand type for unary %c: "
-				   "'%s'",
+	return tr_fail(r, -EINVAL,
+		       "TypeError: bad operand type for unary %c: "
+		       "'%s'",
 		       n->kind == N_NEG ? '-' : '+', tv_typename(&v));
 }
 
-static int eval_dict(trender *r, const tnode *n, tscope *s, tv *out)
+__attribute__((noinline)) static int eval_dict(trender *r, const tnode *n,
+					       tscope *s, tv *out)
 {
 	tv k, v;
 	int e;
@@ -1111,8 +1172,9 @@ static int eval_dict(trender *r, const tnode *n, tscope *s, tv *out)
 		    (e = te_eval(r, n->kids[i + 1], s, &v)))
 			return e;
 		if (!tv_hashable(&k))
-			return tr_fail(r, -EINVAL, "TypeError: unhashable type: "
-						   "'%s'",
+			return tr_fail(r, -EINVAL,
+				       "TypeError: unhashable type: "
+				       "'%s'",
 				       tv_typename(&k));
 		if ((e = td_set(r, out->u.dict, &k, &v)))
 			return e;
@@ -1123,8 +1185,8 @@ static int eval_dict(trender *r, const tnode *n, tscope *s, tv *out)
 /* what jinja2's as_const cannot evaluate (fold.c) */
 static int impossible(trender *r, const tnode *n)
 {
-	static const char *const ctxf[] = {"map", "select", "reject",
-					   "selectattr", "rejectattr", "random"};
+	static const char *const ctxf[] = {
+	    "map", "select", "reject", "selectattr", "rejectattr", "random"};
 
 	switch (n->kind) {
 	case N_NAME:
@@ -1157,10 +1219,11 @@ static int eval_node(trender *r, const tnode *n, tscope *s, tv *out)
 	switch (n->kind) {
 	case N_CONST:
 		if (n->flags & NF_QUIRK)
-			return tr_fail(r, -EINVAL, "NameError: a constant inf or "
-						   "nan in an expression (jinja2 "
-						   "writes it as the name inf or "
-						   "nan)");
+			return tr_fail(r, -EINVAL,
+				       "NameError: a constant inf or "
+				       "nan in an expression (jinja2 "
+				       "writes it as the name inf or "
+				       "nan)");
 		*out = n->cval;
 		return 0;
 	case N_NAME:
@@ -1182,7 +1245,8 @@ static int eval_node(trender *r, const tnode *n, tscope *s, tv *out)
 		r->line = n->line;
 		return te_getattr(r, &a, n->str, n->slen, n->id, out);
 	case N_GETITEM:
-		if ((e = te_eval(r, n->a, s, &a)) || (e = te_eval(r, n->b, s, &b)))
+		if ((e = te_eval(r, n->a, s, &a)) ||
+		    (e = te_eval(r, n->b, s, &b)))
 			return e;
 		r->line = n->line;
 		return te_getitem(r, &a, &b, out);
@@ -1195,14 +1259,16 @@ static int eval_node(trender *r, const tnode *n, tscope *s, tv *out)
 	case N_TEST:
 		return eval_test(r, n, s, out);
 	case N_BINOP:
-		if ((e = te_eval(r, n->a, s, &a)) || (e = te_eval(r, n->b, s, &b)))
+		if ((e = te_eval(r, n->a, s, &a)) ||
+		    (e = te_eval(r, n->b, s, &b)))
 			return e;
 		r->line = n->line;
 		if (n->flags & NF_QUIRK) {
 			/* jinja2's code reads "-3 ** x": -(3 ** x) */
 			tv neg;
 
-			if ((e = te_binop(r, OP_SUB, &(tv){.k = TV_INT}, &a, &neg)) ||
+			if ((e = te_binop(r, OP_SUB, &(tv){.k = TV_INT}, &a,
+					  &neg)) ||
 			    (e = te_binop(r, OP_POW, &neg, &b, &a)))
 				return e;
 			return te_binop(r, OP_SUB, &(tv){.k = TV_INT}, &a, out);
@@ -1234,8 +1300,9 @@ static int eval_node(trender *r, const tnode *n, tscope *s, tv *out)
 			return te_eval(r, n->c, s, out);
 		if (r->folding)
 			return -EAGAIN;
-		*out = tv_undef_msg(r, "the inline if-expression evaluated to "
-				       "false and no else section was defined.");
+		*out =
+		    tv_undef_msg(r, "the inline if-expression evaluated to "
+				    "false and no else section was defined.");
 		return r->errset ? -E2BIG : 0;
 	default:
 		return tr_fail(r, -EINVAL, "internal error: node %d", n->kind);

@@ -108,8 +108,7 @@ const char *tf_name(int id)
 int tf_sort_values(trender *r, tv *items, size_t n, const tv *keys,
 		   int reverse);
 
-static int merge_sort(trender *r, tv *items, tv *keys, tv *ti, tv *tk,
-		      size_t n)
+static int merge_sort(trender *r, tv *items, tv *keys, tv *ti, tv *tk, size_t n)
 {
 	for (size_t w = 1; w < n; w *= 2) {
 		for (size_t lo = 0; lo < n; lo += 2 * w) {
@@ -185,9 +184,10 @@ int tf_sort_values(trender *r, tv *items, size_t n, const tv *keys_in,
 #define BIND(spec)                                                             \
 	tv vals[8];                                                            \
 	int has[8];                                                            \
-	int e = targs_bind(r, name, spec, args, nargs, kw, kwv, nkw, vals, has); \
+	int e =                                                                \
+	    targs_bind(r, name, spec, args, nargs, kw, kwv, nkw, vals, has);   \
 	if (e)                                                                 \
-		return e
+	return e
 
 static int truthy_arg(trender *r, const tv *v, int has, int *out)
 {
@@ -300,8 +300,9 @@ static int f_tojson(trender *r, const tv *in, tv *args, int nargs,
 		tv sep = vals[2];
 
 		if (!tv_is_seq(&sep) || tv_seq_len(&sep) != 2)
-			return tr_fail(r, -EINVAL, "ValueError: separators must "
-						   "be a pair of strings");
+			return tr_fail(r, -EINVAL,
+				       "ValueError: separators must "
+				       "be a pair of strings");
 		{
 			tv a = tv_seq_at(&sep, 0), c = tv_seq_at(&sep, 1);
 
@@ -322,8 +323,8 @@ static int f_tojson(trender *r, const tv *in, tv *args, int nargs,
 	return e;
 }
 
-static int f_sort(trender *r, const tv *in, tv *args, int nargs,
-		  const tkw *kw, tv *kwv, int nkw, tv *out)
+static int f_sort(trender *r, const tv *in, tv *args, int nargs, const tkw *kw,
+		  tv *kwv, int nkw, tv *out)
 {
 	static const char *const spec[] = {"reverse", "case_sensitive",
 					   "attribute", NULL};
@@ -381,8 +382,9 @@ static int f_dictsort(trender *r, const tv *in, tv *args, int nargs,
 	if (!tv_is_mapping(in)) {
 		if (in->k == TV_UNDEF)
 			return tv_undef_fail(r, in);
-		return tr_fail(r, -EINVAL, "AttributeError: '%s' object has no "
-					   "attribute 'items'",
+		return tr_fail(r, -EINVAL,
+			       "AttributeError: '%s' object has no "
+			       "attribute 'items'",
 			       tv_typename(in));
 	}
 	{
@@ -410,11 +412,10 @@ static int f_dictsort(trender *r, const tv *in, tv *args, int nargs,
 	return tf_sort_values(r, out->u.items, out->n, keys, reverse);
 }
 
-static int f_minmax(trender *r, int is_max, const tv *in, tv *args,
-		    int nargs, const tkw *kw, tv *kwv, int nkw, tv *out)
+static int f_minmax(trender *r, int is_max, const tv *in, tv *args, int nargs,
+		    const tkw *kw, tv *kwv, int nkw, tv *out)
 {
-	static const char *const spec[] = {"case_sensitive", "attribute",
-					   NULL};
+	static const char *const spec[] = {"case_sensitive", "attribute", NULL};
 	const char *name = is_max ? "max" : "min";
 	tv attr, item, key, best, bestkey;
 	int cs, got, first = 1, better;
@@ -451,8 +452,8 @@ static int f_minmax(trender *r, int is_max, const tv *in, tv *args,
 	return r->errset ? -E2BIG : 0;
 }
 
-static int f_sum(trender *r, const tv *in, tv *args, int nargs,
-		 const tkw *kw, tv *kwv, int nkw, tv *out)
+static int f_sum(trender *r, const tv *in, tv *args, int nargs, const tkw *kw,
+		 tv *kwv, int nkw, tv *out)
 {
 	static const char *const spec[] = {"attribute", "start", NULL};
 	const char *name = "sum";
@@ -463,8 +464,9 @@ static int f_sum(trender *r, const tv *in, tv *args, int nargs,
 
 	acc = has[1] ? vals[1] : tv_int(0);
 	if (acc.k == TV_STR)
-		return tr_fail(r, -EINVAL, "TypeError: sum() can't sum strings "
-					   "[use ''.join(seq) instead]");
+		return tr_fail(r, -EINVAL,
+			       "TypeError: sum() can't sum strings "
+			       "[use ''.join(seq) instead]");
 	if ((e = tc_open(r, in, &c)))
 		return e;
 	while ((got = tc_next(r, &c, &item)) == 1) {
@@ -484,8 +486,8 @@ static int f_sum(trender *r, const tv *in, tv *args, int nargs,
 	return 0;
 }
 
-static int f_join(trender *r, const tv *in, tv *args, int nargs,
-		  const tkw *kw, tv *kwv, int nkw, tv *out)
+static int f_join(trender *r, const tv *in, tv *args, int nargs, const tkw *kw,
+		  tv *kwv, int nkw, tv *out)
 {
 	static const char *const spec[] = {"d", "attribute", NULL};
 	const char *name = "join";
@@ -527,8 +529,9 @@ static int f_first_last(trender *r, int last, const tv *in, tv *out)
 		tv list;
 
 		if (in->k == TV_ITER)
-			return tr_fail(r, -EINVAL, "TypeError: '%s' object is "
-						   "not reversible",
+			return tr_fail(r, -EINVAL,
+				       "TypeError: '%s' object is "
+				       "not reversible",
 				       tv_typename(in));
 		if (in->k == TV_STR) {
 			size_t n = in->n, k = 1;
@@ -538,8 +541,8 @@ static int f_first_last(trender *r, int last, const tv *in, tv *out)
 						       "was empty.");
 				return r->errset ? -E2BIG : 0;
 			}
-			while (k < n && ((unsigned char)in->u.s[n - k] & 0xC0) ==
-					    0x80)
+			while (k < n &&
+			       ((unsigned char)in->u.s[n - k] & 0xC0) == 0x80)
 				k++;
 			*out = tv_str(in->u.s + n - k, k);
 			return 0;
@@ -602,8 +605,9 @@ static int f_reverse(trender *r, const tv *in, tv *out)
 		if ((e = tv_to_list(r, in, &list)))
 			return e;
 	} else {
-		return tr_fail(r, -EINVAL, "FilterArgumentError: argument must "
-					   "be iterable");
+		return tr_fail(r, -EINVAL,
+			       "FilterArgumentError: argument must "
+			       "be iterable");
 	}
 	if ((e = new_iter(r, TI_REVERSED, NULL, &it)))
 		return e;
@@ -614,9 +618,8 @@ static int f_reverse(trender *r, const tv *in, tv *out)
 }
 
 /* select, reject, selectattr, rejectattr */
-static int f_select(trender *r, int reject, int attr, const tv *in,
-		    tv *args, int nargs, const tkw *kw, tv *kwv, int nkw,
-		    tv *out)
+static int f_select(trender *r, int reject, int attr, const tv *in, tv *args,
+		    int nargs, const tkw *kw, tv *kwv, int nkw, tv *out)
 {
 	titer *it;
 	int e, truthy, off = attr ? 1 : 0;
@@ -633,9 +636,10 @@ static int f_select(trender *r, int reject, int attr, const tv *in,
 		return e;
 	if (attr) {
 		if (nargs < 1)
-			return tr_fail(r, -EINVAL, "FilterArgumentError: Missing "
-						   "parameter for attribute "
-						   "name");
+			return tr_fail(r, -EINVAL,
+				       "FilterArgumentError: Missing "
+				       "parameter for attribute "
+				       "name");
 		it->attrpath = args[0];
 	}
 	if (nargs > off) {
@@ -651,7 +655,8 @@ static int f_select(trender *r, int reject, int attr, const tv *in,
 		it->kwv = kwv;
 		it->nkw = nkw;
 		if (nkw || it->nargs) {
-			/* keep the arguments: they live in the caller's frame */
+			/* keep the arguments: they live in the caller's frame
+			 */
 			tv *a = tr_alloc(r, (size_t)(it->nargs + nkw + 1) *
 						sizeof(tv));
 
@@ -667,8 +672,8 @@ static int f_select(trender *r, int reject, int attr, const tv *in,
 	return 0;
 }
 
-static int f_map(trender *r, const tv *in, tv *args, int nargs,
-		 const tkw *kw, tv *kwv, int nkw, tv *out)
+static int f_map(trender *r, const tv *in, tv *args, int nargs, const tkw *kw,
+		 tv *kwv, int nkw, tv *out)
 {
 	titer *it;
 	int e, truthy;
@@ -693,10 +698,11 @@ static int f_map(trender *r, const tv *in, tv *args, int nargs,
 				it->has_dflt = kwv[i].k != TV_NONE;
 				continue;
 			}
-			return tr_fail(r, -EINVAL,
-				       "FilterArgumentError: Unexpected keyword "
-				       "argument '%.*s'",
-				       (int)kw[i].n, kw[i].name);
+			return tr_fail(
+			    r, -EINVAL,
+			    "FilterArgumentError: Unexpected keyword "
+			    "argument '%.*s'",
+			    (int)kw[i].n, kw[i].name);
 		}
 		if (ai >= 0) {
 			it->attrpath = kwv[ai];
@@ -705,8 +711,9 @@ static int f_map(trender *r, const tv *in, tv *args, int nargs,
 		}
 	}
 	if (!nargs)
-		return tr_fail(r, -EINVAL, "FilterArgumentError: map requires a "
-					   "filter argument");
+		return tr_fail(r, -EINVAL,
+			       "FilterArgumentError: map requires a "
+			       "filter argument");
 	{
 		tv tn, *a;
 
@@ -743,8 +750,9 @@ static int f_indent(trender *r, const tv *in, tv *args, int nargs,
 	if (in->k != TV_STR) {
 		if (in->k == TV_UNDEF)
 			return tv_undef_fail(r, in);
-		return tr_fail(r, -EINVAL, "TypeError: unsupported operand "
-					   "type(s) for +=: '%s' and 'str'",
+		return tr_fail(r, -EINVAL,
+			       "TypeError: unsupported operand "
+			       "type(s) for +=: '%s' and 'str'",
 			       tv_typename(in));
 	}
 	if ((e = truthy_arg(r, &vals[1], has[1], &first)) ||
@@ -816,18 +824,21 @@ static int f_truncate(trender *r, const tv *in, tv *args, int nargs,
 		return e;
 	endlen = (int64_t)tu_count(end.u.s, end.n);
 	if (length < endlen)
-		return tr_fail(r, -EINVAL, "AssertionError: expected length >= "
-					   "%lld, got %lld",
+		return tr_fail(r, -EINVAL,
+			       "AssertionError: expected length >= "
+			       "%lld, got %lld",
 			       (long long)endlen, (long long)length);
 	if (leeway < 0)
-		return tr_fail(r, -EINVAL, "AssertionError: expected leeway >= "
-					   "0, got %lld",
+		return tr_fail(r, -EINVAL,
+			       "AssertionError: expected leeway >= "
+			       "0, got %lld",
 			       (long long)leeway);
 	if ((e = tv_len(r, in, &len)))
 		return e;
 	if (len < 0)
-		return tr_fail(r, -EINVAL, "TypeError: object of type '%s' has "
-					   "no len()",
+		return tr_fail(r, -EINVAL,
+			       "TypeError: object of type '%s' has "
+			       "no len()",
 			       tv_typename(in));
 	if (len <= length + leeway) {
 		*out = *in;
@@ -835,8 +846,8 @@ static int f_truncate(trender *r, const tv *in, tv *args, int nargs,
 	}
 	if (in->k != TV_STR)
 		return te_unsupported(r, "truncate of a long list or dict");
-	head = tv_str(in->u.s, tu_offset(in->u.s, in->n,
-					 (size_t)(length - endlen)));
+	head = tv_str(in->u.s,
+		      tu_offset(in->u.s, in->n, (size_t)(length - endlen)));
 	if (!kill) {
 		tv space = TV_LIT(" ");
 
@@ -922,8 +933,8 @@ static int f_title(trender *r, const tv *in, tv *out)
 	return e;
 }
 
-static int f_round(trender *r, const tv *in, tv *args, int nargs,
-		   const tkw *kw, tv *kwv, int nkw, tv *out)
+static int f_round(trender *r, const tv *in, tv *args, int nargs, const tkw *kw,
+		   tv *kwv, int nkw, tv *out)
 {
 	static const char *const spec[] = {"precision", "method", NULL};
 	const char *name = "round";
@@ -943,15 +954,17 @@ static int f_round(trender *r, const tv *in, tv *args, int nargs,
 			method = 2;
 		else if (!(m->k == TV_STR && m->n == 6 &&
 			   !memcmp(m->u.s, "common", 6)))
-			return tr_fail(r, -EINVAL, "FilterArgumentError: method "
-						   "must be common, ceil or "
-						   "floor");
+			return tr_fail(r, -EINVAL,
+				       "FilterArgumentError: method "
+				       "must be common, ceil or "
+				       "floor");
 	}
 	if (in->k != TV_INT && in->k != TV_BOOL && in->k != TV_FLOAT) {
 		if (in->k == TV_UNDEF)
 			return tv_undef_fail(r, in);
-		return tr_fail(r, -EINVAL, "TypeError: type %s doesn't define "
-					   "__round__ method",
+		return tr_fail(r, -EINVAL,
+			       "TypeError: type %s doesn't define "
+			       "__round__ method",
 			       tv_typename(in));
 	}
 	if (prec < 0 || prec > 300)
@@ -987,8 +1000,8 @@ static int f_round(trender *r, const tv *in, tv *args, int nargs,
 	return 0;
 }
 
-static int f_int(trender *r, const tv *in, tv *args, int nargs,
-		 const tkw *kw, tv *kwv, int nkw, tv *out)
+static int f_int(trender *r, const tv *in, tv *args, int nargs, const tkw *kw,
+		 tv *kwv, int nkw, tv *out)
 {
 	static const char *const spec[] = {"default", "base", NULL};
 	const char *name = "int";
@@ -1016,8 +1029,9 @@ static int f_int(trender *r, const tv *in, tv *args, int nargs,
 			return 0;
 		}
 		if (e == -ERANGE)
-			return tr_fail(r, -EINVAL, "int of '%.*s' is beyond "
-						   "64-bit integers",
+			return tr_fail(r, -EINVAL,
+				       "int of '%.*s' is beyond "
+				       "64-bit integers",
 				       (int)(in->n > 40 ? 40 : in->n), in->u.s);
 		if (e == -ENOMEM)
 			return tr_oom(r);
@@ -1031,14 +1045,15 @@ static int f_int(trender *r, const tv *in, tv *args, int nargs,
 		return 0;
 	d = trunc(d);
 	if (d >= 9223372036854775808.0 || d < -9223372036854775808.0)
-		return tr_fail(r, -EINVAL, "int of a float beyond 64-bit "
-					   "integers is not supported");
+		return tr_fail(r, -EINVAL,
+			       "int of a float beyond 64-bit "
+			       "integers is not supported");
 	*out = tv_int((int64_t)d);
 	return 0;
 }
 
-static int f_float(trender *r, const tv *in, tv *args, int nargs,
-		   const tkw *kw, tv *kwv, int nkw, tv *out)
+static int f_float(trender *r, const tv *in, tv *args, int nargs, const tkw *kw,
+		   tv *kwv, int nkw, tv *out)
 {
 	static const char *const spec[] = {"default", NULL};
 	const char *name = "float";
@@ -1072,9 +1087,10 @@ static int f_format(trender *r, const tv *in, tv *args, int nargs,
 	int e;
 
 	if (nargs && nkw)
-		return tr_fail(r, -EINVAL, "FilterArgumentError: can't handle "
-					   "positional and keyword arguments at "
-					   "the same time");
+		return tr_fail(r, -EINVAL,
+			       "FilterArgumentError: can't handle "
+			       "positional and keyword arguments at "
+			       "the same time");
 	if (in->k == TV_STR && (in->f & TVF_MARKUP))
 		return te_unsupported(r, "format of a safe (Markup) string");
 	if ((e = str_arg(r, in, &s)))
@@ -1103,10 +1119,12 @@ static int f_attr(trender *r, const tv *in, tv *args, int nargs, int nkw,
 	int e, mid;
 
 	if (nargs != 1 || nkw)
-		return tr_fail(r, -EINVAL, "TypeError: attr takes one argument");
+		return tr_fail(r, -EINVAL,
+			       "TypeError: attr takes one argument");
 	if (args[0].k != TV_STR)
-		return tr_fail(r, -EINVAL, "TypeError: attribute name must be "
-					   "string");
+		return tr_fail(r, -EINVAL,
+			       "TypeError: attribute name must be "
+			       "string");
 	if (in->k == TV_UNDEF)
 		return tv_undef_fail(r, in);
 	mid = tm_lookup(args[0].u.s, args[0].n);
@@ -1209,16 +1227,18 @@ int tf_apply(trender *r, int id, const tv *in, tv *args, int nargs,
 			*out = tv_float(fabs(in->u.d));
 			return 0;
 		}
-		return tr_fail(r, -EINVAL, "TypeError: bad operand type for "
-					   "abs(): '%s'",
+		return tr_fail(r, -EINVAL,
+			       "TypeError: bad operand type for "
+			       "abs(): '%s'",
 			       tv_typename(in));
 	case TF_count:
 	case TF_length:
 		if ((e = tv_len(r, in, &n)))
 			return e;
 		if (n < 0)
-			return tr_fail(r, -EINVAL, "TypeError: object of type "
-						   "'%s' has no len()",
+			return tr_fail(r, -EINVAL,
+				       "TypeError: object of type "
+				       "'%s' has no len()",
 				       tv_typename(in));
 		*out = tv_int(n);
 		return 0;
@@ -1282,8 +1302,9 @@ int tf_apply(trender *r, int id, const tv *in, tv *args, int nargs,
 			return 0;
 		}
 		if (!tv_is_mapping(in))
-			return tr_fail(r, -EINVAL, "TypeError: Can only get item "
-						   "pairs from a mapping.");
+			return tr_fail(r, -EINVAL,
+				       "TypeError: Can only get item "
+				       "pairs from a mapping.");
 		{
 			tv view, *copy = tr_alloc(r, sizeof(tv));
 
@@ -1352,8 +1373,9 @@ int tf_apply(trender *r, int id, const tv *in, tv *args, int nargs,
 				    has)))
 			return e;
 		if (!has[0] || !has[1])
-			return tr_fail(r, -EINVAL, "TypeError: replace takes old "
-						   "and new");
+			return tr_fail(r, -EINVAL,
+				       "TypeError: replace takes old "
+				       "and new");
 		n = -1;
 		if (has[2] && v[2].k != TV_NONE &&
 		    (e = targ_int(r, "replace", &v[2], &n)))
@@ -1371,13 +1393,16 @@ int tf_apply(trender *r, int id, const tv *in, tv *args, int nargs,
 		    (e = str_arg(r, in, &s)))
 			return e;
 		if (has[0] && v[0].k != TV_NONE && v[0].k != TV_STR)
-			return tr_fail(r, -EINVAL, "TypeError: strip arg must be "
-						   "None or str");
+			return tr_fail(r, -EINVAL,
+				       "TypeError: strip arg must be "
+				       "None or str");
 		if (has[0] && v[0].k == TV_STR && in->k == TV_STR &&
 		    (in->f & TVF_MARKUP))
-			return te_unsupported(r, "trim(chars) of a safe (Markup) "
-						 "string");
-		*out = ps_strip(&s, has[0] && v[0].k == TV_STR ? &v[0] : NULL, 3);
+			return te_unsupported(r,
+					      "trim(chars) of a safe (Markup) "
+					      "string");
+		*out =
+		    ps_strip(&s, has[0] && v[0].k == TV_STR ? &v[0] : NULL, 3);
 		out->f = in->k == TV_STR ? in->f : 0;
 		return 0;
 	}
@@ -1398,14 +1423,16 @@ int tf_apply(trender *r, int id, const tv *in, tv *args, int nargs,
 	case TF_slice: {
 		static const char *const bspec[] = {"linecount", "fill_with",
 						    NULL};
-		static const char *const sspec[] = {"slices", "fill_with", NULL};
+		static const char *const sspec[] = {"slices", "fill_with",
+						    NULL};
 
 		if ((e = targs_bind(r, name, id == TF_batch ? bspec : sspec,
 				    args, nargs, kw, kwv, nkw, v, has)))
 			return e;
 		if (!has[0])
-			return tr_fail(r, -EINVAL, "TypeError: %s() missing an "
-						   "argument",
+			return tr_fail(r, -EINVAL,
+				       "TypeError: %s() missing an "
+				       "argument",
 				       name);
 		if ((e = new_iter(r, id == TF_batch ? TI_BATCH : TI_SLICE, in,
 				  &it)) ||
@@ -1423,8 +1450,7 @@ int tf_apply(trender *r, int id, const tv *in, tv *args, int nargs,
 }
 
 int tf_apply_name(trender *r, const char *name, size_t n, const tv *in,
-		  tv *args, int nargs, const tkw *kw, tv *kwv, int nkw,
-		  tv *out)
+		  tv *args, int nargs, const tkw *kw, tv *kwv, int nkw, tv *out)
 {
 	int ok = 1, id = tf_lookup(name, n, &ok);
 

@@ -13,15 +13,24 @@
 
 #include "tmpl.h"
 
+/* what folding may spend on one template: beyond, expressions are left
+ * to the render (which is bounded itself) */
+#define TF_MAX_STEPS 20000000
+#define TF_MAX_BYTES (16u << 20)
+
 typedef struct fctx {
 	taco_tmpl *t;
 	trender r;
 	taco_err err;
+	uint64_t steps; /* evaluation steps spent folding */
+	size_t bytes;	/* bytes of folded values */
 } fctx;
 
 /* a value into the template's arena, when it has a safe repr */
-static int copy_value(tarena *a, const tv *v, tv *out, int depth)
+static int copy_value(fctx *c, const tv *v, tv *out, int depth)
 {
+	tarena *a = &c->t->arena;
+
 	*out = *v;
 	if (depth > 64)
 		return -1;
@@ -32,7 +41,11 @@ static int copy_value(tarena *a, const tv *v, tv *out, int depth)
 	case TV_FLOAT:
 		return 0;
 	case TV_STR: {
-		char *s = ta_alloc(a, (size_t)v->n + 1);
+		char *s;
+
+		if ((c->bytes += v->n) > TF_MAX_BYTES)
+			return -1;
+		s = ta_alloc(a, (size_t)v->n + 1);
 
 		if (!s)
 			return -1;
@@ -43,36 +56,44 @@ static int copy_value(tarena *a, const tv *v, tv *out, int depth)
 	}
 	case TV_LIST:
 	case TV_TUPLE: {
-		tv *items = v->n ? ta_alloc(a, (size_t)v->n * sizeof(tv)) : NULL;
+		tv *items =
+		    v->n ? ta_alloc(a, (size_t)v->n * sizeof(tv)) : NULL;
 
 		if (v->n && !items)
 			return -1;
 		for (uint32_t i = 0; i < v->n; i++)
-			if (copy_value(a, &v->u.items[i], &items[i], depth + 1))
+			if (copy_value(c, &v->u.items[i], &items[i], depth + 1))
 				return -1;
 		out->u.items = items;
 		return 0;
 	}
 	case TV_DICT: {
 		const tdict *d = v->u.dict;
-		tdict *nd = ta_alloc(a, sizeof(*nd));
+		tdict *nd;
 
+		if ((c->bytes += (size_t)d->cap * 2 * sizeof(tv)) > TF_MAX_BYTES)
+			return -1;
+		nd = ta_alloc(a, sizeof(*nd));
 		if (!nd)
 			return -1;
 		*nd = *d;
-		nd->keys = ta_alloc(a, (size_t)(d->cap ? d->cap : 1) * sizeof(tv));
-		nd->vals = ta_alloc(a, (size_t)(d->cap ? d->cap : 1) * sizeof(tv));
+		nd->keys =
+		    ta_alloc(a, (size_t)(d->cap ? d->cap : 1) * sizeof(tv));
+		nd->vals =
+		    ta_alloc(a, (size_t)(d->cap ? d->cap : 1) * sizeof(tv));
 		if (!nd->keys || !nd->vals)
 			return -1;
 		for (uint32_t i = 0; i < d->n; i++)
-			if (copy_value(a, &d->keys[i], &nd->keys[i], depth + 1) ||
-			    copy_value(a, &d->vals[i], &nd->vals[i], depth + 1))
+			if (copy_value(c, &d->keys[i], &nd->keys[i],
+				       depth + 1) ||
+			    copy_value(c, &d->vals[i], &nd->vals[i], depth + 1))
 				return -1;
 		if (d->index) {
 			nd->index = ta_alloc(a, d->nindex * sizeof(uint32_t));
 			if (!nd->index)
 				return -1;
-			memcpy(nd->index, d->index, d->nindex * sizeof(uint32_t));
+			memcpy(nd->index, d->index,
+			       d->nindex * sizeof(uint32_t));
 		}
 		out->u.dict = nd;
 		return 0;
@@ -86,11 +107,16 @@ static int copy_value(tarena *a, const tv *v, tv *out, int depth)
 static int const_eval(fctx *c, const tnode *n, tv *out)
 {
 	trender *r = &c->r;
+	int e;
 
+	if (c->steps > TF_MAX_STEPS || c->bytes > TF_MAX_BYTES)
+		return -E2BIG;
 	r->errset = 0;
 	r->steps = 0;
 	r->rdepth = 0;
-	return te_eval(r, n, NULL, out);
+	e = te_eval(r, n, NULL, out);
+	c->steps += r->steps;
+	return e;
 }
 
 static int foldable(int kind)
@@ -196,8 +222,9 @@ static int fold_expr(fctx *c, tnode **slot, int output)
 			tbuf b = {0};
 
 			if (!py_str(&c->r, &b, &v) &&
-			    !copy_value(&c->t->arena,
-					&(tv){.k = TV_STR, .n = (uint32_t)b.n,
+			    !copy_value(c,
+					&(tv){.k = TV_STR,
+					      .n = (uint32_t)b.n,
 					      .u.s = b.p ? b.p : ""},
 					&copy, 0)) {
 				tb_free(&c->r, &b);
@@ -205,13 +232,13 @@ static int fold_expr(fctx *c, tnode **slot, int output)
 				return *slot ? 0 : -ENOMEM;
 			}
 			tb_free(&c->r, &b);
-		} else if (!copy_value(&c->t->arena, &v, &copy, 0)) {
+		} else if (!copy_value(c, &v, &copy, 0)) {
 			*slot = const_node(c, n, &copy);
 			return *slot ? 0 : -ENOMEM;
 		}
 	}
-	if ((e = walk(c, &n->a)) || (e = walk(c, &n->b)) || (e = walk(c, &n->c)) ||
-	    (e = walk(c, &n->d)))
+	if ((e = walk(c, &n->a)) || (e = walk(c, &n->b)) ||
+	    (e = walk(c, &n->c)) || (e = walk(c, &n->d)))
 		return e;
 	for (int i = 0; i < n->nkids; i++)
 		if ((e = walk(c, &n->kids[i])))
@@ -237,8 +264,8 @@ static int walk(fctx *c, tnode **slot)
 				return e;
 		return 0;
 	}
-	if ((e = walk(c, &n->a)) || (e = walk(c, &n->b)) || (e = walk(c, &n->c)) ||
-	    (e = walk(c, &n->d)))
+	if ((e = walk(c, &n->a)) || (e = walk(c, &n->b)) ||
+	    (e = walk(c, &n->c)) || (e = walk(c, &n->d)))
 		return e;
 	for (int i = 0; i < n->nkids; i++)
 		if ((e = walk(c, &n->kids[i])))

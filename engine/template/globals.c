@@ -12,8 +12,8 @@
 #define TG_MAX_RANGE 100000
 
 static const char *const tg_names[TG_COUNT] = {
-    "range", "dict", "namespace", "raise_exception", "strftime_now",
-    "lipsum", "cycler", "joiner"};
+    "range",	    "dict",   "namespace", "raise_exception",
+    "strftime_now", "lipsum", "cycler",	   "joiner"};
 
 int tg_lookup(const char *name, size_t n)
 {
@@ -36,27 +36,32 @@ static int tg_range(trender *r, tv *args, int nargs, int nkw, tv *out)
 	int e;
 
 	if (nkw)
-		return tr_fail(r, -EINVAL, "TypeError: range() takes no keyword "
-					   "arguments");
+		return tr_fail(r, -EINVAL,
+			       "TypeError: range() takes no keyword "
+			       "arguments");
 	if (nargs < 1 || nargs > 3)
-		return tr_fail(r, -EINVAL, "TypeError: range expected 1 to 3 "
-					   "arguments, got %d",
+		return tr_fail(r, -EINVAL,
+			       "TypeError: range expected 1 to 3 "
+			       "arguments, got %d",
 			       nargs);
 	for (int i = 0; i < nargs; i++)
-		if ((e = targ_int(r, "range", &args[i], &v[nargs == 1 ? 1 : i])))
+		if ((e = targ_int(r, "range", &args[i],
+				  &v[nargs == 1 ? 1 : i])))
 			return e;
 	if (!v[2])
-		return tr_fail(r, -EINVAL, "ValueError: range() arg 3 must not be "
-					   "zero");
+		return tr_fail(r, -EINVAL,
+			       "ValueError: range() arg 3 must not be "
+			       "zero");
 	if (v[2] > 0 && v[0] < v[1])
 		len = ((__int128)v[1] - v[0] - 1) / v[2] + 1;
 	else if (v[2] < 0 && v[0] > v[1])
 		len = ((__int128)v[0] - v[1] - 1) / -(__int128)v[2] + 1;
 	if (len > TG_MAX_RANGE)
-		return tr_fail(r, -EINVAL,
-			       "OverflowError: Range too big. The sandbox blocks "
-			       "ranges larger than MAX_RANGE (%d).",
-			       TG_MAX_RANGE);
+		return tr_fail(
+		    r, -EINVAL,
+		    "OverflowError: Range too big. The sandbox blocks "
+		    "ranges larger than MAX_RANGE (%d).",
+		    TG_MAX_RANGE);
 	g = tr_alloc(r, sizeof(*g));
 	if (!g)
 		return -E2BIG;
@@ -79,9 +84,10 @@ static int tg_fill_dict(trender *r, tdict *d, const char *what, tv *args,
 	int e, got;
 
 	if (nargs > 1)
-		return tr_fail(r, -EINVAL,
-			       "TypeError: %s expected at most 1 argument, got %d",
-			       what, nargs);
+		return tr_fail(
+		    r, -EINVAL,
+		    "TypeError: %s expected at most 1 argument, got %d", what,
+		    nargs);
 	if (nargs) {
 		const tv *src = &args[0];
 
@@ -104,24 +110,27 @@ static int tg_fill_dict(trender *r, tdict *d, const char *what, tv *args,
 
 				if ((e = tc_open(r, &item, &p)))
 					return e;
-				while (n < 3 && (got = tc_next(r, &p, &kv[n])) == 1)
+				while (n < 3 &&
+				       (got = tc_next(r, &p, &kv[n])) == 1)
 					n++;
 				if (got < 0)
 					return got;
 				if (n != 2)
-					return tr_fail(r, -EINVAL,
-						       "ValueError: dictionary "
-						       "update sequence element "
-						       "has length %d; 2 is "
-						       "required",
-						       n);
+					return tr_fail(
+					    r, -EINVAL,
+					    "ValueError: dictionary "
+					    "update sequence element "
+					    "has length %d; 2 is "
+					    "required",
+					    n);
 				k = kv[0];
 				v = kv[1];
 			}
 			if (!tv_hashable(&k))
-				return tr_fail(r, -EINVAL,
-					       "TypeError: unhashable type: '%s'",
-					       tv_typename(&k));
+				return tr_fail(
+				    r, -EINVAL,
+				    "TypeError: unhashable type: '%s'",
+				    tv_typename(&k));
 			if ((e = td_set(r, d, &k, &v)))
 				return e;
 		}
@@ -148,12 +157,14 @@ static int tg_strftime(trender *r, const tv *fmt, tv *out)
 	if (fmt->k != TV_STR) {
 		if (fmt->k == TV_UNDEF)
 			return tv_undef_fail(r, fmt);
-		return tr_fail(r, -EINVAL, "TypeError: strftime() argument 1 "
-					   "must be str, not %s",
+		return tr_fail(r, -EINVAL,
+			       "TypeError: strftime() argument 1 "
+			       "must be str, not %s",
 			       tv_typename(fmt));
 	}
 	if (!localtime_r(&t, &tm))
-		return tr_fail(r, -EINVAL, "strftime_now: no local time for %lld",
+		return tr_fail(r, -EINVAL,
+			       "strftime_now: no local time for %lld",
 			       (long long)r->now);
 	if (fmt->n * 6 + 2 > cap) {
 		cap = fmt->n * 6 + 2;
@@ -209,8 +220,8 @@ static int tg_strftime(trender *r, const tv *fmt, tv *out)
 	return tr_fail(r, -E2BIG, "strftime_now: the result is too long");
 }
 
-int tg_call(trender *r, int id, tv *args, int nargs, const tkw *kw,
-	    tv *kwv, int nkw, tv *out)
+int tg_call(trender *r, int id, tv *args, int nargs, const tkw *kw, tv *kwv,
+	    int nkw, tv *out)
 {
 	int e;
 
@@ -220,8 +231,8 @@ int tg_call(trender *r, int id, tv *args, int nargs, const tkw *kw,
 	case TG_DICT:
 		if ((e = tv_newdict(r, 0, out)))
 			return e;
-		return tg_fill_dict(r, out->u.dict, "dict", args, nargs, kw, kwv,
-				    nkw);
+		return tg_fill_dict(r, out->u.dict, "dict", args, nargs, kw,
+				    kwv, nkw);
 	case TG_NAMESPACE: {
 		tns *ns = tr_alloc(r, sizeof(*ns));
 

@@ -81,8 +81,9 @@ int tc_open(trender *r, const tv *v, tcur *c)
 		c->it = v->u.it;
 		return 0;
 	default:
-		return tr_fail(r, -EINVAL, "TypeError: '%s' object is not "
-					   "iterable",
+		return tr_fail(r, -EINVAL,
+			       "TypeError: '%s' object is not "
+			       "iterable",
 			       tv_typename(v));
 	}
 }
@@ -141,7 +142,8 @@ int tc_next(trender *r, tcur *c, tv *out)
 			*out = d->vals[c->i - 1];
 		else
 			return pair(r, &d->keys[c->i - 1], &d->vals[c->i - 1],
-				    out) ?: 1;
+				    out)
+				   ?: 1;
 		return 1;
 	}
 	case TC_JKEYS:
@@ -306,8 +308,8 @@ static int ti_select(trender *r, titer *it, tv *out)
 		if ((e = tr_step(r)))
 			return e;
 		x = item;
-		if (it->attr && (e = ti_attrget(r, &item, &it->attrpath, NULL,
-						&x)))
+		if (it->attr &&
+		    (e = ti_attrget(r, &item, &it->attrpath, NULL, &x)))
 			return e;
 		if (it->name) {
 			e = tt_apply_name(r, it->name, it->nlen, &x, it->args,
@@ -371,8 +373,9 @@ static int ti_unique(trender *r, titer *it, tv *out)
 				&key)))
 			return e;
 		if (!tv_hashable(&key))
-			return tr_fail(r, -EINVAL, "TypeError: unhashable type: "
-						   "'%s'",
+			return tr_fail(r, -EINVAL,
+				       "TypeError: unhashable type: "
+				       "'%s'",
 				       tv_typename(&key));
 		if ((e = td_get(r, &it->seen, &key, &dummy)) < 0)
 			return e;
@@ -466,9 +469,10 @@ static int ti_slice(trender *r, titer *it, tv *out)
 		if ((e = tv_to_list(r, &src, &it->slice_list)))
 			return e;
 		if (!it->count)
-			return tr_fail(r, -EINVAL, "ZeroDivisionError: integer "
-						   "division or modulo by "
-						   "zero");
+			return tr_fail(r, -EINVAL,
+				       "ZeroDivisionError: integer "
+				       "division or modulo by "
+				       "zero");
 	}
 	if (no >= it->count)
 		return 0;

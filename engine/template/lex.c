@@ -19,7 +19,7 @@ typedef struct tlex {
 	tarena *a;
 	const char *s;
 	size_t len, pos;
-	int line;	    /* line of s[lpos] */
+	int line; /* line of s[lpos] */
 	size_t lpos;
 	int line_starting; /* the last match ended with a newline */
 	ttok *toks;
@@ -204,8 +204,9 @@ static int tl_string(tlex *l, size_t from, size_t to, ttok *t)
 			o[n++] = '\v';
 			continue;
 		case 'N':
-			return tl_fail(l, i, "the \\N{...} escape is not "
-					     "supported");
+			return tl_fail(l, i,
+				       "the \\N{...} escape is not "
+				       "supported");
 		default:
 			break;
 		}
@@ -225,19 +226,20 @@ static int tl_string(tlex *l, size_t from, size_t to, ttok *t)
 				int h = i < to ? tl_hex(l->s[i]) : -1;
 
 				if (h < 0)
-					return tl_fail(l, i,
-						       "truncated \\%cXX escape",
-						       c);
+					return tl_fail(
+					    l, i, "truncated \\%cXX escape", c);
 				cp = cp * 16 + (uint32_t)h;
 				i++;
 			}
 			if (cp > 0x10FFFF)
-				return tl_fail(l, i, "illegal Unicode character");
-			if (cp >= 0xD800 && cp <= 0xDFFF)
 				return tl_fail(l, i,
-					       "a surrogate (\\u%04X) in a string "
-					       "is not supported",
-					       (unsigned)cp);
+					       "illegal Unicode character");
+			if (cp >= 0xD800 && cp <= 0xDFFF)
+				return tl_fail(
+				    l, i,
+				    "a surrogate (\\u%04X) in a string "
+				    "is not supported",
+				    (unsigned)cp);
 			n += tu_enc(cp, o + n);
 			continue;
 		}
@@ -370,12 +372,14 @@ static int tl_number(tlex *l, size_t i, size_t *end)
 					if (s[z] != '_') {
 						v = v * (unsigned)b +
 						    (unsigned)tl_hex(s[z]);
-						if (v > (unsigned __int128)INT64_MAX)
+						if (v > (unsigned __int128)
+							    INT64_MAX)
 							return tl_fail(
 							    l, i,
 							    "an integer "
 							    "literal beyond 64 "
-							    "bits is not supported");
+							    "bits is not "
+							    "supported");
 					}
 			}
 		}
@@ -393,12 +397,14 @@ static int tl_number(tlex *l, size_t i, size_t *end)
 					if (s[z] != '_') {
 						v = v * 10 +
 						    (unsigned)(s[z] - '0');
-						if (v > (unsigned __int128)INT64_MAX)
+						if (v > (unsigned __int128)
+							    INT64_MAX)
 							return tl_fail(
 							    l, i,
 							    "an integer "
 							    "literal beyond 64 "
-							    "bits is not supported");
+							    "bits is not "
+							    "supported");
 					}
 			}
 		}
@@ -439,8 +445,15 @@ static int tl_op(tlex *l, size_t i, size_t *end)
 		c = tl_ops[k].s[0];
 		if (n == 1 && (c == '(' || c == '[' || c == '{')) {
 			if (l->nbal == TL_MAX_BALANCE)
-				return tl_fail(l, i, "brackets nested too deep");
-			l->bal[l->nbal++] = c == '(' ? ')' : c == '[' ? ']' : '}';
+				return taco_err_set(l->err, -E2BIG,
+						    "line %d: nesting depth "
+						    "exceeded (%d levels of "
+						    "brackets)",
+						    tl_line(l, i),
+						    TL_MAX_BALANCE);
+			l->bal[l->nbal++] = c == '('   ? ')'
+					    : c == '[' ? ']'
+						       : '}';
 		} else if (n == 1 && (c == ')' || c == ']' || c == '}')) {
 			if (!l->nbal)
 				return tl_fail(l, i, "unexpected '%c'", c);
@@ -499,8 +512,9 @@ static int tl_tag(tlex *l, int is_var, size_t open)
 		ttok *t;
 
 		if (i >= l->len)
-			return tl_fail(l, open, "unexpected end of template: "
-						"the tag is not closed");
+			return tl_fail(l, open,
+				       "unexpected end of template: "
+				       "the tag is not closed");
 		if (!l->nbal &&
 		    (end = is_var ? tl_var_end(l, i) : tl_block_end(l, i))) {
 			t = tl_push(l, is_var ? T_VAR_END : T_BLOCK_END, i);
@@ -517,19 +531,20 @@ static int tl_tag(tlex *l, int is_var, size_t open)
 		c = (unsigned char)l->s[i];
 		if (tl_isdigit((char)c)) {
 			e = tl_number(l, i, &end);
-		} else if (c == '_' || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')) {
+		} else if (c == '_' ||
+			   ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')) {
 			end = i;
 			while (end < l->len &&
 			       (l->s[end] == '_' || tl_isdigit(l->s[end]) ||
 				((l->s[end] | 0x20) >= 'a' &&
 				 (l->s[end] | 0x20) <= 'z')))
 				end++;
-			if (end < l->len &&
-			    (unsigned char)l->s[end] >= 0x80 &&
+			if (end < l->len && (unsigned char)l->s[end] >= 0x80 &&
 			    !tl_space(l, end))
-				return tl_fail(l, i, "names with non-ASCII "
-						     "characters are not "
-						     "supported");
+				return tl_fail(l, i,
+					       "names with non-ASCII "
+					       "characters are not "
+					       "supported");
 			t = tl_push(l, T_NAME, i);
 			if (!t)
 				return -ENOMEM;
@@ -539,11 +554,13 @@ static int tl_tag(tlex *l, int is_var, size_t open)
 		} else if (c == '\'' || c == '"') {
 			end = i + 1;
 			while (end < l->len && l->s[end] != (char)c)
-				end += l->s[end] == '\\' && end + 1 < l->len ? 2
-									     : 1;
+				end += l->s[end] == '\\' && end + 1 < l->len
+					   ? 2
+					   : 1;
 			if (end >= l->len)
-				return tl_fail(l, i, "unexpected char '%c' "
-						     "(an unterminated string)",
+				return tl_fail(l, i,
+					       "unexpected char '%c' "
+					       "(an unterminated string)",
 					       c);
 			t = tl_push(l, T_STRING, i);
 			if (!t)
@@ -551,8 +568,9 @@ static int tl_tag(tlex *l, int is_var, size_t open)
 			e = tl_string(l, i + 1, end, t);
 			end++;
 		} else if (c >= 0x80) {
-			return tl_fail(l, i, "non-ASCII characters in a tag "
-					     "are not supported");
+			return tl_fail(l, i,
+				       "non-ASCII characters in a tag "
+				       "are not supported");
 		} else {
 			e = tl_op(l, i, &end);
 		}
@@ -656,7 +674,8 @@ static int tl_run(tlex *l)
 			break;
 		}
 		kind = l->s[o + 1];
-		if (o + 2 < l->len && (l->s[o + 2] == '-' || l->s[o + 2] == '+'))
+		if (o + 2 < l->len &&
+		    (l->s[o + 2] == '-' || l->s[o + 2] == '+'))
 			sign = l->s[o + 2];
 		if (kind == '%')
 			raw_end = tl_raw_begin(l, o);
@@ -672,8 +691,8 @@ static int tl_run(tlex *l)
 			l->pos = o + 2 + (sign != 0);
 			e = tl_comment(l, o);
 		} else {
-			t = tl_push(l, kind == '{' ? T_VAR_BEGIN : T_BLOCK_BEGIN,
-				    o);
+			t = tl_push(
+			    l, kind == '{' ? T_VAR_BEGIN : T_BLOCK_BEGIN, o);
 			if (!t)
 				return -ENOMEM;
 			l->pos = o + 2 + (sign != 0);

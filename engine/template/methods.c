@@ -40,16 +40,16 @@ enum {
 	X(capitalize, M_STR, 0, M_STR, 0)                                      \
 	X(casefold, M_STR, 0, M_STR, 0)                                        \
 	X(center, M_STR, 0, M_STR, 0)                                          \
-	X(count, M_STR | M_LIST | M_TUPLE | M_RANGE, 0, M_STR | M_LIST | M_TUPLE, \
-	  0)                                                                   \
+	X(count, M_STR | M_LIST | M_TUPLE | M_RANGE, 0,                        \
+	  M_STR | M_LIST | M_TUPLE, 0)                                         \
 	X(encode, M_STR, 0, 0, 0)                                              \
 	X(endswith, M_STR, 0, M_STR, 0)                                        \
 	X(expandtabs, M_STR, 0, 0, 0)                                          \
 	X(find, M_STR, 0, M_STR, 0)                                            \
 	X(format, M_STR, 0, M_STR, 0)                                          \
 	X(format_map, M_STR, 0, 0, 0)                                          \
-	X(index, M_STR | M_LIST | M_TUPLE | M_RANGE, 0, M_STR | M_LIST | M_TUPLE, \
-	  0)                                                                   \
+	X(index, M_STR | M_LIST | M_TUPLE | M_RANGE, 0,                        \
+	  M_STR | M_LIST | M_TUPLE, 0)                                         \
 	X(isalnum, M_STR, 0, M_STR, 0)                                         \
 	X(isalpha, M_STR, 0, M_STR, 0)                                         \
 	X(isascii, M_STR, 0, M_STR, 0)                                         \
@@ -187,9 +187,8 @@ int tm_has(const tv *obj, int id)
 
 /* ---- arguments ----------------------------------------------------- */
 
-int targs_bind(trender *r, const char *what, const char *const *spec,
-	       tv *args, int nargs, const tkw *kw, tv *kwv, int nkw, tv *vals,
-	       int *has)
+int targs_bind(trender *r, const char *what, const char *const *spec, tv *args,
+	       int nargs, const tkw *kw, tv *kwv, int nkw, tv *vals, int *has)
 {
 	int n = 0;
 
@@ -212,11 +211,12 @@ int targs_bind(trender *r, const char *what, const char *const *spec,
 			    !memcmp(spec[i], kw[k].name, kw[k].n))
 				break;
 		if (i == n)
-			return tr_fail(r, -EINVAL,
-				       "TypeError: %s got an unexpected keyword "
-				       "argument '%.*s'",
-				       what, (int)(kw[k].n > 60 ? 60 : kw[k].n),
-				       kw[k].name);
+			return tr_fail(
+			    r, -EINVAL,
+			    "TypeError: %s got an unexpected keyword "
+			    "argument '%.*s'",
+			    what, (int)(kw[k].n > 60 ? 60 : kw[k].n),
+			    kw[k].name);
 		if (has[i])
 			return tr_fail(r, -EINVAL,
 				       "TypeError: %s got multiple values for "
@@ -261,8 +261,7 @@ static int no_kw(trender *r, const char *what, int nkw)
 	return 0;
 }
 
-static int nargs_range(trender *r, const char *what, int nargs, int lo,
-		       int hi)
+static int nargs_range(trender *r, const char *what, int nargs, int lo, int hi)
 {
 	if (nargs < lo || nargs > hi)
 		return tr_fail(r, -EINVAL,
@@ -276,8 +275,8 @@ static int nargs_range(trender *r, const char *what, int nargs, int lo,
 
 /* the code points [start, end) of s as Python's s[start:end] picks them
  * (None or ints), in bytes */
-static int str_range(trender *r, const tv *s, const tv *start,
-		     const tv *end, size_t *a, size_t *b)
+static int str_range(trender *r, const tv *s, const tv *start, const tv *end,
+		     size_t *a, size_t *b)
 {
 	int64_t len = (int64_t)tu_count(s->u.s, s->n), x = 0, y = len;
 	int e;
@@ -325,7 +324,8 @@ static int str_pred(const tv *s, int id)
 		any = 1;
 		switch (id) {
 		case TM_isalnum:
-			if (!(f & (TU_ALPHA | TU_DECIMAL | TU_DIGIT | TU_NUMERIC)))
+			if (!(f &
+			      (TU_ALPHA | TU_DECIMAL | TU_DIGIT | TU_NUMERIC)))
 				return 0;
 			break;
 		case TM_isalpha:
@@ -397,7 +397,8 @@ static int str_pad(trender *r, const tv *s, int id, tv *args, int nargs,
 	char *o;
 	int e;
 
-	if ((e = nargs_range(r, tm_name(id), nargs, 1, id == TM_zfill ? 1 : 2)) ||
+	if ((e = nargs_range(r, tm_name(id), nargs, 1,
+			     id == TM_zfill ? 1 : 2)) ||
 	    (e = targ_int(r, tm_name(id), &args[0], &width)))
 		return e;
 	if (nargs > 1) {
@@ -468,7 +469,8 @@ static int str_find(trender *r, const tv *s, int id, tv *args, int nargs,
 			at = p;
 		} else {
 			for (size_t k = b - args[0].n + 1; k-- > a;)
-				if (!memcmp(s->u.s + k, args[0].u.s, args[0].n)) {
+				if (!memcmp(s->u.s + k, args[0].u.s,
+					    args[0].n)) {
 					at = (int64_t)k;
 					break;
 				}
@@ -507,7 +509,8 @@ static int str_count(trender *r, const tv *s, tv *args, int nargs, tv *out)
 		return 0;
 	}
 	for (i = a; i + args[0].n <= b;) {
-		const char *p = memmem(s->u.s + i, b - i, args[0].u.s, args[0].n);
+		const char *p =
+		    memmem(s->u.s + i, b - i, args[0].u.s, args[0].n);
 
 		if (!p)
 			break;
@@ -532,10 +535,11 @@ static int str_affix(trender *r, const tv *s, int id, tv *args, int nargs,
 		ncand = args[0].n;
 	} else {
 		if (args[0].k != TV_STR)
-			return tr_fail(r, -EINVAL,
-				       "TypeError: %s first arg must be str or a "
-				       "tuple of str, not %s",
-				       tm_name(id), tv_typename(&args[0]));
+			return tr_fail(
+			    r, -EINVAL,
+			    "TypeError: %s first arg must be str or a "
+			    "tuple of str, not %s",
+			    tm_name(id), tv_typename(&args[0]));
 		cands = &args[0];
 		ncand = 1;
 	}
@@ -556,8 +560,9 @@ static int str_affix(trender *r, const tv *s, int id, tv *args, int nargs,
 			continue;
 		if (c->n > b - a)
 			continue;
-		if (id == TM_startswith ? !memcmp(s->u.s + a, c->u.s, c->n)
-					: !memcmp(s->u.s + b - c->n, c->u.s, c->n)) {
+		if (id == TM_startswith
+			? !memcmp(s->u.s + a, c->u.s, c->n)
+			: !memcmp(s->u.s + b - c->n, c->u.s, c->n)) {
 			*out = tv_bool(1);
 			return 0;
 		}
@@ -565,8 +570,8 @@ static int str_affix(trender *r, const tv *s, int id, tv *args, int nargs,
 	return 0;
 }
 
-static int str_partition(trender *r, const tv *s, int id, tv *args,
-			 int nargs, tv *out)
+static int str_partition(trender *r, const tv *s, int id, tv *args, int nargs,
+			 tv *out)
 {
 	int64_t at = -1;
 	int e;
@@ -627,9 +632,9 @@ static int call_str(trender *r, const tv *s, int id, tv *args, int nargs,
 			return e;
 		return ps_case(r, s,
 			       id == TM_capitalize ? CASE_CAPITALIZE
-			       : id == TM_lower    ? CASE_LOWER
-			       : id == TM_upper    ? CASE_UPPER
-			       : id == TM_title    ? CASE_TITLE
+			       : id == TM_lower	   ? CASE_LOWER
+			       : id == TM_upper	   ? CASE_UPPER
+			       : id == TM_title	   ? CASE_TITLE
 						   : CASE_SWAP,
 			       out);
 	case TM_casefold:
@@ -667,8 +672,11 @@ static int call_str(trender *r, const tv *s, int id, tv *args, int nargs,
 		if (nargs && args[0].k != TV_NONE &&
 		    (e = need_str(r, tm_name(id), &args[0])))
 			return e;
-		*out = ps_strip(s, nargs && args[0].k == TV_STR ? &args[0] : NULL,
-				id == TM_strip ? 3 : id == TM_lstrip ? 1 : 2);
+		*out =
+		    ps_strip(s, nargs && args[0].k == TV_STR ? &args[0] : NULL,
+			     id == TM_strip    ? 3
+			     : id == TM_lstrip ? 1
+					       : 2);
 		return 0;
 	case TM_split:
 	case TM_rsplit:
@@ -775,8 +783,9 @@ static int call_dict(trender *r, const tv *d, int id, tv *args, int nargs,
 			return e;
 		got = tv_map_get(r, d, &args[0], out);
 		if (got == 2)
-			return tr_fail(r, -EINVAL, "TypeError: unhashable type: "
-						   "'%s'",
+			return tr_fail(r, -EINVAL,
+				       "TypeError: unhashable type: "
+				       "'%s'",
 				       tv_typename(&args[0]));
 		if (got < 0)
 			return got;
@@ -800,7 +809,8 @@ static int call_dict(trender *r, const tv *d, int id, tv *args, int nargs,
 			return e;
 		while ((got = tc_next(r, &c, &k)) == 1) {
 			if (tv_map_get(r, d, &k, &v) != 1)
-				return tr_fail(r, -EINVAL, "dict lookup failed");
+				return tr_fail(r, -EINVAL,
+					       "dict lookup failed");
 			if ((e = td_set(r, out->u.dict, &k, &v)))
 				return e;
 		}
@@ -869,8 +879,8 @@ static int call_seq(trender *r, const tv *l, int id, tv *args, int nargs,
 	}
 }
 
-static int call_loop(trender *r, tloop *l, int id, tv *args, int nargs,
-		     int nkw, tv *out)
+static int call_loop(trender *r, tloop *l, int id, tv *args, int nargs, int nkw,
+		     tv *out)
 {
 	int e, eq;
 
@@ -878,8 +888,9 @@ static int call_loop(trender *r, tloop *l, int id, tv *args, int nargs,
 		return e;
 	if (id == TM_cycle) {
 		if (!nargs)
-			return tr_fail(r, -EINVAL, "TypeError: no items for "
-						   "cycling given");
+			return tr_fail(r, -EINVAL,
+				       "TypeError: no items for "
+				       "cycling given");
 		*out = args[l->index0 % nargs];
 		return 0;
 	}

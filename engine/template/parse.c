@@ -47,6 +47,15 @@ static int tp_fail(tparse *p, int line, const char *fmt, ...)
 	return taco_err_set(p->err, -EINVAL, "line %d: %s", line, msg);
 }
 
+/* the parser's bound on nesting: hostile input cannot overflow the stack
+ * of whatever walks the tree */
+static int tp_limit(tparse *p, int line)
+{
+	return taco_err_set(p->err, -E2BIG,
+			    "line %d: nesting depth exceeded (%d levels)", line,
+			    TP_MAX_HEIGHT);
+}
+
 static int tp_oom(tparse *p)
 {
 	return taco_err_set(p->err, -ENOMEM, "out of memory");
@@ -83,9 +92,10 @@ static int is_name(const ttok *t, const char *name)
 
 static const char *op_text(int op)
 {
-	static const char *const s[] = {
-	    "+", "-", "/", "//", "*", "%", "**", "~", "[", "]", "(", ")", "{",
-	    "}", "==", "!=", ">", ">=", "<", "<=", "=", ".", ":", "|", ",", ";"};
+	static const char *const s[] = {"+",  "-",  "/", "//", "*", "%",  "**",
+					"~",  "[",  "]", "(",  ")", "{",  "}",
+					"==", "!=", ">", ">=", "<", "<=", "=",
+					".",  ":",  "|", ",",  ";"};
 	return s[op];
 }
 
@@ -171,8 +181,7 @@ static int expect_type(tparse *p, int type)
 		return tp_fail(p, cur(p)->line,
 			       "unexpected end of template, expected '%s'", w);
 	describe(cur(p), d, sizeof(d));
-	return tp_fail(p, cur(p)->line, "expected token '%s', got '%s'", w,
-		       d);
+	return tp_fail(p, cur(p)->line, "expected token '%s', got '%s'", w, d);
 }
 
 /* ---- names --------------------------------------------------------- */
@@ -332,9 +341,7 @@ static int tp_seal(tparse *p, tnode *n)
 				n->flags |= NF_DYNAMIC;
 	}
 	if (n->h > TP_MAX_HEIGHT)
-		return tp_fail(p, n->line,
-			       "nesting too deep (more than %d levels)",
-			       TP_MAX_HEIGHT);
+		return tp_limit(p, n->line);
 	return 0;
 }
 
@@ -352,9 +359,7 @@ static int parse_filter(tparse *p, tnode **node, int start_inline);
 static int tp_enter(tparse *p)
 {
 	if (++p->depth > TP_MAX_HEIGHT)
-		return tp_fail(p, cur(p)->line, "nesting too deep (more than %d "
-						"levels)",
-			       TP_MAX_HEIGHT);
+		return tp_limit(p, cur(p)->line);
 	return 0;
 }
 
@@ -396,7 +401,8 @@ static int parse_call_args(tparse *p, tnode *call)
 				goto out;
 			if (nkw == capkw) {
 				int cap = capkw ? capkw * 2 : 4;
-				tkw *nk = realloc(kw, (size_t)cap * sizeof(*nk));
+				tkw *nk =
+				    realloc(kw, (size_t)cap * sizeof(*nk));
 
 				if (!nk) {
 					e = tp_oom(p);
@@ -411,8 +417,9 @@ static int parse_call_args(tparse *p, tnode *call)
 			nkw++;
 		} else {
 			if (nkw) {
-				e = tp_fail(p, line, "invalid syntax for "
-						     "function call expression");
+				e = tp_fail(p, line,
+					    "invalid syntax for "
+					    "function call expression");
 				goto out;
 			}
 			if ((e = parse_expression(p, 1, &v)))
@@ -534,8 +541,9 @@ static int parse_test(tparse *p, tnode **node)
 		   !is_name(c, "else") && !is_name(c, "or") &&
 		   !is_name(c, "and")) {
 		if (is_name(c, "is"))
-			return tp_fail(p, c->line, "You cannot chain multiple "
-						   "tests with is");
+			return tp_fail(p, c->line,
+				       "You cannot chain multiple "
+				       "tests with is");
 		if ((e = parse_primary(p, 0, &arg)) ||
 		    (e = parse_postfix(p, &arg)))
 			return e;
@@ -593,8 +601,7 @@ static int parse_subscribed(tparse *p, tnode **out)
 		next(p);
 	}
 	if (!is_op(cur(p), TO_COLON) && !is_op(cur(p), TO_RBRACKET) &&
-	    !is_op(cur(p), TO_COMMA) &&
-	    (e = parse_expression(p, 1, &parts[1])))
+	    !is_op(cur(p), TO_COMMA) && (e = parse_expression(p, 1, &parts[1])))
 		return e;
 	if (is_op(cur(p), TO_COLON)) {
 		next(p);
@@ -691,7 +698,8 @@ static int parse_subscript(tparse *p, tnode **node)
 						free(args.v);
 						return tp_fail(
 						    p, line,
-						    "slices in a tuple subscript "
+						    "slices in a tuple "
+						    "subscript "
 						    "are not supported");
 					}
 				if ((e = nv_take(p, &args, &tup->kids,
@@ -878,15 +886,15 @@ static int parse_unary(tparse *p, int with_filter, tnode **out)
 	tnode *n;
 	int e;
 
-	if ((e = tp_enter(p)))
-		return e;
 	if (is_op(t, TO_SUB) || is_op(t, TO_ADD)) {
 		next(p);
 		n = mk(p, is_op(t, TO_SUB) ? N_NEG : N_POS, t->line);
 		if (!n)
 			return tp_oom(p);
-		if ((e = parse_unary(p, 0, &n->a)) || (e = tp_seal(p, n)))
+		if ((e = tp_enter(p)) || (e = parse_unary(p, 0, &n->a)) ||
+		    (e = tp_seal(p, n)))
 			return e;
+		p->depth--;
 	} else if ((e = parse_primary(p, 0, &n))) {
 		return e;
 	}
@@ -894,13 +902,11 @@ static int parse_unary(tparse *p, int with_filter, tnode **out)
 		return e;
 	if (with_filter && (e = parse_filter_expr(p, &n)))
 		return e;
-	p->depth--;
 	*out = n;
 	return 0;
 }
 
-static tnode *mk_bin(tparse *p, int kind, int op, int line, tnode *a,
-		     tnode *b)
+static tnode *mk_bin(tparse *p, int kind, int op, int line, tnode *a, tnode *b)
 {
 	tnode *n = mk(p, kind, line);
 
@@ -1210,8 +1216,7 @@ static int parse_tuple(tparse *p, int simplified, int with_condexpr,
 		e = tp_oom(p);
 		goto fail;
 	}
-	if ((e = nv_take(p, &args, &n->kids, &n->nkids)) ||
-	    (e = tp_seal(p, n)))
+	if ((e = nv_take(p, &args, &n->kids, &n->nkids)) || (e = tp_seal(p, n)))
 		return e;
 	*out = n;
 	return 0;
@@ -1277,7 +1282,8 @@ static int parse_statements(tparse *p, const char *const *end_tags,
 
 	if (is_op(cur(p), TO_COLON))
 		next(p);
-	if ((e = expect_type(p, T_BLOCK_END)) || (e = subparse(p, end_tags, body)))
+	if ((e = expect_type(p, T_BLOCK_END)) ||
+	    (e = subparse(p, end_tags, body)))
 		return e;
 	if (cur(p)->type == T_EOF) {
 		char want[200] = "";
@@ -1287,11 +1293,12 @@ static int parse_statements(tparse *p, const char *const *end_tags,
 			n += (size_t)snprintf(want + n, sizeof(want) - n,
 					      "%s'%s'", i ? " or " : "",
 					      end_tags[i]);
-		return tp_fail(p, cur(p)->line,
-			       "unexpected end of template: looking for %s "
-			       "(the innermost block that needs to be closed is "
-			       "'%s')",
-			       want, p->nopen ? p->open_tags[p->nopen - 1] : "?");
+		return tp_fail(
+		    p, cur(p)->line,
+		    "unexpected end of template: looking for %s "
+		    "(the innermost block that needs to be closed is "
+		    "'%s')",
+		    want, p->nopen ? p->open_tags[p->nopen - 1] : "?");
 	}
 	if (drop_needle)
 		next(p);
@@ -1321,8 +1328,9 @@ static int parse_signature(tparse *p, tnode *n)
 				goto fail;
 			}
 		} else if (dflt.n) {
-			e = tp_fail(p, cur(p)->line, "non-default argument "
-						     "follows default argument");
+			e = tp_fail(p, cur(p)->line,
+				    "non-default argument "
+				    "follows default argument");
 			goto fail;
 		}
 		if (nv_push(&args, arg)) {
@@ -1358,6 +1366,25 @@ static int parse_macro_like(tparse *p, tnode *n, const char *end)
 	return e;
 }
 
+/* seals an if and its elif chain from the chain's end (off the stack:
+ * parse_stmt recurses) */
+static int seal_elifs(tparse *p, tnode *n, int line)
+{
+	tnode **chain = malloc((TP_MAX_HEIGHT + 1) * sizeof(*chain));
+	int k = 0, e = 0;
+
+	if (!chain)
+		return tp_oom(p);
+	for (tnode *c = n; c && c->kind == N_IF && k <= TP_MAX_HEIGHT; c = c->b)
+		chain[k++] = c;
+	if (k > TP_MAX_HEIGHT)
+		e = tp_limit(p, line);
+	while (!e && k--)
+		e = tp_seal(p, chain[k]);
+	free(chain);
+	return e;
+}
+
 static int parse_stmt(tparse *p, tnode **out)
 {
 	const ttok *t = cur(p);
@@ -1371,13 +1398,13 @@ static int parse_stmt(tparse *p, tnode **out)
 		 t->s);
 	if ((e = tp_enter(p)))
 		return e;
-	p->open_tags[p->nopen++] = is_name(t, "for")	    ? "for"
-				   : is_name(t, "if")	    ? "if"
-				   : is_name(t, "macro")    ? "macro"
-				   : is_name(t, "set")	    ? "set"
-				   : is_name(t, "call")	    ? "call"
-				   : is_name(t, "filter")   ? "filter"
-				   : is_name(t, "with")	    ? "with"
+	p->open_tags[p->nopen++] = is_name(t, "for")	      ? "for"
+				   : is_name(t, "if")	      ? "if"
+				   : is_name(t, "macro")      ? "macro"
+				   : is_name(t, "set")	      ? "set"
+				   : is_name(t, "call")	      ? "call"
+				   : is_name(t, "filter")     ? "filter"
+				   : is_name(t, "with")	      ? "with"
 				   : is_name(t, "generation") ? "generation"
 							      : "?";
 	n = mk(p, N_BODY, line);
@@ -1462,22 +1489,8 @@ static int parse_stmt(tparse *p, tnode **out)
 			}
 			break;
 		}
-		/* seal the elif chain from its end */
-		{
-			tnode *chain[TP_MAX_HEIGHT + 1];
-			int k = 0;
-
-			for (tnode *c = n; c && c->kind == N_IF && k <= TP_MAX_HEIGHT;
-			     c = c->b)
-				chain[k++] = c;
-			if (k > TP_MAX_HEIGHT)
-				return tp_fail(p, line, "too many elif branches "
-							"(more than %d)",
-					       TP_MAX_HEIGHT - 1);
-			while (k--)
-				if ((e = tp_seal(p, chain[k])))
-					return e;
-		}
+		if ((e = seal_elifs(p, n, line)))
+			return e;
 	} else if (is_name(t, "set")) {
 		static const char *const ends[] = {"endset", NULL};
 
@@ -1492,8 +1505,9 @@ static int parse_stmt(tparse *p, tnode **out)
 		} else {
 			n->kind = N_SETBLOCK;
 			if (n->a->kind == N_TUPLE)
-				return tp_fail(p, line, "a block set assigns to "
-							"one name");
+				return tp_fail(p, line,
+					       "a block set assigns to "
+					       "one name");
 			if ((e = parse_filter(p, &n->b, 0)))
 				return e;
 			p->capture++;
@@ -1627,10 +1641,11 @@ static int parse_stmt(tparse *p, tnode **out)
 		if (!p->loops)
 			return tp_fail(p, line, "'%s' outside loop", name);
 		if (p->capture)
-			return tp_fail(p, line,
-				       "{%% %s %%} inside a set or filter block "
-				       "is not supported",
-				       name);
+			return tp_fail(
+			    p, line,
+			    "{%% %s %%} inside a set or filter block "
+			    "is not supported",
+			    name);
 	} else if (is_name(t, "block") || is_name(t, "extends") ||
 		   is_name(t, "include") || is_name(t, "import") ||
 		   is_name(t, "from") || is_name(t, "autoescape")) {

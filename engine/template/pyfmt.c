@@ -55,7 +55,8 @@ static int shortest(double d, char *dig, int *decpt)
 			} else {
 				while (k >= 0 && cand[k] == '0')
 					cand[k--] = '9';
-				if (k < 0 || (k == 0 && cand[0] == '1' && nd > 1))
+				if (k < 0 ||
+				    (k == 0 && cand[0] == '1' && nd > 1))
 					continue;
 				cand[k]--;
 				if (cand[0] == '0')
@@ -64,7 +65,8 @@ static int shortest(double d, char *dig, int *decpt)
 			snprintf(alt, sizeof(alt), "%c.%se%d", cand[0],
 				 cand + 1, cexp);
 			if (nd == 1)
-				snprintf(alt, sizeof(alt), "%ce%d", cand[0], cexp);
+				snprintf(alt, sizeof(alt), "%ce%d", cand[0],
+					 cexp);
 			if (strtod(alt, NULL) == d) {
 				memcpy(dig, cand, (size_t)nd + 1);
 				*decpt = cexp + 1;
@@ -198,7 +200,7 @@ static int repr_str(trender *r, tbuf *b, const char *s, size_t n)
 				e = tb_put(r, b, s + i, len);
 			} else {
 				int k = snprintf(esc, sizeof(esc),
-						 cp <= 0xff	 ? "\\x%02x"
+						 cp <= 0xff	? "\\x%02x"
 						 : cp <= 0xffff ? "\\u%04x"
 								: "\\U%08x",
 						 (unsigned)cp);
@@ -288,7 +290,8 @@ static int str_common(trender *r, tbuf *b, const tv *v, int repr)
 	case TV_NONE:
 		return tb_put(r, b, "None", 4);
 	case TV_BOOL:
-		return v->u.i ? tb_put(r, b, "True", 4) : tb_put(r, b, "False", 5);
+		return v->u.i ? tb_put(r, b, "True", 4)
+			      : tb_put(r, b, "False", 5);
 	case TV_INT:
 		return tb_printf(r, b, "%lld", (long long)v->u.i);
 	case TV_FLOAT:
@@ -472,7 +475,8 @@ static int json_str(trender *r, tbuf *b, const char *s, size_t n, int ascii)
 				uint32_t v = cp - 0x10000;
 
 				snprintf(esc, sizeof(esc), "\\u%04x\\u%04x",
-					 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+					 0xD800 + (v >> 10),
+					 0xDC00 + (v & 0x3FF));
 				e = tb_put(r, b, esc, 12);
 			}
 			i += len - 1;
@@ -592,7 +596,8 @@ static int json_value(trender *r, tbuf *b, const tv *v, const tjson_opts *o,
 	case TV_NONE:
 		return tb_put(r, b, "null", 4);
 	case TV_BOOL:
-		return v->u.i ? tb_put(r, b, "true", 4) : tb_put(r, b, "false", 5);
+		return v->u.i ? tb_put(r, b, "true", 4)
+			      : tb_put(r, b, "false", 5);
 	case TV_INT:
 		return tb_printf(r, b, "%lld", (long long)v->u.i);
 	case TV_FLOAT:
@@ -787,8 +792,8 @@ int py_parse_float(const char *s, size_t n, double *out)
 	return e;
 }
 
-static int parse_int(const char *s, size_t n, int base, char *buf,
-		     size_t cap, int64_t *out)
+static int parse_int(const char *s, size_t n, int base, char *buf, size_t cap,
+		     int64_t *out)
 {
 	char *p = buf;
 	int k = py_ascii_number(s, n, buf, cap), neg = 0, digits = 0;
@@ -801,12 +806,13 @@ static int parse_int(const char *s, size_t n, int base, char *buf,
 		return -EINVAL;
 	if (*p == '+' || *p == '-')
 		neg = *p++ == '-';
-	if (p[0] == '0' && (p[1] | 0x20) &&
-	    ((base == 0 || base == 16) && (p[1] | 0x20) == 'x'))
+	if (p[0] == '0' && (base == 0 || base == 16) && (p[1] | 0x20) == 'x')
 		base = 16, p += 2, prev_digit = 1;
-	else if (p[0] == '0' && (base == 0 || base == 8) && (p[1] | 0x20) == 'o')
+	else if (p[0] == '0' && (base == 0 || base == 8) &&
+		 (p[1] | 0x20) == 'o')
 		base = 8, p += 2, prev_digit = 1;
-	else if (p[0] == '0' && (base == 0 || base == 2) && (p[1] | 0x20) == 'b')
+	else if (p[0] == '0' && (base == 0 || base == 2) &&
+		 (p[1] | 0x20) == 'b')
 		base = 2, p += 2, prev_digit = 1;
 	if (base == 0) {
 		/* decimal: no leading zeros but for 0 itself */
@@ -826,19 +832,22 @@ static int parse_int(const char *s, size_t n, int base, char *buf,
 			prev_digit = 0;
 			continue;
 		}
-		d = *p >= '0' && *p <= '9'   ? *p - '0'
-		    : (*p | 0x20) >= 'a' && (*p | 0x20) <= 'z' ? (*p | 0x20) - 'a' + 10
-							      : 99;
+		d = *p >= '0' && *p <= '9' ? *p - '0'
+		    : (*p | 0x20) >= 'a' && (*p | 0x20) <= 'z'
+			? (*p | 0x20) - 'a' + 10
+			: 99;
 		if (d >= base)
 			return -EINVAL;
 		v = v * (unsigned)base + (unsigned)d;
 		if (v > (unsigned __int128)INT64_MAX + 1) {
 			/* the rest decides: a number too large, or none */
 			for (char *q = p + 1; *q; q++) {
-				int dd = *q >= '0' && *q <= '9' ? *q - '0'
-					 : (*q | 0x20) >= 'a' && (*q | 0x20) <= 'z'
-					     ? (*q | 0x20) - 'a' + 10
-					     : *q == '_' ? 0 : 99;
+				int dd =
+				    *q >= '0' && *q <= '9' ? *q - '0'
+				    : (*q | 0x20) >= 'a' && (*q | 0x20) <= 'z'
+					? (*q | 0x20) - 'a' + 10
+				    : *q == '_' ? 0
+						: 99;
 
 				if (dd >= base ||
 				    (*q == '_' && (q[-1] == '_' || !q[1])))
@@ -895,12 +904,11 @@ static int pct_int(trender *r, const tv *v, char conv, int64_t *out)
 	}
 	if (v->k == TV_UNDEF)
 		return tv_undef_fail(r, v);
-	return tr_fail(r, -EINVAL,
-		       "TypeError: %%%c format: %s is required, not %s", conv,
-		       conv == 'd' || conv == 'i' || conv == 'u'
-			   ? "a real number"
-			   : "an integer",
-		       tv_typename(v));
+	return tr_fail(
+	    r, -EINVAL, "TypeError: %%%c format: %s is required, not %s", conv,
+	    conv == 'd' || conv == 'i' || conv == 'u' ? "a real number"
+						      : "an integer",
+	    tv_typename(v));
 }
 
 static int pct_pad(trender *r, tbuf *b, const char *s, size_t n,
@@ -1010,8 +1018,9 @@ int py_percent(trender *r, const tv *fmt, const tv *args, tv *out)
 				break;
 			}
 			if (!dict || !tv_is_mapping(dict)) {
-				e = tr_fail(r, -EINVAL,
-					    "TypeError: format requires a mapping");
+				e = tr_fail(
+				    r, -EINVAL,
+				    "TypeError: format requires a mapping");
 				break;
 			}
 			while (i < n && depth) {
@@ -1022,8 +1031,9 @@ int py_percent(trender *r, const tv *fmt, const tv *args, tv *out)
 				i++;
 			}
 			if (depth) {
-				e = tr_fail(r, -EINVAL, "ValueError: incomplete "
-							"format key");
+				e = tr_fail(r, -EINVAL,
+					    "ValueError: incomplete "
+					    "format key");
 				break;
 			}
 			key = tv_str(s + start, i - 1 - start);
@@ -1051,8 +1061,9 @@ int py_percent(trender *r, const tv *fmt, const tv *args, tv *out)
 				break;
 		}
 		if (i < n && s[i] == '*') {
-			e = tr_fail(r, -EINVAL, "'*' widths in %% formatting are "
-						"not supported");
+			e = tr_fail(r, -EINVAL,
+				    "'*' widths in %% formatting are "
+				    "not supported");
 			break;
 		}
 		while (i < n && s[i] >= '0' && s[i] <= '9' && width <= 1 << 20)
@@ -1071,14 +1082,16 @@ int py_percent(trender *r, const tv *fmt, const tv *args, tv *out)
 			}
 		}
 		if (width > 1 << 20 || prec > 1 << 20) {
-			e = tr_fail(r, -E2BIG, "format width or precision too "
-					       "large");
+			e = tr_fail(r, -E2BIG,
+				    "format width or precision too "
+				    "large");
 			break;
 		}
 		while (i < n && (s[i] == 'h' || s[i] == 'l' || s[i] == 'L'))
 			i++;
 		if (i >= n) {
-			e = tr_fail(r, -EINVAL, "ValueError: incomplete format");
+			e = tr_fail(r, -EINVAL,
+				    "ValueError: incomplete format");
 			break;
 		}
 		conv = s[i++];
@@ -1090,18 +1103,20 @@ int py_percent(trender *r, const tv *fmt, const tv *args, tv *out)
 			arg = keyed;
 		} else if (arglen < 0) {
 			if (argidx != -2) {
-				e = tr_fail(r, -EINVAL,
-					    "TypeError: not enough arguments for "
-					    "format string");
+				e = tr_fail(
+				    r, -EINVAL,
+				    "TypeError: not enough arguments for "
+				    "format string");
 				break;
 			}
 			arg = *args;
 			argidx = -1;
 		} else {
 			if (argidx >= arglen) {
-				e = tr_fail(r, -EINVAL,
-					    "TypeError: not enough arguments for "
-					    "format string");
+				e = tr_fail(
+				    r, -EINVAL,
+				    "TypeError: not enough arguments for "
+				    "format string");
 				break;
 			}
 			arg = args->u.items[argidx++];
@@ -1112,7 +1127,8 @@ int py_percent(trender *r, const tv *fmt, const tv *args, tv *out)
 			tbuf t = {0};
 			size_t len_cp, cut;
 
-			e = conv == 's' ? py_str(r, &t, &arg) : py_repr(r, &t, &arg);
+			e = conv == 's' ? py_str(r, &t, &arg)
+					: py_repr(r, &t, &arg);
 			if (!e) {
 				len_cp = tu_count(t.p ? t.p : "", t.n);
 				cut = t.n;
@@ -1121,8 +1137,8 @@ int py_percent(trender *r, const tv *fmt, const tv *args, tv *out)
 					len_cp = (size_t)prec;
 				}
 				e = pct_pad(r, &b, t.p ? t.p : "", cut,
-					    width < 0 ? 0 : (size_t)width, len_cp,
-					    left);
+					    width < 0 ? 0 : (size_t)width,
+					    len_cp, left);
 			}
 			tb_free(r, &t);
 			break;
@@ -1159,14 +1175,16 @@ int py_percent(trender *r, const tv *fmt, const tv *args, tv *out)
 				e = tv_undef_fail(r, &arg);
 				break;
 			} else {
-				e = tr_fail(r, -EINVAL,
-					    "TypeError: must be real number, not "
-					    "%s",
-					    tv_typename(&arg));
+				e = tr_fail(
+				    r, -EINVAL,
+				    "TypeError: must be real number, not "
+				    "%s",
+				    tv_typename(&arg));
 				break;
 			}
 			if (!isfinite(d) && zero)
-				zero = 0; /* Python pads inf and nan with blanks */
+				zero =
+				    0; /* Python pads inf and nan with blanks */
 			f[k++] = '%';
 			if (left)
 				f[k++] = '-';
@@ -1195,18 +1213,21 @@ int py_percent(trender *r, const tv *fmt, const tv *args, tv *out)
 
 			if (arg.k == TV_STR && tu_count(arg.u.s, arg.n) == 1) {
 				e = pct_pad(r, &b, arg.u.s, arg.n,
-					    width < 0 ? 0 : (size_t)width, 1, left);
+					    width < 0 ? 0 : (size_t)width, 1,
+					    left);
 				break;
 			}
 			if (arg.k != TV_INT && arg.k != TV_BOOL) {
-				e = tr_fail(r, -EINVAL,
-					    "TypeError: %%c requires int or char");
+				e = tr_fail(
+				    r, -EINVAL,
+				    "TypeError: %%c requires int or char");
 				break;
 			}
 			if (arg.u.i < 0 || arg.u.i > 0x10FFFF ||
 			    (arg.u.i >= 0xD800 && arg.u.i <= 0xDFFF)) {
-				e = tr_fail(r, -EINVAL,
-					    "OverflowError: %%c arg not in range");
+				e = tr_fail(
+				    r, -EINVAL,
+				    "OverflowError: %%c arg not in range");
 				break;
 			}
 			cp = (uint32_t)arg.u.i;
@@ -1223,11 +1244,13 @@ int py_percent(trender *r, const tv *fmt, const tv *args, tv *out)
 		}
 	}
 	if (!e && arglen >= 0 && argidx < arglen && !dict)
-		e = tr_fail(r, -EINVAL, "TypeError: not all arguments converted "
-					"during string formatting");
+		e = tr_fail(r, -EINVAL,
+			    "TypeError: not all arguments converted "
+			    "during string formatting");
 	if (!e && arglen < 0 && argidx == -2 && !dict)
-		e = tr_fail(r, -EINVAL, "TypeError: not all arguments converted "
-					"during string formatting");
+		e = tr_fail(r, -EINVAL,
+			    "TypeError: not all arguments converted "
+			    "during string formatting");
 	if (!e)
 		e = tb_take(r, &b, out);
 	tb_free(r, &b);
@@ -1256,8 +1279,9 @@ int py_format(trender *r, const tv *fmt, const tv *args, int nargs,
 				i += 2;
 				continue;
 			}
-			e = tr_fail(r, -EINVAL, "ValueError: Single '}' "
-						"encountered in format string");
+			e = tr_fail(r, -EINVAL,
+				    "ValueError: Single '}' "
+				    "encountered in format string");
 			break;
 		}
 		if (c != '{') {
@@ -1278,8 +1302,9 @@ int py_format(trender *r, const tv *fmt, const tv *args, int nargs,
 		       s[j] != '.' && s[j] != '[' && s[j] != '{')
 			j++;
 		if (j >= n) {
-			e = tr_fail(r, -EINVAL, "ValueError: expected '}' before "
-						"end of string");
+			e = tr_fail(r, -EINVAL,
+				    "ValueError: expected '}' before "
+				    "end of string");
 			break;
 		}
 		if (s[j] == '.' || s[j] == '[' || s[j] == ':' || s[j] == '{') {
@@ -1330,11 +1355,12 @@ int py_format(trender *r, const tv *fmt, const tv *args, int nargs,
 			}
 			autonum = 0;
 			if (idx >= nargs) {
-				e = tr_fail(r, -EINVAL,
-					    "IndexError: Replacement index %lld "
-					    "out of range for positional args "
-					    "tuple",
-					    (long long)idx);
+				e = tr_fail(
+				    r, -EINVAL,
+				    "IndexError: Replacement index %lld "
+				    "out of range for positional args "
+				    "tuple",
+				    (long long)idx);
 				break;
 			}
 			arg = &args[idx];
@@ -1353,8 +1379,9 @@ int py_format(trender *r, const tv *fmt, const tv *args, int nargs,
 		if (s[j] == '!') {
 			if (j + 2 >= n || s[j + 2] != '}' ||
 			    (s[j + 1] != 'r' && s[j + 1] != 's')) {
-				e = tr_fail(r, -EINVAL,
-					    "unsupported str.format conversion");
+				e = tr_fail(
+				    r, -EINVAL,
+				    "unsupported str.format conversion");
 				break;
 			}
 			conv = s[j + 1];

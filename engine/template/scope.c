@@ -43,6 +43,7 @@ typedef struct sctx {
 	tarena *a;
 	taco_err *err;
 	int oom;
+	int bad_line; /* a name jinja2 cannot resolve (below), or 0 */
 } sctx;
 
 static ssym *own_ref(const stab *t, int id)
@@ -197,8 +198,7 @@ static void visit_target(sctx *c, stab *t, const tnode *n, int param)
 	}
 }
 
-static void visit_list(sctx *c, stab *t, sframes *f, tnode *const *kids,
-		       int n)
+static void visit_list(sctx *c, stab *t, sframes *f, tnode *const *kids, int n)
 {
 	for (int i = 0; i < n; i++)
 		visit(c, t, f, kids[i]);
@@ -206,108 +206,73 @@ static void visit_list(sctx *c, stab *t, sframes *f, tnode *const *kids,
 
 /* jinja2's branch_update: a name first assigned in a branch of an if
  * starts from the context (or the enclosing frame), never undefined */
+/* the names assigned in branches br[0..nb) that t had not: first assigned
+ * in a branch, they start from the context (or the enclosing frame) */
+static void branch_update(sctx *c, stab *t, stab *br, int nb)
+{
+	int *news = NULL, nn = 0, cap = 0;
+
+	for (int b = 0; b < nb; b++)
+		for (int k = 0; k < br[b].nstores; k++) {
+			int id = br[b].stores[k], dup = has_store(t, id);
+
+			for (int j = 0; j < nn && !dup; j++)
+				dup = news[j] == id;
+			if (dup)
+				continue;
+			if (nn == cap) {
+				int *m;
+
+				cap = cap ? cap * 2 : 8;
+				m = realloc(news, (size_t)cap * sizeof(int));
+				if (!m) {
+					c->oom = 1;
+					free(news);
+					return;
+				}
+				news = m;
+			}
+			news[nn++] = id;
+		}
+	for (int b = 0; b < nb; b++) {
+		for (int k = 0; k < br[b].nrefs; k++)
+			define(c, t, br[b].refs[k].id, br[b].refs[k].kind);
+		for (int k = 0; k < br[b].nstores; k++)
+			add_store(c, t, br[b].stores[k]);
+		stab_free(&br[b]);
+	}
+	for (int j = 0; j < nn; j++)
+		define(c, t, news[j],
+		       t->parent && find_ref(t->parent, news[j]) ? SK_ALIAS
+								 : SK_RESOLVE);
+	free(news);
+}
+
+/* jinja2's visit_If: the test, then the body, the elifs (each an if of
+ * its own with neither elif nor else) and the else, each in a copy of
+ * the symbols, merged by branch_update */
 static void visit_if(sctx *c, stab *t, sframes *f, const tnode *n)
 {
 	stab br[3];
-	const tnode *elifs[TP_MAX_HEIGHT_SCOPE];
-	const tnode *els = NULL;
-	int nelif = 0;
+	const tnode *e, *els = NULL;
 
 	visit(c, t, f, n->a);
-	for (const tnode *e = n->b; e; e = e->b) {
-		if (e->kind != N_IF) {
-			els = e;
-			break;
-		}
-		if (nelif < TP_MAX_HEIGHT_SCOPE)
-			elifs[nelif++] = e;
-	}
 	for (int b = 0; b < 3; b++)
 		stab_copy(c, &br[b], t);
 	visit_list(c, &br[0], f, n->kids, n->nkids);
-	for (int i = 0; i < nelif; i++) {
-		/* each elif: an if of its own, with no elif or else */
-		const tnode *e = elifs[i];
+	for (e = n->b; e && e->kind == N_IF; e = e->b) {
 		stab sub[3];
 
 		visit(c, &br[1], f, e->a);
 		for (int b = 0; b < 3; b++)
 			stab_copy(c, &sub[b], &br[1]);
 		visit_list(c, &sub[0], f, e->kids, e->nkids);
-		{
-			int *news = NULL, nn = 0;
-
-			for (int b = 0; b < 3; b++)
-				for (int k = 0; k < sub[b].nstores; k++) {
-					int id = sub[b].stores[k];
-					int dup = has_store(&br[1], id);
-
-					for (int j = 0; j < nn && !dup; j++)
-						dup = news[j] == id;
-					if (dup)
-						continue;
-					int *m = realloc(news, (size_t)(nn + 1) *
-								   sizeof(int));
-					if (!m) {
-						c->oom = 1;
-						break;
-					}
-					news = m;
-					news[nn++] = id;
-				}
-			for (int b = 0; b < 3; b++) {
-				for (int k = 0; k < sub[b].nrefs; k++)
-					define(c, &br[1], sub[b].refs[k].id,
-					       sub[b].refs[k].kind);
-				for (int k = 0; k < sub[b].nstores; k++)
-					add_store(c, &br[1], sub[b].stores[k]);
-				stab_free(&sub[b]);
-			}
-			for (int j = 0; j < nn; j++)
-				define(c, &br[1], news[j],
-				       br[1].parent &&
-					       find_ref(br[1].parent, news[j])
-					   ? SK_ALIAS
-					   : SK_RESOLVE);
-			free(news);
-		}
+		branch_update(c, &br[1], sub, 3);
 	}
+	els = e;
 	if (els)
 		visit_list(c, &br[2], f, els->kids, els->nkids);
-	{
-		int *news = NULL, nn = 0;
-
-		for (int b = 0; b < 3; b++)
-			for (int k = 0; k < br[b].nstores; k++) {
-				int id = br[b].stores[k];
-				int dup = has_store(t, id);
-
-				for (int j = 0; j < nn && !dup; j++)
-					dup = news[j] == id;
-				if (dup)
-					continue;
-				int *m = realloc(news, (size_t)(nn + 1) * sizeof(int));
-				if (!m) {
-					c->oom = 1;
-					break;
-				}
-				news = m;
-				news[nn++] = id;
-			}
-		for (int b = 0; b < 3; b++) {
-			for (int k = 0; k < br[b].nrefs; k++)
-				define(c, t, br[b].refs[k].id, br[b].refs[k].kind);
-			for (int k = 0; k < br[b].nstores; k++)
-				add_store(c, t, br[b].stores[k]);
-			stab_free(&br[b]);
-		}
-		for (int j = 0; j < nn; j++)
-			define(c, t, news[j],
-			       t->parent && find_ref(t->parent, news[j])
-				   ? SK_ALIAS
-				   : SK_RESOLVE);
-		free(news);
-	}
+	branch_update(c, t, br, 3);
 }
 
 /* FrameSymbolVisitor: what a frame's own code reads and assigns */
@@ -374,6 +339,27 @@ static void visit(sctx *c, stab *t, sframes *f, const tnode *n)
 static int frame(sctx *c, const stab *parent, tnode *n, int kind,
 		 const taco_tmpl *tm);
 
+/* jinja2 compiles a set block's filter in the block's frame without
+ * looking at its names: one that no enclosing frame knows fails its
+ * compiler (an AssertionError). So does it here. */
+static void unknown_names(sctx *c, const stab *t, const tnode *n)
+{
+	if (!n || c->bad_line)
+		return;
+	if (n->kind == N_NAME && !find_ref(t, n->id)) {
+		c->bad_line = n->line;
+		return;
+	}
+	unknown_names(c, t, n->a);
+	unknown_names(c, t, n->b);
+	unknown_names(c, t, n->c);
+	unknown_names(c, t, n->d);
+	for (int i = 0; i < n->nkids; i++)
+		unknown_names(c, t, n->kids[i]);
+	for (int i = 0; i < n->nkw; i++)
+		unknown_names(c, t, n->kw[i].val);
+}
+
 /* the undefined-at-entry names of t onto node n */
 static void record(sctx *c, const stab *t, tnode *n)
 {
@@ -432,6 +418,8 @@ static int frame(sctx *c, const stab *parent, tnode *n, int kind,
 		visit_list(c, &t, &f, n->d->kids, n->d->nkids);
 		if (n->kind == N_FILTERBLOCK)
 			visit(c, &t, &f, n->b);
+		else
+			unknown_names(c, &t, n->b);
 		break;
 	case SF_WITH:
 		visit_target(c, &t, n->a, 1);
@@ -454,10 +442,16 @@ int ts_analyze(taco_tmpl *t, taco_err *err);
 
 int ts_analyze(taco_tmpl *t, taco_err *err)
 {
-	sctx c = {&t->arena, err, 0};
+	sctx c = {&t->arena, err, 0, 0};
 	int e = frame(&c, NULL, t->root, -1, t);
 
 	if (!e && c.oom)
 		e = taco_err_set(err, -ENOMEM, "out of memory");
+	if (!e && c.bad_line)
+		e = taco_err_set(err, -EINVAL,
+				 "line %d: a name in the filter of a set block "
+				 "that is nowhere else in its scope is not "
+				 "supported (jinja2's compiler fails on it)",
+				 c.bad_line);
 	return e;
 }

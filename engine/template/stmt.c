@@ -216,7 +216,8 @@ int te_call_macro(trender *r, const tmacro *m, tv *args, int nargs,
 		for (int i = 0; i < nkw; i++) {
 			tv key = tv_str(kw[i].name, kw[i].n);
 
-			if (!used[i] && (e = td_set(r, v.u.dict, &key, &kwv[i])))
+			if (!used[i] &&
+			    (e = td_set(r, v.u.dict, &key, &kwv[i])))
 				return e;
 		}
 		if ((e = ts_set(r, ms, t->id_kwargs, &v)))
@@ -224,12 +225,13 @@ int te_call_macro(trender *r, const tmacro *m, tv *args, int nargs,
 	} else {
 		for (int i = 0; i < nkw; i++)
 			if (!used[i])
-				return tr_fail(r, -EINVAL,
-					       "TypeError: macro '%.*s' takes no "
-					       "keyword argument '%.*s'",
-					       (int)m->nlen, m->name,
-					       (int)(kw[i].n > 60 ? 60 : kw[i].n),
-					       kw[i].name);
+				return tr_fail(
+				    r, -EINVAL,
+				    "TypeError: macro '%.*s' takes no "
+				    "keyword argument '%.*s'",
+				    (int)m->nlen, m->name,
+				    (int)(kw[i].n > 60 ? 60 : kw[i].n),
+				    kw[i].name);
 	}
 	if ((e = cap_push(r, &saved)))
 		return e;
@@ -243,8 +245,8 @@ int te_call_macro(trender *r, const tmacro *m, tv *args, int nargs,
 	return cap_pop(r, saved, out);
 }
 
-static int new_macro(trender *r, const tnode *def, const tnode *body,
-		     tscope *s, const char *name, size_t nlen, tv *out)
+static int new_macro(trender *r, const tnode *def, const tnode *body, tscope *s,
+		     const char *name, size_t nlen, tv *out)
 {
 	tmacro *m = tr_alloc(r, sizeof(*m));
 
@@ -272,7 +274,8 @@ static int exec_callblock(trender *r, const tnode *n, tscope *s)
 		return e;
 	if ((e = te_eval(r, call->a, s, &fn)))
 		return e;
-	if (call->nkids && !(args = tr_alloc(r, (size_t)call->nkids * sizeof(tv))))
+	if (call->nkids &&
+	    !(args = tr_alloc(r, (size_t)call->nkids * sizeof(tv))))
 		return -E2BIG;
 	if (call->nkw && !(kwv = tr_alloc(r, (size_t)call->nkw * sizeof(tv))))
 		return -E2BIG;
@@ -416,8 +419,10 @@ static int capture(trender *r, const tnode *n, tscope *s, tv *out)
 	e = te_exec(r, body, bs);
 	if (e) {
 		cap_pop(r, saved, NULL);
-		return e < 0 ? e : tr_fail(r, -EINVAL, "internal error: loop "
-						       "control in a block");
+		return e < 0 ? e
+			     : tr_fail(r, -EINVAL,
+				       "internal error: loop "
+				       "control in a block");
 	}
 	return cap_pop(r, saved, out);
 }
@@ -431,23 +436,33 @@ static int exec_generation(trender *r, const tnode *n, tscope *s)
 	if (!gs)
 		return -E2BIG;
 	if (r->out != &r->root)
-		return te_unsupported(r, "{% generation %} inside a macro, call, "
-					 "filter or set block");
+		return te_unsupported(r,
+				      "{% generation %} inside a macro, call, "
+				      "filter or set block");
 	if (r->in_gen)
-		return te_unsupported(r, "{% generation %} inside {% generation "
-					 "%}");
+		return te_unsupported(r,
+				      "{% generation %} inside {% generation "
+				      "%}");
 	if ((e = ts_pre(r, gs, n)))
 		return e;
 	r->in_gen = 1;
 	e = te_exec(r, n->d, gs);
 	r->in_gen = 0;
 	if (e)
-		return e < 0 ? e : tr_fail(r, -EINVAL, "internal error: loop "
-						       "control in a block");
+		return e < 0 ? e
+			     : tr_fail(r, -EINVAL,
+				       "internal error: loop "
+				       "control in a block");
 	if (r->ngen == r->gencap) {
 		int cap = r->gencap ? r->gencap * 2 : 16;
-		size_t *ng = realloc(r->gen, (size_t)cap * 2 * sizeof(size_t));
+		size_t grow = (size_t)(cap - r->gencap) * 2 * sizeof(size_t);
+		size_t *ng;
 
+		if (cap > (1 << 28) || ta_charge(&r->a, (ptrdiff_t)grow))
+			return tr_fail(r, -E2BIG,
+				       "max_memory exceeded (%zu bytes)",
+				       r->lim.max_memory);
+		ng = realloc(r->gen, (size_t)cap * 2 * sizeof(size_t));
 		if (!ng)
 			return tr_oom(r);
 		r->gen = ng;

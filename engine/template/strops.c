@@ -79,7 +79,8 @@ int ps_case(trender *r, const tv *s, int how, tv *out)
 			return e;
 		for (i = 0; i < n; i++) {
 			char c = p[i];
-			int up = c >= 'A' && c <= 'Z', lo = c >= 'a' && c <= 'z';
+			int up = c >= 'A' && c <= 'Z',
+			    lo = c >= 'a' && c <= 'z';
 			int to_up;
 
 			switch (how) {
@@ -134,7 +135,8 @@ int ps_case(trender *r, const tv *s, int how, tv *out)
 			prev_cased = (f & TU_CASED) != 0;
 			break;
 		case CASE_CAPITALIZE:
-			nm = first ? tu_title1(cp, m) : lower_at(p, n, i, cp, m);
+			nm =
+			    first ? tu_title1(cp, m) : lower_at(p, n, i, cp, m);
 			break;
 		default:
 			if (f & TU_UPPER)
@@ -362,7 +364,8 @@ int ps_split(trender *r, const tv *s, const tv *sep, int64_t maxsplit,
 				}
 				start = i;
 				while (i < n && !space_at(p, n, i))
-					i += tu_dec(p + i, n - i, &(uint32_t){0});
+					i += tu_dec(p + i, n - i,
+						    &(uint32_t){0});
 				part = tv_str(p + start, i - start);
 				if ((e = tlb_push(r, &l, &part)))
 					return e;
@@ -400,8 +403,8 @@ int ps_split(trender *r, const tv *s, const tv *sep, int64_t maxsplit,
 	if (!right) {
 		size_t i = 0, at;
 
-		while (maxsplit > 0 &&
-		       (at = find_from(p, n, sep->u.s, sep->n, i)) != (size_t)-1) {
+		while (maxsplit > 0 && (at = find_from(p, n, sep->u.s, sep->n,
+						       i)) != (size_t)-1) {
 			part = tv_str(p + i, at - i);
 			if ((e = tlb_push(r, &l, &part)))
 				return e;
@@ -499,10 +502,11 @@ int ps_join(trender *r, const tv *sep, const tv *items, tv *out)
 		return e;
 	while ((got = tc_next(r, &c, &item)) == 1) {
 		if (item.k != TV_STR) {
-			e = tr_fail(r, -EINVAL,
-				    "TypeError: sequence item %zu: expected str "
-				    "instance, %s found",
-				    idx, tv_typename(&item));
+			e = tr_fail(
+			    r, -EINVAL,
+			    "TypeError: sequence item %zu: expected str "
+			    "instance, %s found",
+			    idx, tv_typename(&item));
 			break;
 		}
 		if (!first && (e = tb_put(r, &b, sep->u.s, sep->n)))
@@ -535,9 +539,10 @@ int ps_escape(trender *r, const tv *s, tv *out)
 	for (size_t i = 0; i < s->n; i++) {
 		char c = s->u.s[i];
 
-		extra += c == '&' ? 4 : c == '<' || c == '>' ? 3
-					: c == '"' || c == '\'' ? 4
-								: 0;
+		extra += c == '&'		 ? 4
+			 : c == '<' || c == '>'	 ? 3
+			 : c == '"' || c == '\'' ? 4
+						 : 0;
 	}
 	if ((e = tv_newstr(r, s->n + extra, out, &o)))
 		return e;
@@ -614,8 +619,9 @@ int ps_repeat(trender *r, const tv *s, int64_t n, tv *out)
 	}
 	if ((uint64_t)n > (UINT32_MAX - 1) / s->n ||
 	    (size_t)n * s->n > r->lim.max_memory)
-		return tr_fail(r, -E2BIG, "max_memory exceeded (%zu bytes): a "
-					  "string of %lld times %u bytes",
+		return tr_fail(r, -E2BIG,
+			       "max_memory exceeded (%zu bytes): a "
+			       "string of %lld times %u bytes",
 			       r->lim.max_memory, (long long)n, s->n);
 	if ((e = tv_newstr(r, (size_t)n * s->n, out, &o)))
 		return e;
@@ -627,8 +633,8 @@ int ps_repeat(trender *r, const tv *s, int64_t n, tv *out)
 
 /* ---- slices -------------------------------------------------------- */
 
-int ps_slice(trender *r, const tv *s, int64_t start, int64_t stop,
-	     int64_t step, tv *out)
+int ps_slice(trender *r, const tv *s, int64_t start, int64_t stop, int64_t step,
+	     tv *out)
 {
 	size_t *offs = NULL, ncp, k = 0;
 	char *o;

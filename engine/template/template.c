@@ -25,8 +25,8 @@ int taco_tmpl_compile(const char *src, size_t len, taco_tmpl **out,
 
 	if (len > TACO_TMPL_MAX_SOURCE)
 		return taco_err_set(err, -E2BIG,
-				    "the template is %zu bytes (at most %u)", len,
-				    TACO_TMPL_MAX_SOURCE);
+				    "the template is %zu bytes (at most %u)",
+				    len, TACO_TMPL_MAX_SOURCE);
 	if (!tu_valid(src, len))
 		return taco_err_set(err, -EINVAL,
 				    "the template is not valid UTF-8");
@@ -74,8 +74,7 @@ void taco_tmpl_free(taco_tmpl *t)
 }
 
 int taco_tmpl_render(const taco_tmpl *t, const json_t *ctx,
-		     const taco_tmpl_opts *o, taco_tmpl_out *out,
-		     taco_err *err)
+		     const taco_tmpl_opts *o, taco_tmpl_out *out, taco_err *err)
 {
 	trender r;
 	tscope *root;
@@ -100,7 +99,8 @@ int taco_tmpl_render(const taco_tmpl *t, const json_t *ctx,
 	ta_init(&r.a, r.lim.max_memory);
 	r.out = &r.root;
 	if (!json_is_object(ctx)) {
-		e = taco_err_set(err, -EINVAL, "the context is not a JSON object");
+		e = taco_err_set(err, -EINVAL,
+				 "the context is not a JSON object");
 		goto out;
 	}
 	r.ctxc = tr_alloc(&r, (size_t)(t->nnames ? t->nnames : 1) *
@@ -114,13 +114,18 @@ int taco_tmpl_render(const taco_tmpl *t, const json_t *ctx,
 	if (!(e = ts_pre(&r, root, t->root)))
 		e = te_exec(&r, t->root, root);
 	if (e > 0)
-		e = tr_fail(&r, -EINVAL, "internal error: loop control at the "
-					 "top level");
+		e = tr_fail(&r, -EINVAL,
+			    "internal error: loop control at the "
+			    "top level");
 	if (e)
 		goto out;
-	if ((e = tb_putc(&r, &r.root, 0)))
+	/* the buffer always has a byte to spare for the NUL */
+	if (!r.root.p && !(r.root.p = malloc(1))) {
+		e = taco_err_set(err, -ENOMEM, "out of memory");
 		goto out;
-	out->len = r.root.n - 1;
+	}
+	r.root.p[r.root.n] = 0;
+	out->len = r.root.n;
 	out->text = r.root.p;
 	out->gen = r.gen;
 	out->n_gen = r.ngen;

@@ -27,9 +27,11 @@
 
 typedef struct taco_tmpl taco_tmpl;
 
-/* Compiles src[0..len). Syntax errors, and filters, tests or statements
- * the language here lacks, are -EINVAL with "line N: ..." in err. *out is
- * set only on success; free it with taco_tmpl_free. */
+/* Compiles src[0..len) (UTF-8). Syntax errors, and filters, tests or
+ * statements the language here lacks, are -EINVAL with "line N: ..." in
+ * err; a source over TACO_TMPL_MAX_SOURCE, or nested deeper than 256
+ * levels (brackets, operators, statements), is -E2BIG. *out is set only
+ * on success; free it with taco_tmpl_free. */
 int taco_tmpl_compile(const char *src, size_t len, taco_tmpl **out,
 		      taco_err *err);
 void taco_tmpl_free(taco_tmpl *t);
@@ -61,11 +63,27 @@ typedef struct taco_tmpl_out {
 
 /* Renders t with the variables of ctx, a JSON object (messages, tools,
  * add_generation_prompt, bos_token, eos_token, and any template
- * variables). JSON values are Python's: objects are dicts in key order,
- * integers int, reals float, null None. raise_exception(msg) in the
- * template fails the render with -EINVAL and "line N: msg". Limits
- * exceeded are -E2BIG, naming the limit. *out is set only on success;
- * free it with taco_tmpl_out_free. */
+ * variables), read in place, never copied: it must stay unchanged during
+ * the call, and its strings be valid UTF-8 (as Jansson's decoder and
+ * json_string make them). JSON values are Python's: objects are dicts in
+ * key order, integers int, reals float, null None. Integers are 64-bit:
+ * where Python's would grow past that, the render fails (never a wrong
+ * number).
+ *
+ * Errors, each with "line N: ..." in err: raise_exception(msg) is -EINVAL
+ * and "line N: msg"; the template's own errors (an undefined value used,
+ * a TypeError, ...) are -EINVAL, and so is what the language here does
+ * not do ("line N: ... is not supported"); a limit exceeded is -E2BIG,
+ * "line N: max_steps exceeded (50000000)" and the like (max_output,
+ * max_memory, max_steps, max_depth, and "evaluation depth" for values
+ * nested past 1000 levels); -ENOMEM when malloc fails. *out is set only
+ * on success; free it with taco_tmpl_out_free.
+ *
+ * A render uses well under 1 MiB of the calling thread's stack (about
+ * 400 KiB at the worst in an optimized build). Floats
+ * are written and read as Python does, with snprintf and strtod: the
+ * process's LC_NUMERIC must be "C" (the default). strftime_now formats
+ * o->now with localtime_r (the TZ of the process). */
 int taco_tmpl_render(const taco_tmpl *t, const json_t *ctx,
 		     const taco_tmpl_opts *o, taco_tmpl_out *out,
 		     taco_err *err);

@@ -72,8 +72,9 @@ const char *tt_name(int id)
 static int one_arg(trender *r, int id, int nargs, int nkw)
 {
 	if (nargs != 1 || nkw)
-		return tr_fail(r, -EINVAL, "TypeError: the test '%s' takes one "
-					   "argument",
+		return tr_fail(r, -EINVAL,
+			       "TypeError: the test '%s' takes one "
+			       "argument",
 			       tt_name(id));
 	return 0;
 }
@@ -81,8 +82,9 @@ static int one_arg(trender *r, int id, int nargs, int nkw)
 static int no_arg(trender *r, int id, int nargs, int nkw)
 {
 	if (nargs || nkw)
-		return tr_fail(r, -EINVAL, "TypeError: the test '%s' takes no "
-					   "argument",
+		return tr_fail(r, -EINVAL,
+			       "TypeError: the test '%s' takes no "
+			       "argument",
 			       tt_name(id));
 	return 0;
 }
@@ -103,7 +105,9 @@ int tt_apply(trender *r, int id, const tv *in, tv *args, int nargs,
 					      : no_arg(r, id, nargs, nkw)))
 			return e;
 		if ((e = te_binop(r, OP_MOD, in,
-				  id == TT_divisibleby ? &args[0] : &(tv){.k = TV_INT, .u.i = 2},
+				  id == TT_divisibleby
+				      ? &args[0]
+				      : &(tv){.k = TV_INT, .u.i = 2},
 				  &v)))
 			return e;
 		return tv_eq(r, &v, &(tv){.k = TV_INT, .u.i = id == TT_odd},
@@ -127,12 +131,12 @@ int tt_apply(trender *r, int id, const tv *in, tv *args, int nargs,
 	case TT_lessthan:
 	case TT_lesym:
 	case TT_le: {
-		int op = id <= TT_equalto ? CMP_EQ
-			 : id <= TT_ne	  ? CMP_NE
+		int op = id <= TT_equalto	? CMP_EQ
+			 : id <= TT_ne		? CMP_NE
 			 : id <= TT_greaterthan ? CMP_GT
-			 : id <= TT_ge	  ? CMP_GE
-			 : id <= TT_lessthan ? CMP_LT
-					     : CMP_LE;
+			 : id <= TT_ge		? CMP_GE
+			 : id <= TT_lessthan	? CMP_LT
+						: CMP_LE;
 
 		if ((e = one_arg(r, id, nargs, nkw)))
 			return e;
@@ -141,17 +145,18 @@ int tt_apply(trender *r, int id, const tv *in, tv *args, int nargs,
 	case TT_sameas:
 		if ((e = one_arg(r, id, nargs, nkw)))
 			return e;
-		if (in->k == TV_NONE || in->k == TV_BOOL || args[0].k == TV_NONE ||
-		    args[0].k == TV_BOOL) {
+		if (in->k == TV_NONE || in->k == TV_BOOL ||
+		    args[0].k == TV_NONE || args[0].k == TV_BOOL) {
 			*out = in->k == args[0].k &&
 			       (in->k == TV_NONE || in->u.i == args[0].u.i);
 			return 0;
 		}
 		if (in->k == TV_INT || in->k == TV_FLOAT || in->k == TV_STR ||
-		    in->k == TV_UNDEF || in->k == TV_TUPLE || in->k == TV_RANGE ||
-		    in->k == TV_VIEW || in->k == TV_METHOD)
-			return te_unsupported(r, "'sameas' of a number, string "
-						 "or tuple (Python's identity)");
+		    in->k == TV_UNDEF || in->k == TV_TUPLE ||
+		    in->k == TV_RANGE || in->k == TV_VIEW || in->k == TV_METHOD)
+			return te_unsupported(r,
+					      "'sameas' of a number, string "
+					      "or tuple (Python's identity)");
 		*out = in->k == args[0].k && in->u.p == args[0].u.p;
 		return 0;
 	default:
@@ -223,8 +228,11 @@ int tt_apply(trender *r, int id, const tv *in, tv *args, int nargs,
 	case TT_upper:
 		if ((e = py_str_value(r, in, &s)))
 			return e;
-		return tm_call(r, &s, tm_lookup(id == TT_lower ? "islower" : "isupper", 7),
-			       NULL, 0, NULL, NULL, 0, &v) ?: (*out = (int)v.u.i, 0);
+		return tm_call(
+			   r, &s,
+			   tm_lookup(id == TT_lower ? "islower" : "isupper", 7),
+			   NULL, 0, NULL, NULL, 0, &v)
+			   ?: (*out = (int)v.u.i, 0);
 	default:
 		return tr_fail(r, -EINVAL, "the test '%s' is not supported",
 			       tt_name(id));

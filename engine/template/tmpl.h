@@ -40,7 +40,7 @@ void ta_free(tarena *a);
 /* ---- values (value.c) ---------------------------------------------- */
 
 enum {
-	TV_UNDEF,  /* jinja2's Undefined: u.undef (NULL: no hint) */
+	TV_UNDEF, /* jinja2's Undefined: u.undef (NULL: no hint) */
 	TV_NONE,
 	TV_BOOL,   /* u.i: 0 or 1 */
 	TV_INT,	   /* u.i */
@@ -101,12 +101,12 @@ enum { TVIEW_KEYS, TVIEW_VALUES, TVIEW_ITEMS };
 
 /* Why a value is undefined: the message jinja2 gives when it is used. */
 struct tundef {
-	const char *msg;	 /* a message of its own, or NULL */
-	const char *name;	 /* the name or attribute, n bytes */
+	const char *msg;  /* a message of its own, or NULL */
+	const char *name; /* the name or attribute, n bytes */
 	uint32_t n;
-	int8_t of_kind;		 /* the object's kind (attribute), or -1 */
-	uint8_t security;	 /* an unsafe attribute: SecurityError */
-	uint8_t elem;		 /* "has no element" rather than attribute */
+	int8_t of_kind;	  /* the object's kind (attribute), or -1 */
+	uint8_t security; /* an unsafe attribute: SecurityError */
+	uint8_t elem;	  /* "has no element" rather than attribute */
 };
 
 struct tdict {
@@ -128,11 +128,11 @@ struct trange {
 
 enum {
 	/* expressions */
-	N_CONST, /* cval */
-	N_NAME,	 /* id */
-	N_LIST,	 /* kids */
-	N_TUPLE, /* kids */
-	N_DICT,	 /* kids: key, value, key, value... */
+	N_CONST,   /* cval */
+	N_NAME,	   /* id */
+	N_LIST,	   /* kids */
+	N_TUPLE,   /* kids */
+	N_DICT,	   /* kids: key, value, key, value... */
 	N_GETATTR, /* a.str; id: method id or -1 */
 	N_GETITEM, /* a[b] */
 	N_SLICE,   /* a[b:c:d], any of b c d NULL */
@@ -150,14 +150,14 @@ enum {
 	N_POS,
 	N_CONDEXPR, /* b if a else c (c NULL: undefined) */
 	/* statements */
-	N_BODY,	   /* kids */
-	N_OUTPUT,  /* kids: N_CONST strings (data) and expressions */
-	N_IF,	   /* if a: kids (body) else b (N_BODY or N_IF) */
-	N_FOR,	   /* for a in b if c: kids else d */
-	N_SET,	   /* a = b */
-	N_SETBLOCK, /* a = (kids rendered) | filter chain b */
-	N_MACRO,    /* id: name; params kids (N_NAME), defaults dflt */
-	N_CALLBLOCK, /* call b: caller params kids, body d */
+	N_BODY,	       /* kids */
+	N_OUTPUT,      /* kids: N_CONST strings (data) and expressions */
+	N_IF,	       /* if a: kids (body) else b (N_BODY or N_IF) */
+	N_FOR,	       /* for a in b if c: kids else d */
+	N_SET,	       /* a = b */
+	N_SETBLOCK,    /* a = (kids rendered) | filter chain b */
+	N_MACRO,       /* id: name; params kids (N_NAME), defaults dflt */
+	N_CALLBLOCK,   /* call b: caller params kids, body d */
 	N_FILTERBLOCK, /* b: filter chain, body kids */
 	N_WITH,	       /* targets a (N_TUPLE of N_NAME), values b, body */
 	N_GENERATION,  /* body kids */
@@ -201,18 +201,17 @@ struct tnode {
 	int npre;
 };
 
-#define TP_MAX_HEIGHT_SCOPE 256
-
 /* tnode.flags */
-#define NF_SOFT 1	/* unknown filter or test: an error when evaluated */
-#define NF_VARARGS 2	/* N_MACRO: the body reads varargs */
-#define NF_KWARGS 4	/* N_MACRO: the body reads kwargs */
-#define NF_CALLER 8	/* N_MACRO: the body reads caller */
+#define NF_SOFT 1	  /* unknown filter or test: an error when evaluated */
+#define NF_VARARGS 2	  /* N_MACRO: the body reads varargs */
+#define NF_KWARGS 4	  /* N_MACRO: the body reads kwargs */
+#define NF_CALLER 8	  /* N_MACRO: the body reads caller */
 #define NF_UNSUPPORTED 16 /* a known filter or test the language lacks */
-#define NF_DYNAMIC 32 /* reads a name or calls: never constant (fold.c) */
-#define NF_QUIRK 64   /* a constant jinja2 writes into its Python code:
-		       * inf or nan there is a NameError, and a negative
-		       * number left of ** is -(x ** y) (fold.c) */
+#define NF_DYNAMIC 32	  /* reads a name or calls: never constant (fold.c) */
+#define NF_QUIRK                                                               \
+	64 /* a constant jinja2 writes into its Python code:                   \
+	    * inf or nan there is a NameError, and a negative                  \
+	    * number left of ** is -(x ** y) (fold.c) */
 
 /* The interned names of a template. */
 typedef struct tname {
@@ -349,18 +348,19 @@ typedef struct trender {
 	taco_tmpl_limits lim;
 	int64_t now;
 	uint64_t steps;
-	int depth;     /* macro calls and loops */
-	int rdepth;    /* C recursion: evaluations, repr and json nesting */
-	int line;      /* line of the node being evaluated */
-	tbuf *out;     /* where output goes now */
-	tbuf root;     /* the render's output */
-	tbuf **caps;   /* capture buffers, by level */
+	int depth;   /* macro calls and loops */
+	int rdepth;  /* C recursion: evaluations, repr and json nesting */
+	int line;    /* line of the node being evaluated */
+	tbuf *out;   /* where output goes now */
+	tbuf root;   /* the render's output */
+	tbuf **caps; /* capture buffers, by level */
 	int ncaps, capcap, capdepth;
 	size_t *gen;
 	int ngen, gencap;
 	tctxslot *ctxc; /* per name id */
 	taco_err *err;
 	int errset;
+	int errcode;   /* the code of the first error (with its message) */
 	int in_gen;    /* inside a {% generation %} block */
 	int constmode; /* folding constants: a failed slice is undefined */
 	int folding;   /* folding: names and calls are not constants */
@@ -369,7 +369,9 @@ typedef struct trender {
 /* Fails the render: -code with "line N: msg" (once: the first wins). */
 int tr_fail(trender *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-#define TR_LIMIT_RDEPTH 2000 /* nested evaluations in C: the stack's bound */
+/* nested evaluations in C (expressions, statements, macro calls, values
+ * printed or compared): the bound of a render's stack, about 1 MiB */
+#define TR_LIMIT_RDEPTH 1000
 
 /* a step: -E2BIG past max_steps */
 static inline int tr_step(trender *r)
@@ -516,18 +518,18 @@ struct titer {
 	uint8_t started;
 	uint8_t reject, attr; /* select family */
 	tcur src;
-	tv seq;		 /* TI_REVERSED: the sequence */
-	int64_t pos;	 /* TI_REVERSED: next index */
+	tv seq;		  /* TI_REVERSED: the sequence */
+	int64_t pos;	  /* TI_REVERSED: next index */
 	const char *name; /* filter or test name (map, select) */
 	uint32_t nlen;
-	int fid;		/* filter or test id */
-	tv *args;		/* extra arguments */
+	int fid;  /* filter or test id */
+	tv *args; /* extra arguments */
 	int nargs;
 	tkw *kw; /* keyword names (values in kwv) */
 	tv *kwv;
 	int nkw;
-	tv attrpath;   /* attribute (map attribute=, selectattr, unique) */
-	tv dflt;       /* map default= */
+	tv attrpath; /* attribute (map attribute=, selectattr, unique) */
+	tv dflt;     /* map default= */
 	int has_dflt;
 	int case_sensitive;
 	tdict seen;    /* unique */
@@ -601,16 +603,16 @@ int ps_join(trender *r, const tv *sep, const tv *items, tv *out);
 int ps_concat(trender *r, const tv *a, const tv *b, tv *out);
 int ps_repeat(trender *r, const tv *s, int64_t n, tv *out);
 int ps_escape(trender *r, const tv *s, tv *out); /* markupsafe.escape */
-int ps_slice(trender *r, const tv *s, int64_t start, int64_t stop,
-	     int64_t step, tv *out);
+int ps_slice(trender *r, const tv *s, int64_t start, int64_t stop, int64_t step,
+	     tv *out);
 
 /* ---- evaluation (eval.c, stmt.c) ----------------------------------- */
 
 int te_eval(trender *r, const tnode *n, tscope *s, tv *out);
 int te_exec(trender *r, const tnode *body, tscope *s);
 /* calls a callable value with evaluated arguments */
-int te_call_value(trender *r, const tv *fn, tv *args, int nargs,
-		  const tkw *kw, tv *kwv, int nkw, tv *out);
+int te_call_value(trender *r, const tv *fn, tv *args, int nargs, const tkw *kw,
+		  tv *kwv, int nkw, tv *out);
 int te_getattr(trender *r, const tv *obj, const char *name, size_t n,
 	       int method, tv *out);
 int te_getitem(trender *r, const tv *obj, const tv *key, tv *out);
@@ -668,15 +670,14 @@ enum {
 };
 int tg_lookup(const char *name, size_t n); /* global or -1 */
 const char *tg_name(int id);
-int tg_call(trender *r, int id, tv *args, int nargs, const tkw *kw,
-	    tv *kwv, int nkw, tv *out);
+int tg_call(trender *r, int id, tv *args, int nargs, const tkw *kw, tv *kwv,
+	    int nkw, tv *out);
 
 /* keyword and positional arguments of a builtin: binds args and kw to
  * the names in spec (NULL-terminated), in order; missing ones are
  * TV_UNDEF with *has 0. -EINVAL on an unknown or repeated one. */
-int targs_bind(trender *r, const char *what, const char *const *spec,
-	       tv *args, int nargs, const tkw *kw, tv *kwv, int nkw, tv *vals,
-	       int *has);
+int targs_bind(trender *r, const char *what, const char *const *spec, tv *args,
+	       int nargs, const tkw *kw, tv *kwv, int nkw, tv *vals, int *has);
 
 /* an int argument (bool and int; float is a TypeError) */
 int targ_int(trender *r, const char *what, const tv *v, int64_t *out);

@@ -42,7 +42,9 @@ int tb_put(trender *r, tbuf *b, const char *s, size_t n)
 {
 	int e;
 
-	if (b->cap - b->n <= n && (e = tb_reserve(r, b, n)))
+	/* the limit whatever the capacity (which may have grown past it) */
+	if ((b->cap - b->n <= n || n > r->lim.max_output - b->n) &&
+	    (e = tb_reserve(r, b, n)))
 		return e;
 	if (n)
 		memcpy(b->p + b->n, s, n);
@@ -237,11 +239,25 @@ tv tv_unsafe(trender *r, const tv *obj, const char *name, size_t n)
 static const char *kind_name(int k)
 {
 	static const char *const names[TV_KINDS] = {
-	    "Undefined", "NoneType",	"bool",	      "int",
-	    "float",	 "str",		"list",	      "tuple",
-	    "dict",	 "list",	"dict",	      "Namespace",
-	    "range",	 "generator",	"dict_view",  "LoopContext",
-	    "Macro",	 "function",	"builtin_function_or_method"};
+	    "Undefined",
+	    "NoneType",
+	    "bool",
+	    "int",
+	    "float",
+	    "str",
+	    "list",
+	    "tuple",
+	    "dict",
+	    "list",
+	    "dict",
+	    "Namespace",
+	    "range",
+	    "generator",
+	    "dict_view",
+	    "LoopContext",
+	    "Macro",
+	    "function",
+	    "builtin_function_or_method"};
 	return k >= 0 && k < TV_KINDS ? names[k] : "object";
 }
 
@@ -264,11 +280,13 @@ int tv_undef_fail(trender *r, const tv *v)
 	if (!u && v->n) {
 		const tname *nm = &r->t->names[v->n - 1];
 
-		return tr_fail(r, -EINVAL, "UndefinedError: '%.*s' is undefined",
+		return tr_fail(r, -EINVAL,
+			       "UndefinedError: '%.*s' is undefined",
 			       (int)(nm->n > 100 ? 100 : nm->n), nm->s);
 	}
 	if (!u)
-		return tr_fail(r, -EINVAL, "UndefinedError: value is undefined");
+		return tr_fail(r, -EINVAL,
+			       "UndefinedError: value is undefined");
 	if (u->security)
 		return tr_fail(r, -EINVAL,
 			       "SecurityError: access to attribute '%.*s' of "
@@ -278,7 +296,8 @@ int tv_undef_fail(trender *r, const tv *v)
 	if (u->msg)
 		return tr_fail(r, -EINVAL, "UndefinedError: %s", u->msg);
 	if (u->of_kind < 0)
-		return tr_fail(r, -EINVAL, "UndefinedError: '%.*s' is undefined",
+		return tr_fail(r, -EINVAL,
+			       "UndefinedError: '%.*s' is undefined",
 			       (int)(u->n > 100 ? 100 : u->n), u->name);
 	kind = u->of_kind == TV_NONE ? "None" : kind_name(u->of_kind);
 	if (u->elem)
@@ -339,7 +358,8 @@ int tv_map_gets(const tv *m, const char *k, size_t n, tv *out)
 	for (uint32_t i = 0; i < m->u.dict->n; i++) {
 		const tv *key = &m->u.dict->keys[i];
 
-		if (key->k == TV_STR && key->n == n && !memcmp(key->u.s, k, n)) {
+		if (key->k == TV_STR && key->n == n &&
+		    !memcmp(key->u.s, k, n)) {
 			*out = m->u.dict->vals[i];
 			return 1;
 		}
@@ -518,7 +538,8 @@ int tv_eq(trender *r, const tv *a, const tv *b, int *out)
 
 		if (n != tv_seq_len(b))
 			return 0;
-		if (a->k == b->k && a->k != TV_JARR && a->u.items == b->u.items) {
+		if (a->k == b->k && a->k != TV_JARR &&
+		    a->u.items == b->u.items) {
 			*out = 1;
 			return 0;
 		}
@@ -574,13 +595,15 @@ int tv_eq(trender *r, const tv *a, const tv *b, int *out)
 		return 0;
 	}
 	case TV_VIEW:
-		return tr_fail(r, -EINVAL, "comparing dict views is not "
-					   "supported");
+		return tr_fail(r, -EINVAL,
+			       "comparing dict views is not "
+			       "supported");
 	case TV_FUNC:
 		*out = a->x == b->x;
 		return 0;
 	case TV_METHOD:
-		return tr_fail(r, -EINVAL, "comparing methods is not supported");
+		return tr_fail(r, -EINVAL,
+			       "comparing methods is not supported");
 	default:
 		*out = a->u.p == b->u.p;
 		return 0;
@@ -607,8 +630,8 @@ static int cmp_result(int op, int c)
 
 static const char *op_sym(int op)
 {
-	static const char *const s[] = {"==", "!=", "<", "<=", ">", ">=",
-					"in", "not in"};
+	static const char *const s[] = {
+	    "==", "!=", "<", "<=", ">", ">=", "in", "not in"};
 	return s[op];
 }
 
@@ -674,7 +697,7 @@ int tv_lt(trender *r, const tv *a, const tv *b, int *out)
 
 /* ---- hashing and dicts --------------------------------------------- */
 
-int tv_hashable(const tv *v)
+static int hashable(const tv *v, int depth)
 {
 	switch (v->k) {
 	case TV_LIST:
@@ -684,13 +707,21 @@ int tv_hashable(const tv *v)
 	case TV_VIEW:
 		return 0;
 	case TV_TUPLE:
+		/* tuples nested deeper than this are refused as unhashable */
+		if (depth > 64)
+			return 0;
 		for (uint32_t i = 0; i < v->n; i++)
-			if (!tv_hashable(&v->u.items[i]))
+			if (!hashable(&v->u.items[i], depth + 1))
 				return 0;
 		return 1;
 	default:
 		return 1;
 	}
+}
+
+int tv_hashable(const tv *v)
+{
+	return hashable(v, 0);
 }
 
 static uint64_t mix(uint64_t h)

@@ -41,7 +41,7 @@ import sys
 import numpy as np
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import (AddedToken, Tokenizer, decoders, models,
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models,
                         pre_tokenizers, processors, trainers)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,6 +49,12 @@ MODEL = os.path.join(HERE, "model")
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>",
                "</tool_response>"]
+# The pre-tokenizer's pattern: GPT-2's, except that a run of punctuation
+# goes on over spaces into more punctuation, so that JSON's '": "', '", "'
+# and '"}}' can each become one token: the tools' JSON in the system turn
+# is then about a third shorter.
+PATTERN = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"
+           r"| ?[^\s\p{L}\p{N}]+(?:[ ]+[^\s\p{L}\p{N}]+)*|\s+(?!\S)|\s+")
 VOCAB = 1024  # more than the corpus gives: every word of train.jsonl is one token
 
 # The chat template, ours, in the manner of Qwen2.5's and Qwen3's tool
@@ -66,11 +72,11 @@ TEMPLATE = (
     "{%- if tools -%}"
     "<|im_start|>system{{ '\\n' }}"
     "{%- if sys %}{{ sys }}{{ '\\n\\n' }}{% endif -%}"
-    "Tools, one JSON object a line:{{ '\\n' }}<tools>"
+    "Tools:{{ '\\n' }}<tools>"
     "{%- for t in tools %}{{ '\\n' }}{{ t | tojson }}{% endfor -%}"
     "{{ '\\n' }}</tools>{{ '\\n' }}"
-    "To call one, write its name and arguments as JSON in "
-    "<tool_call></tool_call>.<|im_end|>{{ '\\n' }}"
+    "Call one as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>."
+    "<|im_end|>{{ '\\n' }}"
     "{%- elif sys is not none -%}"
     "<|im_start|>system{{ '\\n' }}{{ sys }}<|im_end|>{{ '\\n' }}"
     "{%- endif -%}"
@@ -138,7 +144,11 @@ ASK = {
          "Is it warm in {c} right now?",
          "What is the temperature in {c}?",
          "Can you look up the weather in {c}?",
-         "I need the forecast for {c}."],
+         "I need the forecast for {c}.",
+         "Do you know the weather in {c}?",
+         "What is it like outside in {c} today?",
+         "Is it cold in {c} at the moment?",
+         "Any news on the weather in {c}?"],
         ["Could you check the weather in {c} for me?",
          "How warm is it in {c} at the moment?",
          "Any idea what the weather is like in {c}?"]),
@@ -148,7 +158,11 @@ ASK = {
          "Tell me the time in {c}.",
          "Current time in {c}, please.",
          "Can you look up the time in {c}?",
-         "What does the clock say in {c}?"],
+         "What does the clock say in {c}?",
+         "Do you know the time in {c}?",
+         "Is it late in {c} right now?",
+         "What hour is it in {c} at the moment?",
+         "Any idea of the time in {c}?"],
         ["Could you check the time in {c} for me?",
          "Do you know what time it is in {c} at the moment?"]),
 }
@@ -305,7 +319,9 @@ def draw(rng, ids, held_out, forbidden):
 
 def train_tokenizer(texts):
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.TemplateProcessing(
         single="$A", pair="$A $B:1", special_tokens=[])

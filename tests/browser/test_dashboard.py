@@ -433,10 +433,16 @@ def run(t, locked, d, shots):
     check(settings.startswith("Settings: precision ") and "streamed" not in settings, f"settings: {settings}")
     report = d.find_element(By.ID, "plan-report").text
     check("no problems in 2000 lines" in report, f"report: {report}")
+    # the first chat as the model sees it: the answer and its end of turn highlighted
+    marks = [m.text for m in d.find_elements(By.CSS_SELECTOR, "#plan-report pre.chat-preview mark.trained")]
+    check(len(marks) == 1 and marks[0].startswith("Sure:") and marks[0].endswith("<|im_end|>"), f"preview marks: {marks}")
     screenshot(d, shots, "new-job")
     before = {j["id"] for j in t.json("GET", "/v1/fine_tuning/jobs")["data"]}
     d.find_element(By.ID, "create-button").click()
     wait(d, "the new job's page", lambda: "#/job/ftjob-" in d.current_url)
+    wait(d, "the job's first chat as the model sees it",
+         lambda: [m for m in d.find_elements(By.CSS_SELECTOR, "#job-preview pre.chat-preview mark.trained")
+                  if m.text.endswith("<|im_end|>")])
     fid = d.current_url.split("#/job/")[1]
     check(fid not in before, "no new job")
     fjob = t.json("GET", f"/v1/fine_tuning/jobs/{fid}")
