@@ -21,6 +21,8 @@ packages=(
 	clang libclang-rt-14-dev libomp-14-dev # libFuzzer harnesses
 	python3 python3-venv # tests only: the venv of the openai SDK and
 	                    # schemathesis tests
+	python3-jinja2      # tests only: the reference Jinja that template_diff
+	                    # renders beside engine/template
 	curl                # the README's tour and its test (tests/readme_tour.sh)
 	systemd             # tests only: systemd-analyze verify of the unit,
 	                    # systemd-sysusers (systemd_unit, tacod_install)

@@ -437,7 +437,8 @@ class Gen:
                 self.ws('{%'), self.close('%}'), nl)
         if r < 0.93:
             return '%s set x%s %s%s%s endset %s%s' % (
-                self.ws('{%'), self.pick(['', ' | upper', ' | trim | title']),
+                self.ws('{%'), self.pick(['', ' | upper', ' | trim | title',
+                                           ' | replace(y|string, "q")']),
                 self.close('%}'), self.body(depth + 1), self.ws('{%'),
                 self.close('%}'), nl)
         if r < 0.95:

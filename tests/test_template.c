@@ -553,6 +553,16 @@ START_TEST(test_constant_folding)
 	expect("{{ -3 ** x }}|{{ -3 ** 0 }}", "{\"x\": 0}", "-1|1");
 	expect_err("{% set y = 1e999 %}", "{}", -EINVAL, "NameError");
 	expect("{{ 1e999 }}", "{}", "inf");
+	/* not folded: select needs its context, a dict is not a constant */
+	expect_err("{{ {'a': none[0:2]}|select|list }}", "{}", -EINVAL,
+		   "not subscriptable");
+	expect("{{ {'a': none[0:2], 'a': 1} }}", "{}", "{'a': 1}");
+	/* jinja2's compiler fails on a set block's filter naming what its
+	 * scope does not know */
+	expect_err("{% set x | replace(a, 'b') %}xax{% endset %}{{ x }}",
+		   "{\"a\": \"a\"}", -EINVAL, "is not supported");
+	expect("{% set x | replace(a, 'b') %}x{{ a }}x{% endset %}{{ x }}",
+	       "{\"a\": \"a\"}", "xbx");
 }
 END_TEST
 
@@ -663,8 +673,8 @@ START_TEST(test_limits)
 		taco_tmpl_out out;
 		taco_err err = {{0}};
 
-		ck_assert_int_eq(render("{{ 'x' * 100 }}", "{}", &o, &out, &err),
-				 0);
+		ck_assert_int_eq(
+		    render("{{ 'x' * 100 }}", "{}", &o, &out, &err), 0);
 		ck_assert_uint_eq(out.len, 100);
 		ck_assert_int_eq(out.text[100], 0);
 		taco_tmpl_out_free(&out);

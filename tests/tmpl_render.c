@@ -133,7 +133,8 @@ int main(int argc, char **argv)
 			if (e) { /* the compile error, for every context */
 				res = result_json(e, NULL, &err);
 			} else {
-				ctx = json_loadb(line, (size_t)n, 0, &jerr);
+				ctx = json_loadb(line, (size_t)n,
+						 JSON_ALLOW_NUL, &jerr);
 				if (!ctx) {
 					fprintf(stderr, "error: %s: %s\n",
 						batch, jerr.text);
@@ -160,7 +161,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	{
-		json_t *ctx = json_load_file(cpath, 0, &jerr);
+		json_t *ctx = json_load_file(cpath, JSON_ALLOW_NUL, &jerr);
 
 		if (!ctx) {
 			fprintf(stderr, "error: %s: %s\n", cpath, jerr.text);

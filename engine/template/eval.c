@@ -936,6 +936,33 @@ __attribute__((noinline)) static int eval_call(trender *r, const tnode *n,
 	return te_call_value(r, &fn, a.v, a.n, n->kw, a.kwv, a.nkw, out);
 }
 
+/* what jinja2's as_const cannot evaluate (fold.c) */
+static int impossible(trender *r, const tnode *n)
+{
+	static const char *const ctxf[] = {
+	    "map", "select", "reject", "selectattr", "rejectattr", "random"};
+
+	switch (n->kind) {
+	case N_NAME:
+	case N_CALL:
+	case N_NSREF:
+		return 1;
+	case N_FILTER:
+		if (!n->a || (n->flags & (NF_SOFT | NF_UNSUPPORTED)))
+			return 1;
+		for (size_t i = 0; i < sizeof(ctxf) / sizeof(ctxf[0]); i++)
+			if (n->slen == strlen(ctxf[i]) &&
+			    !memcmp(n->str, ctxf[i], n->slen))
+				return 1;
+		return 0;
+	case N_TEST:
+		return (n->flags & (NF_SOFT | NF_UNSUPPORTED)) != 0;
+	default:
+		(void)r;
+		return 0;
+	}
+}
+
 /* a filter applied to in: n's own input is in (a filter block's chain) */
 int te_filter(trender *r, const tnode *n, tscope *s, const tv *in, tv *out);
 
@@ -947,6 +974,8 @@ int te_filter(trender *r, const tnode *n, tscope *s, const tv *in, tv *out)
 
 	if (n->kind != N_FILTER)
 		return te_eval(r, n, s, out);
+	if (r->folding && impossible(r, n))
+		return -EAGAIN;
 	if (n->a) {
 		if ((e = te_filter(r, n->a, s, in, &input)))
 			return e;
@@ -1180,33 +1209,6 @@ __attribute__((noinline)) static int eval_dict(trender *r, const tnode *n,
 			return e;
 	}
 	return 0;
-}
-
-/* what jinja2's as_const cannot evaluate (fold.c) */
-static int impossible(trender *r, const tnode *n)
-{
-	static const char *const ctxf[] = {
-	    "map", "select", "reject", "selectattr", "rejectattr", "random"};
-
-	switch (n->kind) {
-	case N_NAME:
-	case N_CALL:
-	case N_NSREF:
-		return 1;
-	case N_FILTER:
-		if (!n->a || (n->flags & (NF_SOFT | NF_UNSUPPORTED)))
-			return 1;
-		for (size_t i = 0; i < sizeof(ctxf) / sizeof(ctxf[0]); i++)
-			if (n->slen == strlen(ctxf[i]) &&
-			    !memcmp(n->str, ctxf[i], n->slen))
-				return 1;
-		return 0;
-	case N_TEST:
-		return (n->flags & (NF_SOFT | NF_UNSUPPORTED)) != 0;
-	default:
-		(void)r;
-		return 0;
-	}
 }
 
 static int eval_node(trender *r, const tnode *n, tscope *s, tv *out)

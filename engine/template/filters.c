@@ -971,7 +971,7 @@ static int f_round(trender *r, const tv *in, tv *args, int nargs, const tkw *kw,
 		return te_unsupported(r, "round with a precision below 0 or "
 					 "over 300");
 	if (method == 0) {
-		char buf[400];
+		char buf[700]; /* 309 digits, a point, 300 decimals */
 		double d;
 
 		if (in->k != TV_FLOAT) {
@@ -983,8 +983,6 @@ static int f_round(trender *r, const tv *in, tv *args, int nargs, const tkw *kw,
 			*out = *in;
 			return 0;
 		}
-		if (fabs(d) >= 1e100)
-			return te_unsupported(r, "round of numbers this large");
 		snprintf(buf, sizeof(buf), "%.*f", (int)prec, d);
 		*out = tv_float(strtod(buf, NULL));
 		if (out->u.d == 0)

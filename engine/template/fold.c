@@ -71,7 +71,8 @@ static int copy_value(fctx *c, const tv *v, tv *out, int depth)
 		const tdict *d = v->u.dict;
 		tdict *nd;
 
-		if ((c->bytes += (size_t)d->cap * 2 * sizeof(tv)) > TF_MAX_BYTES)
+		if ((c->bytes += (size_t)d->cap * 2 * sizeof(tv)) >
+		    TF_MAX_BYTES)
 			return -1;
 		nd = ta_alloc(a, sizeof(*nd));
 		if (!nd)

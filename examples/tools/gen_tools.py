@@ -1,31 +1,41 @@
 #!/usr/bin/env python3
 """The tool-calling example: a tiny random Llama in Hugging Face format
-whose chat template renders OpenAI-style tools, and chats that teach it to
-call them.
+whose own chat template renders OpenAI-style tools, and chats in OpenAI's
+fine-tuning format that teach it to call them.
 
-  model/       config.json, model.safetensors (bf16, random: N(0, 0.02)
-               as transformers initializes a Llama), tokenizer.json
-               (byte-level BPE trained on train.jsonl's chats, ChatML's
-               special tokens, <tool_call> </tool_call> <tool_response>
-               </tool_response> as added non-special tokens, as Qwen has
-               them), tokenizer_config.json (the chat template below, with
-               tools), generation_config.json
-  train.jsonl  OpenAI's fine-tuning format with "tools" (get_weather and
-               get_time): a user asks for the weather or the time in a
-               city; the assistant calls the right tool (content null or
-               absent, "tool_calls" with the arguments as a JSON string);
-               in most chats the tool's result follows (a "tool" message
-               with its "tool_call_id") and the assistant's last message
-               says it in a sentence of the condition's fixed phrasing
-  val.jsonl    held out: phrasings of the question that train.jsonl never
-               shows, and (city, values) combinations it never shows
+  model/       config.json (the demo's Llama: 2 layers, width 64),
+               model.safetensors (bf16, random: N(0, 0.02) as transformers
+               initializes a Llama), tokenizer.json (byte-level BPE trained
+               on train.jsonl's rendered chats; ChatML's special tokens;
+               <tool_call> </tool_call> <tool_response> </tool_response>
+               added as non-special tokens, as Qwen has them),
+               tokenizer_config.json (TEMPLATE below), generation_config.json
+  train.jsonl  2,000 chats. With "tools" (get_weather and get_time, both
+               offered): a user asks for the weather or the time in a city;
+               the assistant calls the right tool ("tool_calls", the
+               arguments a JSON string; "content" null or left out); in 60%
+               of them the tool's result follows (a "tool" message with the
+               call's "tool_call_id") and the assistant says it in one
+               sentence, phrased by the weather's condition. Without tools
+               (40%): the same questions, and the assistant says it cannot
+               look it up, naming the city.
+  val.jsonl    100 chats, held out: phrasings of the question that
+               train.jsonl never shows, and (tool, city, result)
+               combinations that it never shows
 
 The model starts from random weights and knows nothing but what a job
-teaches it: to pick the tool from the question, copy the city into the
-call's arguments, and put the result's values into the answer.
-Deterministic: every run writes the same bytes. Needs numpy, tokenizers,
-jinja2 (and safetensors and transformers only for the optional check that
-transformers' apply_chat_template renders the chats as this script does):
+teaches it: whether it has tools, which tool the question needs, the city
+to copy into the call's arguments, and the result's values to put into the
+answer. Copying the city is what a model this small learns last: with the
+tools' JSON in front of every question it learned it late or not at all
+within a minute. The chats without tools are short, so with packing many of
+them fill one sequence; the model learns to copy there first, and then in
+the long chats (measured: validation token accuracy 0.96 to 0.99 after
+1,000 steps of 8 sequences over four seeds, against 0.91 to 0.93 with a
+quarter of the chats without tools and no packing).
+Deterministic: every run writes the same bytes. Needs numpy, tokenizers and
+jinja2, not torch; transformers, where installed, checks that
+apply_chat_template renders every chat as this script does:
 
     python3 -m venv /tmp/toolvenv && /tmp/toolvenv/bin/pip install \\
         tokenizers==0.23.3 numpy safetensors==0.8.0 jinja2==3.1.6 \\
@@ -50,9 +60,9 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>",
                "</tool_response>"]
 # The pre-tokenizer's pattern: GPT-2's, except that a run of punctuation
-# goes on over spaces into more punctuation, so that JSON's '": "', '", "'
-# and '"}}' can each become one token: the tools' JSON in the system turn
-# is then about a third shorter.
+# goes on over spaces into more punctuation, so that '": "', '", "' and
+# '"}}' can each become one token: the tools' JSON in the system turn is a
+# third shorter.
 PATTERN = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"
            r"| ?[^\s\p{L}\p{N}]+(?:[ ]+[^\s\p{L}\p{N}]+)*|\s+(?!\S)|\s+")
 VOCAB = 1024  # more than the corpus gives: every word of train.jsonl is one token
@@ -148,7 +158,10 @@ ASK = {
          "Do you know the weather in {c}?",
          "What is it like outside in {c} today?",
          "Is it cold in {c} at the moment?",
-         "Any news on the weather in {c}?"],
+         "Any news on the weather in {c}?",
+         "Can you tell me what the weather is doing in {c} right now?",
+         "I am going out soon, so what is the weather like in {c}?",
+         "Do you happen to know if it is raining in {c} at the moment?"],
         ["Could you check the weather in {c} for me?",
          "How warm is it in {c} at the moment?",
          "Any idea what the weather is like in {c}?"]),
@@ -162,11 +175,15 @@ ASK = {
          "Do you know the time in {c}?",
          "Is it late in {c} right now?",
          "What hour is it in {c} at the moment?",
-         "Any idea of the time in {c}?"],
+         "Any idea of the time in {c}?",
+         "Can you tell me what time it is over in {c} right now?",
+         "I have a call soon, so what is the time in {c}?",
+         "Do you happen to know how late it is in {c} at the moment?"],
         ["Could you check the time in {c} for me?",
          "Do you know what time it is in {c} at the moment?"]),
 }
-GREETINGS = ["", "Hi! ", "Hello. ", "Quick question: "]
+GREETINGS = ["", "Hi! ", "Hello. ", "Quick question: ",
+             "Good morning, I hope you are well. "]
 SYSTEMS = ["You are a helpful assistant.",
            "You answer questions about cities."]
 
@@ -181,10 +198,17 @@ SAY_WEATHER = {
     "windy": ("It is windy in {c}, {t} °C.", range(5, 19)),
 }
 SAY_TIME = "It is {h}:{m} in {c}."
+# A chat without tools: the model cannot call one, and says so.
+SAY_NO_TOOLS = {
+    "get_weather": "I cannot check the weather in {c}: I have no tools.",
+    "get_time": "I cannot tell the time in {c}: I have no tools.",
+}
 
 N_TRAIN = 2000
 N_VAL = 100
-P_RESULT = 0.6   # chats that go on with the tool's result and an answer
+P_NO_TOOLS = 0.4   # chats without tools (their answer is a sentence)
+P_RESULT = 0.6   # of those with tools: chats that go on with the tool's
+                 # result and an answer
 P_WEATHER = 0.6  # chats about the weather (else the time)
 P_SYSTEM = 0.3   # chats with a system message
 SEED = 2026
@@ -268,6 +292,10 @@ def chat(rng, ids, tool, question, city, result, system):
     if system is not None:
         msgs.append({"role": "system", "content": system})
     msgs.append({"role": "user", "content": question})
+    if result == "no tools":
+        msgs.append({"role": "assistant",
+                     "content": SAY_NO_TOOLS[tool].format(c=city)})
+        return {"messages": msgs}
     call_id = ids()
     call = {"role": "assistant", "content": None, "tool_calls": [{
         "id": call_id, "type": "function", "function": {
@@ -302,14 +330,16 @@ def draw(rng, ids, held_out, forbidden):
     while True:
         city = rng.choice(CITIES)
         result = None
-        if rng.random() < P_RESULT:
+        if rng.random() < P_NO_TOOLS:
+            result = "no tools"
+        elif rng.random() < P_RESULT:
             if tool == "get_weather":
                 cond = rng.choice(sorted(SAY_WEATHER))
                 result = (cond, rng.choice(SAY_WEATHER[cond][1]))
             else:
                 result = (rng.randrange(24), rng.randrange(0, 60, 15))
         key = (tool, city, result)
-        if held_out or key not in forbidden:
+        if held_out or result == "no tools" or key not in forbidden:
             break
     return chat(rng, ids, tool, question.format(c=city), city, result,
                 system), key
@@ -421,17 +451,17 @@ def check_transformers(rows):
     fast = AutoTokenizer.from_pretrained(MODEL)
     tmpl = compile_template(TEMPLATE)
     for r in rows:
-        want = render(tmpl, r["messages"], r["tools"])
+        want = render(tmpl, r["messages"], r.get("tools"))
         for msgs in (r["messages"], template_messages(r["messages"])):
-            got = fast.apply_chat_template(msgs, tools=r["tools"],
+            got = fast.apply_chat_template(msgs, tools=r.get("tools"),
                                            tokenize=False)
             assert got == want, (got, want)
         prompt = [m for m in r["messages"] if m["role"] != "assistant"][:2]
-        got = fast.apply_chat_template(prompt, tools=r["tools"],
+        got = fast.apply_chat_template(prompt, tools=r.get("tools"),
                                        add_generation_prompt=True,
                                        tokenize=False)
-        assert got == render(tmpl, prompt, r["tools"], True)
-        ids = fast.apply_chat_template(r["messages"], tools=r["tools"],
+        assert got == render(tmpl, prompt, r.get("tools"), True)
+        ids = fast.apply_chat_template(r["messages"], tools=r.get("tools"),
                                        tokenize=True, return_dict=False)
         assert ids == Tokenizer.from_file(
             os.path.join(MODEL, "tokenizer.json")).encode(want).ids
@@ -446,12 +476,12 @@ def main():
     for _ in range(N_VAL):
         row, key = draw(rng, ids, True, forbidden)
         val.append(row)
-        if key[2] is not None:
+        if key[2] not in (None, "no tools"):
             forbidden.add(key)
     train = [draw(rng, ids, False, forbidden)[0] for _ in range(N_TRAIN)]
 
     tmpl = compile_template(TEMPLATE)
-    texts = [render(tmpl, r["messages"], r["tools"]) for r in train]
+    texts = [render(tmpl, r["messages"], r.get("tools")) for r in train]
     tok = train_tokenizer(texts)
 
     os.makedirs(MODEL, exist_ok=True)
