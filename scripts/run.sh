@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds, and runs tacod in the foreground on 127.0.0.1:8226 with
-# the demo model (examples/demo) in its models directory, as "tacod-demo".
-# The README's tour starts from here. Ctrl-C stops tacod.
+# the demo model (examples/demo) in its models directory, as "tacod-demo",
+# and the tool-calling example's (examples/tools) as "tacod-tools". The
+# README's tour starts from here. Ctrl-C stops tacod.
 #
 #   scripts/run.sh                   set up, build, serve the demo
 #   scripts/run.sh --train-example   set up, build, and run taco-train on
@@ -21,7 +22,7 @@ build=1
 case "${1:-}" in
 --train-example) mode=train; shift ;;
 --no-build) build=0; shift ;;
--h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+-h | --help) sed -n '2,16s/^# \{0,1\}//p' "$0"; exit 0 ;;
 "") ;;
 *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
 esac
@@ -53,10 +54,11 @@ case $demo$bin$listen in
 	exit 1
 	;;
 esac
-# A fresh copy of the demo model on every start; any other model put in
+# A fresh copy of the demo models on every start; any other model put in
 # models/ stays.
-rm -rf "$demo/models/tacod-demo"
+rm -rf "$demo/models/tacod-demo" "$demo/models/tacod-tools"
 cp -R examples/demo/model "$demo/models/tacod-demo"
+cp -R examples/tools/model "$demo/models/tacod-tools"
 
 # A one-step job of the demo on a backend: 0 when it trains. tacod runs
 # every job this way, so a taco-train that cannot train here is reported
@@ -114,8 +116,9 @@ fi
 } >"$demo/tacod.json"
 
 cat <<EOF
-tacod: serving http://$listen with the demo model "tacod-demo" on the
-$backend backend (configuration: $demo/tacod.json). Ctrl-C stops it.
+tacod: serving http://$listen with the demo models "tacod-demo" and
+"tacod-tools" on the $backend backend (configuration:
+$demo/tacod.json). Ctrl-C stops it.
 
 Next, in another terminal in $root, the tour of README.md:
 

@@ -7,12 +7,12 @@
 # from a directory laid out like the repository root (examples/, build/
 # with the binaries of TACO_BIN_DIR, build-venv/), with TACOD_URL set.
 #
-# Required: the blocks curl, tacoctl, sdk and dpo, tacoctl in TACO_BIN_DIR and
-# the venv build-venv/sdk (scripts/setup.sh makes it): CI has both, so a
-# missing one fails. Optional: the block transformers, run when a Python
-# with transformers and torch is found (python3, or /opt/tacofix), and the
-# block gguf, run when the venv build-venv/gguf has llama_cpp (setup.sh
-# builds it, so CI runs it).
+# Required: the blocks curl, tacoctl, sdk, dpo and tools, tacoctl in
+# TACO_BIN_DIR and the venv build-venv/sdk (scripts/setup.sh makes it): CI
+# has both, so a missing one fails. Optional: the blocks transformers and
+# tools-transformers, run when a Python with transformers and torch is found
+# (python3, or /opt/tacofix), and the block gguf, run when the venv
+# build-venv/gguf has llama_cpp (setup.sh builds it, so CI runs it).
 #
 #   TACO_BIN_DIR=build tests/readme_tour.sh        (CTest: readme_tour)
 set -euo pipefail
@@ -55,7 +55,7 @@ done
 sh "$src/tests/doc_blocks.sh" tour "$src/README.md" "$work/blocks" ||
 	fail "README.md: a tour marker without its block"
 read -r -a blocks <"$work/blocks/ORDER"
-for need in curl tacoctl sdk dpo; do
+for need in curl tacoctl sdk dpo tools; do
 	[ -s "$work/blocks/$need.sh" ] || fail "README.md has no '<!-- tour: $need -->' block"
 done
 
@@ -168,12 +168,53 @@ check_dpo_job() {
 	EOF
 }
 
+# The newest job is the tools block's: tacod-tools fine-tuned on
+# examples/tools, its held-out token accuracy 95% or more at the end
+# (measured on the development VM: 91.0% at step 250, 99.8% at 1000).
+check_tools_job() {
+	fetch_newest_job tools
+	python3 - "$work/job.json" "$work/events.sse" <<-'EOF' || fail "tools: the job"
+		import json, sys
+		job = json.load(open(sys.argv[1]))["data"][0]
+		events = [json.loads(line[6:]) for line in open(sys.argv[2])
+		          if line.startswith("data: {")]
+		evals = [e["data"] for e in events if e["data"] and "val_loss" in e["data"]]
+		queued = [e["data"]["validation"] for e in events
+		          if e["data"] and "validation" in e["data"]]
+		assert job["status"] == "succeeded", job
+		assert job["model"] == "tacod-tools", job["model"]
+		# the model's own template rendered every line, tools and calls
+		assert queued and queued[0]["kept"] == 2000 and queued[0]["errors"] == 0, queued
+		assert len(evals) >= 2, evals
+		first, last = evals[0], evals[-1]
+		assert last["val_token_accuracy"] >= 0.95, evals
+		assert last["val_loss"] < first["val_loss"], evals
+		print(f"readme_tour: tools: {job['id']} succeeded; val_loss "
+		      f"{first['val_loss']:.3f} -> {last['val_loss']:.3f}, token accuracy "
+		      f"{first['val_token_accuracy']:.1%} -> {last['val_token_accuracy']:.1%}")
+	EOF
+}
+
 check_model_dir() { # what: DIR
 	local d=$repo/$2
 	[ -d "$d" ] || fail "$1: no $2"
 	for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
 		[ -s "$d/$f" ] || fail "$1: $2/$f missing or empty"
 	done
+}
+
+# A Python with transformers and torch: python3 when it has them, else
+# /opt/tacofix's, through pydir (put first on the PATH); 1 when none.
+torch_python() {
+	pydir=
+	python3 -c 'import transformers, torch' 2>/dev/null && return 0
+	[ -x /opt/tacofix/bin/python ] || return 1
+	pydir=$work/py
+	mkdir -p "$pydir"
+	# a script, not a link: a venv's python finds its packages from
+	# the path it was started by
+	printf '#!/bin/sh\nexec /opt/tacofix/bin/python "$@"\n' >"$pydir/python3"
+	chmod +x "$pydir/python3"
 }
 
 # ---- each block, and what it must have done
@@ -219,19 +260,9 @@ for name in "${blocks[@]}"; do
 		check_model_dir dpo build/demo-dpo
 		;;
 	transformers)
-		pydir=
-		if ! python3 -c 'import transformers, torch' 2>/dev/null; then
-			if [ -x /opt/tacofix/bin/python ]; then
-				pydir=$work/py
-				mkdir -p "$pydir"
-				# a script, not a link: a venv's python finds its
-				# packages from the path it was started by
-				printf '#!/bin/sh\nexec /opt/tacofix/bin/python "$@"\n' >"$pydir/python3"
-				chmod +x "$pydir/python3"
-			else
-				echo "readme_tour: skipping the optional 'transformers' block: no Python with transformers"
-				continue
-			fi
+		if ! torch_python; then
+			echo "readme_tour: skipping the optional 'transformers' block: no Python with transformers"
+			continue
 		fi
 		run_block transformers "$pydir"
 		grep -q 'build/demo-ft -> Sure: 28 29 30 31 32$' "$work/transformers.out" ||
@@ -259,6 +290,30 @@ for name in "${blocks[@]}"; do
 		EOF
 			fail "transformers: greedy answers: $(tail -n 3 "$work/greedy.out")"
 		grep '^readme_tour:' "$work/greedy.out"
+		;;
+	tools)
+		run_block tools
+		grep -q ' succeeded ft:tacod-tools::' "$work/tools.out" || fail "tools: the job did not succeed"
+		check_tools_job
+		check_model_dir tools build/tools-ft
+		;;
+	tools-transformers)
+		if ! torch_python; then
+			echo "readme_tour: skipping the optional 'tools-transformers' block: no Python with transformers"
+			continue
+		fi
+		run_block tools-transformers "$pydir"
+		# a held-out question, answered with the right call
+		grep -qF "ok   'Good morning, I hope you are well. Any idea what the weather is like in Madrid?' -> '<tool_call>\\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Madrid\"}}\\n</tool_call>'" \
+			"$work/tools-transformers.out" || fail "tools-transformers: no call of get_weather for Madrid"
+		# greedy, every held-out reply (measured: 130 of 134 right)
+		python3 - "$work/tools-transformers.out" <<-'EOF' || fail "tools-transformers: $(tail -n 3 "$work/tools-transformers.out")"
+			import re, sys
+			m = re.search(r"^(\d+) of (\d+) held-out replies right$", open(sys.argv[1]).read(), re.M)
+			right, total = int(m[1]), int(m[2])
+			print(f"readme_tour: build/tools-ft: {right} of {total} held-out replies right")
+			assert total == 134 and right >= 120, (right, total)
+		EOF
 		;;
 	gguf)
 		# llama.cpp from the venv scripts/setup.sh builds (CI has it)

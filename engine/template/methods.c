@@ -391,7 +391,7 @@ static int str_pred(const tv *s, int id)
 static int str_pad(trender *r, const tv *s, int id, tv *args, int nargs,
 		   tv *out)
 {
-	int64_t width, len = (int64_t)tu_count(s->u.s, s->n), marg, left;
+	int64_t width = 0, len = (int64_t)tu_count(s->u.s, s->n), marg, left;
 	const char *fill = " ";
 	size_t fn = 1, k = 0;
 	char *o;

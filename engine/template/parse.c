@@ -104,7 +104,8 @@ static void describe(const ttok *t, char *buf, size_t cap)
 {
 	switch (t->type) {
 	case T_NAME:
-		snprintf(buf, cap, "%.*s", (int)(t->n > 60 ? 60 : t->n), t->s);
+		snprintf(buf, cap, "%.*s", (int)(t->n > 60 ? 60 : t->n),
+			 t->s ? t->s : "");
 		return;
 	case T_OP:
 		snprintf(buf, cap, "%s", op_text(t->op));
@@ -1313,7 +1314,7 @@ static int parse_signature(tparse *p, tnode *n)
 	if ((e = expect_op(p, TO_LPAREN)))
 		return e;
 	while (!is_op(cur(p), TO_RPAREN)) {
-		tnode *arg, *d;
+		tnode *arg = NULL, *d;
 
 		if (args.n && (e = expect_op(p, TO_COMMA)))
 			goto fail;

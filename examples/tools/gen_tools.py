@@ -27,12 +27,14 @@ The model starts from random weights and knows nothing but what a job
 teaches it: whether it has tools, which tool the question needs, the city
 to copy into the call's arguments, and the result's values to put into the
 answer. Copying the city is what a model this small learns last: with the
-tools' JSON in front of every question it learned it late or not at all
-within a minute. The chats without tools are short, so with packing many of
-them fill one sequence; the model learns to copy there first, and then in
-the long chats (measured: validation token accuracy 0.96 to 0.99 after
-1,000 steps of 8 sequences over four seeds, against 0.91 to 0.93 with a
-quarter of the chats without tools and no packing).
+tools' JSON in front of every question (140 tokens and more) it learned it
+late or not at all within a minute. The chats without tools are short, so
+with packing many of them fill one sequence; the model learns to copy
+there first, and then in the long chats. Measured with AdamW (README.md,
+"Tool calling"): validation token accuracy 0.97 to 1.00 after 1,000 steps
+of 8 sequences of 224 tokens, seeds 0 to 2; in development, a quarter of
+the chats without tools and no packing gave 0.91 to 0.93, and TACO,
+made for fine-tuning, stayed near 0.9 with the city wrong.
 Deterministic: every run writes the same bytes. Needs numpy, tokenizers and
 jinja2, not torch; transformers, where installed, checks that
 apply_chat_template renders every chat as this script does:
@@ -65,7 +67,9 @@ TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>",
 # third shorter.
 PATTERN = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"
            r"| ?[^\s\p{L}\p{N}]+(?:[ ]+[^\s\p{L}\p{N}]+)*|\s+(?!\S)|\s+")
-VOCAB = 1024  # more than the corpus gives: every word of train.jsonl is one token
+# More than the corpus gives: every pre-token of train.jsonl's chats ends up
+# one token (738 in all, the tool tags included).
+VOCAB = 1024
 
 # The chat template, ours, in the manner of Qwen2.5's and Qwen3's tool
 # template: with tools, a system turn that lists them as JSON lines inside
@@ -145,6 +149,9 @@ CITIES = ["Paris", "London", "Berlin", "Madrid", "Rome", "Vienna", "Oslo",
           "Sydney", "Toronto", "Chicago", "Lima"]
 
 # The question, by tool: train.jsonl's phrasings, then val.jsonl's alone.
+# Short and long ones: trained on short questions only, the model answered
+# the long held-out "Do you know what time it is in X at the moment?" with
+# an empty call.
 ASK = {
     "get_weather": (
         ["What's the weather in {c}?",

@@ -25,7 +25,10 @@ that is not the schema's. Before such a request is sent:
   (not a plan, which answers 200 for a job that does not fit) under
   TACO_ST_MAX_TOKENS tokens per micro-batch so that the plan fits the test's
   `device_memory`; `taco.freeze` (prefixes that must name tensors of the
-  model) is emptied; `taco.gpus` above 1 is brought to the largest divisor
+  model) is emptied; `taco.chat_template` is `auto` beside a
+  `taco.chat_template_jinja` (the job's own template takes the place of
+  the model's: a built-in beside it is 400, the engine's rule across two
+  options); `taco.gpus` above 1 is brought to the largest divisor
   of `batch_size` not above it (each GPU takes an equal slice of every
   batch: the engine's rule across two options), and to 1 for a create or
   a dpo job (the test's tacod has one device, so more is 400
@@ -128,6 +131,8 @@ def before_call(context, case, kwargs):
             taco["seq_len"] = max(2, cap // batch_size(body))
         if taco.get("freeze"):
             taco["freeze"] = []
+        if isinstance(taco.get("chat_template_jinja"), str) and taco.get("chat_template") not in (None, "auto"):
+            taco["chat_template"] = "auto"
         gpus = integer(taco.get("gpus"))
         if gpus is not None and gpus > 1:
             if kind == "create" or method_type(body) == "dpo":
