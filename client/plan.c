@@ -139,7 +139,8 @@ static void preview(json_t *v)
 	{
 		int t = json_is_true(json_object_get(s, "trained"));
 		printf("%s%s%s", t ? (colour ? "\033[32m" : "[[") : "",
-		       ctl_str(s, "text"), t ? (colour ? "\033[0m" : "]]") : "");
+		       ctl_str(s, "text"),
+		       t ? (colour ? "\033[0m" : "]]") : "");
 	}
 	printf("%s\n", json_is_true(json_object_get(pv, "truncated"))
 			   ? "\n... (the rest not shown)"

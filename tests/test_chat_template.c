@@ -82,8 +82,8 @@ static int trained_mask(const char *line, json_t *mask, int *out, size_t n)
 		    json_string_value(json_object_get(m, "role"));
 		json_t *wt = json_object_get(m, "weight");
 		if (role && !strcmp(role, "assistant") && nw < 512)
-			w[nw++] = !json_is_integer(wt) ||
-				  json_integer_value(wt) != 0;
+			w[nw++] =
+			    !json_is_integer(wt) || json_integer_value(wt) != 0;
 	}
 	json_decref(chat);
 	for (i = 0; i < n; i++) {
@@ -185,10 +185,11 @@ static void run_case(json_t *cs, const char *field, int *unchecked)
 		      "%s chat %d: %zu tokens, transformers %zu", name, ci,
 		      d->off[1], json_array_size(ids));
 	for (size_t t = 0; t < d->off[1]; t++) {
-		int32_t id = (int32_t)json_integer_value(json_array_get(ids, t));
+		int32_t id =
+		    (int32_t)json_integer_value(json_array_get(ids, t));
 		ck_assert_msg(d->tokens[t] == id,
-			      "%s chat %d token %zu: %d, transformers %d",
-			      name, ci, t, d->tokens[t], id);
+			      "%s chat %d token %zu: %d, transformers %d", name,
+			      ci, t, d->tokens[t], id);
 		if (check_mask) {
 			int m = want[t];
 			ck_assert_msg(d->labels[t] == (m ? id : -100),
@@ -213,8 +214,7 @@ START_TEST(test_located_spans)
 	size_t i;
 	int unchecked = 0;
 
-	json_array_foreach(cases, i, cs)
-	    run_case(cs, "template", &unchecked);
+	json_array_foreach(cases, i, cs) run_case(cs, "template", &unchecked);
 	ck_assert_msg(unchecked < 5, "%d cases' masks not compared", unchecked);
 }
 END_TEST

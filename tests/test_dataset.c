@@ -412,7 +412,8 @@ START_TEST(test_template_beside_huge_integer)
 	co.model_dir = dir;
 	ck_assert_msg(taco_chat_open(&co, tok, &c, &err) == 0, "%s", err.msg);
 	ck_assert_str_eq(taco_chat_source(c), "tokenizer_config.json");
-	ck_assert_ptr_nonnull(strstr(taco_chat_jinja(c), "<|start_header_id|>"));
+	ck_assert_ptr_nonnull(
+	    strstr(taco_chat_jinja(c), "<|start_header_id|>"));
 	taco_chat_free(c);
 	f = fopen(path, "w");
 	fputs("{\"chat_template\": ", f); /* cut short */
@@ -452,9 +453,9 @@ START_TEST(test_multiple_choice_chat)
 {
 	static const char want[] =
 	    "<|im_start|>user\n2 + 2?<|im_end|>\n<|im_start|>assistant\n";
-	char *path = write_tmp(
-	    "{\"messages\": [{\"role\": \"user\", \"content\": \"2 + "
-	    "2?\"}], \"choices\": [\"4\", \"5\"], \"answer\": 0}\n");
+	char *path =
+	    write_tmp("{\"messages\": [{\"role\": \"user\", \"content\": \"2 + "
+		      "2?\"}], \"choices\": [\"4\", \"5\"], \"answer\": 0}\n");
 	taco_chat_opts co = {0};
 	taco_chat *chat = NULL;
 	taco_mc_set *s = NULL;
@@ -823,10 +824,11 @@ START_TEST(test_pref_errors)
 		strcat(text, "\n");
 	}
 	/* nothing to render: accepted, the legacy functions a warning */
-	strcat(text, "{\"input\": {\"messages\": [{\"role\": \"user\", "
-		     "\"content\": \"q\"}], \"tools\": [], \"functions\": "
-		     "[{\"name\": \"f\"}], \"parallel_tool_calls\": true}, " PAIR_OK
-		     "}\n");
+	strcat(text,
+	       "{\"input\": {\"messages\": [{\"role\": \"user\", "
+	       "\"content\": \"q\"}], \"tools\": [], \"functions\": "
+	       "[{\"name\": \"f\"}], \"parallel_tool_calls\": true}, " PAIR_OK
+	       "}\n");
 	path = write_tmp(text);
 	opts_dpo(&o, TACO_TEMPLATE_CHATML);
 	o.seq_len = 28; /* the long prompt is 32 tokens; the good pair fits */

@@ -19,13 +19,13 @@ enum { T_DEFAULT = 0, T_TOOL_USE, T_N };
 /* transformers' SPECIAL_TOKENS_ATTRIBUTES: the template variables that
  * name the tokenizer's special tokens */
 static const char *const special_names[] = {
-    "bos_token", "sep_token", "eos_token", "unk_token",
+    "bos_token", "sep_token", "eos_token",  "unk_token",
     "pad_token", "cls_token", "mask_token", NULL};
 
 /* what apply_chat_template passes itself; a kwarg of these names would be
  * a second value */
-static const char *const reserved_vars[] = {
-    "messages", "tools", "documents", "add_generation_prompt", NULL};
+static const char *const reserved_vars[] = {"messages", "tools", "documents",
+					    "add_generation_prompt", NULL};
 
 struct taco_chat {
 	taco_tmpl *tmpl[T_N]; /* tool_use NULL: default serves every chat */
@@ -152,9 +152,9 @@ static int special_vars(taco_chat *c, json_t *cfg, const taco_tok *tok)
 		const char *names[2] = {"bos_token", "eos_token"};
 		for (int k = 0; k < 2; k++) {
 			size_t n;
-			const char *s = ids[k] >= 0 ? taco_tok_id_to_token(
-							  tok, ids[k], &n)
-						    : NULL;
+			const char *s =
+			    ids[k] >= 0 ? taco_tok_id_to_token(tok, ids[k], &n)
+					: NULL;
 			if (s && !json_object_get(c->vars, names[k]) &&
 			    json_object_set_new(c->vars, names[k],
 						json_stringn(s, n)))
@@ -288,7 +288,8 @@ int taco_chat_open(const taco_chat_opts *o, const taco_tok *tok,
 	} else if (o->template_id != TACO_TEMPLATE_AUTO) {
 		const char *b = taco_chat_builtin(o->template_id);
 		if (!b) {
-			r = taco_err_set(err, -EINVAL, "chat_template: unknown");
+			r = taco_err_set(err, -EINVAL,
+					 "chat_template: unknown");
 			goto fail;
 		}
 		c->source = taco_template_name(o->template_id);
@@ -310,7 +311,8 @@ int taco_chat_open(const taco_chat_opts *o, const taco_tok *tok,
 			    c->text[T_TOOL_USE] || any
 				? "no default chat template (only named ones)"
 				: "the model has no chat template "
-				  "(tokenizer_config.json, chat_template.jinja)");
+				  "(tokenizer_config.json, "
+				  "chat_template.jinja)");
 			goto fail;
 		}
 		snprintf(what, sizeof(what), "%s/%s", o->model_dir, c->source);
@@ -398,8 +400,8 @@ static int render_n(const render_ctx *x, json_t *messages, long n, int gen,
 	if (n >= 0) {
 		msgs = json_array();
 		for (long i = 0; msgs && i < n; i++)
-			if (json_array_append(msgs, json_array_get(messages,
-								   (size_t)i)))
+			if (json_array_append(
+				msgs, json_array_get(messages, (size_t)i)))
 				json_decref(msgs), msgs = NULL;
 	} else {
 		json_incref(msgs);
@@ -489,7 +491,8 @@ static size_t eot_end(const taco_chat *c, const char *s, size_t a, size_t n,
 			continue;
 		eot = k == mlen && !memcmp(s + i, marker, mlen);
 		for (int e = 0; e < c->n_eot && !eot; e++)
-			eot = k == c->eot_len[e] && !memcmp(s + i, c->eot[e], k);
+			eot =
+			    k == c->eot_len[e] && !memcmp(s + i, c->eot[e], k);
 		if (eot && i + k > min_end && len <= own_len &&
 		    (!len || !memcmp(s + lead, own + own_len - len, len)))
 			return i + k;
@@ -510,8 +513,8 @@ static void probe_eot(taco_chat *c)
 	    "{\"role\": \"assistant\", \"content\": \"tacoprobeA2\"}]";
 	const char *marks[2] = {"tacoprobeA1", "tacoprobeA2"};
 	json_t *msgs = json_loads(probe, 0, NULL);
-	const char *eos = json_string_value(json_object_get(c->vars,
-							    "eos_token"));
+	const char *eos =
+	    json_string_value(json_object_get(c->vars, "eos_token"));
 	char why[64];
 	int code;
 	taco_err err;
@@ -638,8 +641,7 @@ static long find(const char *s, size_t a, size_t b, const char *needle,
  * its last line break or tag, '>', at most its last 32 bytes: what a
  * template that takes a think block apart still writes), cut at character
  * boundaries; both trimmed. */
-static const char *content_part(json_t *m, const char *key, int tail,
-				size_t *n)
+static const char *content_part(json_t *m, const char *key, int tail, size_t *n)
 {
 	const char *t = json_string_value(json_object_get(m, key));
 	size_t k = 32;
@@ -690,7 +692,8 @@ static long first_anchor(json_t *m, const taco_tmpl_out *T, size_t from)
 		    (best < 0 || at < best))
 			best = at;
 	}
-	if (name && (at = find(T->text, from, T->len, name, strlen(name))) >= 0 &&
+	if (name &&
+	    (at = find(T->text, from, T->len, name, strlen(name))) >= 0 &&
 	    (best < 0 || at < best))
 		best = at;
 	/* a think block the template took out of the content: what follows
@@ -715,8 +718,8 @@ static size_t last_anchor_end(json_t *m, const taco_tmpl_out *T, size_t from)
 	{
 		const char *name = json_string_value(
 		    json_object_get(json_object_get(tc, "function"), "name"));
-		if (name && (p = find(T->text, at, T->len, name,
-				      strlen(name))) >= 0) {
+		if (name &&
+		    (p = find(T->text, at, T->len, name, strlen(name))) >= 0) {
 			at = (size_t)p + strlen(name);
 			end = at > end ? at : end;
 		}
@@ -854,9 +857,9 @@ static int locate_start(const render_ctx *x, json_t *messages, size_t i,
 		for (long p = anchor - 1; p >= 0; p--) {
 			size_t k = special_at(x->c, T->text + p,
 					      (size_t)anchor - (size_t)p);
-			if (k && (!he || (k == he - hs &&
-					  !memcmp(T->text + p, P->text + hs,
-						  k)))) {
+			if (k &&
+			    (!he || (k == he - hs &&
+				     !memcmp(T->text + p, P->text + hs, k)))) {
 				*start = (size_t)p + k;
 				return 0;
 			}
@@ -1114,10 +1117,9 @@ out:
 	return r;
 }
 
-int taco_chat_render_text(const taco_chat *c, json_t *messages,
-			  json_t *tools, int add_generation_prompt,
-			  taco_chat_out *out, char *why, size_t why_cap,
-			  taco_err *err)
+int taco_chat_render_text(const taco_chat *c, json_t *messages, json_t *tools,
+			  int add_generation_prompt, taco_chat_out *out,
+			  char *why, size_t why_cap, taco_err *err)
 {
 	int code;
 	render_ctx x = {c, pick(c, tools), tools, why, why_cap, &code, err};

@@ -23,10 +23,10 @@
 #include "tokenizer/tokenizer.h"
 #include "util/taco_err.h"
 
-#define TACO_CHAT_MAX_JINJA (256u << 10)  /* the job's own template */
-#define TACO_CHAT_MAX_KWARGS (64u << 10)  /* chat_template_kwargs, as JSON */
-#define TACO_CHAT_MAX_RENDER (32u << 20)  /* bytes of one rendered chat */
-#define TACO_CHAT_MAX_SPANS 8192	  /* trained spans of one chat */
+#define TACO_CHAT_MAX_JINJA (256u << 10) /* the job's own template */
+#define TACO_CHAT_MAX_KWARGS (64u << 10) /* chat_template_kwargs, as JSON */
+#define TACO_CHAT_MAX_RENDER (32u << 20) /* bytes of one rendered chat */
+#define TACO_CHAT_MAX_SPANS 8192	 /* trained spans of one chat */
 
 typedef struct taco_chat taco_chat;
 
@@ -85,10 +85,9 @@ int taco_chat_render(const taco_chat *c, json_t *messages, json_t *tools,
 
 /* The text only, with or without the generation prompt (a prompt for
  * generation or scoring). Same returns. */
-int taco_chat_render_text(const taco_chat *c, json_t *messages,
-			  json_t *tools, int add_generation_prompt,
-			  taco_chat_out *out, char *why, size_t why_cap,
-			  taco_err *err);
+int taco_chat_render_text(const taco_chat *c, json_t *messages, json_t *tools,
+			  int add_generation_prompt, taco_chat_out *out,
+			  char *why, size_t why_cap, taco_err *err);
 
 void taco_chat_out_free(taco_chat_out *out);
 

@@ -466,8 +466,8 @@ static int chat_line(taco_ds_loader *L, int64_t line, json_t *root,
 	tools = taco_ds_check_tools(L, line, root, "", &ok);
 	r = taco_ds_check_chat(
 	    L, line, json_object_get(root, "messages"), "messages", 0,
-	    !json_is_false(json_object_get(root, "parallel_tool_calls")),
-	    &msgs, L->trained);
+	    !json_is_false(json_object_get(root, "parallel_tool_calls")), &msgs,
+	    L->trained);
 	if (r <= 0 || !ok) {
 		json_decref(msgs);
 		return r < 0 ? r : 0;

@@ -11,8 +11,8 @@
 #define MAX_TOOLS 512	   /* tool definitions of one chat */
 #define MAX_TOOL_CALLS 128 /* calls of one message */
 
-static const char *const roles[] = {"system", "developer", "user",
-				    "assistant", "tool", NULL};
+static const char *const roles[] = {"system",	 "developer", "user",
+				    "assistant", "tool",      NULL};
 
 /* transformers' names of a message's reasoning, the first the standard */
 static const char *const reasoning_names[] = {"reasoning_content", "thinking",
@@ -94,10 +94,9 @@ static json_t *tool_calls(taco_ds_loader *L, int64_t line, json_t *v,
 			continue;
 		}
 		if (json_is_string(a)) {
-			args = json_loadb(json_string_value(a),
-					  json_string_length(a),
-					  JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
-					  &jerr);
+			args = json_loadb(
+			    json_string_value(a), json_string_length(a),
+			    JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
 			if (!args) {
 				taco_ds_report(L->rep, line,
 					       TACO_P_INVALID_FIELD, 1,

@@ -74,15 +74,15 @@ static json_t *preview_json(const taco_dataset_report *rep)
 		size_t b = s < rep->preview_n_span ? rep->preview_span[s + 1]
 						   : rep->preview_len;
 		if (a > at)
-			json_array_append_new(
-			    segs, json_pack("{ss% sb}", "text",
-					    rep->preview + at, a - at,
-					    "trained", 0));
+			json_array_append_new(segs,
+					      json_pack("{ss% sb}", "text",
+							rep->preview + at,
+							a - at, "trained", 0));
 		if (b > a)
-			json_array_append_new(
-			    segs, json_pack("{ss% sb}", "text",
-					    rep->preview + a, b - a, "trained",
-					    1));
+			json_array_append_new(segs,
+					      json_pack("{ss% sb}", "text",
+							rep->preview + a, b - a,
+							"trained", 1));
 		at = b > at ? b : at;
 	}
 	o = json_pack("{sI so sb}", "line", (json_int_t)rep->preview_line,

@@ -122,8 +122,7 @@ static int chat_prompt(const taco_chat *chat, json_t *msgs, const char *path,
 }
 
 static int mc_line(mc_builder *b, const taco_tok *tok, const taco_chat *chat,
-		   json_t *root, const char *path, int64_t line,
-		   taco_err *err)
+		   json_t *root, const char *path, int64_t line, taco_err *err)
 {
 	json_t *p = json_object_get(root, "prompt");
 	json_t *msgs = json_object_get(root, "messages");
@@ -162,15 +161,16 @@ static int mc_choices(mc_builder *b, const taco_tok *tok, json_t *root,
 	json_t *e;
 	int r;
 
-	if (!pt || !json_is_array(c) || nc < 2 ||
-	    nc > TACO_MC_MAX_CHOICES || !json_is_integer(a) ||
-	    json_integer_value(a) < 0 || (size_t)json_integer_value(a) >= nc)
-		return taco_err_set(err, -EINVAL,
-				    "%s:%lld: expected {\"prompt\": string (or "
-				    "\"messages\": a chat), \"choices\": [2..%d "
-				    "strings], \"answer\": index of the right "
-				    "choice}",
-				    path, (long long)line, TACO_MC_MAX_CHOICES);
+	if (!pt || !json_is_array(c) || nc < 2 || nc > TACO_MC_MAX_CHOICES ||
+	    !json_is_integer(a) || json_integer_value(a) < 0 ||
+	    (size_t)json_integer_value(a) >= nc)
+		return taco_err_set(
+		    err, -EINVAL,
+		    "%s:%lld: expected {\"prompt\": string (or "
+		    "\"messages\": a chat), \"choices\": [2..%d "
+		    "strings], \"answer\": index of the right "
+		    "choice}",
+		    path, (long long)line, TACO_MC_MAX_CHOICES);
 	if (reserve((void **)&s->answer, &b->cap_answer, s->n + 2,
 		    sizeof(int)) ||
 	    reserve((void **)&s->first_row, &b->cap_first, s->n + 2,

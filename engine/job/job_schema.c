@@ -118,7 +118,8 @@ static void method_fits(json_t *o, taco_job *job, taco_job_problems *p)
 static void one_template(json_t *o, taco_job *job, taco_job_problems *p)
 {
 	(void)o;
-	if (job->chat_template_jinja && job->chat_template != TACO_TEMPLATE_AUTO)
+	if (job->chat_template_jinja &&
+	    job->chat_template != TACO_TEMPLATE_AUTO)
 		taco_job_problem(p, "chat_template_jinja: give it or "
 				    "chat_template, not both");
 }
@@ -471,7 +472,8 @@ static void get_text(json_t *v, const char *where, const taco_job_key *k,
 
 	if (!v || json_is_null(v))
 		return;
-	if (k->type == TACO_JOB_TEXT ? !json_is_string(v) : !json_is_object(v)) {
+	if (k->type == TACO_JOB_TEXT ? !json_is_string(v)
+				     : !json_is_object(v)) {
 		taco_job_problem(p, "%s%s: must be %s", where, k->name,
 				 k->type == TACO_JOB_TEXT ? "a string"
 							  : "an object");
