@@ -866,6 +866,64 @@ START_TEST(test_pref_errors)
 }
 END_TEST
 
+/* A preference pair with tools: input.tools and an output that calls one,
+ * rendered by a template with tools (ours, Qwen3's kind, with the fixture
+ * tokenizer of its markers); only the outputs are trained, the call and
+ * its end of turn included. */
+START_TEST(test_pref_tools)
+{
+	char *path = write_tmp(
+	    "{\"input\": {\"messages\": [{\"role\": \"user\", \"content\": "
+	    "\"Weather in Oslo?\"}], \"tools\": [{\"type\": \"function\", "
+	    "\"function\": {\"name\": \"get_weather\", \"parameters\": "
+	    "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
+	    "\"string\"}}}}}]}, \"preferred_output\": [{\"role\": "
+	    "\"assistant\", \"content\": null, \"tool_calls\": [{\"id\": "
+	    "\"call_1\", \"type\": \"function\", \"function\": {\"name\": "
+	    "\"get_weather\", \"arguments\": \"{\\\"city\\\": "
+	    "\\\"Oslo\\\"}\"}}]}], \"non_preferred_output\": [{\"role\": "
+	    "\"assistant\", \"content\": \"I cannot tell.\"}]}\n");
+	char *jinja =
+	    tu_read_file(tu_fixture("templates/chatml_think.jinja"), NULL);
+	taco_tok *ttok = NULL;
+	taco_dataset_opts o;
+	taco_dataset_report rep;
+	taco_data *d = NULL;
+	taco_err err = {{0}};
+	char *text = NULL;
+	size_t n;
+
+	ck_assert_ptr_nonnull(jinja);
+	ck_assert_int_eq(
+	    taco_tok_load(tu_fixture("templates/tokenizer"), &ttok, &err), 0);
+	opts_dpo(&o, TACO_TEMPLATE_AUTO);
+	o.model_dir = tu_fixture("templates/tokenizer");
+	o.chat_jinja = jinja;
+	ck_assert_msg(taco_dataset_load(path, ttok, &o, &d, &rep, &err) == 0,
+		      "%s", err.msg);
+	ck_assert_int_eq(rep.pairs, 1);
+	ck_assert_uint_eq(d->n, 2);
+	/* the preferred sequence's trained tokens: the call, then <|im_end|> */
+	n = 0;
+	for (size_t t = d->off[0]; t < d->off[1]; t++)
+		if (d->labels[t] != -100)
+			d->tokens[d->off[0] + n++] = d->tokens[t];
+	ck_assert_int_eq(taco_tok_decode(ttok, d->tokens + d->off[0], n, 0,
+					 &text, NULL, &err),
+			 0);
+	ck_assert_msg(strstr(text, "\"name\": \"get_weather\"") &&
+			  strstr(text, "\"Oslo\"") &&
+			  strstr(text, "<|im_end|>") &&
+			  !strstr(text, "Weather in Oslo"),
+		      "trained: %s", text);
+	free(text);
+	taco_data_free(d);
+	taco_tok_free(ttok);
+	free(jinja);
+	unlink(path);
+}
+END_TEST
+
 /* Mistral's turns, across the prompt and the output: the prompt must end
  * with a user turn, alternating from the first. */
 START_TEST(test_pref_mistral_turns)
@@ -1140,6 +1198,7 @@ int main(void)
 	tcase_add_test(tc, test_multiple_choice_chat);
 	tcase_add_loop_test(tc, test_pref_matches_chat, 0, 3);
 	tcase_add_test(tc, test_pref_errors);
+	tcase_add_test(tc, test_pref_tools);
 	tcase_add_test(tc, test_pref_mistral_turns);
 	tcase_add_test(tc, test_pref_methods_mixed);
 	tcase_add_test(tc, test_pref_lengths);
