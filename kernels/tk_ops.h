@@ -259,6 +259,48 @@ struct tk_ops {
 	void (*swiglu_bwd)(int dt, void *dgate, void *dup, const void *dout,
 			   const void *gate, const void *up, size_t n);
 
+	/* A mixture of experts (kernels/cpu/moe.c; the routing of one token
+	 * is tk_moe.h's, shared by both backends). N tokens, E experts, k
+	 * (<= TK_MOE_MAX_K) experts a token, M = N * k slots: slot t * k + j
+	 * is token t's j-th expert.
+	 *
+	 * moe_route: idx [N, k] and w (f32) [N, k] from the router's logits
+	 * (f32) [N, E] by router mode (enum tk_moe_router), norm: divide
+	 * SOFTMAX_TOPK's weights by their sum; each weight rounded to wdt. */
+	void (*moe_route)(int mode, int norm, int wdt, const float *logits,
+			  int N, int E, int k, int32_t *idx, float *w);
+	/* Its backward: dlogits (f32) [N, E] from dw (f32) [N, k], the
+	 * gradient of the weights (rounding taken as exact), plus extra
+	 * (f32 [E], may be NULL) as every token's gradient of the full
+	 * softmax's probabilities (the auxiliary loss's). */
+	void (*moe_route_bwd)(int mode, int norm, const float *logits,
+			      const int32_t *idx, const float *dw,
+			      const float *extra, int N, int E, int k,
+			      float *dlogits);
+	/* psum (f32) [E]: softmax(logits)'s column sums over the N rows, in
+	 * row order. */
+	void (*moe_prob_sum)(const float *logits, int N, int E, float *psum);
+	/* The slots by expert, by slot within one: order [M] (position ->
+	 * slot), inv [M] (slot -> position), counts [E] (int32). */
+	void (*moe_sort)(const int32_t *idx, int N, int E, int k,
+			 int32_t *order, int32_t *inv, int32_t *counts);
+	/* xg [M, H]: row p is x's row order[p] / k. */
+	void (*moe_gather)(int dt, void *xg, const void *x,
+			   const int32_t *order, int M, int k, int H);
+	/* out [N, H] = sum over j of w[t, j] y[inv[t * k + j]] (fp32, j in
+	 * order, rounded once). */
+	void (*moe_combine)(int dt, void *out, const void *y,
+			    const int32_t *inv, const float *w, int N, int k,
+			    int H);
+	/* Its backward: dy [M, H], row inv[t * k + j] = w[t, j] dout[t];
+	 * dw (f32) [N, k] = dout[t] . y[inv[t * k + j]]. */
+	void (*moe_combine_bwd)(int dt, void *dy, float *dw, const void *dout,
+				const void *y, const int32_t *inv,
+				const float *w, int N, int k, int H);
+	/* dx [N, H] = sum over j of dxg[inv[t * k + j]] (overwritten). */
+	void (*moe_scatter)(int dt, void *dx, const void *dxg,
+			    const int32_t *inv, int N, int k, int H);
+
 	/* The loss over the vocabulary in chunks. logits (f32) [n, Vc], row
 	 * stride ldl, are columns [v0, v0 + Vc) of n tokens' logits; targets
 	 * [n] (-100: no target).
@@ -390,6 +432,12 @@ struct tk_ops {
 	 * its own stream. */
 	void (*dropout)(int dt, void *x, size_t n, float p, uint64_t seed,
 			uint64_t stream);
+};
+
+/* The router of moe_route. */
+enum tk_moe_router {
+	TK_MOE_SOFTMAX_TOPK = 0, /* Qwen3-MoE: softmax over all, top-k */
+	TK_MOE_TOPK_SOFTMAX = 1, /* gpt-oss: top-k logits, softmax of those */
 };
 
 /* The activation of act_fwd / act_bwd (OPT: ReLU, GPT-NeoX: GELU). */

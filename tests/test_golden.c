@@ -14,8 +14,9 @@
 #include "testutil.h"
 
 static const char *const fixtures[] = {
-    "llama_gqa", "qwen3_tied", "mistral_sw", "qwen2_bias", "llama_bf16",
-    "opt_pre",	 "opt_post",   "neox_par",   "neox_seq",
+    "llama_gqa",  "qwen3_tied", "mistral_sw",	 "qwen2_bias",
+    "llama_bf16", "opt_pre",	"opt_post",	 "neox_par",
+    "neox_seq",	  "qwen3_moe",	"qwen3_moe_aux",
 };
 
 typedef struct fixture {
@@ -29,6 +30,11 @@ typedef struct fixture {
 	 * softmax cancels them); transformers gives rounding noise */
 	char zero[16][96];
 	int n_zero;
+	/* a mixture of experts: transformers' auxiliary loss (the fixture's
+	 * loss includes aux_coef times it) and the count of expert matrices
+	 * that received no token */
+	double aux_loss;
+	int n_idle;
 } fixture;
 
 static int32_t *int_matrix(json_t *rows, int *B, int *T)
@@ -79,6 +85,17 @@ static void fixture_load(fixture *f, const char *name, int bf16)
 		for (size_t i = 0; z && i < json_array_size(z) && i < 16; i++)
 			snprintf(f->zero[f->n_zero++], sizeof(f->zero[0]), "%s",
 				 json_string_value(json_array_get(z, i)));
+	}
+	f->aux_loss = json_number_value(
+	    json_object_get(exp, bf16 ? "aux_loss_bf16" : "aux_loss"));
+	{
+		json_t *idle = json_object_get(exp, "experts_without_tokens");
+		const char *key;
+		json_t *v;
+		json_object_foreach(idle, key, v)
+		{
+			f->n_idle += 3 * (int)json_array_size(v);
+		}
 	}
 	json_decref(exp);
 	snprintf(path, sizeof(path), "%s/expected.safetensors", dir);
@@ -280,6 +297,17 @@ static int loss_close(double loss, double want, int bf16)
 		    : fabs(loss - want) < 1e-5 * want;
 }
 
+/* A mixture of experts in bf16: a token whose top experts are close may
+ * be routed to another expert than transformers' bf16 run routes it (both
+ * round differently before the router), and with one expert a token that
+ * moves it whole: 2e-2. */
+static int loss_close_m(const taco_model *m, double loss, double want, int bf16)
+{
+	if (bf16 && m->cfg.experts > 0)
+		return fabs(loss - want) < 2e-2;
+	return loss_close(loss, want, bf16);
+}
+
 static void check_fixture(const char *name, run_opts ro)
 {
 	fixture f;
@@ -292,7 +320,7 @@ static void check_fixture(const char *name, run_opts ro)
 	double worst = 0, logit_err = 0, gtol = ro.bf16 ? 0.1 : 1e-4;
 	double want;
 	const char *worst_name = "";
-	int r;
+	int r, idle = 0;
 
 	fixture_load(&f, name, ro.bf16);
 	want = ro.bf16 ? f.loss_bf16 : f.loss;
@@ -323,9 +351,11 @@ static void check_fixture(const char *name, run_opts ro)
 		free(ref);
 		r = taco_model_eval(f.m, &b, &st, &err);
 		ck_assert_msg(r == 0, "%s", err.msg);
-		ck_assert_msg(loss_close(st.loss, want, ro.bf16),
-			      "%s: eval loss %.9g vs %.9g", name, st.loss,
-			      want);
+		/* evaluation reports the cross-entropy alone */
+		ck_assert_msg(
+		    loss_close_m(f.m, st.loss + f.m->aux_coef * f.aux_loss,
+				 want, ro.bf16),
+		    "%s: eval loss %.9g vs %.9g", name, st.loss, want);
 	}
 
 	grads_init(&gs, f.m, ro.scribble, ro.dense);
@@ -335,7 +365,14 @@ static void check_fixture(const char *name, run_opts ro)
 	ck_assert_msg(r == 0, "%s", err.msg);
 	grads_finish(&gs);
 	ck_assert_int_eq(st.n_targets, f.n_targets);
-	ck_assert_msg(loss_close(st.loss, want, ro.bf16),
+	if (f.m->aux_coef > 0)
+		ck_assert_msg(fabs(st.aux_loss - f.aux_loss) <
+				  (ro.bf16 ? 2e-2 : 1e-5) * f.aux_loss,
+			      "%s: auxiliary loss %.9g vs %.9g", name,
+			      st.aux_loss, f.aux_loss);
+	/* the objective: the cross-entropy and the weighted auxiliary loss */
+	st.loss += f.m->aux_coef * st.aux_loss;
+	ck_assert_msg(loss_close_m(f.m, st.loss, want, ro.bf16),
 		      "%s: loss %.9g vs %.9g (rel %.3g)", name, st.loss, want,
 		      fabs(st.loss - want) / want);
 	for (int i = 0; i < f.m->n_tensors; i++) {
@@ -344,14 +381,35 @@ static void check_fixture(const char *name, run_opts ro)
 		float *ref;
 		double e;
 
-		ck_assert_msg(gs.g[i] != NULL, "%s: %s got no gradient", name,
-			      t->name);
 		snprintf(gname, sizeof(gname), "grad.%s", t->name);
 		ref = expected_f32(&f, gname, t->numel);
+		if (!gs.g[i]) {
+			/* an expert that received no token gets no gradient
+			 * (part mode): transformers' is 0 */
+			ck_assert_msg(strstr(t->name, ".mlp.experts.") != NULL,
+				      "%s: %s got no gradient", name, t->name);
+			for (size_t k = 0; !ro.bf16 && k < t->numel; k++)
+				ck_assert_msg(ref[k] == 0.0f,
+					      "%s: %s got no gradient", name,
+					      t->name);
+			free(ref);
+			idle++;
+			continue;
+		}
 		for (size_t k = 0; k < t->numel; k++)
 			ck_assert_msg(gs.cover[i][k] || ref[k] == 0.0f,
 				      "%s: %s element %zu never given", name,
 				      t->name, k);
+		/* bf16, one expert a token: a token routed elsewhere than in
+		 * transformers' bf16 run (or in a bf16 run with other MLP
+		 * blocks, whose rounding moves a later router's near tie)
+		 * moves its whole share of a gradient, and so every gradient
+		 * before that layer: the loss is compared (loss_close_m), the
+		 * gradients are not */
+		if (ro.bf16 && f.m->cfg.top_k == 1) {
+			free(ref);
+			continue;
+		}
 		e = tu_rel_err(gs.g[i], ref, t->numel);
 		for (int z = 0; z < f.n_zero; z++)
 			if (strstr(gname, f.zero[z])) {
@@ -366,10 +424,17 @@ static void check_fixture(const char *name, run_opts ro)
 			worst = e;
 			worst_name = t->name;
 		}
-		ck_assert_msg(e < gtol, "%s: %s gradient rel err %.3g", name,
-			      t->name, e);
+		ck_assert_msg(e < gtol,
+			      "%s: %s gradient rel err %.3g (bf16 %d small %d "
+			      "offload %d dense %d)",
+			      name, t->name, e, ro.bf16, ro.small, ro.offload,
+			      ro.dense);
 		free(ref);
 	}
+	/* part mode: exactly transformers' idle experts got nothing (bf16
+	 * may route a near tie otherwise) */
+	if (!ro.dense && !ro.bf16)
+		ck_assert_int_eq(idle, f.n_idle);
 	if (!ro.scribble && !ro.small && !ro.keep && !ro.dense && !ro.offload &&
 	    !ro.overlap)
 		fprintf(stderr,
@@ -663,8 +728,8 @@ END_TEST
 START_TEST(test_export_matches_transformers)
 {
 	static const char *const names[] = {"llama_bf16", "opt_post",
-					    "neox_par"};
-	static const int dtype[] = {TK_BF16, TK_F32, TK_F32};
+					    "neox_par", "qwen3_moe"};
+	static const int dtype[] = {TK_BF16, TK_F32, TK_F32, TK_F32};
 	char path[256];
 	taco_model *m = NULL;
 	taco_err err = {{0}};
@@ -724,7 +789,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_dropout, 0, 2);
 	tcase_add_loop_test(tc, test_packing, 0, 4);
 	tcase_add_test(tc, test_bad_batch);
-	tcase_add_loop_test(tc, test_export_matches_transformers, 0, 3);
+	tcase_add_loop_test(tc, test_export_matches_transformers, 0, 4);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

@@ -17,6 +17,7 @@ static const struct {
     {"Qwen3ForCausalLM", "qwen3", TACO_ARCH_QWEN3},
     {"OPTForCausalLM", "opt", TACO_ARCH_OPT},
     {"GPTNeoXForCausalLM", "gpt_neox", TACO_ARCH_GPT_NEOX},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", TACO_ARCH_QWEN3_MOE},
 };
 
 const char *taco_arch_name(int arch)
@@ -130,7 +131,7 @@ static int parse_arch(json_t *root, const char *name, taco_config *c,
 	    "%s: architecture '%s' is not supported (supported: "
 	    "LlamaForCausalLM, MistralForCausalLM, "
 	    "Qwen2ForCausalLM, Qwen3ForCausalLM, OPTForCausalLM, "
-	    "GPTNeoXForCausalLM)",
+	    "GPTNeoXForCausalLM, Qwen3MoeForCausalLM)",
 	    name, want);
 }
 
@@ -231,7 +232,8 @@ static int refuse_unsupported(json_t *root, const char *name,
 	if (drop != 0)
 		return taco_err_set(err, -ENOTSUP,
 				    "%s: attention_dropout must be 0", name);
-	if (c->arch == TACO_ARCH_QWEN2 || c->arch == TACO_ARCH_QWEN3) {
+	if (c->arch == TACO_ARCH_QWEN2 || c->arch == TACO_ARCH_QWEN3 ||
+	    c->arch == TACO_ARCH_QWEN3_MOE) {
 		flag = 0;
 		if ((r = cfg_bool(root, name, "use_sliding_window", &flag,
 				  err)))
@@ -475,6 +477,78 @@ static int parse_neox(json_t *root, const char *name, taco_config *c,
 	return 0;
 }
 
+int taco_config_moe_layer(const taco_config *c, int l)
+{
+	if (c->experts <= 0 || l < 0 || l >= c->layers)
+		return 0;
+	if (c->mlp_only[l / 8] & (1u << (l % 8)))
+		return 0;
+	return (l + 1) % c->sparse_step == 0;
+}
+
+/* Qwen3MoeForCausalLM (modeling_qwen3_moe.py): Qwen3's attention; the MLP
+ * of a sparse layer is a softmax router over SwiGLU experts
+ * (Qwen3MoeConfig's defaults for absent fields). */
+static int parse_qwen3_moe(json_t *root, const char *name, taco_config *c,
+			   taco_err *err)
+{
+	json_t *v = json_object_get(root, "mlp_only_layers");
+	int r;
+
+	c->family = TACO_FAMILY_QWEN3_MOE;
+	c->experts = 128;
+	c->top_k = 8;
+	c->moe_intermediate = 768;
+	c->sparse_step = 1;
+	c->aux_coef = 0.001;
+	/* transformers 5 saves num_experts as num_local_experts (its
+	 * attribute_map); the released configs say num_experts */
+	if ((r = cfg_int(root, name, "num_experts", &c->experts, 0, 0,
+			 TACO_MAX_EXPERTS, err)) ||
+	    (r = cfg_int(root, name, "num_local_experts", &c->experts, 0, 0,
+			 TACO_MAX_EXPERTS, err)) ||
+	    (r = cfg_int(root, name, "num_experts_per_tok", &c->top_k, 0, 1,
+			 TACO_MAX_EXPERTS_PER_TOK, err)) ||
+	    (r = cfg_int(root, name, "moe_intermediate_size",
+			 &c->moe_intermediate, 0, 1, TACO_MAX_INTERMEDIATE,
+			 err)) ||
+	    (r = cfg_int(root, name, "decoder_sparse_step", &c->sparse_step, 0,
+			 1, TACO_MAX_LAYERS, err)) ||
+	    (r = cfg_bool(root, name, "norm_topk_prob", &c->norm_topk, err)) ||
+	    (r = cfg_bool(root, name, "output_router_logits", &c->router_logits,
+			  err)) ||
+	    (r = cfg_num(root, name, "router_aux_loss_coef", &c->aux_coef, 0,
+			 1e6, err)))
+		return r;
+	if (c->experts && c->top_k > c->experts)
+		return taco_err_set(err, -EINVAL,
+				    "%s: num_experts_per_tok (%d) exceeds "
+				    "num_experts (%d)",
+				    name, c->top_k, c->experts);
+	if (v && !json_is_null(v)) {
+		size_t i;
+		json_t *e;
+		if (!json_is_array(v))
+			return taco_err_set(err, -EINVAL,
+					    "%s: field 'mlp_only_layers' must "
+					    "be a list of layer indices",
+					    name);
+		json_array_foreach(v, i, e)
+		{
+			json_int_t l =
+			    json_is_integer(e) ? json_integer_value(e) : -1;
+			if (l < 0 || l >= c->layers)
+				return taco_err_set(
+				    err, -EINVAL,
+				    "%s: mlp_only_layers[%zu] must be a "
+				    "layer index, 0 to %d",
+				    name, i, c->layers - 1);
+			c->mlp_only[l / 8] |= (uint8_t)(1u << (l % 8));
+		}
+	}
+	return 0;
+}
+
 /* The config of the object root into the taco_config arg (untouched on an
  * error). */
 static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
@@ -545,6 +619,11 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 	case TACO_ARCH_QWEN2: /* q/k/v always carry a bias in Qwen2 */
 		c.qkv_bias = 1;
 		break;
+	case TACO_ARCH_QWEN3_MOE:
+		if ((r = parse_qwen3_moe(root, name, &c, err)))
+			return r;
+		/* Qwen3's attention */
+		/* fall through */
 	case TACO_ARCH_QWEN3:
 		c.qk_norm = 1;
 		c.qkv_bias = c.o_bias = bias;

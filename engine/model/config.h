@@ -2,9 +2,10 @@
  *
  * Supported architectures: LlamaForCausalLM, MistralForCausalLM,
  * Qwen2ForCausalLM, Qwen3ForCausalLM (the Llama family), OPTForCausalLM,
- * GPTNeoXForCausalLM. A field that would change the math in a
- * way we do not implement is refused by name; fields that do not change the
- * math (token ids, torch_dtype, max_position_embeddings, ...) are ignored. */
+ * GPTNeoXForCausalLM, Qwen3MoeForCausalLM (a mixture of experts). A field that
+ * would change the math in a way we do not implement is refused by name; fields
+ * that do not change the math (token ids, torch_dtype, max_position_embeddings,
+ * ...) are ignored. */
 #ifndef TACO_CONFIG_H
 #define TACO_CONFIG_H
 
@@ -21,6 +22,8 @@
 #define TACO_MAX_HEADS 1024
 #define TACO_MAX_HEAD_DIM 1024
 #define TACO_MAX_VOCAB (1 << 22)
+#define TACO_MAX_EXPERTS 1024
+#define TACO_MAX_EXPERTS_PER_TOK 32 /* tk_moe.h's TK_MOE_MAX_K */
 
 enum taco_arch {
 	TACO_ARCH_LLAMA = 1,
@@ -29,6 +32,7 @@ enum taco_arch {
 	TACO_ARCH_QWEN3,
 	TACO_ARCH_OPT,
 	TACO_ARCH_GPT_NEOX,
+	TACO_ARCH_QWEN3_MOE,
 };
 
 /* The layer wiring a config takes (engine/model/<family>/). */
@@ -36,6 +40,7 @@ enum taco_family {
 	TACO_FAMILY_LLAMA = 0, /* Llama, Mistral, Qwen2, Qwen3 */
 	TACO_FAMILY_OPT,
 	TACO_FAMILY_NEOX,
+	TACO_FAMILY_QWEN3_MOE, /* Qwen3's attention, experts for MLPs */
 };
 
 /* The MLP: gated SiLU (3 projections) or fc1, activation, fc2. */
@@ -95,7 +100,24 @@ typedef struct taco_config {
 	int pad_embed;	       /* OPT: the embedding's padding_idx
 				  (pad_token_id), whose row the lookup
 				  gives no gradient; -1: none */
+	/* A mixture of experts (experts > 0): each sparse layer's MLP is a
+	 * router over `experts` SwiGLU experts of moe_intermediate columns,
+	 * top_k of them a token; the other layers keep a dense MLP of
+	 * `intermediate` columns. */
+	int experts;	      /* num_experts */
+	int top_k;	      /* num_experts_per_tok */
+	int moe_intermediate; /* moe_intermediate_size */
+	int norm_topk;	      /* norm_topk_prob */
+	int sparse_step;      /* decoder_sparse_step */
+	/* mlp_only_layers, one bit a layer */
+	uint8_t mlp_only[TACO_MAX_LAYERS / 8];
+	double aux_coef;   /* router_aux_loss_coef */
+	int router_logits; /* output_router_logits: the auxiliary loss is
+			      trained by default */
 } taco_config;
+
+/* Whether layer l's MLP is a mixture of experts. */
+int taco_config_moe_layer(const taco_config *c, int l);
 
 /* Parses config.json text. name is used in error messages (a path). */
 int taco_config_parse(const char *json, size_t len, const char *name,

@@ -11,6 +11,28 @@
 extern const taco_layer_ops taco_llama_layer;
 extern const taco_layer_ops taco_opt_layer;
 extern const taco_layer_ops taco_neox_layer;
+extern const taco_layer_ops taco_qwen3_moe_layer;
+
+/* llama/layer.c: the Llama family's attention, which Qwen3-MoE shares.
+ * fwd: from the layer input x through ln2 = norm(x_mid); bwd: from w->dtmp
+ * (the gradient of ln2) and w->dx (the layer output's), leaving in w->dx
+ * the gradient of x. */
+void llama_attn_fwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
+		    const void *W[TACO_L_COUNT]);
+void llama_attn_bwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
+		    const void *W[TACO_L_COUNT]);
+
+/* moe.c: a mixture of experts' MLP of layer l (its router, W[TACO_L_ROUTER],
+ * and m->expert's matrices) from in [N, H] (ln2). fwd: out [N, H]; bwd:
+ * dout [N, H] the gradient of out, din [N, H] that of in (overwritten),
+ * the router's and the experts' gradients to the sink (an expert that
+ * received no token gets none). Backward routes again unless activations
+ * are kept. */
+void moe_fwd(step_ctx *c, int l, taco_layer_acts *a,
+	     const void *W[TACO_L_COUNT], const void *in, void *out);
+void moe_bwd(step_ctx *c, int l, taco_layer_acts *a,
+	     const void *W[TACO_L_COUNT], const void *in, const void *dout,
+	     void *din);
 
 /* y[N, out] = x[N, in] W[out, in]^T (+ b[out], added before y is
  * rounded). */

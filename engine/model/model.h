@@ -43,7 +43,16 @@ enum taco_layer_slot {
 	TACO_L_QKV_BIAS,
 	TACO_L_UP_BIAS,
 	TACO_L_DOWN_BIAS,
+	TACO_L_ROUTER, /* a mixture of experts' router, mlp.gate [E, H] */
 	TACO_L_COUNT
+};
+
+/* An expert's matrices (taco_model.expert). */
+enum taco_expert_slot {
+	TACO_X_GATE = 0, /* [I, H] */
+	TACO_X_UP,	 /* [I, H] */
+	TACO_X_DOWN,	 /* [H, I] */
+	TACO_X_COUNT
 };
 
 typedef struct taco_tensor {
@@ -75,6 +84,10 @@ typedef struct taco_model {
 	int pos_embed;	       /* OPT's learned positions; else -1 */
 	int proj_in, proj_out; /* OPT's word_embed_proj_dim projections */
 	int (*layer)[TACO_L_COUNT];
+	/* A mixture of experts: expert e of layer l's matrices are tensors
+	 * expert[(l * E + e) * 3 + TACO_X_*] (-1 in a dense layer); NULL
+	 * without experts. */
+	int *expert;
 	float *inv_freq; /* host, head_dim / 2 */
 	taco_work *work; /* step buffers for the last batch shape */
 	/* Precision: TK_F32 (the reference: activations fp32, weights as
@@ -89,6 +102,10 @@ typedef struct taco_model {
 	 * (off) to 0.9, and the seed of its masks. */
 	float dropout;
 	uint64_t dropout_seed;
+	/* A mixture of experts: the weight of the auxiliary load-balancing
+	 * loss in training steps (0: off); the config's router_aux_loss_coef
+	 * when its output_router_logits is set, as transformers trains. */
+	double aux_coef;
 	/* Data parallel (taco_model_set_global_batch): the tokens of the
 	 * global batch the steps' batches are slices of; not owned. */
 	const int32_t *global_tokens;
@@ -162,6 +179,11 @@ typedef struct taco_step_stats {
 	int64_t n_targets; /* tokens with a target */
 	int64_t n_correct; /* targets that are the argmax */
 	double loss;	   /* loss_sum / n_targets */
+	/* A mixture of experts trained with the auxiliary load-balancing
+	 * loss (taco_model.aux_coef > 0): that loss, unweighted, as
+	 * transformers' aux_loss (0 otherwise); the step's objective is loss +
+	 * aux_coef * aux_loss. */
+	double aux_loss;
 } taco_step_stats;
 
 /* Loads config.json and the safetensors weights of a Hugging Face model

@@ -59,7 +59,9 @@ int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
 			taco_model **out, taco_err *err)
 {
 	taco_model *m = calloc(1, sizeof(*m));
-	int cap = TACO_MODEL_TENSORS_MAX + cfg->layers * TACO_L_COUNT, n = 0;
+	size_t nx = (size_t)cfg->layers * (size_t)cfg->experts * TACO_X_COUNT;
+	int cap = TACO_MODEL_TENSORS_MAX + cfg->layers * TACO_L_COUNT + (int)nx,
+	    n = 0;
 	taco_model_tensor top[TACO_MODEL_TENSORS_MAX];
 	int ntop = taco_model_tensor_names(cfg, top);
 	char name[TACO_NAME_MAX];
@@ -69,10 +71,13 @@ int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	m->cfg = *cfg;
 	m->ops = ops;
+	m->aux_coef =
+	    cfg->experts > 0 && cfg->router_logits ? cfg->aux_coef : 0.0;
 	m->tensors = calloc((size_t)cap, sizeof(*m->tensors));
 	m->layer = calloc((size_t)cfg->layers, sizeof(*m->layer));
 	m->inv_freq = calloc((size_t)cfg->head_dim / 2 + 1, sizeof(float));
-	if (!m->tensors || !m->layer || !m->inv_freq) {
+	m->expert = nx ? malloc(nx * sizeof(int)) : NULL;
+	if (!m->tensors || !m->layer || !m->inv_freq || (nx && !m->expert)) {
 		taco_model_free(m);
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	}
@@ -87,6 +92,13 @@ int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
 				add_tensor(m->tensors, &n, name, nd, shape[0],
 					   shape[1]);
 		}
+		for (int e = 0; e < cfg->experts; e++)
+			for (int x = 0; x < TACO_X_COUNT; x++)
+				if (taco_expert_tensor_name(cfg, l, e, x, name,
+							    sizeof(name),
+							    shape))
+					add_tensor(m->tensors, &n, name, 2,
+						   shape[0], shape[1]);
 	}
 	m->n_tensors = n;
 	qsort(m->tensors, (size_t)n, sizeof(*m->tensors), cmp_tensor);
@@ -132,6 +144,18 @@ int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
 			if (m->layer[l][s] >= 0)
 				m->tensors[m->layer[l][s]].layer = l;
 		}
+	for (size_t i = 0; i < nx; i++) {
+		int l = (int)(i / TACO_X_COUNT / (size_t)cfg->experts);
+		int e = (int)(i / TACO_X_COUNT % (size_t)cfg->experts);
+		int id =
+		    taco_expert_tensor_name(cfg, l, e, (int)(i % TACO_X_COUNT),
+					    name, sizeof(name), shape)
+			? taco_model_find(m, name)
+			: -1;
+		m->expert[i] = id;
+		if (id >= 0)
+			m->tensors[id].layer = l;
+	}
 	taco_config_inv_freq(cfg, m->inv_freq);
 	*out = m;
 	return 0;
@@ -339,6 +363,7 @@ void taco_model_free(taco_model *m)
 		}
 	free(m->tensors);
 	free(m->layer);
+	free(m->expert);
 	free(m->inv_freq);
 	free(m);
 }

@@ -417,7 +417,13 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 	c.sink = sink;
 	norm = norm_targets > 0 ? norm_targets : st.n_targets;
 	scale = norm ? 1.0f / (float)norm : 0.0f;
+	/* the auxiliary loss, in a batch's share of the step's targets
+	 * (gradient accumulation) */
+	if (sink && m->aux_coef > 0 && norm)
+		c.aux_w = m->aux_coef * (double)st.n_targets / (double)norm;
 	forward_all(&c);
+	if (c.aux_w > 0)
+		st.aux_loss = moe_aux_finish(&c);
 	step_loss(&c, layer_x(&c, m->cfg.layers), scale, 1, NULL, NULL);
 	if ((r = step_rest(&c, &st, scale, err)))
 		return r;

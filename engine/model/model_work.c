@@ -22,8 +22,8 @@ typedef struct work_buf {
 } work_buf;
 
 /* fixed buffers + per-layer activation sets */
-#define WB_FIXED (63 + TACO_L_COUNT)
-#define WB_PER_SET 21
+#define WB_FIXED (75 + TACO_L_COUNT)
+#define WB_PER_SET 31
 
 static size_t work_list_cap(int n_acts)
 {
@@ -51,6 +51,7 @@ void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
 	s->offload = sc->offload && !s->keep;
 	s->pref = sc->pref != 0;
 	s->ranks = sc->ranks > 1 ? sc->ranks : 1;
+	s->M = c->experts > 0 ? s->N * c->top_k : 0;
 	if (s->keep)
 		chunks = 1;
 	else if (sc->mlp_chunks > 0)
@@ -118,6 +119,20 @@ static size_t top_scratch(const taco_model *m, int f32)
 	return e;
 }
 
+/* The largest expert matrix, and whether one is stored in another dtype
+ * than fp32 (its fp32 scratch in fp32 precision). */
+static size_t expert_scratch(const taco_model *m, int f32)
+{
+	size_t n = (size_t)m->cfg.layers * m->cfg.experts * TACO_X_COUNT, e = 0;
+
+	for (size_t i = 0; f32 && i < n; i++) {
+		int id = m->expert[i];
+		if (id >= 0 && m->tensors[id].dtype != TK_F32)
+			e = max_sz(e, m->tensors[id].numel);
+	}
+	return e;
+}
+
 static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 {
 	const taco_config *c = &m->cfg;
@@ -132,6 +147,8 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	size_t opt = c->family == TACO_FAMILY_OPT;
 	size_t es = tk_dtype_size(s->dt), f32 = s->dt == TK_F32;
 	size_t logits = (size_t)s->Nc * (size_t)s->Vc;
+	size_t M = (size_t)s->M, E = M ? (size_t)c->experts : 0;
+	size_t K = M ? (size_t)c->top_k : 0, Im = (size_t)c->moe_intermediate;
 	int n = 0, q = c->qk_norm;
 
 #define ADD(field, count, esize, term, reg)                                    \
@@ -182,6 +199,16 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 		ADDA(mean2, ln, 4, LAYER_WORK);
 		ADDA(qkv, N * Dqkv, es, LAYER_WORK);
 		ADDA(x_pre, c->norm_before ? 0 : N * H, es, LAYER_WORK);
+		ADDA(rlog, N * E, 4, LAYER_WORK);
+		ADDA(topi, N * K, 4, LAYER_WORK);
+		ADDA(topw, N * K, 4, LAYER_WORK);
+		ADDA(order, M, 4, LAYER_WORK);
+		ADDA(inv, M, 4, LAYER_WORK);
+		ADDA(xg, M * H, es, LAYER_WORK);
+		ADDA(eg, M * Im, es, LAYER_WORK);
+		ADDA(eu, M * Im, es, LAYER_WORK);
+		ADDA(ea, M * Im, es, LAYER_WORK);
+		ADDA(ey, M * H, es, LAYER_WORK);
 #undef ADDA
 	}
 	ADD(dx, N * H, es, LAYER_WORK, R_PERSIST);
@@ -195,9 +222,26 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(datt, N * D, es, LAYER_WORK, R_LAYER_A);
 	ADD(dact, N * Ic, es, LAYER_WORK, R_LAYER_M);
 	ADD(dqkv, N * Dqkv, es, LAYER_WORK, R_LAYER_A);
+	/* the experts' backward comes before the attention's */
+	ADD(moe_dy, M * H, es, LAYER_WORK, R_LAYER_M);
+	ADD(moe_dact, M * Im, es, LAYER_WORK, R_LAYER_M);
+	ADD(moe_dw, N * K, 4, LAYER_WORK, R_LAYER_M);
+	ADD(moe_dlog, N * E, 4, LAYER_WORK, R_LAYER);
+	ADD(moe_dlog_dt, f32 ? 0 : N * E, es, LAYER_WORK, R_LAYER_M);
+	ADD(moe_cnt, E, 4, BATCH, R_PERSIST);
+	ADD(moe_count, L * E, 4, BATCH, R_HOST);
+	ADD(moe_psum, E, 4, BATCH, R_PERSIST);
+	ADD(moe_psum_h, L * E, 4, BATCH, R_HOST);
+	ADD(moe_extra, E, 4, BATCH, R_PERSIST);
+	ADD(moe_extra_h, E, 4, BATCH, R_HOST);
+	ADD(w_exp, M ? expert_scratch(m, f32) : 0, 4, WEIGHT_SCRATCH,
+	    R_PERSIST);
 	/* families with dropout sites: always (the rate is the job's) */
-	ADD(ddrop, c->family != TACO_FAMILY_LLAMA ? N * H : 0, es, LAYER_WORK,
-	    R_LAYER);
+	ADD(ddrop,
+	    c->family == TACO_FAMILY_OPT || c->family == TACO_FAMILY_NEOX
+		? N * H
+		: 0,
+	    es, LAYER_WORK, R_LAYER);
 	ADD(gbias, c->mlp_bias ? I : 0, 4, GRAD_BUFFER, R_PERSIST);
 	ADD(emb_tmp, opt ? N * (P > H ? P : H) : 0, es, LAYER_WORK, R_LAYER);
 	/* a tied head needs hf again after backward */
@@ -220,12 +264,15 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(dh, N * Hf, 4, LOSS_CHUNK, R_LOSS);
 	ADD(dtie, c->tie_embeddings ? N * Hf : 0, es, LOSS_CHUNK, R_PERSIST);
 	for (int sl = 0; sl < TACO_L_COUNT; sl++) {
-		int id = m->layer[0][sl], conv = 0;
-		size_t e = id >= 0 ? m->tensors[id].numel : 0;
-		/* Checkpoints may mix dtypes across layers. */
-		for (size_t l = 0; f32 && l < L && id >= 0; l++)
-			conv |= m->tensors[m->layer[l][sl]].dtype != TK_F32;
-		ADD(wl[sl], conv ? e : 0, 4, WEIGHT_SCRATCH, R_PERSIST);
+		size_t e = 0;
+		/* Checkpoints may mix dtypes across layers, and a mixture of
+		 * experts mixes dense and sparse layers. */
+		for (size_t l = 0; f32 && l < L; l++) {
+			int id = m->layer[l][sl];
+			if (id >= 0 && m->tensors[id].dtype != TK_F32)
+				e = max_sz(e, m->tensors[id].numel);
+		}
+		ADD(wl[sl], e, 4, WEIGHT_SCRATCH, R_PERSIST);
 	}
 	ADD(w_head,
 	    f32 && (m->tensors[m->lm_head].dtype != TK_F32 ||
@@ -462,6 +509,19 @@ int taco_model_set_step_opts(taco_model *m, const taco_step_opts *s,
 				    "mlp_chunks %d: must be 1 to %d (the "
 				    "intermediate size)",
 				    s->mlp_chunks, m->cfg.intermediate);
+	/* A mixture of experts hands a gradient only to the experts that
+	 * received tokens, so ranks would hand different parts to the sums,
+	 * and its streamed layers would need the experts in the ring. */
+	if (m->cfg.experts > 0 && s->stream_layers)
+		return taco_err_set(err, -ENOTSUP,
+				    "streamed weights are not supported yet "
+				    "for a mixture of experts (%s)",
+				    taco_arch_name(m->cfg.arch));
+	if (m->cfg.experts > 0 && s->ranks > 1)
+		return taco_err_set(err, -ENOTSUP,
+				    "data parallel is not supported yet for a "
+				    "mixture of experts (%s)",
+				    taco_arch_name(m->cfg.arch));
 	if (memcmp(&m->sched, s, sizeof(*s)) != 0) {
 		taco_model_release_work(m);
 		if ((r = taco_model_move_weights(m, s->stream_layers, err)))
@@ -476,7 +536,8 @@ int taco_model_set_dropout(taco_model *m, float p, uint64_t seed, taco_err *err)
 	if (!(p >= 0.0f && p <= 0.9f))
 		return taco_err_set(err, -EINVAL,
 				    "dropout %g: must be 0 to 0.9", (double)p);
-	if (p > 0 && m->cfg.family == TACO_FAMILY_LLAMA)
+	if (p > 0 && m->cfg.family != TACO_FAMILY_OPT &&
+	    m->cfg.family != TACO_FAMILY_NEOX)
 		return taco_err_set(err, -EINVAL,
 				    "dropout %g: %s has no residual dropout",
 				    (double)p, taco_arch_name(m->cfg.arch));

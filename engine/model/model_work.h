@@ -66,6 +66,15 @@ typedef struct taco_layer_acts {
 	float *mean1, *mean2; /* f32 [N]: LayerNorm means */
 	void *qkv;	      /* [N, D + 2 Dkv]: NeoX's fused projection */
 	void *x_pre;	      /* [N, H]: post-LN's sum before its last norm */
+	/* A mixture of experts, M = N * k routed slots (tk_ops.h's moe_*) */
+	float *rlog;	      /* f32 [N, E] the router's logits */
+	int32_t *topi;	      /* [N, k] each token's experts */
+	float *topw;	      /* f32 [N, k] their weights */
+	int32_t *order, *inv; /* [M] the slots by expert, and back */
+	void *xg;	      /* [M, H] the MLP input of each slot */
+	void *eg, *eu, *ea;   /* [M, Im] gate, up, act of each slot; backward
+				 writes d(gate), d(up) over gate and up */
+	void *ey;	      /* [M, H] each slot's expert output */
 } taco_layer_acts;
 
 /* The sizes a step's buffers are made for. */
@@ -83,6 +92,8 @@ typedef struct taco_work_shape {
 	int stream;    /* the last `stream` layers' matrices streamed */
 	int slots;     /* slots of the weight ring: min(stream, 3) */
 	int ranks;     /* data-parallel ranks (1: one) */
+	int M;	       /* a mixture of experts' routed slots, N * k (0:
+			  none) */
 } taco_work_shape;
 
 struct taco_work {
@@ -115,6 +126,25 @@ struct taco_work {
 	void *dqkv;	    /* [N, D + 2 Dkv]: NeoX */
 	void *ddrop;	    /* [N, H]: a residual branch's masked gradient */
 	float *gbias;	    /* f32 [I]: fc1's bias gradient over the blocks */
+	/* a mixture of experts' backward (M slots) */
+	void *moe_dy;	    /* [M, H] the slots' output gradient, then
+			       their input's */
+	void *moe_dact;	    /* [M, Im] */
+	float *moe_dw;	    /* f32 [N, k] the routing weights' gradient */
+	float *moe_dlog;    /* f32 [N, E] the router logits' gradient (the
+			       forward's logits in dt before that) */
+	void *moe_dlog_dt;  /* [N, E] that gradient in dt (bf16 mode) */
+	int32_t *moe_cnt;   /* [E] the slots of each expert, the layer last
+			       routed */
+	int32_t *moe_count; /* host [L, E]: its copy, by layer */
+	float *moe_psum;    /* [E] the router probabilities' sums (the
+			       auxiliary loss) */
+	float *moe_psum_h;  /* host [L, E]: their copy, by layer */
+	float *moe_extra;   /* [E] the auxiliary loss's gradient of every
+			       token's probabilities */
+	float *moe_extra_h; /* host [E] */
+	float *w_exp;	    /* f32 one expert matrix (fp32 mode, stored
+			       in another dtype) */
 	int32_t *pos_ids;   /* [N] OPT: rows of the position table */
 	int32_t *emb_rows;  /* [N] OPT: tokens, its padding id as -1 */
 	void *emb_tmp;	    /* [N, max(H, P)]: OPT's embedding sums */

@@ -31,6 +31,7 @@ static const family_names llama = {
 	[TACO_L_GATE] = "mlp.gate_proj.weight",
 	[TACO_L_UP] = "mlp.up_proj.weight",
 	[TACO_L_DOWN] = "mlp.down_proj.weight",
+	[TACO_L_ROUTER] = "mlp.gate.weight",
     }};
 
 static const family_names opt = {
@@ -84,10 +85,11 @@ static const family_names *names_of(const taco_config *c)
 	}
 }
 
-/* Shape of a layer slot, or ndim 0 when the config has no such tensor. */
-static int slot_shape(const taco_config *c, int slot, int64_t shape[2])
+/* Shape of layer l's slot, or ndim 0 when it has no such tensor. */
+static int slot_shape(const taco_config *c, int l, int slot, int64_t shape[2])
 {
 	int64_t H = c->hidden, I = c->intermediate;
+	int moe = taco_config_moe_layer(c, l);
 	int64_t D = (int64_t)c->heads * c->head_dim;
 	int64_t Dkv = (int64_t)c->kv_heads * c->head_dim;
 	int fused = c->family == TACO_FAMILY_NEOX;
@@ -131,18 +133,21 @@ static int slot_shape(const taco_config *c, int slot, int64_t shape[2])
 	case TACO_L_K_NORM:
 		shape[0] = c->head_dim;
 		return c->qk_norm ? 1 : 0;
+	case TACO_L_ROUTER:
+		shape[0] = c->experts, shape[1] = H;
+		return moe ? 2 : 0;
 	case TACO_L_GATE:
 		shape[0] = I, shape[1] = H;
-		return c->gated_mlp ? 2 : 0;
+		return c->gated_mlp && !moe ? 2 : 0;
 	case TACO_L_UP:
 		shape[0] = I, shape[1] = H;
-		return 2;
+		return moe ? 0 : 2;
 	case TACO_L_UP_BIAS:
 		shape[0] = I;
 		return c->mlp_bias ? 1 : 0;
 	case TACO_L_DOWN:
 		shape[0] = H, shape[1] = I;
-		return 2;
+		return moe ? 0 : 2;
 	case TACO_L_DOWN_BIAS:
 		shape[0] = H;
 		return c->mlp_bias ? 1 : 0;
@@ -159,13 +164,33 @@ int taco_layer_tensor_name(const taco_config *c, int l, int slot, char *buf,
 	if (slot < 0 || slot >= TACO_L_COUNT || !f->slot[slot])
 		return 0;
 	shape[0] = shape[1] = 0;
-	if (!(nd = slot_shape(c, slot, shape)))
+	if (!(nd = slot_shape(c, l, slot, shape)))
 		return 0;
 	n = snprintf(buf, len, f->layer_prefix, l);
 	if (n < 0 || (size_t)n >= len)
 		return 0;
 	snprintf(buf + n, len - (size_t)n, "%s", f->slot[slot]);
 	return nd;
+}
+
+int taco_expert_tensor_name(const taco_config *c, int l, int e, int x,
+			    char *buf, size_t len, int64_t shape[2])
+{
+	static const char *const proj[TACO_X_COUNT] = {"gate_proj", "up_proj",
+						       "down_proj"};
+	int64_t H = c->hidden, I = c->moe_intermediate;
+	int n;
+
+	if (!taco_config_moe_layer(c, l) || e < 0 || e >= c->experts || x < 0 ||
+	    x >= TACO_X_COUNT)
+		return 0;
+	n = snprintf(buf, len, "model.layers.%d.mlp.experts.%d.%s.weight", l, e,
+		     proj[x]);
+	if (n < 0 || (size_t)n >= len)
+		return 0;
+	shape[0] = x == TACO_X_DOWN ? H : I;
+	shape[1] = x == TACO_X_DOWN ? I : H;
+	return 2;
 }
 
 int taco_model_tensor_names(const taco_config *c, taco_model_tensor *out)

@@ -31,6 +31,11 @@ typedef struct taco_model_tensor {
 int taco_layer_tensor_name(const taco_config *c, int l, int slot, char *buf,
 			   size_t len, int64_t shape[2]);
 
+/* Expert e of layer l's matrix x (TACO_X_*): its name into buf and shape,
+ * returning 2, or 0 when layer l has no experts. */
+int taco_expert_tensor_name(const taco_config *c, int l, int e, int x,
+			    char *buf, size_t len, int64_t shape[2]);
+
 /* The tensors outside the layers into out (TACO_MODEL_TENSORS_MAX):
  * their count. */
 int taco_model_tensor_names(const taco_config *c, taco_model_tensor *out);

@@ -41,6 +41,11 @@ struct step_ctx {
 	/* a preference step: each token's factor on the loss's gradient
 	 * scale (w->ce_scale, [N]); NULL otherwise */
 	const float *row_scale;
+	/* a mixture of experts' auxiliary loss in this step: its weight on
+	 * the gradient (0: off), and once forward is done each expert's
+	 * gradient of the router probabilities (w->moe_extra), else NULL */
+	double aux_w;
+	const float *aux_extra;
 };
 
 /* p + i elements of size es. */
@@ -71,6 +76,11 @@ void stream_scatter(step_ctx *c);
 
 /* The layer ops of m's family. */
 const taco_layer_ops *step_layer_ops(const taco_model *m);
+
+/* moe.c: after forward, the auxiliary loss (unweighted) from every
+ * sparse layer's counts and probability sums, and its gradient uploaded
+ * for backward (c->aux_extra). */
+double moe_aux_finish(step_ctx *c);
 
 /* model_loss.c */
 /* Final norm, log-sum-exp and the loss statistics into w->ce_sums (read

@@ -35,8 +35,12 @@ typedef struct grad_ctx {
 	taco_optim *o;	       /* NULL: no update */
 	const uint8_t *frozen; /* NULL or a flag per tensor */
 	float **dense;	       /* accumulated gradients, or NULL */
-	int micro;	       /* micro-batch of the running step */
-	float lr;	       /* of the running step */
+	/* dense: the tensors some piece of this step's gradient reached; the
+	 * others (an expert that received no token) are not updated, as in
+	 * part mode, where no piece means no update */
+	uint8_t *touched;
+	int micro; /* micro-batch of the running step */
+	float lr;  /* of the running step */
 } grad_ctx;
 
 typedef struct trainer {
@@ -124,6 +128,7 @@ static float *on_dense(void *ctx, taco_model *m, int id)
 	grad_ctx *g = ctx;
 
 	(void)m;
+	g->touched[id] = 1;
 	return g->dense[id];
 }
 
@@ -131,7 +136,7 @@ int taco_train_step(taco_model *m, taco_optim *o, const uint8_t *frozen,
 		    const taco_batch *b, float lr, taco_step_stats *stats,
 		    taco_err *err)
 {
-	grad_ctx g = {o, frozen, NULL, 0, lr};
+	grad_ctx g = {o, frozen, NULL, NULL, 0, lr};
 	taco_grad_sink sink = {on_part, NULL, frozen, &g, on_changed_rows};
 
 	if (o)
@@ -154,7 +159,8 @@ static int alloc_dense(trainer *tr, taco_err *err)
 	taco_model *m = tr->m;
 
 	tr->g.dense = calloc((size_t)m->n_tensors, sizeof(float *));
-	if (!tr->g.dense)
+	tr->g.touched = calloc((size_t)m->n_tensors, 1);
+	if (!tr->g.dense || !tr->g.touched)
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	for (int i = 0; i < m->n_tensors; i++) {
 		if (tr->frozen[i])
@@ -177,6 +183,7 @@ static void free_trainer(trainer *tr)
 				tr->m->ops->free(tr->g.dense[i],
 						 tr->m->tensors[i].numel * 4);
 	free(tr->g.dense);
+	free(tr->g.touched);
 	taco_optim_free(tr->o);
 	taco_model_free(tr->m);
 	taco_job_data_free(&tr->data);
@@ -219,10 +226,12 @@ static int pref_step(trainer *tr, taco_err *err)
 	tr->g.lr = (float)taco_job_lr(j, tr->step + 1, tr->total);
 	if (tr->g.dense) {
 		for (int i = 0; i < tr->m->n_tensors; i++)
-			if (tr->g.dense[i])
+			if (tr->g.dense[i]) {
 				tr->m->ops->memset0(tr->g.dense[i],
 						    tr->m->tensors[i].numel *
 							4);
+				tr->g.touched[i] = 0;
+			}
 	}
 	taco_optim_begin_step(tr->o);
 	for (tr->g.micro = 0; tr->g.micro < A; tr->g.micro++) {
@@ -256,7 +265,7 @@ static int pref_step(trainer *tr, taco_err *err)
 				   P);
 	}
 	for (int i = 0; tr->g.dense && i < tr->m->n_tensors; i++)
-		if (tr->g.dense[i])
+		if (tr->g.dense[i] && tr->g.touched[i])
 			taco_optim_apply(tr->o, i, tr->g.dense[i], tr->g.lr);
 	tr->step++;
 	tr->tokens_seen += (int64_t)rows * A;
@@ -296,10 +305,12 @@ static int train_step(trainer *tr, taco_err *err)
 	taco_optim_begin_step(tr->o);
 	if (tr->g.dense)
 		for (int i = 0; i < tr->m->n_tensors; i++)
-			if (tr->g.dense[i])
+			if (tr->g.dense[i]) {
 				tr->m->ops->memset0(tr->g.dense[i],
 						    tr->m->tensors[i].numel *
 							4);
+				tr->g.touched[i] = 0;
+			}
 	for (tr->g.micro = 0; tr->g.micro < j->grad_accum; tr->g.micro++) {
 		size_t at = (size_t)tr->g.micro * rows;
 		taco_batch b = {Bl,
@@ -330,7 +341,7 @@ static int train_step(trainer *tr, taco_err *err)
 		sums[1] += (double)st.n_correct;
 	}
 	for (int i = 0; tr->g.dense && i < tr->m->n_tensors; i++)
-		if (tr->g.dense[i]) {
+		if (tr->g.dense[i] && tr->g.touched[i]) {
 			if ((r = taco_dist_sum_f32(&tr->dist, tr->g.dense[i],
 						   tr->m->tensors[i].numel,
 						   err)))
@@ -385,8 +396,8 @@ static int evaluate(trainer *tr, taco_err *err)
 	double mc_acc = -1;
 
 	/* the same choices on every rank: each scores them all */
-	if (tr->data.mc && (r = taco_mc_eval(tr->m, tr->data.mc, Bl,
-					     j->seq_len, &mc_acc, NULL, err)))
+	if (tr->data.mc && (r = taco_mc_eval(tr->m, tr->data.mc, Bl, j->seq_len,
+					     &mc_acc, NULL, err)))
 		return r;
 	taco_pref_sums ps = {0};
 
@@ -846,11 +857,11 @@ static int finish(trainer *tr, taco_err *err)
 	if (tr->dist.rank != 0) /* rank 0 exports */
 		return taco_dist_barrier(&tr->dist, TACO_DIST_LONG_S, err);
 	snprintf(out, sizeof(out), "%s/model", tr->job->output_dir);
-	if ((r = taco_export(tr->m, tr->job->model, out,
-			     tr->job->export_shard_bytes,
-			     taco_chat_trained_jinja(tr->job->chat_template,
-						     tr->job->chat_template_jinja),
-			     err)) ||
+	if ((r = taco_export(
+		 tr->m, tr->job->model, out, tr->job->export_shard_bytes,
+		 taco_chat_trained_jinja(tr->job->chat_template,
+					 tr->job->chat_template_jinja),
+		 err)) ||
 	    (r = backend_check(tr, err)))
 		return r;
 	if (tr->opts->progress)

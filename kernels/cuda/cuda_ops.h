@@ -178,6 +178,25 @@ int tkc_attention_mma_bwd(int dt, void *dq, void *dk, void *dv,
 			  const int32_t *pos, int B, int T, int nh, int nkv,
 			  int hd, int window, float scale);
 
+/* moe.cu */
+void tkc_moe_route(int mode, int norm, int wdt, const float *logits, int N,
+		   int E, int k, int32_t *idx, float *w);
+void tkc_moe_route_bwd(int mode, int norm, const float *logits,
+		       const int32_t *idx, const float *dw, const float *extra,
+		       int N, int E, int k, float *dlogits);
+void tkc_moe_prob_sum(const float *logits, int N, int E, float *psum);
+void tkc_moe_sort(const int32_t *idx, int N, int E, int k, int32_t *order,
+		  int32_t *inv, int32_t *counts);
+void tkc_moe_gather(int dt, void *xg, const void *x, const int32_t *order,
+		    int M, int k, int H);
+void tkc_moe_combine(int dt, void *out, const void *y, const int32_t *inv,
+		     const float *w, int N, int k, int H);
+void tkc_moe_combine_bwd(int dt, void *dy, float *dw, const void *dout,
+			 const void *y, const int32_t *inv, const float *w,
+			 int N, int k, int H);
+void tkc_moe_scatter(int dt, void *dx, const void *dxg, const int32_t *inv,
+		     int N, int k, int H);
+
 /* swiglu.cu */
 void tkc_swiglu_fwd(int dt, void *out, const void *gate, const void *up,
 		    size_t n);

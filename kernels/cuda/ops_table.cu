@@ -162,6 +162,14 @@ static void fill_table(tk_ops *t)
 	t->linear_bias = tkc_linear_bias;
 	t->attention_fwd = tkc_attention_fwd;
 	t->attention_bwd = tkc_attention_bwd;
+	t->moe_route = tkc_moe_route;
+	t->moe_route_bwd = tkc_moe_route_bwd;
+	t->moe_prob_sum = tkc_moe_prob_sum;
+	t->moe_sort = tkc_moe_sort;
+	t->moe_gather = tkc_moe_gather;
+	t->moe_combine = tkc_moe_combine;
+	t->moe_combine_bwd = tkc_moe_combine_bwd;
+	t->moe_scatter = tkc_moe_scatter;
 	t->swiglu_fwd = tkc_swiglu_fwd;
 	t->swiglu_bwd = tkc_swiglu_bwd;
 	t->ce_stats = tkc_ce_stats;

@@ -50,7 +50,7 @@
 /* Every member of tk_ops, so that an op added there cannot be left out
  * of the profile unnoticed: wrap it below, or say why it is not device
  * work, and count it here. */
-#define TK_OPS_MEMBERS 56
+#define TK_OPS_MEMBERS 64
 static_assert(sizeof(tk_ops) == TK_OPS_MEMBERS * sizeof(void *),
 	      "tk_ops has a new member: wrap it in prof.cu and count it");
 
@@ -248,6 +248,36 @@ WRAP(attention_bwd, TK_PHASE_ATTENTION,
       float scale),
      (dt, dq, dk, dv, dout, out, lse, q, k, v, pos, B, T, nh, nkv, hd, window,
       scale))
+WRAP(moe_route, TK_PHASE_ELEMENTWISE,
+     (int mode, int norm, int wdt, const float *logits, int N, int E, int k,
+      int32_t *idx, float *w),
+     (mode, norm, wdt, logits, N, E, k, idx, w))
+WRAP(moe_route_bwd, TK_PHASE_ELEMENTWISE,
+     (int mode, int norm, const float *logits, const int32_t *idx,
+      const float *dw, const float *extra, int N, int E, int k, float *dlogits),
+     (mode, norm, logits, idx, dw, extra, N, E, k, dlogits))
+WRAP(moe_prob_sum, TK_PHASE_ELEMENTWISE,
+     (const float *logits, int N, int E, float *psum), (logits, N, E, psum))
+WRAP(moe_sort, TK_PHASE_ELEMENTWISE,
+     (const int32_t *idx, int N, int E, int k, int32_t *order, int32_t *inv,
+      int32_t *counts),
+     (idx, N, E, k, order, inv, counts))
+WRAP(moe_gather, TK_PHASE_ELEMENTWISE,
+     (int dt, void *xg, const void *x, const int32_t *order, int M, int k,
+      int H),
+     (dt, xg, x, order, M, k, H))
+WRAP(moe_combine, TK_PHASE_ELEMENTWISE,
+     (int dt, void *out, const void *y, const int32_t *inv, const float *w,
+      int N, int k, int H),
+     (dt, out, y, inv, w, N, k, H))
+WRAP(moe_combine_bwd, TK_PHASE_ELEMENTWISE,
+     (int dt, void *dy, float *dw, const void *dout, const void *y,
+      const int32_t *inv, const float *w, int N, int k, int H),
+     (dt, dy, dw, dout, y, inv, w, N, k, H))
+WRAP(moe_scatter, TK_PHASE_ELEMENTWISE,
+     (int dt, void *dx, const void *dxg, const int32_t *inv, int N, int k,
+      int H),
+     (dt, dx, dxg, inv, N, k, H))
 WRAP(swiglu_fwd, TK_PHASE_ELEMENTWISE,
      (int dt, void *out, const void *gate, const void *up, size_t n),
      (dt, out, gate, up, n))
@@ -347,6 +377,14 @@ static void install(tk_ops *t)
 	INSTALL(linear_bias)
 	INSTALL(attention_fwd)
 	INSTALL(attention_bwd)
+	INSTALL(moe_route)
+	INSTALL(moe_route_bwd)
+	INSTALL(moe_prob_sum)
+	INSTALL(moe_sort)
+	INSTALL(moe_gather)
+	INSTALL(moe_combine)
+	INSTALL(moe_combine_bwd)
+	INSTALL(moe_scatter)
 	INSTALL(swiglu_fwd)
 	INSTALL(swiglu_bwd)
 	INSTALL(ce_stats)

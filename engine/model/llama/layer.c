@@ -40,24 +40,22 @@ static void llama_recompute(step_ctx *c, int l, const void *x)
 	llama_layer_fwd(c, l, x, NULL, 1);
 }
 
-/* recompute: stop at ln2, for backward (which runs the MLP block by block
- * itself); else the whole layer into out. */
-static void llama_layer_fwd(step_ctx *c, int l, const void *x, void *out,
-			    int recompute)
+/* Attention of layer l from x through ln2 = norm(x_mid) (the part the
+ * Llama family and Qwen3-MoE share). */
+void llama_attn_fwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
+		    const void *W[TACO_L_COUNT])
 {
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
-	taco_layer_acts *a = lp_acts(c, l);
-	const void *W[TACO_L_COUNT];
 	int B = w->s.B, T = w->s.T, N = w->s.N, H = cf->hidden;
-	int I = cf->intermediate, hd = cf->head_dim, dt = c->dt;
+	int hd = cf->head_dim, dt = c->dt;
 	int D = cf->heads * hd, Dkv = cf->kv_heads * hd;
 	void *qd = cf->qk_norm ? a->q_pre : a->q;
 	void *kd = cf->qk_norm ? a->k_pre : a->k;
 	const void *qn, *kn;
 
-	lp_weights(c, l, W);
+	(void)l;
 	/* with the q/k norms, q and k from their inputs; else RoPE in place */
 	qn = cf->qk_norm ? W[TACO_L_Q_NORM] : NULL;
 	kn = cf->qk_norm ? W[TACO_L_K_NORM] : NULL;
@@ -81,6 +79,22 @@ static void llama_layer_fwd(step_ctx *c, int l, const void *x, void *out,
 		      H);
 	o->add_rmsnorm_fwd(dt, a->x_mid, x, a->ln2, a->rstd2,
 			   W[TACO_L_MLP_NORM], N, H, cf->rms_eps);
+}
+
+/* recompute: stop at ln2, for backward (which runs the MLP block by block
+ * itself); else the whole layer into out. */
+static void llama_layer_fwd(step_ctx *c, int l, const void *x, void *out,
+			    int recompute)
+{
+	const tk_ops *o = c->o;
+	const taco_config *cf = &c->m->cfg;
+	taco_work *w = c->w;
+	taco_layer_acts *a = lp_acts(c, l);
+	const void *W[TACO_L_COUNT];
+	int N = w->s.N, H = cf->hidden, I = cf->intermediate, dt = c->dt;
+
+	lp_weights(c, l, W);
+	llama_attn_fwd(c, l, x, a, W);
 	if (recompute)
 		return;
 	for (int b = 0; b < w->s.chunks; b++) {
@@ -160,21 +174,21 @@ static void mlp_bwd(step_ctx *c, int l, taco_layer_acts *a,
 	}
 }
 
-static void llama_bwd(step_ctx *c, int l, const void *x)
+/* The attention's backward of layer l, from w->dtmp, the gradient of
+ * ln2 (the MLP's input), and w->dx, the layer output's: w->dx ends as the
+ * gradient of the layer's input x. */
+void llama_attn_bwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
+		    const void *W[TACO_L_COUNT])
 {
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
-	taco_layer_acts *a = lp_acts(c, l);
 	const int *id = c->m->layer[l];
-	const void *W[TACO_L_COUNT];
 	int B = w->s.B, T = w->s.T, N = w->s.N, H = cf->hidden;
 	int hd = cf->head_dim, D = cf->heads * hd, Dkv = cf->kv_heads * hd;
 	int dt = c->dt;
 	void *dqf = w->dq, *dkf = w->dk;
 
-	lp_weights(c, l, W);
-	mlp_bwd(c, l, a, W);
 	norm_bwd_add(c, id[TACO_L_MLP_NORM], w->dx, w->dtmp, a->x_mid,
 		     W[TACO_L_MLP_NORM], a->rstd2, N, H);
 
@@ -213,6 +227,16 @@ static void llama_bwd(step_ctx *c, int l, const void *x)
 	lp_bias_grad(c, id[TACO_L_V_BIAS], w->dv, N, Dkv);
 	norm_bwd_add(c, id[TACO_L_ATTN_NORM], w->dx, w->dtmp, x,
 		     W[TACO_L_ATTN_NORM], a->rstd1, N, H);
+}
+
+static void llama_bwd(step_ctx *c, int l, const void *x)
+{
+	taco_layer_acts *a = lp_acts(c, l);
+	const void *W[TACO_L_COUNT];
+
+	lp_weights(c, l, W);
+	mlp_bwd(c, l, a, W);
+	llama_attn_bwd(c, l, x, a, W);
 }
 
 const taco_layer_ops taco_llama_layer = {llama_fwd, llama_recompute, llama_bwd};
