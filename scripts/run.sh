@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds, and runs tacod in the foreground on 127.0.0.1:8226 with
 # the demo model (examples/demo) in its models directory, as "tacod-demo",
-# and the tool-calling example's (examples/tools) as "tacod-tools". The
+# the tool-calling example's (examples/tools) as "tacod-tools" and the tiny
+# mixture of experts of examples/moe as "tacod-demo-moe". The
 # README's tour starts from here. Ctrl-C stops tacod.
 #
 #   scripts/run.sh                   set up, build, serve the demo
@@ -56,9 +57,11 @@ case $demo$bin$listen in
 esac
 # A fresh copy of the demo models on every start; any other model put in
 # models/ stays.
-rm -rf "$demo/models/tacod-demo" "$demo/models/tacod-tools"
+rm -rf "$demo/models/tacod-demo" "$demo/models/tacod-tools" \
+	"$demo/models/tacod-demo-moe"
 cp -R examples/demo/model "$demo/models/tacod-demo"
 cp -R examples/tools/model "$demo/models/tacod-tools"
+cp -R examples/moe/qwen3-moe "$demo/models/tacod-demo-moe"
 
 # A one-step job of the demo on a backend: 0 when it trains. tacod runs
 # every job this way, so a taco-train that cannot train here is reported
@@ -116,8 +119,8 @@ fi
 } >"$demo/tacod.json"
 
 cat <<EOF
-tacod: serving http://$listen with the demo models "tacod-demo" and
-"tacod-tools" on the $backend backend (configuration:
+tacod: serving http://$listen with the demo models "tacod-demo",
+"tacod-tools" and "tacod-demo-moe" on the $backend backend (configuration:
 $demo/tacod.json). Ctrl-C stops it.
 
 Next, in another terminal in $root, the tour of README.md:

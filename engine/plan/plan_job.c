@@ -97,10 +97,32 @@ static int next_setting(const taco_job *job, const taco_model *shapes,
 
 /* Whether admission may stream the weights (weights auto): only where the
  * step updates every matrix from its pieces (job_schema.c's rule). */
-static int may_stream(const taco_job *job)
+static int may_stream(const taco_job *job, const taco_model *shapes)
 {
 	return job->weights == TACO_WEIGHTS_AUTO && job->grad_accum == 1 &&
-	       !job->optim.all_adamw && job->activation_checkpointing;
+	       !job->optim.all_adamw && job->activation_checkpointing &&
+	       shapes->cfg.experts == 0;
+}
+
+/* What a mixture of experts cannot run yet (model_work.c refuses the same
+ * schedules): say so at planning, before a job waits in the queue. */
+static int moe_refusal(const taco_job *job, const taco_config *cfg,
+		       taco_err *err)
+{
+	if (cfg->experts <= 0)
+		return 0;
+	if (job->weights == TACO_WEIGHTS_HOST)
+		return taco_err_set(err, -ENOTSUP,
+				    "weights: host: streamed weights are not "
+				    "supported yet for a mixture of experts "
+				    "(%s)",
+				    taco_arch_name(cfg->arch));
+	if (job->gpus > 1)
+		return taco_err_set(err, -ENOTSUP,
+				    "gpus: %d: data parallel is not supported "
+				    "yet for a mixture of experts (%s)",
+				    job->gpus, taco_arch_name(cfg->arch));
+	return 0;
 }
 
 /* From the job's settings with offload where the job leaves it open: the
@@ -141,7 +163,8 @@ int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
 	int dtype = TK_BF16, r;
 
 	snprintf(path, sizeof(path), "%s/config.json", job->model);
-	if ((r = taco_config_load(path, &cfg, err)))
+	if ((r = taco_config_load(path, &cfg, err)) ||
+	    (r = moe_refusal(job, &cfg, err)))
 		return r;
 	if ((r = taco_model_shapes(&cfg, &shapes, err)))
 		return r;
@@ -160,7 +183,7 @@ int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
 	while (budget && p.total > budget && next_setting(job, shapes, &p, &in))
 		if ((r = taco_plan_compute(shapes, &in, &p, err)))
 			goto out;
-	if (budget && p.total > budget && may_stream(job)) {
+	if (budget && p.total > budget && may_stream(job, shapes)) {
 		in = first;
 		if ((r = fewest_streamed(job, shapes, budget, &in, &p, err)))
 			goto out;

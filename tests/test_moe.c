@@ -1,0 +1,290 @@
+/* test_moe.c: a mixture of experts under the optimizer (docs/taco.md, "A
+ * mixture of experts"): each expert matrix is a TACO tensor of its own; an
+ * expert that received no token in a step keeps its weights and its
+ * state; one TACO step of the engine equals TACO on transformers'
+ * gradient; the refusals of what a mixture of experts cannot run yet. */
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "model/model_work.h"
+#include "optim/optim.h"
+#include "safetensors/safetensors.h"
+#include "testutil.h"
+#include "train/train.h"
+
+typedef struct batch {
+	int B, T;
+	int32_t *tokens, *targets;
+} batch;
+
+static int32_t *int_matrix(json_t *rows, int *B, int *T)
+{
+	int32_t *out;
+
+	*B = (int)json_array_size(rows);
+	*T = (int)json_array_size(json_array_get(rows, 0));
+	out = malloc(sizeof(int32_t) * (size_t)*B * (size_t)*T);
+	ck_assert_ptr_nonnull(out);
+	for (int b = 0; b < *B; b++)
+		for (int t = 0; t < *T; t++)
+			out[b * *T + t] = (int32_t)json_integer_value(
+			    json_array_get(json_array_get(rows, b), t));
+	return out;
+}
+
+static taco_model *load(const char *name, batch *bt)
+{
+	char dir[4200], path[4300];
+	taco_err err = {{0}};
+	taco_model *m = NULL;
+	json_t *j;
+
+	snprintf(dir, sizeof(dir), "%s/%s", tu_fixture("models"), name);
+	ck_assert_msg(taco_model_load(dir, tk_cpu_ops(), &m, &err) == 0, "%s",
+		      err.msg);
+	snprintf(path, sizeof(path), "%s/batch.json", dir);
+	j = json_load_file(path, 0, NULL);
+	ck_assert_ptr_nonnull(j);
+	bt->tokens = int_matrix(json_object_get(j, "input_ids"), &bt->B, &bt->T);
+	bt->targets = int_matrix(json_object_get(j, "targets"), &bt->B, &bt->T);
+	json_decref(j);
+	return m;
+}
+
+static taco_optim *optim_of(taco_model *m)
+{
+	taco_optim_opts oo;
+	taco_optim *o = NULL;
+	taco_err err = {{0}};
+
+	taco_optim_defaults(&oo);
+	ck_assert_msg(taco_optim_create(m, &oo, NULL, &o, &err) == 0, "%s",
+		      err.msg);
+	return o;
+}
+
+/* A copy of tensor id's bytes and of its TACO state. */
+typedef struct snap {
+	void *w, *idx, *q, *scale;
+	size_t wb, ib, qb, sb;
+} snap;
+
+static void snap_take(snap *s, const taco_model *m, const taco_optim *o,
+		      int id)
+{
+	const taco_tensor *t = &m->tensors[id];
+	const taco_optim_tensor *ot = &o->t[id];
+	size_t C = (size_t)t->shape[1], k = (size_t)o->opts.k;
+
+	s->wb = t->numel * tk_dtype_size(t->dtype);
+	s->ib = C * k * (size_t)ot->idx_bytes;
+	s->qb = C * k;
+	s->sb = C * sizeof(float);
+	s->w = malloc(s->wb);
+	s->idx = malloc(s->ib);
+	s->q = malloc(s->qb);
+	s->scale = malloc(s->sb);
+	memcpy(s->w, t->data, s->wb);
+	memcpy(s->idx, ot->idx, s->ib);
+	memcpy(s->q, ot->q, s->qb);
+	memcpy(s->scale, ot->scale, s->sb);
+}
+
+static int snap_same(const snap *s, const taco_model *m, const taco_optim *o,
+		     int id)
+{
+	const taco_optim_tensor *ot = &o->t[id];
+
+	return !memcmp(s->w, m->tensors[id].data, s->wb) &&
+	       !memcmp(s->idx, ot->idx, s->ib) &&
+	       !memcmp(s->q, ot->q, s->qb) &&
+	       !memcmp(s->scale, ot->scale, s->sb);
+}
+
+static void snap_free(snap *s)
+{
+	free(s->w);
+	free(s->idx);
+	free(s->q);
+	free(s->scale);
+}
+
+/* Step 1 gives experts state; in step 2 (another batch) an expert that
+ * receives no token keeps its weights and its TACO state bit for bit,
+ * and the experts that do receive tokens move. */
+START_TEST(test_idle_expert_keeps_state)
+{
+	batch bt;
+	taco_model *m = load("qwen3_moe_aux", &bt);
+	taco_optim *o = optim_of(m);
+	const taco_config *cf = &m->cfg;
+	size_t nx = (size_t)cf->layers * cf->experts * TACO_X_COUNT;
+	int32_t *c1 = malloc((size_t)cf->layers * cf->experts * 4);
+	snap *s = calloc(nx, sizeof(*s));
+	taco_step_stats st;
+	taco_err err = {{0}};
+	int N = bt.B * bt.T, kept = 0, moved = 0;
+	int32_t *tok2 = malloc((size_t)N * 4);
+
+	ck_assert_int_gt(cf->experts, 0);
+	ck_assert_int_eq(taco_train_step(m, o, NULL,
+					 &(taco_batch){bt.B, bt.T, bt.tokens,
+						       bt.targets, NULL, 0},
+					 0.01f, &st, &err),
+			 0);
+	memcpy(c1, m->work->moe_count,
+	       (size_t)cf->layers * cf->experts * sizeof(int32_t));
+	for (size_t i = 0; i < nx; i++)
+		if (m->expert[i] >= 0)
+			snap_take(&s[i], m, o, m->expert[i]);
+	/* another batch: the tokens reversed */
+	for (int i = 0; i < N; i++)
+		tok2[i] = bt.tokens[N - 1 - i];
+	ck_assert_int_eq(taco_train_step(m, o, NULL,
+					 &(taco_batch){bt.B, bt.T, tok2,
+						       bt.targets, NULL, 0},
+					 0.01f, &st, &err),
+			 0);
+	for (size_t i = 0; i < nx; i++) {
+		int l = (int)(i / TACO_X_COUNT / (size_t)cf->experts);
+		int e = (int)(i / TACO_X_COUNT % (size_t)cf->experts);
+		int n1, n2;
+		if (m->expert[i] < 0)
+			continue;
+		n1 = c1[l * cf->experts + e];
+		n2 = m->work->moe_count[l * cf->experts + e];
+		if (n2 == 0) {
+			ck_assert_msg(snap_same(&s[i], m, o, m->expert[i]),
+				      "%s: no token in step 2, but it changed",
+				      m->tensors[m->expert[i]].name);
+			kept += n1 > 0;
+		} else if (n1 > 0) {
+			moved += !snap_same(&s[i], m, o, m->expert[i]);
+		}
+		snap_free(&s[i]);
+	}
+	/* the batches leave experts idle after they had state, and move
+	 * the others (the counts are transformers' routing, fixed) */
+	ck_assert_int_gt(kept, 0);
+	ck_assert_int_gt(moved, 0);
+	free(s);
+	free(c1);
+	free(tok2);
+	free(bt.tokens);
+	free(bt.targets);
+	taco_optim_free(o);
+	taco_model_free(m);
+}
+END_TEST
+
+/* One TACO step of the engine (its own gradients, handed in parts)
+ * against TACO applied to transformers' gradient (expected.safetensors),
+ * tensor by tensor: the same weights, but where a column's two largest
+ * gradients are within the gradients' rounding of each other. */
+START_TEST(test_taco_step_on_transformers_gradient)
+{
+	batch bt;
+	taco_model *m = load("qwen3_moe", &bt);
+	taco_model *ref = load("qwen3_moe", &(batch){0});
+	taco_optim *o = optim_of(m), *oref = optim_of(ref);
+	taco_st_file *exp = NULL;
+	taco_step_stats st;
+	taco_err err = {{0}};
+	char path[4300];
+	size_t cols = 0, differ = 0;
+	int experts = 0;
+	float *grad = malloc(sizeof(float) << 20);
+
+	snprintf(path, sizeof(path), "%s/qwen3_moe/expected.safetensors",
+		 tu_fixture("models"));
+	ck_assert_int_eq(taco_st_open(path, &exp, &err), 0);
+	ck_assert_int_eq(taco_train_step(m, o, NULL,
+					 &(taco_batch){bt.B, bt.T, bt.tokens,
+						       bt.targets, NULL, 0},
+					 0.01f, &st, &err),
+			 0);
+	taco_optim_begin_step(oref);
+	for (int i = 0; i < ref->n_tensors; i++) {
+		const taco_tensor *t = &ref->tensors[i];
+		const taco_st_tensor *g;
+		char gname[160];
+		if (t->ndim != 2)
+			continue;
+		snprintf(gname, sizeof(gname), "grad.%s", t->name);
+		g = taco_st_find(exp, gname);
+		ck_assert_ptr_nonnull(g);
+		ck_assert_uint_eq(g->nbytes, t->numel * sizeof(float));
+		/* the mapping may be unaligned */
+		memcpy(grad, g->data, g->nbytes);
+		ck_assert_int_eq(taco_optim_apply(oref, i, grad, 0.01f), 0);
+		experts += strstr(t->name, ".mlp.experts.") != NULL;
+		/* columns where the two steps moved different entries */
+		for (int64_t c = 0; c < t->shape[1]; c++) {
+			int same = 1;
+			for (int64_t r = 0; r < t->shape[0]; r++) {
+				size_t at = (size_t)(r * t->shape[1] + c);
+				same &= ((const float *)t->data)[at] ==
+					((const float *)m->tensors[i].data)[at];
+			}
+			differ += !same;
+			cols++;
+		}
+	}
+	ck_assert_int_eq(experts, 2 * 8 * 3);
+	fprintf(stderr,
+		"moe: TACO on the engine's gradient vs on transformers': %zu "
+		"of %zu columns differ\n",
+		differ, cols);
+	/* gradients agree to about 1e-6 relative: a column's choice differs
+	 * only on such a near tie */
+	ck_assert_msg(differ * 1000 <= cols,
+		      "%zu of %zu columns stepped differently", differ, cols);
+	taco_st_close(exp);
+	free(grad);
+	free(bt.tokens);
+	free(bt.targets);
+	taco_optim_free(o);
+	taco_optim_free(oref);
+	taco_model_free(m);
+	taco_model_free(ref);
+}
+END_TEST
+
+/* What a mixture of experts cannot run yet is refused by name. */
+START_TEST(test_refusals)
+{
+	batch bt;
+	taco_model *m = load("qwen3_moe", &bt);
+	taco_step_opts so = {0};
+	taco_err err = {{0}};
+
+	so.stream_layers = 1;
+	ck_assert_int_eq(taco_model_set_step_opts(m, &so, &err), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(err.msg, "mixture of experts"));
+	so.stream_layers = 0;
+	so.ranks = 2;
+	ck_assert_int_eq(taco_model_set_step_opts(m, &so, &err), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(err.msg, "data parallel"));
+	ck_assert_int_eq(taco_model_set_dropout(m, 0.1f, 1, &err), -EINVAL);
+	free(bt.tokens);
+	free(bt.targets);
+	taco_model_free(m);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("moe");
+	TCase *tc = tcase_create("moe");
+
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_idle_expert_keeps_state);
+	tcase_add_test(tc, test_taco_step_on_transformers_gradient);
+	tcase_add_test(tc, test_refusals);
+	suite_add_tcase(s, tc);
+	return tu_run(s, 0);
+}
