@@ -30,6 +30,7 @@ static void defaults(taco_job *job)
 	job->max_examples = 10000000;
 	job->activation_checkpointing = 1;
 	job->dropout = -1;
+	job->router_aux_loss_coef = -1;
 	job->dpo_beta = TACO_DPO_BETA_DEFAULT;
 }
 

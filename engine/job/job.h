@@ -76,6 +76,10 @@ typedef struct taco_job {
 	int mlp_chunks;		      /* 0: auto */
 	int weights;		      /* enum taco_weights */
 	double dropout;		      /* residual dropout; -1: the config's */
+	/* a mixture of experts' auxiliary load-balancing loss: its weight,
+	 * 0 off; -1: the config's (router_aux_loss_coef when
+	 * output_router_logits is set, else off, as transformers trains) */
+	double router_aux_loss_coef;
 	int packing;		      /* several examples per sequence */
 	int chat_template;	      /* enum taco_template */
 	char *chat_template_jinja;    /* the job's own template, or NULL */

@@ -241,6 +241,8 @@ const taco_job_key taco_job_keys[] = {
     {"weights", REQUEST, TACO_JOB_ENUM, AT(weights), .names = residencies,
      .then = weights_stream},
     {"dropout", REQUEST, TACO_JOB_NUM, AT(dropout), NUMS(0, 0.9)},
+    {"router_aux_loss_coef", REQUEST, TACO_JOB_NUM, AT(router_aux_loss_coef),
+     NUMS(0, 1000)},
     {"packing", REQUEST, TACO_JOB_BOOL, AT(packing)},
     {"chat_template", REQUEST, TACO_JOB_ENUM, AT(chat_template),
      .names = templates},

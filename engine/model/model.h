@@ -225,6 +225,11 @@ void taco_tensor_write(const taco_model *m, int id, size_t offset,
 int taco_model_set_dropout(taco_model *m, float p, uint64_t seed,
 			   taco_err *err);
 
+/* A mixture of experts' auxiliary load-balancing loss in training steps:
+ * weight coef (0: off), or coef < 0 for the config's (m->aux_coef as
+ * loaded). -EINVAL for a weight above 0 on a model without experts. */
+int taco_model_set_aux_loss(taco_model *m, double coef, taco_err *err);
+
 /* The tensor list and shapes of cfg without weights (every data NULL, ops
  * NULL): what the planner and parameter counts need, at any model size. */
 int taco_model_shapes(const taco_config *cfg, taco_model **out, taco_err *err);

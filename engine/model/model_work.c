@@ -531,6 +531,19 @@ int taco_model_set_step_opts(taco_model *m, const taco_step_opts *s,
 	return 0;
 }
 
+int taco_model_set_aux_loss(taco_model *m, double coef, taco_err *err)
+{
+	if (coef < 0)
+		return 0;
+	if (coef > 0 && m->cfg.experts <= 0)
+		return taco_err_set(err, -EINVAL,
+				    "router_aux_loss_coef %g: %s has no "
+				    "experts",
+				    coef, taco_arch_name(m->cfg.arch));
+	m->aux_coef = coef;
+	return 0;
+}
+
 int taco_model_set_dropout(taco_model *m, float p, uint64_t seed, taco_err *err)
 {
 	if (!(p >= 0.0f && p <= 0.9f))

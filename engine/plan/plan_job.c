@@ -109,6 +109,12 @@ static int may_stream(const taco_job *job, const taco_model *shapes)
 static int moe_refusal(const taco_job *job, const taco_config *cfg,
 		       taco_err *err)
 {
+	if (cfg->experts <= 0 && job->router_aux_loss_coef > 0)
+		return taco_err_set(err, -EINVAL,
+				    "router_aux_loss_coef %g: %s has no "
+				    "experts",
+				    job->router_aux_loss_coef,
+				    taco_arch_name(cfg->arch));
 	if (cfg->experts <= 0)
 		return 0;
 	if (job->weights == TACO_WEIGHTS_HOST)

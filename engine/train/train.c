@@ -65,6 +65,8 @@ typedef struct trainer {
 	int64_t tokens_seen;
 	double t_start, loss;
 	double accuracy; /* of the last step: targets that are the argmax */
+	double aux_loss; /* of the last step: a mixture of experts' auxiliary
+			  loss (its micro-batches' mean), when trained */
 	taco_events ev;
 	taco_plan plan;
 	int lock_fd; /* flock of output_dir/.lock, -1 when not held */
@@ -287,6 +289,7 @@ static int train_step(trainer *tr, taco_err *err)
 	size_t mine = (size_t)tr->dist.rank * Bl * j->seq_len;
 	int64_t norm = 0;
 	double sums[2] = {0, 0}; /* loss, correct */
+	double aux = 0;		 /* mean auxiliary loss */
 	int r;
 
 	if (tr->dpo)
@@ -339,6 +342,7 @@ static int train_step(trainer *tr, taco_err *err)
 			return r;
 		sums[0] += st.loss_sum;
 		sums[1] += (double)st.n_correct;
+		aux += st.aux_loss / j->grad_accum;
 	}
 	for (int i = 0; tr->g.dense && i < tr->m->n_tensors; i++)
 		if (tr->g.dense[i] && tr->g.touched[i]) {
@@ -353,6 +357,7 @@ static int train_step(trainer *tr, taco_err *err)
 	tr->step++;
 	tr->tokens_seen += (int64_t)rows * j->grad_accum;
 	tr->loss = norm ? sums[0] / (double)norm : 0.0;
+	tr->aux_loss = aux;
 	tr->accuracy = norm ? sums[1] / (double)norm : 0.0;
 	return 0;
 }
@@ -605,6 +610,11 @@ static void progress(trainer *tr)
 		    "tokens_per_s", tps, "elapsed_s", el, "eta_s", eta,
 		    "mem_bytes", (json_int_t)tr->m->ops->mem_current(),
 		    "mem_peak_bytes", (json_int_t)tr->m->ops->mem_peak());
+		/* a mixture of experts' auxiliary loss, when trained (the
+		 * loss above is the cross-entropy alone) */
+		if (e && tr->m->aux_coef > 0 && !tr->dpo)
+			json_object_set_new(e, "aux_loss",
+					    json_real(tr->aux_loss));
 		/* DPO: the pairs' rewards and log-probs, as TRL names them */
 		if (e && tr->dpo)
 			taco_pref_sums_json(&tr->last, "", 0, e);
@@ -776,6 +786,8 @@ static int setup(trainer *tr, taco_err *err)
 		 tr->m,
 		 j->dropout >= 0 ? (float)j->dropout : tr->m->cfg.dropout,
 		 tk_splitmix64(j->optim.seed ^ 0x64726f706f7574ull), err)))
+		return r;
+	if ((r = taco_model_set_aux_loss(tr->m, j->router_aux_loss_coef, err)))
 		return r;
 	/* from the config alone, so a resumed run gets the same rate */
 	tr->lr_auto = taco_job_resolve_lr(&tr->job_lr, tr->m->cfg.hidden);
