@@ -209,6 +209,17 @@ START_TEST(test_export_refusals)
 	ck_assert_msg(r == -ENOTSUP, "%d %s", r, err.msg);
 	ck_assert_msg(strstr(err.msg, "OPT"), "%s", err.msg);
 	ck_assert_ptr_nonnull(strstr(err.msg, "no llama.cpp architecture"));
+	/* a mixture of experts with a dense layer, and one whose experts'
+	 * weights are not renormalised: not what llama.cpp's qwen3moe runs */
+	r = taco_gguf_export(tu_fixture("models/qwen3_moe"), NULL, out,
+			     TACO_GGUF_F16, UINT64_MAX, NULL, &err);
+	ck_assert_msg(r == -ENOTSUP && strstr(err.msg, "layer 1 has a dense MLP"),
+		      "%d %s", r, err.msg);
+	r = taco_gguf_export(tu_fixture("models/qwen3_moe_aux"), NULL, out,
+			     TACO_GGUF_F16, UINT64_MAX, NULL, &err);
+	ck_assert_msg(r == -ENOTSUP && strstr(err.msg, "layer 0 has a dense MLP"),
+		      "%d %s", r, err.msg);
+	ck_assert(!exists(out));
 	ck_assert_int_eq(taco_gguf_export(tu_fixture("gguf/llama"), NULL, out,
 					  TACO_GGUF_Q8_0, 4096, NULL, &err),
 			 -EFBIG);

@@ -1,9 +1,10 @@
 /* gguf_export.c: see gguf_export.h.
  *
  * What llama.cpp's convert_hf_to_gguf.py does, family by family (its
- * LlamaModel, Qwen2Model, Qwen3Model and GPTNeoXModel), and nothing it
- * does not: every transform of a tensor is a permutation of its rows, so a
- * tensor is written a row at a time, in any size. */
+ * LlamaModel, Qwen2Model, Qwen3Model, Qwen3MoeModel and GPTNeoXModel), and
+ * nothing it does not: every transform of a tensor is a permutation of its
+ * rows (or a stack of experts' rows), so a tensor is written a row at a
+ * time, in any size. */
 #include "gguf_export.h"
 
 #include <errno.h>
@@ -35,12 +36,16 @@ enum row_map {
 
 typedef struct plan_tensor {
 	char name[TACO_GGUF_MAX_NAME];
-	const taco_st_tensor *src; /* NULL: data (rope_freqs) */
+	const taco_st_tensor *src; /* NULL: data (rope_freqs) or srcs */
+	/* a mixture of experts' stacked matrices: nsrc experts' [R, C]
+	 * tensors as one [nsrc, R, C] */
+	const taco_st_tensor **srcs;
+	int nsrc;
 	float *data;
 	int map, heads, type;
 	int64_t rows, cols; /* as written: rows of cols values */
 	int ndim;
-	int64_t shape[2];
+	int64_t shape[3];
 } plan_tensor;
 
 typedef struct plan {
@@ -74,6 +79,8 @@ static const char *arch_name(int arch)
 		return "qwen2";
 	case TACO_ARCH_QWEN3:
 		return "qwen3";
+	case TACO_ARCH_QWEN3_MOE:
+		return "qwen3moe";
 	case TACO_ARCH_GPT_NEOX:
 		return "gptneox";
 	}
@@ -87,6 +94,9 @@ static int pick_type(const plan *p, const char *name, int ndim, int64_t cols)
 {
 	size_t n = strlen(name);
 	if (ndim <= 1 || (n > 12 && !strcmp(name + n - 12, "_norm.weight")))
+		return TACO_GGML_F32;
+	/* a router stays F32, as the converter keeps FFN_GATE_INP */
+	if (n > 19 && !strcmp(name + n - 19, "ffn_gate_inp.weight"))
 		return TACO_GGML_F32;
 	if (p->out_type == TACO_GGML_Q8_0 && cols % 32)
 		return TACO_GGML_F16;
@@ -143,6 +153,51 @@ static int add(plan *p, const taco_st_model *st, const char *gguf,
 		return taco_err_set(err, -EINVAL,
 				    "%s: %lld rows do not split into %d heads",
 				    hf, (long long)t->rows, heads);
+	return 0;
+}
+
+/* gguf <- layer l's E experts' matrix proj ("gate_proj", ...), stacked
+ * into [E, R, C] as the converter's Qwen2MoeModel stacks them. */
+static int add_experts(plan *p, const taco_st_model *st, const char *gguf,
+		       int l, int E, const char *proj, taco_err *err)
+{
+	const taco_st_tensor **srcs = calloc((size_t)E, sizeof(*srcs));
+	plan_tensor *t;
+	char hf[160];
+	int r = 0;
+
+	if (!srcs)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	for (int e = 0; e < E && !r; e++) {
+		snprintf(hf, sizeof(hf), "model.layers.%d.mlp.experts.%d.%s.weight",
+			 l, e, proj);
+		if ((r = taco_st_model_weight(st, hf, &srcs[e], err)))
+			break;
+		if (srcs[e]->ndim != 2 ||
+		    (e && (srcs[e]->shape[0] != srcs[0]->shape[0] ||
+			   srcs[e]->shape[1] != srcs[0]->shape[1] ||
+			   srcs[e]->dtype != srcs[0]->dtype)))
+			r = taco_err_set(err, -EINVAL,
+					 "%s: not the shape and dtype of "
+					 "expert 0's",
+					 hf);
+	}
+	if (!r && !(t = plan_add(p, err)))
+		r = -ENOMEM;
+	if (r) {
+		free(srcs);
+		return r;
+	}
+	snprintf(t->name, sizeof(t->name), "%s", gguf);
+	t->srcs = srcs;
+	t->nsrc = E;
+	t->ndim = 3;
+	t->shape[0] = E;
+	t->shape[1] = srcs[0]->shape[0];
+	t->shape[2] = srcs[0]->shape[1];
+	t->rows = (int64_t)E * srcs[0]->shape[0];
+	t->cols = srcs[0]->shape[1];
+	t->type = pick_type(p, gguf, 3, t->cols);
 	return 0;
 }
 
@@ -244,6 +299,22 @@ static int plan_llama(plan *p, const taco_config *c, const taco_st_model *st,
 		  1);
 		L("ffn_norm.weight", "post_attention_layernorm.weight",
 		  ROWS_SAME, 0, 0);
+		if (taco_config_moe_layer(c, l)) {
+			static const char *const exps[3][2] = {
+			    {"ffn_gate_exps.weight", "gate_proj"},
+			    {"ffn_up_exps.weight", "up_proj"},
+			    {"ffn_down_exps.weight", "down_proj"}};
+			L("ffn_gate_inp.weight", "mlp.gate.weight", ROWS_SAME,
+			  0, 0);
+			for (int x = 0; x < 3; x++) {
+				snprintf(g, sizeof(g), "blk.%d.%s", l,
+					 exps[x][0]);
+				if ((r = add_experts(p, st, g, l, c->experts,
+						     exps[x][1], err)))
+					return r;
+			}
+			continue;
+		}
 		L("ffn_gate.weight", "mlp.gate_proj.weight", ROWS_SAME, 0, 0);
 		L("ffn_up.weight", "mlp.up_proj.weight", ROWS_SAME, 0, 0);
 		L("ffn_down.weight", "mlp.down_proj.weight", ROWS_SAME, 0, 0);
@@ -379,6 +450,11 @@ static int add_meta(taco_gguf *g, const taco_config *c, const char *arch,
 	meta_u32(&m, "embedding_length", c->hidden);
 	meta_u32(&m, "feed_forward_length", c->intermediate);
 	meta_u32(&m, "attention.head_count", c->heads);
+	if (c->experts > 0) { /* the converter's TextModel and Qwen2MoeModel */
+		meta_u32(&m, "expert_count", c->experts);
+		meta_u32(&m, "expert_used_count", c->top_k);
+		meta_u32(&m, "expert_feed_forward_length", c->moe_intermediate);
+	}
 	if (c->family == TACO_FAMILY_NEOX) {
 		meta_u32(&m, "rope.dimension_count", c->rotary_dim);
 		meta_bool(&m, "use_parallel_residual", c->parallel_residual);
@@ -432,17 +508,50 @@ static int write_tensor(taco_gguf *g, const plan_tensor *t, float *f,
 	size_t es = t->src ? taco_st_dtype_size(t->src->dtype) : 4;
 
 	taco_ggml_block(t->type, &be, &bb);
+	if (t->srcs)
+		es = taco_st_dtype_size(t->srcs[0]->dtype);
 	for (int64_t i = 0; i < t->rows; i++) {
+		int64_t per = t->srcs ? t->rows / t->nsrc : 0;
 		const uint8_t *s =
-		    t->src ? (const uint8_t *)t->src->data +
-				 (size_t)src_row(t, i) * (size_t)t->cols * es
-			   : (const uint8_t *)(t->data + i * t->cols);
-		convert_row(s, t->src ? t->src->dtype : TK_F32, t->cols,
-			    t->type, f, out);
+		    t->srcs ? (const uint8_t *)t->srcs[i / per]->data +
+				  (size_t)(i % per) * (size_t)t->cols * es
+		    : t->src ? (const uint8_t *)t->src->data +
+				   (size_t)src_row(t, i) * (size_t)t->cols * es
+			     : (const uint8_t *)(t->data + i * t->cols);
+		int dtype = t->srcs  ? t->srcs[0]->dtype
+			    : t->src ? t->src->dtype
+				     : TK_F32;
+		convert_row(s, dtype, t->cols, t->type, f, out);
 		if ((r = taco_gguf_write_data(
 			 g, out, (size_t)(t->cols / be * bb), err)))
 			return r;
 	}
+	return 0;
+}
+
+/* What llama.cpp's qwen3moe runs: every layer sparse, the weights of a
+ * token's experts renormalised (its graph always divides them by their
+ * sum). */
+static int moe_supported(const taco_config *c, const char *cfg_path,
+			 taco_err *err)
+{
+	if (c->experts <= 0)
+		return 0;
+	for (int l = 0; l < c->layers; l++)
+		if (!taco_config_moe_layer(c, l))
+			return taco_err_set(err, -ENOTSUP,
+					    "%s: layer %d has a dense MLP "
+					    "(mlp_only_layers or "
+					    "decoder_sparse_step), which "
+					    "llama.cpp's qwen3moe does not "
+					    "have",
+					    cfg_path, l);
+	if (!c->norm_topk)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: norm_topk_prob false: llama.cpp's "
+				    "qwen3moe always renormalises the "
+				    "experts' weights",
+				    cfg_path);
 	return 0;
 }
 
@@ -488,8 +597,10 @@ int taco_gguf_export(const char *model_dir, const char *weights_dir,
 		return taco_err_set(err, -ENOTSUP,
 				    "%s: %s has no llama.cpp architecture: "
 				    "GGUF export takes Llama, Mistral, Qwen2, "
-				    "Qwen3 and GPT-NeoX",
+				    "Qwen3, Qwen3-MoE and GPT-NeoX",
 				    cfg_path, taco_arch_name(c.arch));
+	if ((r = moe_supported(&c, cfg_path, err)))
+		return r;
 	if ((r = taco_st_open_model(weights_dir ? weights_dir : model_dir, &st,
 				    err)) ||
 	    (r = taco_gguf_new(&g, err)))
@@ -537,8 +648,10 @@ int taco_gguf_export(const char *model_dir, const char *weights_dir,
 			goto out;
 	r = taco_gguf_finish(g, err);
 out:
-	for (int i = 0; i < p.n; i++)
+	for (int i = 0; i < p.n; i++) {
 		free(p.t[i].data);
+		free(p.t[i].srcs);
+	}
 	free(p.t);
 	free(f);
 	free(out);
