@@ -4,6 +4,11 @@ tacod's engine (bench_step) and PyTorch + transformers side by side, with the
 same number of threads, in one run. Prints both and the ratio.
 
     /opt/tacofix/bin/python bench/step_cpu.py [--build build] [--threads 2]
+        [--family llama|qwen3_moe]
+
+--family qwen3_moe: a tiny Qwen3-MoE instead (16 experts of 256 columns, 2
+a token, every layer sparse), transformers' Qwen3MoeForCausalLM against the
+engine's routing and per-expert GEMMs.
 
 Needs the fixture environment (tests/fixtures/requirements.txt) and a build
 with the bench_step target. A timing, not a test.
@@ -44,6 +49,8 @@ def main():
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--family", choices=["llama", "qwen3_moe"],
+                    default="llama")
     args = ap.parse_args()
 
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -53,15 +60,29 @@ def main():
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     import torch
     import transformers
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig,
+                              Qwen3MoeForCausalLM)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    cfg = LlamaConfig(vocab_size=8192, hidden_size=384, intermediate_size=1024,
-                      num_hidden_layers=8, num_attention_heads=6,
-                      num_key_value_heads=2, max_position_embeddings=1024,
-                      tie_word_embeddings=False)
-    model = LlamaForCausalLM(cfg).float()
+    if args.family == "qwen3_moe":
+        cfg = Qwen3MoeConfig(vocab_size=8192, hidden_size=384,
+                             intermediate_size=1024, moe_intermediate_size=256,
+                             num_experts=16, num_experts_per_tok=2,
+                             norm_topk_prob=True, num_hidden_layers=8,
+                             num_attention_heads=6, num_key_value_heads=2,
+                             head_dim=64, max_position_embeddings=1024,
+                             tie_word_embeddings=False)
+        model = Qwen3MoeForCausalLM(cfg).float()
+        label = "Qwen3-MoE (16 experts, 2 a token)"
+    else:
+        cfg = LlamaConfig(vocab_size=8192, hidden_size=384,
+                          intermediate_size=1024, num_hidden_layers=8,
+                          num_attention_heads=6, num_key_value_heads=2,
+                          max_position_embeddings=1024,
+                          tie_word_embeddings=False)
+        model = LlamaForCausalLM(cfg).float()
+        label = "Llama"
     nparams = sum(p.numel() for p in model.parameters())
     B, T = args.batch, args.seq
     ids = torch.randint(0, cfg.vocab_size, (B, T))
@@ -87,7 +108,7 @@ def main():
     t_ckpt, _ = torch_step_times(model, ids, labels, args.iters, True)
 
     tokens = B * T
-    print(f"model: Llama {nparams / 1e6:.1f}M parameters, batch {B} x {T}, "
+    print(f"model: {label} {nparams / 1e6:.1f}M parameters, batch {B} x {T}, "
           f"{args.threads} threads, CPU")
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")

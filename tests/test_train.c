@@ -324,14 +324,15 @@ static void check_resume_x(const char *model, const char *common,
 	rm_tmpdir();
 }
 
-static void check_resume(const char *model)
-{
-	check_resume_x(model, "", "");
-}
-
 START_TEST(test_resume_after_sigkill)
 {
-	check_resume(_i == 0 ? "llama_gqa" : "llama_bf16");
+	/* 2: a mixture of experts with its auxiliary loss and idle experts;
+	 * 3: with AdamW (dense gradients, an idle expert's untouched) */
+	static const char *const models[] = {"llama_gqa", "llama_bf16",
+					     "qwen3_moe_aux", "qwen3_moe"};
+	static const char *const common[] = {"", "", "",
+					     ", \"optimizer\": \"adamw\""};
+	check_resume_x(models[_i], common[_i], "");
 }
 END_TEST
 
@@ -980,7 +981,7 @@ int main(void)
 	tcase_add_test(tc, test_opt_chat_and_completion);
 	tcase_add_test(tc, test_learns_packed);
 	tcase_add_loop_test(tc, test_dpo_resume_after_sigkill, 0, 2);
-	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 2);
+	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 4);
 	tcase_add_loop_test(tc, test_weights_host_resume, 0, 3);
 	tcase_add_test(tc, test_sigterm_checkpoints);
 	tcase_add_test(tc, test_eval_before_checkpoint);

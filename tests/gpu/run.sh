@@ -23,7 +23,9 @@
 #      (taco_update) and fed in row blocks
 #   7. the memory runs, ours alone: qwen3-32b at 4 x 1024, with offload at
 #      4 x 1024 and 8 x 2048, and llama-3.3-70b with offload at 4 x 1024
-#      (peak memory against the plan; PyTorch with AdamW would not fit 32B)
+#      (peak memory against the plan; PyTorch with AdamW would not fit 32B),
+#      and the mixture of experts qwen3-30b-a3b at 4 x 1024 (random weights
+#      of the real shape; its experts' buffers sized by the routed slots)
 #   7b. streamed weights (weights in host memory, layer by layer through
 #      the device): qwen3-8b with every layer streamed (against its
 #      device step: at most 1.5x), the 32B shape in a 22 GB device budget
@@ -541,6 +543,7 @@ taco_bw() {
 if [ "$MODE" = gpu ]; then
 	N_SMALL=qwen3-1.7b N_MID=qwen3-8b N_BIG=qwen3-32b
 	CFG_HUGE=tests/fixtures/configs/llama-3.3-70b.json N_HUGE=llama-3.3-70b
+	CFG_MOE=tests/fixtures/configs/qwen3-30b-a3b.json N_MOE=qwen3-30b-a3b
 	BIG_SHAPE=(--batch 8 --seq 2048)
 	# the default 8192 x 8192 weight; feed: blocks of 64 MiB of fp32
 	# gradient, as the engine's
@@ -550,6 +553,7 @@ if [ "$MODE" = gpu ]; then
 else
 	N_SMALL=llama_gqa N_MID=qwen3_tied N_BIG=mistral_sw
 	CFG_HUGE=tests/fixtures/models/qwen2_bias/config.json N_HUGE=qwen2_bias
+	CFG_MOE=tests/fixtures/models/qwen3_moe/config.json N_MOE=qwen3_moe
 	BIG_SHAPE=(--batch 4 --seq 32)
 	BW_ARGS=(--rows 512 --cols 384 --iters 3)
 	BW_FEED=100
@@ -573,6 +577,7 @@ if [ "${STREAM_ONLY:-0}" != 1 ]; then
 	ours "$N_BIG-offload" "$CFG_BIG" "$STEPS_BIG" 120 --offload
 	ours "$N_BIG-8x2048-offload" "$CFG_BIG" 1 150 "${BIG_SHAPE[@]}" --offload
 	ours "$N_HUGE-offload" "$CFG_HUGE" 1 200 --offload
+	ours "$N_MOE" "$CFG_MOE" "$STEPS_BIG" 150
 fi
 # 7b. streamed weights: every layer of the 8B from host memory, then the
 # 32B and 70B shapes in the budgets of a 24 GB and an 80 GB card (the
@@ -595,7 +600,7 @@ if [ -z "$PY" ]; then
 	FAILED=1
 elif ! "${PY_ENV[@]}" "$PY" - "$WORK" "$RESULT" "$MODE" "$(elapsed)" \
 	"$N_MID" "$N_SMALL" "$N_BIG" "$N_BIG-offload" "$N_BIG-8x2048-offload" \
-	"$N_HUGE-offload" "$N_MID-host" "$N_BIG-$BUDGET_BIG" \
+	"$N_HUGE-offload" "$N_MOE" "$N_MID-host" "$N_BIG-$BUDGET_BIG" \
 	"$N_HUGE-$BUDGET_HUGE" <<'EOF'; then
 import json, os, sys
 

@@ -866,6 +866,144 @@ START_TEST(test_rope)
 }
 END_TEST
 
+/* ---- a mixture of experts ------------------------------------------------ */
+
+/* Routing (both routers), the sort, gather, combine and their backward,
+ * against the CPU: the same experts and slot order exactly, the values
+ * within an element's rounding (the device's expf may differ by an ulp). */
+START_TEST(test_moe)
+{
+	const int N = 37, E = 8, H = 48;
+	uint64_t st = 77;
+
+	for (int mode = 0; mode < 2; mode++)
+		for (int t = 0; t < 2; t++) {
+			int dt = dts[t], k = mode ? 3 : 2, M = N * k;
+			size_t es = tk_dtype_size(dt);
+			float *lg = frand((size_t)N * E, -3, 3, &st);
+			float *extra = frand((size_t)E, -1, 1, &st);
+			float *dw = frand((size_t)M, -1, 1, &st);
+			void *x = trand(dt, (size_t)N * H, -2, 2, &st);
+			void *y = trand(dt, (size_t)M * H, -2, 2, &st);
+			void *dout = trand(dt, (size_t)N * H, -1, 1, &st);
+			int32_t *idx = hnew((size_t)M * 4),
+				*ord = hnew((size_t)M * 4);
+			int32_t *inv = hnew((size_t)M * 4),
+				*cnt = hnew((size_t)E * 4);
+			float *w = hnew((size_t)M * 4),
+			      *dl = hnew((size_t)N * E * 4);
+			float *ps = hnew((size_t)E * 4),
+			      *dwc = hnew((size_t)M * 4);
+			void *xg = hnew((size_t)M * H * es),
+			     *out = hnew((size_t)N * H * es);
+			void *dy = hnew((size_t)M * H * es),
+			     *dx = hnew((size_t)N * H * es);
+			void *d_lg = dput(lg, (size_t)N * E * 4);
+			void *d_ex = dput(extra, (size_t)E * 4),
+			     *d_dw = dput(dw, (size_t)M * 4);
+			void *d_x = dput(x, (size_t)N * H * es),
+			     *d_y = dput(y, (size_t)M * H * es);
+			void *d_dout = dput(dout, (size_t)N * H * es);
+			void *d_idx = dnan((size_t)M), *d_w = dnan((size_t)M);
+			void *d_ord = dnan((size_t)M), *d_inv = dnan((size_t)M);
+			void *d_cnt = dnan((size_t)E),
+			     *d_dl = dnan((size_t)N * E);
+			void *d_ps = dnan((size_t)E), *d_dwc = dnan((size_t)M);
+			void *d_xg = tnan(dt, (size_t)M * H),
+			     *d_out = tnan(dt, (size_t)N * H);
+			void *d_dy = tnan(dt, (size_t)M * H),
+			     *d_dx = tnan(dt, (size_t)N * H);
+			void *got;
+
+			cpu->moe_route(mode, 1, dt, lg, N, E, k, idx, w);
+			gpu->moe_route(mode, 1, dt, d_lg, N, E, k, d_idx, d_w);
+			got = dget(d_idx, (size_t)M * 4);
+			check_same("moe_route idx", got, idx, (size_t)M * 4);
+			free(got);
+			got = dget(d_w, (size_t)M * 4);
+			check_close("moe_route w", got, w, (size_t)M, TOL_ELEM);
+			free(got);
+			cpu->moe_route_bwd(mode, 1, lg, idx, dw, extra, N, E, k,
+					   dl);
+			gpu->moe_route_bwd(mode, 1, d_lg, d_idx, d_dw, d_ex, N,
+					   E, k, d_dl);
+			got = dget(d_dl, (size_t)N * E * 4);
+			check_close("moe_route_bwd", got, dl, (size_t)N * E,
+				    TOL_ELEM);
+			free(got);
+			cpu->moe_prob_sum(lg, N, E, ps);
+			gpu->moe_prob_sum(d_lg, N, E, d_ps);
+			got = dget(d_ps, (size_t)E * 4);
+			check_close("moe_prob_sum", got, ps, (size_t)E,
+				    TOL_ELEM);
+			free(got);
+			cpu->moe_sort(idx, N, E, k, ord, inv, cnt);
+			gpu->moe_sort(d_idx, N, E, k, d_ord, d_inv, d_cnt);
+			got = dget(d_ord, (size_t)M * 4);
+			check_same("moe_sort order", got, ord, (size_t)M * 4);
+			free(got);
+			got = dget(d_inv, (size_t)M * 4);
+			check_same("moe_sort inv", got, inv, (size_t)M * 4);
+			free(got);
+			got = dget(d_cnt, (size_t)E * 4);
+			check_same("moe_sort counts", got, cnt, (size_t)E * 4);
+			free(got);
+			cpu->moe_gather(dt, xg, x, ord, M, k, H);
+			gpu->moe_gather(dt, d_xg, d_x, d_ord, M, k, H);
+			got = dget(d_xg, (size_t)M * H * es);
+			check_t("moe_gather", dt, got, xg, (size_t)M * H, 1, 0);
+			free(got);
+			cpu->moe_combine(dt, out, y, inv, w, N, k, H);
+			gpu->moe_combine(dt, d_out, d_y, d_inv, d_w, N, k, H);
+			got = dget(d_out, (size_t)N * H * es);
+			check_t("moe_combine", dt, got, out, (size_t)N * H, 0,
+				TOL_ELEM);
+			free(got);
+			cpu->moe_combine_bwd(dt, dy, dwc, dout, y, inv, w, N, k,
+					     H);
+			gpu->moe_combine_bwd(dt, d_dy, d_dwc, d_dout, d_y,
+					     d_inv, d_w, N, k, H);
+			got = dget(d_dy, (size_t)M * H * es);
+			check_t("moe_combine_bwd dy", dt, got, dy,
+				(size_t)M * H, 0, TOL_ELEM);
+			free(got);
+			got = dget(d_dwc, (size_t)M * 4);
+			check_close("moe_combine_bwd dw", got, dwc, (size_t)M,
+				    1e-5);
+			free(got);
+			cpu->moe_scatter(dt, dx, y, inv, N, k, H);
+			gpu->moe_scatter(dt, d_dx, d_y, d_inv, N, k, H);
+			got = dget(d_dx, (size_t)N * H * es);
+			check_t("moe_scatter", dt, got, dx, (size_t)N * H, 0,
+				TOL_ELEM);
+			free(got);
+			gpu_ok("moe");
+			free(lg), free(extra), free(dw), free(x), free(y);
+			free(dout), free(idx), free(ord), free(inv), free(cnt);
+			free(w), free(dl), free(ps), free(dwc), free(xg);
+			free(out), free(dy), free(dx);
+			gpu->free(d_lg, (size_t)N * E * 4);
+			gpu->free(d_ex, (size_t)E * 4);
+			gpu->free(d_dw, (size_t)M * 4);
+			gpu->free(d_x, (size_t)N * H * es);
+			gpu->free(d_y, (size_t)M * H * es);
+			gpu->free(d_dout, (size_t)N * H * es);
+			gpu->free(d_idx, (size_t)M * 4);
+			gpu->free(d_w, (size_t)M * 4);
+			gpu->free(d_ord, (size_t)M * 4);
+			gpu->free(d_inv, (size_t)M * 4);
+			gpu->free(d_cnt, (size_t)E * 4);
+			gpu->free(d_dl, (size_t)N * E * 4);
+			gpu->free(d_ps, (size_t)E * 4);
+			gpu->free(d_dwc, (size_t)M * 4);
+			gpu->free(d_xg, (size_t)M * H * es);
+			gpu->free(d_out, (size_t)N * H * es);
+			gpu->free(d_dy, (size_t)M * H * es);
+			gpu->free(d_dx, (size_t)N * H * es);
+		}
+}
+END_TEST
+
 START_TEST(test_swiglu)
 {
 	size_t sizes[] = {1, 999, 1 << 20};
@@ -1670,6 +1808,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, test_rmsnorm);
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_swiglu);
+	tcase_add_test(tc, test_moe);
 	tcase_add_test(tc, test_cross_entropy);
 	tcase_add_test(tc, test_profile);
 	tcase_add_test(tc, test_fused_norm);
