@@ -156,6 +156,24 @@ static inline TK_HD float tk_fp8_e4m3_decode(uint8_t code)
 	return tk_bits_f32(sign | ((e + 120u) << 23) | (m << 20));
 }
 
+/* One MXFP4 value (OCP microscaling, as gpt-oss ships its experts): the
+ * FP4 E2M1 code (bit 3 the sign; 0..7: 0, 0.5, 1, 1.5, 2, 3, 4, 6) times
+ * its block's E8M0 scale 2^(scale - 127), as transformers computes it: the
+ * product in fp32, exact (overflowing to infinity for the largest scales;
+ * scale 255, NaN in the format, is read as 2^128). */
+static inline TK_HD float tk_mxfp4_decode(uint8_t code, uint8_t scale)
+{
+	/* in half steps: m = 0, 1 subnormal, else (2 + m % 2) 2^(m / 2 - 1) */
+	uint32_t m = code & 7u;
+	float h = (float)(m < 2 ? m : (2u + (m & 1u)) << ((m >> 1) - 1u));
+	int e = (int)scale - 128; /* 2^(scale - 127) / 2, for the half steps */
+	float p = e < -126 ? tk_bits_f32(1u << (e + 149)) /* subnormal */
+			   : tk_bits_f32((uint32_t)(e + 127) << 23);
+	float v = h * p;
+
+	return code & 8u ? -v : v;
+}
+
 /* fp32 -> FP8 E4M3 code: round to nearest even, saturate to +-448, NaN ->
  * 0x7F, the sign of a zero result kept. */
 static inline TK_HD uint8_t tk_fp8_e4m3_encode(float x)

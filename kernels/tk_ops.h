@@ -251,6 +251,31 @@ struct tk_ops {
 			      const void *v, const int32_t *pos, int B, int T,
 			      int nh, int nkv, int hd, int window, float scale);
 
+	/* Attention sinks (gpt-oss): sinks (f32 [nh]) a logit per head in
+	 * every query's softmax denominator, taking no value. attn_sink_fwd
+	 * follows attention_fwd: lse [B, nh, T] becomes log(exp(lse) +
+	 * exp(sinks[h])) and each head's output row in out [B * T, nh * hd]
+	 * scales by exp(old - new lse). attention_bwd then runs as it is on
+	 * that out and lse; attn_sink_bwd accumulates the sinks' gradient:
+	 * dsinks[h] -= sum over the queries of exp(sinks[h] - lse) (dout .
+	 * out). */
+	void (*attn_sink_fwd)(int dt, void *out, float *lse, const float *sinks,
+			      int B, int T, int nh, int hd);
+	void (*attn_sink_bwd)(int dt, float *dsinks, const void *dout,
+			      const void *out, const float *lse,
+			      const float *sinks, int B, int T, int nh, int hd);
+
+	/* gpt-oss's gated activation of its experts: gu [n, 2 ni] interleaves
+	 * gate (even columns) and up (odd); g = min(gate, limit), u =
+	 * clamp(up, -limit, limit), out [n, ni] = (u + 1) g sigmoid(alpha g).
+	 * The backward writes dgu [n, 2 ni] (may be gu): 0 where the clamps
+	 * cut (their bounds pass the gradient, as torch's clamp). */
+	void (*glu_clamp_fwd)(int dt, void *out, const void *gu, size_t n,
+			      int ni, float alpha, float limit);
+	void (*glu_clamp_bwd)(int dt, void *dgu, const void *dout,
+			      const void *gu, size_t n, int ni, float alpha,
+			      float limit);
+
 	/* out[n] = silu(gate[n]) * up[n] */
 	void (*swiglu_fwd)(int dt, void *out, const void *gate, const void *up,
 			   size_t n);

@@ -437,6 +437,99 @@ START_TEST(test_layernorm_bad_dtype)
 }
 END_TEST
 
+/* ---- gpt-oss's clamped gated activation ---------------------------------- */
+
+#define GLU_ALPHA 1.702f
+#define GLU_LIMIT 7.0f
+
+static double glu_d(double g, double u)
+{
+	g = g < GLU_LIMIT ? g : GLU_LIMIT;
+	u = u < -GLU_LIMIT ? -GLU_LIMIT : u > GLU_LIMIT ? GLU_LIMIT : u;
+	return (u + 1) * g / (1 + exp(-(double)GLU_ALPHA * g));
+}
+
+struct glu_ctx {
+	double *gu;
+	const double *R;
+	size_t n;
+	int I;
+};
+
+static double glu_loss(void *p)
+{
+	struct glu_ctx *c = p;
+	double l = 0;
+
+	for (size_t r = 0; r < c->n; r++)
+		for (int j = 0; j < c->I; j++) {
+			const double *a = c->gu + r * 2 * c->I + 2 * j;
+			l += c->R[r * c->I + j] * glu_d(a[0], a[1]);
+		}
+	return l;
+}
+
+/* fp32 against the double function and finite differences (inputs across
+ * both clamps, kept off their kinks); the bounds pass the gradient, past
+ * them it is 0; bf16 is the fp32 op rounded once; in place. */
+START_TEST(test_glu_clamp)
+{
+	const size_t n = 37;
+	const int I = 24;
+	size_t m = n * I;
+	uint64_t st = 61;
+	float *gu = frand(2 * m, -10, 10, &st), *d = frand(m, -1, 1, &st);
+	float *out = fpoison(m), *dgu = fpoison(2 * m), *t;
+	double *gud, *R = to_d(d, m);
+	uint16_t *hgu, *hd, *hout = malloc(m * 2), *hdgu = malloc(2 * m * 2);
+	float *wgu, *wd, *fout = fnew(m), *fdgu = fnew(2 * m);
+	struct glu_ctx c;
+
+	for (size_t i = 0; i < 2 * m; i++) /* off the clamps' kinks */
+		if (fabsf(fabsf(gu[i]) - GLU_LIMIT) < 1e-2f)
+			gu[i] = 0.5f;
+	gu[0] = GLU_LIMIT, gu[1] = -GLU_LIMIT; /* the bounds themselves */
+	gu[2] = 9.0f, gu[3] = -9.0f;	       /* past them */
+	gud = to_d(gu, 2 * m);
+	c = (struct glu_ctx){gud, R, n, I};
+	ops->glu_clamp_fwd(TK_F32, out, gu, n, I, GLU_ALPHA, GLU_LIMIT);
+	for (size_t i = 0; i < m; i++) {
+		double r = glu_d(gu[2 * i], gu[2 * i + 1]);
+		ck_assert_msg(fabs(out[i] - r) <= 1e-5 * (1 + fabs(r)),
+			      "glu fwd [%zu]: %a ref %.9g", i, (double)out[i],
+			      r);
+	}
+	ops->glu_clamp_bwd(TK_F32, dgu, d, gu, n, I, GLU_ALPHA, GLU_LIMIT);
+	ck_assert(dgu[0] != 0 && dgu[1] != 0); /* at the bounds */
+	ck_assert(dgu[2] == 0 && dgu[3] == 0); /* past them */
+	/* finite differences off the kinks: row 0's first pair inside */
+	gu[0] = 6.5f, gu[1] = -6.5f;
+	gud[0] = 6.5, gud[1] = -6.5;
+	ops->glu_clamp_bwd(TK_F32, dgu, d, gu, n, I, GLU_ALPHA, GLU_LIMIT);
+	ck_assert_double_lt(
+	    tu_grad_check(glu_loss, &c, gud, dgu, 2 * m, 100000, 9, 1e-4),
+	    1e-6);
+	/* in place: dgu over gu */
+	t = dup_bytes(gu, 2 * m * 4);
+	ops->glu_clamp_bwd(TK_F32, t, d, t, n, I, GLU_ALPHA, GLU_LIMIT);
+	same_bytes("glu_clamp_bwd in place", t, dgu, 2 * m * 4);
+	/* bf16: the fp32 op on the widened inputs, rounded once */
+	hgu = to_bf(gu, 2 * m);
+	hd = to_bf(d, m);
+	wgu = bf_wide(hgu, 2 * m);
+	wd = bf_wide(hd, m);
+	ops->glu_clamp_fwd(TK_BF16, hout, hgu, n, I, GLU_ALPHA, GLU_LIMIT);
+	ops->glu_clamp_fwd(TK_F32, fout, wgu, n, I, GLU_ALPHA, GLU_LIMIT);
+	bf_is_rne("glu_clamp_fwd bf16", hout, fout, m);
+	ops->glu_clamp_bwd(TK_BF16, hdgu, hd, hgu, n, I, GLU_ALPHA, GLU_LIMIT);
+	ops->glu_clamp_bwd(TK_F32, fdgu, wd, wgu, n, I, GLU_ALPHA, GLU_LIMIT);
+	bf_is_rne("glu_clamp_bwd bf16", hdgu, fdgu, 2 * m);
+	free(gu), free(d), free(out), free(dgu), free(t), free(gud), free(R);
+	free(hgu), free(hd), free(hout), free(hdgu), free(wgu), free(wd);
+	free(fout), free(fdgu);
+}
+END_TEST
+
 /* ---- activations -------------------------------------------------------- */
 
 static double gelu_d(double x)
@@ -911,6 +1004,7 @@ static Suite *family_suite(void)
 	tcase_add_test(tc, test_layernorm_bf16);
 	tcase_add_test(tc, test_layernorm_bad_dtype);
 	tcase_add_test(tc, test_act_f32);
+	tcase_add_test(tc, test_glu_clamp);
 	tcase_add_test(tc, test_act_bf16);
 	tcase_add_test(tc, test_act_special);
 	tcase_add_test(tc, test_act_bad);

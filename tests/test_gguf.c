@@ -213,11 +213,13 @@ START_TEST(test_export_refusals)
 	 * weights are not renormalised: not what llama.cpp's qwen3moe runs */
 	r = taco_gguf_export(tu_fixture("models/qwen3_moe"), NULL, out,
 			     TACO_GGUF_F16, UINT64_MAX, NULL, &err);
-	ck_assert_msg(r == -ENOTSUP && strstr(err.msg, "layer 1 has a dense MLP"),
+	ck_assert_msg(r == -ENOTSUP &&
+			  strstr(err.msg, "layer 1 has a dense MLP"),
 		      "%d %s", r, err.msg);
 	r = taco_gguf_export(tu_fixture("models/qwen3_moe_aux"), NULL, out,
 			     TACO_GGUF_F16, UINT64_MAX, NULL, &err);
-	ck_assert_msg(r == -ENOTSUP && strstr(err.msg, "layer 0 has a dense MLP"),
+	ck_assert_msg(r == -ENOTSUP &&
+			  strstr(err.msg, "layer 0 has a dense MLP"),
 		      "%d %s", r, err.msg);
 	ck_assert(!exists(out));
 	ck_assert_int_eq(taco_gguf_export(tu_fixture("gguf/llama"), NULL, out,
@@ -226,7 +228,8 @@ START_TEST(test_export_refusals)
 	ck_assert_ptr_nonnull(strstr(err.msg, "over the limit of 4096"));
 	ck_assert(!exists(out));
 	ck_assert_int_eq(taco_gguf_export(tu_fixture("gguf/llama"), NULL, out,
-					  TACO_GGUF_TYPES, UINT64_MAX, NULL, &err),
+					  TACO_GGUF_TYPES, UINT64_MAX, NULL,
+					  &err),
 			 -EINVAL);
 
 	copy_fixture("gguf/llama", dir, sizeof(dir));
@@ -237,9 +240,9 @@ START_TEST(test_export_refusals)
 	    json_pack("{ssss}", "type", "Metaspace", "replacement", "_"));
 	ck_assert_int_eq(json_dump_file(t, path, 0), 0);
 	json_decref(t);
-	ck_assert_int_eq(
-	    taco_gguf_export(dir, NULL, out, TACO_GGUF_F16, UINT64_MAX, NULL, &err),
-	    -ENOTSUP);
+	ck_assert_int_eq(taco_gguf_export(dir, NULL, out, TACO_GGUF_F16,
+					  UINT64_MAX, NULL, &err),
+			 -ENOTSUP);
 	/* Llama 2's and Mistral's kind: named as such */
 	ck_assert_msg(strstr(err.msg, "tokenizer.json: a SentencePiece "
 				      "tokenizer") &&
@@ -251,14 +254,15 @@ START_TEST(test_export_refusals)
 			    json_pack("{ss}", "type", "Whitespace"));
 	ck_assert_int_eq(json_dump_file(t, path, 0), 0);
 	json_decref(t);
-	ck_assert_int_eq(
-	    taco_gguf_export(dir, NULL, out, TACO_GGUF_F16, UINT64_MAX, NULL, &err),
-	    -ENOTSUP);
+	ck_assert_int_eq(taco_gguf_export(dir, NULL, out, TACO_GGUF_F16,
+					  UINT64_MAX, NULL, &err),
+			 -ENOTSUP);
 	ck_assert_ptr_nonnull(strstr(err.msg, "tokenizer.json: pre_tokenizer"));
 	ck_assert(!exists(out));
 	/* and the fixture itself converts */
 	ck_assert_int_eq(taco_gguf_export(tu_fixture("gguf/llama"), NULL, out,
-					  TACO_GGUF_Q8_0, UINT64_MAX, NULL, &err),
+					  TACO_GGUF_Q8_0, UINT64_MAX, NULL,
+					  &err),
 			 0);
 	ck_assert(exists(out));
 }

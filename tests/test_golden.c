@@ -16,7 +16,7 @@
 static const char *const fixtures[] = {
     "llama_gqa",  "qwen3_tied", "mistral_sw",	 "qwen2_bias",
     "llama_bf16", "opt_pre",	"opt_post",	 "neox_par",
-    "neox_seq",	  "qwen3_moe",	"qwen3_moe_aux",
+    "neox_seq",	  "qwen3_moe",	"qwen3_moe_aux", "qwen3_yarn",
 };
 
 typedef struct fixture {

@@ -49,7 +49,8 @@ static taco_model *load(const char *name, batch *bt)
 	snprintf(path, sizeof(path), "%s/batch.json", dir);
 	j = json_load_file(path, 0, NULL);
 	ck_assert_ptr_nonnull(j);
-	bt->tokens = int_matrix(json_object_get(j, "input_ids"), &bt->B, &bt->T);
+	bt->tokens =
+	    int_matrix(json_object_get(j, "input_ids"), &bt->B, &bt->T);
 	bt->targets = int_matrix(json_object_get(j, "targets"), &bt->B, &bt->T);
 	json_decref(j);
 	return m;
@@ -73,8 +74,7 @@ typedef struct snap {
 	size_t wb, ib, qb, sb;
 } snap;
 
-static void snap_take(snap *s, const taco_model *m, const taco_optim *o,
-		      int id)
+static void snap_take(snap *s, const taco_model *m, const taco_optim *o, int id)
 {
 	const taco_tensor *t = &m->tensors[id];
 	const taco_optim_tensor *ot = &o->t[id];
@@ -100,8 +100,7 @@ static int snap_same(const snap *s, const taco_model *m, const taco_optim *o,
 	const taco_optim_tensor *ot = &o->t[id];
 
 	return !memcmp(s->w, m->tensors[id].data, s->wb) &&
-	       !memcmp(s->idx, ot->idx, s->ib) &&
-	       !memcmp(s->q, ot->q, s->qb) &&
+	       !memcmp(s->idx, ot->idx, s->ib) && !memcmp(s->q, ot->q, s->qb) &&
 	       !memcmp(s->scale, ot->scale, s->sb);
 }
 

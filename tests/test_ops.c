@@ -883,6 +883,7 @@ END_TEST
 
 struct att_ctx {
 	double *q, *k, *v;
+	double *sinks;	 /* [nh] gpt-oss's sink logits, or NULL */
 	const double *R; /* dL/dout */
 	const int32_t *pos;
 	int B, T, nh, nkv, hd, window;
@@ -924,6 +925,12 @@ static void att_ref(double *out, double *lse, const struct att_ctx *c)
 					s[j] = c->scale * d;
 					m = s[j] > m ? s[j] : m;
 				}
+				/* a sink: one more logit in the sum, no
+				 * value */
+				if (c->sinks && c->sinks[h] > m)
+					m = c->sinks[h];
+				if (c->sinks)
+					sum = exp(c->sinks[h] - m);
 				for (int e = 0; e < hd; e++)
 					oi[e] = 0;
 				for (int j = 0; j < T; j++) {
@@ -966,6 +973,7 @@ struct att_case {
 	float scale;
 	size_t nq, nk, nl;
 	float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
+	float *sinks, *dsinks; /* NULL: no sinks */
 	int32_t *pos;
 	struct att_ctx c;
 };
@@ -1009,9 +1017,11 @@ static void att_setup(struct att_case *a, int B, int T, int nh, int nkv, int hd,
 			left--;
 		}
 	}
+	a->sinks = a->dsinks = NULL;
 	a->c = (struct att_ctx){f2d(a->q, a->nq),
 				f2d(a->k, a->nk),
 				f2d(a->v, a->nk),
+				NULL,
 				f2d(a->dout, a->nq),
 				a->pos,
 				B,
@@ -1035,6 +1045,9 @@ static void att_free(struct att_case *a)
 	free(a->dk);
 	free(a->dv);
 	free(a->pos);
+	free(a->sinks);
+	free(a->dsinks);
+	free(a->c.sinks);
 	free(a->c.q);
 	free(a->c.k);
 	free(a->c.v);
@@ -1046,6 +1059,9 @@ static void att_run(struct att_case *a)
 	ops->attention_fwd(TK_F32, a->out, a->lse, a->q, a->k, a->v, a->pos,
 			   a->B, a->T, a->nh, a->nkv, a->hd, a->window,
 			   a->scale);
+	if (a->sinks)
+		ops->attn_sink_fwd(TK_F32, a->out, a->lse, a->sinks, a->B, a->T,
+				   a->nh, a->hd);
 	/* dq/dk/dv are overwritten: start them dirty */
 	for (size_t i = 0; i < a->nq; i++)
 		a->dq[i] = 7.0f;
@@ -1054,16 +1070,35 @@ static void att_run(struct att_case *a)
 	ops->attention_bwd(TK_F32, a->dq, a->dk, a->dv, a->dout, a->out, a->lse,
 			   a->q, a->k, a->v, a->pos, a->B, a->T, a->nh, a->nkv,
 			   a->hd, a->window, a->scale);
+	if (a->sinks) { /* accumulates */
+		for (int h = 0; h < a->nh; h++)
+			a->dsinks[h] = 0.0f;
+		ops->attn_sink_bwd(TK_F32, a->dsinks, a->dout, a->out, a->lse,
+				   a->sinks, a->B, a->T, a->nh, a->hd);
+	}
 }
 
-/* Forward against the reference, backward against finite differences. */
-static void att_check(int B, int T, int nh, int nkv, int hd, int window,
-		      const int *doclens, size_t samples, uint64_t st)
+/* Gives a case gpt-oss's attention sinks: a logit per head, around the
+ * scores' range so that they take a real share of each softmax. */
+static void att_add_sinks(struct att_case *a, uint64_t st)
+{
+	a->sinks = frand((size_t)a->nh, -1.0f, 2.0f, &st);
+	a->dsinks = fnew((size_t)a->nh);
+	a->c.sinks = f2d(a->sinks, (size_t)a->nh);
+}
+
+/* Forward against the reference, backward against finite differences;
+ * with sinks, theirs too. */
+static void att_check_x(int B, int T, int nh, int nkv, int hd, int window,
+			const int *doclens, size_t samples, uint64_t st,
+			int sinks)
 {
 	struct att_case a;
 	double *oref, *lref;
 
 	att_setup(&a, B, T, nh, nkv, hd, window, doclens, st);
+	if (sinks)
+		att_add_sinks(&a, st + 1000);
 	att_run(&a);
 	oref = dnew(a.nq);
 	lref = dnew(a.nl);
@@ -1078,10 +1113,33 @@ static void att_check(int B, int T, int nh, int nkv, int hd, int window,
 	    grad_check(att_loss, &a.c, a.c.k, a.dk, a.nk, samples, 22), 1e-4);
 	ck_assert_double_lt(
 	    grad_check(att_loss, &a.c, a.c.v, a.dv, a.nk, samples, 23), 1e-4);
+	if (sinks)
+		ck_assert_double_lt(grad_check(att_loss, &a.c, a.c.sinks,
+					       a.dsinks, (size_t)nh, samples,
+					       24),
+				    1e-4);
 	free(oref);
 	free(lref);
 	att_free(&a);
 }
+
+static void att_check(int B, int T, int nh, int nkv, int hd, int window,
+		      const int *doclens, size_t samples, uint64_t st)
+{
+	att_check_x(B, T, nh, nkv, hd, window, doclens, samples, st, 0);
+}
+
+/* gpt-oss: sinks, with full attention and a sliding window (its
+ * alternate layers), GQA, and documents packed in a row. */
+START_TEST(test_attention_sinks)
+{
+	static const int docs[4] = {5, 7, 4, 9};
+
+	att_check_x(2, 9, 4, 2, 4, 0, NULL, 100000, 41, 1);
+	att_check_x(2, 12, 4, 2, 4, 3, docs, 100000, 42, 1);
+	att_check_x(1, 130, 2, 1, 64, 40, docs, 12, 43, 1);
+}
+END_TEST
 
 START_TEST(test_attention_causal)
 {
@@ -2618,6 +2676,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, test_cross_entropy_large);
 	tcase_add_test(tc, test_attention_causal);
 	tcase_add_test(tc, test_attention_docs_window);
+	tcase_add_test(tc, test_attention_sinks);
 	tcase_add_test(tc, test_attention_tiled);
 	tcase_add_test(tc, test_attention_masked_grad);
 	tcase_add_test(tc, test_bf16_elementwise);

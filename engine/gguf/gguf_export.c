@@ -169,8 +169,9 @@ static int add_experts(plan *p, const taco_st_model *st, const char *gguf,
 	if (!srcs)
 		return taco_err_set(err, -ENOMEM, "out of memory");
 	for (int e = 0; e < E && !r; e++) {
-		snprintf(hf, sizeof(hf), "model.layers.%d.mlp.experts.%d.%s.weight",
-			 l, e, proj);
+		snprintf(hf, sizeof(hf),
+			 "model.layers.%d.mlp.experts.%d.%s.weight", l, e,
+			 proj);
 		if ((r = taco_st_model_weight(st, hf, &srcs[e], err)))
 			break;
 		if (srcs[e]->ndim != 2 ||
@@ -601,6 +602,11 @@ int taco_gguf_export(const char *model_dir, const char *weights_dir,
 				    cfg_path, taco_arch_name(c.arch));
 	if ((r = moe_supported(&c, cfg_path, err)))
 		return r;
+	if (c.rope_type == TACO_ROPE_YARN)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: YaRN rope scaling is not written to "
+				    "GGUF yet",
+				    cfg_path);
 	if ((r = taco_st_open_model(weights_dir ? weights_dir : model_dir, &st,
 				    err)) ||
 	    (r = taco_gguf_new(&g, err)))

@@ -135,6 +135,58 @@ static int parse_arch(json_t *root, const char *name, taco_config *c,
 	    name, want);
 }
 
+/* YaRN (transformers' _compute_yarn_parameters): factor, or
+ * max_position_embeddings / original_max_position_embeddings without one;
+ * beta_fast 32 and beta_slow 1 by default, truncate true; the attention
+ * factor given, or from mscale and mscale_all_dim, or 0.1 ln(factor) + 1. */
+static double yarn_mscale(double scale, double mscale)
+{
+	return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+static int parse_yarn(json_t *root, json_t *rp, const char *name,
+		      const char *where, taco_config *c, taco_err *err)
+{
+	double attn = NAN, ms = 0, ms_all = 0;
+	int max_pos = 0, r;
+
+	c->rope_type = TACO_ROPE_YARN;
+	c->rope_factor = NAN;
+	c->rope_original_max_pos = 0;
+	c->rope_beta_fast = 32;
+	c->rope_beta_slow = 1;
+	c->rope_truncate = 1;
+	if ((r = cfg_num(rp, name, "factor", &c->rope_factor, 1e-3, 1e6,
+			 err)) ||
+	    (r = cfg_int(rp, name, "original_max_position_embeddings",
+			 &c->rope_original_max_pos, 1, 1, 1 << 30, err)) ||
+	    (r = cfg_int(root, name, "max_position_embeddings", &max_pos, 0, 0,
+			 1 << 30, err)) ||
+	    (r = cfg_num(rp, name, "beta_fast", &c->rope_beta_fast, 1e-6, 1e6,
+			 err)) ||
+	    (r = cfg_num(rp, name, "beta_slow", &c->rope_beta_slow, 1e-6, 1e6,
+			 err)) ||
+	    (r = cfg_bool(rp, name, "truncate", &c->rope_truncate, err)) ||
+	    (r = cfg_num(rp, name, "attention_factor", &attn, 1e-6, 1e6,
+			 err)) ||
+	    (r = cfg_num(rp, name, "mscale", &ms, 0, 1e6, err)) ||
+	    (r = cfg_num(rp, name, "mscale_all_dim", &ms_all, 0, 1e6, err)))
+		return r;
+	if (isnan(c->rope_factor)) {
+		if (!max_pos)
+			return taco_err_set(err, -EINVAL,
+					    "%s: yarn %s needs factor", name,
+					    where);
+		c->rope_factor = (double)max_pos / c->rope_original_max_pos;
+	}
+	if (isnan(attn))
+		attn = ms && ms_all ? yarn_mscale(c->rope_factor, ms) /
+					  yarn_mscale(c->rope_factor, ms_all)
+				    : yarn_mscale(c->rope_factor, 1);
+	c->rope_attn_factor = attn;
+	return 0;
+}
+
 /* rope_scaling (transformers 4) or rope_parameters (transformers 5). */
 static int parse_rope(json_t *root, const char *name, taco_config *c,
 		      taco_err *err)
@@ -147,6 +199,7 @@ static int parse_rope(json_t *root, const char *name, taco_config *c,
 	int r;
 
 	c->rope_theta = 10000.0;
+	c->rope_attn_factor = 1.0;
 	r = cfg_num(root, name, "rope_theta", &c->rope_theta, 1.0, 1e12, err);
 	if (r)
 		return r;
@@ -174,10 +227,12 @@ static int parse_rope(json_t *root, const char *name, taco_config *c,
 				    name, where);
 	if (strcmp(type, "default") == 0)
 		return 0;
+	if (strcmp(type, "yarn") == 0)
+		return parse_yarn(root, rp, name, where, c, err);
 	if (strcmp(type, "llama3") != 0)
 		return taco_err_set(err, -ENOTSUP,
 				    "%s: %s.rope_type '%s' is not supported "
-				    "(supported: default, llama3)",
+				    "(supported: default, llama3, yarn)",
 				    name, where, type);
 	c->rope_type = TACO_ROPE_LLAMA3;
 	c->rope_factor = c->rope_low_freq_factor = c->rope_high_freq_factor =
@@ -559,6 +614,7 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 	int r, bias = 0;
 
 	memset(&c, 0, sizeof(c));
+	c.rope_attn_factor = 1.0;
 	if ((r = parse_arch(root, name, &c, err)))
 		return r;
 	if (c.arch == TACO_ARCH_OPT || c.arch == TACO_ARCH_GPT_NEOX) {
@@ -657,10 +713,52 @@ int taco_config_load(const char *path, taco_config *out, taco_err *err)
 				   TACO_JSON_OBJECT, from_json, out, err);
 }
 
+/* YaRN's dimension of num_rot rotations over the original context. */
+static double yarn_dim(double num_rot, int dim, double base, double max_pos)
+{
+	return (dim * log(max_pos / (num_rot * 2 * M_PI))) / (2 * log(base));
+}
+
+/* YaRN's frequencies in transformers' fp32 operations: each between the
+ * extrapolated (the base's) and the interpolated (divided by factor) one
+ * by a linear ramp over the dimensions [low, high]. */
+static void yarn_inv_freq(const taco_config *c, float *inv_freq)
+{
+	int dim = c->rotary_dim, half = dim / 2;
+	double lo = yarn_dim(c->rope_beta_fast, dim, c->rope_theta,
+			     c->rope_original_max_pos);
+	double hi = yarn_dim(c->rope_beta_slow, dim, c->rope_theta,
+			     c->rope_original_max_pos);
+	float factor = (float)c->rope_factor;
+
+	if (c->rope_truncate) {
+		lo = floor(lo);
+		hi = ceil(hi);
+	}
+	lo = lo > 0 ? lo : 0;
+	hi = hi < dim - 1 ? hi : dim - 1;
+	if (lo == hi)
+		hi += 0.001;
+	for (int i = 0; i < half; i++) {
+		float e = (float)(2 * i) / (float)dim;
+		float pos = (float)pow(c->rope_theta, e);
+		float extra = 1.0f / pos, inter = 1.0f / (factor * pos);
+		float ramp = ((float)i - (float)lo) / (float)(hi - lo);
+		float ef;
+		ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+		ef = 1.0f - ramp;
+		inv_freq[i] = inter * (1.0f - ef) + extra * ef;
+	}
+}
+
 void taco_config_inv_freq(const taco_config *c, float *inv_freq)
 {
 	int half = c->rotary_dim / 2;
 
+	if (c->rope_type == TACO_ROPE_YARN) {
+		yarn_inv_freq(c, inv_freq);
+		return;
+	}
 	for (int i = 0; i < half; i++) {
 		float e = (float)(2 * i) / (float)c->rotary_dim;
 		double f = (float)(1.0 / (float)pow(c->rope_theta, e));

@@ -53,6 +53,7 @@ enum taco_act {
 enum taco_rope_type {
 	TACO_ROPE_DEFAULT = 0,
 	TACO_ROPE_LLAMA3,
+	TACO_ROPE_YARN,
 };
 
 typedef struct taco_config {
@@ -73,6 +74,12 @@ typedef struct taco_config {
 	double rope_low_freq_factor;
 	double rope_high_freq_factor;
 	int rope_original_max_pos;
+	/* YaRN (rope_factor, rope_original_max_pos too) */
+	double rope_beta_fast, rope_beta_slow;
+	int rope_truncate;
+	/* cos and sin are multiplied by it (YaRN's attention factor; 1
+	 * otherwise) */
+	double rope_attn_factor;
 	int tie_embeddings; /* tie_word_embeddings */
 	int qkv_bias;	    /* q/k/v projections have biases */
 	int o_bias;	    /* o projection has a bias */

@@ -177,13 +177,15 @@ static int prepare_batch(taco_model *m, const taco_batch *b, taco_err *err)
 	cs = malloc((size_t)b->T * half * 2 * sizeof(float));
 	if (!cs)
 		return taco_err_set(err, -ENOMEM, "out of memory");
-	/* As Hugging Face: the angle is an fp32 product, then cos/sin. */
+	/* As Hugging Face: the angle is an fp32 product, then cos/sin, times
+	 * the attention factor (YaRN's; 1 otherwise) in fp32. */
 	for (int p = 0; p < b->T; p++) {
 		for (int i = 0; i < half; i++) {
 			float a = (float)p * m->inv_freq[i];
-			cs[(size_t)p * half + i] = (float)cos((double)a);
+			float f = (float)m->cfg.rope_attn_factor;
+			cs[(size_t)p * half + i] = (float)cos((double)a) * f;
 			cs[(size_t)(b->T + p) * half + i] =
-			    (float)sin((double)a);
+			    (float)sin((double)a) * f;
 		}
 	}
 	m->ops->upload(w->rope_cos, cs, (size_t)b->T * half * sizeof(float));

@@ -111,6 +111,19 @@ void tk_cpu_attention_bwd(int dt, void *dq, void *dk, void *dv,
 			  const int32_t *pos, int B, int T, int nh, int nkv,
 			  int hd, int window, float scale);
 
+/* attn_sink.c */
+void tk_cpu_attn_sink_fwd(int dt, void *out, float *lse, const float *sinks,
+			  int B, int T, int nh, int hd);
+void tk_cpu_attn_sink_bwd(int dt, float *dsinks, const void *dout,
+			  const void *out, const float *lse, const float *sinks,
+			  int B, int T, int nh, int hd);
+
+/* glu_clamp.c */
+void tk_cpu_glu_clamp_fwd(int dt, void *out, const void *gu, size_t n, int ni,
+			  float alpha, float limit);
+void tk_cpu_glu_clamp_bwd(int dt, void *dgu, const void *dout, const void *gu,
+			  size_t n, int ni, float alpha, float limit);
+
 /* moe.c */
 void tk_cpu_moe_route(int mode, int norm, int wdt, const float *logits, int N,
 		      int E, int k, int32_t *idx, float *w);

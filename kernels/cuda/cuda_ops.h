@@ -178,6 +178,19 @@ int tkc_attention_mma_bwd(int dt, void *dq, void *dk, void *dv,
 			  const int32_t *pos, int B, int T, int nh, int nkv,
 			  int hd, int window, float scale);
 
+/* attn_sink.cu */
+void tkc_attn_sink_fwd(int dt, void *out, float *lse, const float *sinks, int B,
+		       int T, int nh, int hd);
+void tkc_attn_sink_bwd(int dt, float *dsinks, const void *dout, const void *out,
+		       const float *lse, const float *sinks, int B, int T,
+		       int nh, int hd);
+
+/* glu_clamp.cu */
+void tkc_glu_clamp_fwd(int dt, void *out, const void *gu, size_t n, int ni,
+		       float alpha, float limit);
+void tkc_glu_clamp_bwd(int dt, void *dgu, const void *dout, const void *gu,
+		       size_t n, int ni, float alpha, float limit);
+
 /* moe.cu */
 void tkc_moe_route(int mode, int norm, int wdt, const float *logits, int N,
 		   int E, int k, int32_t *idx, float *w);

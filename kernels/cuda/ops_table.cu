@@ -162,6 +162,10 @@ static void fill_table(tk_ops *t)
 	t->linear_bias = tkc_linear_bias;
 	t->attention_fwd = tkc_attention_fwd;
 	t->attention_bwd = tkc_attention_bwd;
+	t->attn_sink_fwd = tkc_attn_sink_fwd;
+	t->attn_sink_bwd = tkc_attn_sink_bwd;
+	t->glu_clamp_fwd = tkc_glu_clamp_fwd;
+	t->glu_clamp_bwd = tkc_glu_clamp_bwd;
 	t->moe_route = tkc_moe_route;
 	t->moe_route_bwd = tkc_moe_route_bwd;
 	t->moe_prob_sum = tkc_moe_prob_sum;

@@ -50,7 +50,7 @@
 /* Every member of tk_ops, so that an op added there cannot be left out
  * of the profile unnoticed: wrap it below, or say why it is not device
  * work, and count it here. */
-#define TK_OPS_MEMBERS 64
+#define TK_OPS_MEMBERS 68
 static_assert(sizeof(tk_ops) == TK_OPS_MEMBERS * sizeof(void *),
 	      "tk_ops has a new member: wrap it in prof.cu and count it");
 
@@ -248,6 +248,22 @@ WRAP(attention_bwd, TK_PHASE_ATTENTION,
       float scale),
      (dt, dq, dk, dv, dout, out, lse, q, k, v, pos, B, T, nh, nkv, hd, window,
       scale))
+WRAP(attn_sink_fwd, TK_PHASE_ATTENTION,
+     (int dt, void *out, float *lse, const float *sinks, int B, int T, int nh,
+      int hd),
+     (dt, out, lse, sinks, B, T, nh, hd))
+WRAP(attn_sink_bwd, TK_PHASE_ATTENTION,
+     (int dt, float *dsinks, const void *dout, const void *out,
+      const float *lse, const float *sinks, int B, int T, int nh, int hd),
+     (dt, dsinks, dout, out, lse, sinks, B, T, nh, hd))
+WRAP(glu_clamp_fwd, TK_PHASE_ELEMENTWISE,
+     (int dt, void *out, const void *gu, size_t n, int ni, float alpha,
+      float limit),
+     (dt, out, gu, n, ni, alpha, limit))
+WRAP(glu_clamp_bwd, TK_PHASE_ELEMENTWISE,
+     (int dt, void *dgu, const void *dout, const void *gu, size_t n, int ni,
+      float alpha, float limit),
+     (dt, dgu, dout, gu, n, ni, alpha, limit))
 WRAP(moe_route, TK_PHASE_ELEMENTWISE,
      (int mode, int norm, int wdt, const float *logits, int N, int E, int k,
       int32_t *idx, float *w),
@@ -377,6 +393,10 @@ static void install(tk_ops *t)
 	INSTALL(linear_bias)
 	INSTALL(attention_fwd)
 	INSTALL(attention_bwd)
+	INSTALL(attn_sink_fwd)
+	INSTALL(attn_sink_bwd)
+	INSTALL(glu_clamp_fwd)
+	INSTALL(glu_clamp_bwd)
 	INSTALL(moe_route)
 	INSTALL(moe_route_bwd)
 	INSTALL(moe_prob_sum)

@@ -866,6 +866,94 @@ START_TEST(test_rope)
 }
 END_TEST
 
+/* Attention sinks: the forward's rescaled outputs and lse, and the sinks'
+ * gradient (summed in another order on the device), against the CPU. */
+START_TEST(test_attn_sink)
+{
+	const int B = 2, T = 33, nh = 4, hd = 64;
+	size_t no = (size_t)B * T * nh * hd, nl = (size_t)B * nh * T;
+	uint64_t st = 91;
+
+	for (int t = 0; t < 2; t++) {
+		int dt = dts[t];
+		size_t es = tk_dtype_size(dt);
+		void *out = trand(dt, no, -1, 1, &st);
+		void *dout = trand(dt, no, -1, 1, &st);
+		float *lse = frand(nl, -2, 3, &st), *sk = frand(nh, -1, 2, &st);
+		float ds[4] = {0.5f, 0, 0, -1}, *got;
+		void *d_out = dput(out, no * es), *d_dout = dput(dout, no * es);
+		float *d_lse = dput(lse, nl * 4), *d_sk = dput(sk, nh * 4);
+		float *d_ds = dput(ds, sizeof(ds));
+		void *gout;
+
+		cpu->attn_sink_fwd(dt, out, lse, sk, B, T, nh, hd);
+		gpu->attn_sink_fwd(dt, d_out, d_lse, d_sk, B, T, nh, hd);
+		gout = dget(d_out, no * es);
+		check_t("attn_sink_fwd out", dt, gout, out, no, 0, TOL_ELEM);
+		free(gout);
+		got = dget(d_lse, nl * 4);
+		check_close("attn_sink_fwd lse", got, lse, nl, TOL_ELEM);
+		free(got);
+		cpu->attn_sink_bwd(dt, ds, dout, out, lse, sk, B, T, nh, hd);
+		gpu->attn_sink_bwd(dt, d_ds, d_dout, d_out, d_lse, d_sk, B, T,
+				   nh, hd);
+		got = dget(d_ds, sizeof(ds));
+		check_close("attn_sink_bwd", got, ds, 4, 1e-4);
+		free(got);
+		gpu_ok("attn_sink");
+		free(out), free(dout), free(lse), free(sk);
+		gpu->free(d_out, no * es);
+		gpu->free(d_dout, no * es);
+		gpu->free(d_lse, nl * 4);
+		gpu->free(d_sk, nh * 4);
+		gpu->free(d_ds, sizeof(ds));
+	}
+}
+END_TEST
+
+/* gpt-oss's clamped gated activation against the CPU, across both clamps,
+ * in place too. */
+START_TEST(test_glu_clamp)
+{
+	const size_t n = 301;
+	const int I = 96;
+	size_t m = n * I;
+	uint64_t st = 63;
+
+	for (int t = 0; t < 2; t++) {
+		int dt = dts[t];
+		size_t es = tk_dtype_size(dt);
+		void *gu = trand(dt, 2 * m, -10, 10, &st);
+		void *d = trand(dt, m, -1, 1, &st);
+		void *out = hnew(m * es), *dgu = hnew(2 * m * es), *got;
+		void *d_gu = dput(gu, 2 * m * es), *d_d = dput(d, m * es);
+		void *d_out = tnan(dt, m), *d_dgu = tnan(dt, 2 * m);
+
+		cpu->glu_clamp_fwd(dt, out, gu, n, I, 1.702f, 7.0f);
+		gpu->glu_clamp_fwd(dt, d_out, d_gu, n, I, 1.702f, 7.0f);
+		got = dget(d_out, m * es);
+		check_t("glu_clamp_fwd", dt, got, out, m, 0, TOL_ELEM);
+		free(got);
+		cpu->glu_clamp_bwd(dt, dgu, d, gu, n, I, 1.702f, 7.0f);
+		gpu->glu_clamp_bwd(dt, d_dgu, d_d, d_gu, n, I, 1.702f, 7.0f);
+		got = dget(d_dgu, 2 * m * es);
+		check_t("glu_clamp_bwd", dt, got, dgu, 2 * m, 0, TOL_ELEM);
+		free(got);
+		gpu->glu_clamp_bwd(dt, d_gu, d_d, d_gu, n, I, 1.702f, 7.0f);
+		got = dget(d_gu, 2 * m * es);
+		check_t("glu_clamp_bwd in place", dt, got, dgu, 2 * m, 0,
+			TOL_ELEM);
+		free(got);
+		gpu_ok("glu_clamp");
+		free(gu), free(d), free(out), free(dgu);
+		gpu->free(d_gu, 2 * m * es);
+		gpu->free(d_d, m * es);
+		gpu->free(d_out, m * es);
+		gpu->free(d_dgu, 2 * m * es);
+	}
+}
+END_TEST
+
 /* ---- a mixture of experts ------------------------------------------------ */
 
 /* Routing (both routers), the sort, gather, combine and their backward,
@@ -1809,6 +1897,8 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_swiglu);
 	tcase_add_test(tc, test_moe);
+	tcase_add_test(tc, test_attn_sink);
+	tcase_add_test(tc, test_glu_clamp);
 	tcase_add_test(tc, test_cross_entropy);
 	tcase_add_test(tc, test_profile);
 	tcase_add_test(tc, test_fused_norm);
