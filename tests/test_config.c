@@ -217,8 +217,11 @@ static const struct {
     {"{" BASE ",\"head_dim\":15}", -EINVAL, "head_dim"},
     {"{" BASE ",\"hidden_act\":\"gelu\"}", -ENOTSUP, "hidden_act"},
     {"{" BASE ",\"mlp_bias\":true}", -ENOTSUP, "mlp_bias"},
+    {"{" BASE ",\"rope_scaling\":{\"rope_type\":\"longrope\",\"factor\":4}}",
+     -ENOTSUP, "longrope"},
+    /* YaRN needs the context it was trained at */
     {"{" BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}",
-     -ENOTSUP, "yarn"},
+     -EINVAL, "original_max_position_embeddings"},
     {"{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\"}}", -EINVAL,
      "original_max_position_embeddings"},
     {"{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\","

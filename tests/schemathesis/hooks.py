@@ -33,7 +33,14 @@ that is not the schema's. Before such a request is sent:
   batch: the engine's rule across two options), and to 1 for a create or
   a dpo job (the test's tacod has one device, so more is 400
   `insufficient_gpus`, which a plan answers with 200 and `fits` false; dpo
-  runs on one GPU). Values stay within their schemas.
+  runs on one GPU); `taco.router_aux_loss_coef` above 0 is brought to 0
+  (the test's models have no experts, and a mixture of experts' auxiliary
+  loss on a model without experts is 400 `invalid_model`: the engine's
+  rule across the model and the option); a key holding a NUL character
+  inside `taco.chat_template_kwargs`'s values is dropped (tacod's JSON
+  parser, Jansson, holds no NUL in an object key and answers 400 for any
+  body with one; a JSON Schema cannot state that for every object nested
+  in free-form values). Values stay within their schemas.
 
 Nothing else is touched: every other field goes out as generated.
 """
@@ -105,6 +112,16 @@ def batch_size(body):
     return max(size, 1) * (2 if method_type(body) == "dpo" else 1)
 
 
+def drop_nul_keys(v):
+    """v with every object key that holds a NUL character dropped, at
+    any depth."""
+    if isinstance(v, dict):
+        return {k: drop_nul_keys(x) for k, x in v.items() if "\x00" not in k}
+    if isinstance(v, list):
+        return [drop_nul_keys(x) for x in v]
+    return v
+
+
 @schemathesis.hook
 def before_call(context, case, kwargs):
     kind = OPERATIONS.get((case.operation.method.upper(), case.operation.path))
@@ -133,6 +150,11 @@ def before_call(context, case, kwargs):
             taco["freeze"] = []
         if isinstance(taco.get("chat_template_jinja"), str) and taco.get("chat_template") not in (None, "auto"):
             taco["chat_template"] = "auto"
+        coef = taco.get("router_aux_loss_coef")
+        if isinstance(coef, (int, float)) and not isinstance(coef, bool) and coef > 0:
+            taco["router_aux_loss_coef"] = 0
+        if isinstance(taco.get("chat_template_kwargs"), dict):
+            taco["chat_template_kwargs"] = drop_nul_keys(taco["chat_template_kwargs"])
         gpus = integer(taco.get("gpus"))
         if gpus is not None and gpus > 1:
             if kind == "create" or method_type(body) == "dpo":
