@@ -34,21 +34,6 @@ typedef struct dpo_fixture {
 	int n_zero;
 } dpo_fixture;
 
-static int32_t *int_matrix(json_t *rows, int *B, int *T)
-{
-	int32_t *out;
-
-	*B = (int)json_array_size(rows);
-	*T = (int)json_array_size(json_array_get(rows, 0));
-	out = malloc(sizeof(int32_t) * (size_t)*B * (size_t)*T);
-	ck_assert_ptr_nonnull(out);
-	for (int b = 0; b < *B; b++)
-		for (int t = 0; t < *T; t++)
-			out[b * *T + t] = (int32_t)json_integer_value(
-			    json_array_get(json_array_get(rows, b), t));
-	return out;
-}
-
 static void doubles(json_t *a, double *out, int n, const char *what)
 {
 	ck_assert_msg((int)json_array_size(a) == n, "%s: %zu values, not %d",
@@ -80,8 +65,8 @@ static void fixture_load(dpo_fixture *f, const char *name, int dtype,
 	snprintf(path, sizeof(path), "%s/dpo.json", dir);
 	j = json_load_file(path, 0, &jerr);
 	ck_assert_msg(j != NULL, "%s: %s", path, jerr.text);
-	f->tokens = int_matrix(json_object_get(j, "tokens"), &f->B, &f->T);
-	f->targets = int_matrix(json_object_get(j, "targets"), &f->B, &T);
+	f->tokens = tu_int_matrix(json_object_get(j, "tokens"), &f->B, &f->T);
+	f->targets = tu_int_matrix(json_object_get(j, "targets"), &f->B, &T);
 	ck_assert_int_eq(T, f->T);
 	f->P = (int)json_integer_value(json_object_get(j, "pairs"));
 	ck_assert_int_eq(f->B, 2 * f->P);

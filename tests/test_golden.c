@@ -37,21 +37,6 @@ typedef struct fixture {
 	int n_idle;
 } fixture;
 
-static int32_t *int_matrix(json_t *rows, int *B, int *T)
-{
-	int32_t *out;
-
-	*B = (int)json_array_size(rows);
-	*T = (int)json_array_size(json_array_get(rows, 0));
-	out = malloc(sizeof(int32_t) * (size_t)*B * (size_t)*T);
-	ck_assert_ptr_nonnull(out);
-	for (int b = 0; b < *B; b++)
-		for (int t = 0; t < *T; t++)
-			out[b * *T + t] = (int32_t)json_integer_value(
-			    json_array_get(json_array_get(rows, b), t));
-	return out;
-}
-
 static void fixture_load(fixture *f, const char *name, int bf16)
 {
 	char dir[4096], path[4200];
@@ -70,9 +55,9 @@ static void fixture_load(fixture *f, const char *name, int bf16)
 	batch = json_load_file(path, 0, &jerr);
 	ck_assert_msg(batch != NULL, "%s: %s", path, jerr.text);
 	f->tokens =
-	    int_matrix(json_object_get(batch, "input_ids"), &f->B, &f->T);
+	    tu_int_matrix(json_object_get(batch, "input_ids"), &f->B, &f->T);
 	f->targets =
-	    int_matrix(json_object_get(batch, "targets"), &f->B, &f->T);
+	    tu_int_matrix(json_object_get(batch, "targets"), &f->B, &f->T);
 	json_decref(batch);
 	snprintf(path, sizeof(path), "%s/expected.json", dir);
 	exp = json_load_file(path, 0, &jerr);
@@ -750,8 +735,8 @@ START_TEST(test_export_matches_transformers)
 	exp = json_load_file(tu_fixture(path), 0, NULL);
 	ck_assert_ptr_nonnull(batch);
 	ck_assert_ptr_nonnull(exp);
-	tok = int_matrix(json_object_get(batch, "input_ids"), &B, &T);
-	lab = int_matrix(json_object_get(batch, "labels"), &B, &T);
+	tok = tu_int_matrix(json_object_get(batch, "input_ids"), &B, &T);
+	lab = tu_int_matrix(json_object_get(batch, "labels"), &B, &T);
 	tgt = malloc(sizeof(int32_t) * (size_t)B * (size_t)T);
 	for (int b = 0; b < B; b++)
 		for (int t = 0; t < T; t++)

@@ -21,21 +21,6 @@ typedef struct batch {
 	int32_t *tokens, *targets;
 } batch;
 
-static int32_t *int_matrix(json_t *rows, int *B, int *T)
-{
-	int32_t *out;
-
-	*B = (int)json_array_size(rows);
-	*T = (int)json_array_size(json_array_get(rows, 0));
-	out = malloc(sizeof(int32_t) * (size_t)*B * (size_t)*T);
-	ck_assert_ptr_nonnull(out);
-	for (int b = 0; b < *B; b++)
-		for (int t = 0; t < *T; t++)
-			out[b * *T + t] = (int32_t)json_integer_value(
-			    json_array_get(json_array_get(rows, b), t));
-	return out;
-}
-
 static taco_model *load(const char *name, batch *bt)
 {
 	char dir[4200], path[4300];
@@ -50,8 +35,9 @@ static taco_model *load(const char *name, batch *bt)
 	j = json_load_file(path, 0, NULL);
 	ck_assert_ptr_nonnull(j);
 	bt->tokens =
-	    int_matrix(json_object_get(j, "input_ids"), &bt->B, &bt->T);
-	bt->targets = int_matrix(json_object_get(j, "targets"), &bt->B, &bt->T);
+	    tu_int_matrix(json_object_get(j, "input_ids"), &bt->B, &bt->T);
+	bt->targets =
+	    tu_int_matrix(json_object_get(j, "targets"), &bt->B, &bt->T);
 	json_decref(j);
 	return m;
 }

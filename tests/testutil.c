@@ -2,6 +2,7 @@
 #include "tk_hash.h"
 
 #include <check.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,21 @@
 #ifndef TACO_SOURCE_FIXTURES
 #define TACO_SOURCE_FIXTURES "tests/fixtures"
 #endif
+
+int32_t *tu_int_matrix(json_t *rows, int *B, int *T)
+{
+	int32_t *out;
+
+	*B = (int)json_array_size(rows);
+	*T = (int)json_array_size(json_array_get(rows, 0));
+	out = malloc(sizeof(int32_t) * (size_t)*B * (size_t)*T + 1);
+	ck_assert_ptr_nonnull(out);
+	for (int b = 0; b < *B; b++)
+		for (int t = 0; t < *T; t++)
+			out[b * *T + t] = (int32_t)json_integer_value(
+			    json_array_get(json_array_get(rows, b), t));
+	return out;
+}
 
 const char *tu_fixture(const char *rel)
 {

@@ -16,6 +16,11 @@ double tu_rel_err(const float *a, const float *ref, size_t n);
 /* The same against a double reference. */
 double tu_rel_err_d(const float *a, const double *ref, size_t n);
 
+/* A JSON array of B arrays of T integers (a fixture's batch.json rows) as
+ * int32 [B * T], B and T set; malloc'd. */
+struct json_t;
+int32_t *tu_int_matrix(struct json_t *rows, int *B, int *T);
+
 /* Deterministic uniform values in [lo, hi) from a 64-bit state. */
 void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state);
 
