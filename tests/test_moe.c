@@ -172,9 +172,9 @@ END_TEST
  * gradients are within the gradients' rounding of each other. */
 START_TEST(test_taco_step_on_transformers_gradient)
 {
-	batch bt;
+	batch bt, bt2;
 	taco_model *m = load("qwen3_moe", &bt);
-	taco_model *ref = load("qwen3_moe", &(batch){0});
+	taco_model *ref = load("qwen3_moe", &bt2);
 	taco_optim *o = optim_of(m), *oref = optim_of(ref);
 	taco_st_file *exp = NULL;
 	taco_step_stats st;
@@ -232,6 +232,8 @@ START_TEST(test_taco_step_on_transformers_gradient)
 	free(grad);
 	free(bt.tokens);
 	free(bt.targets);
+	free(bt2.tokens);
+	free(bt2.targets);
 	taco_optim_free(o);
 	taco_optim_free(oref);
 	taco_model_free(m);
