@@ -87,7 +87,6 @@ static const struct {
     {"qwen3_moe", 4, 16, 1, 0, 1, ""},
     {"qwen3_moe", 2, 32, 2, 1, 1, BF16},
     {"qwen3_moe", 2, 16, 1, 0, 0, BF16}, /* kept activations */
-    {"qwen3_moe", 2, 16, 1, 0, 1, CHUNKS},
     {"qwen3_moe_aux", 4, 16, 1, 0, 1, OFFLOAD},
     /* weights streamed from host memory: the ring on the device, the
      * weights in the host pool */
