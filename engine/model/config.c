@@ -18,6 +18,7 @@ static const struct {
     {"OPTForCausalLM", "opt", TACO_ARCH_OPT},
     {"GPTNeoXForCausalLM", "gpt_neox", TACO_ARCH_GPT_NEOX},
     {"Qwen3MoeForCausalLM", "qwen3_moe", TACO_ARCH_QWEN3_MOE},
+    {"GptOssForCausalLM", "gpt_oss", TACO_ARCH_GPT_OSS},
 };
 
 const char *taco_arch_name(int arch)
@@ -198,7 +199,8 @@ static int parse_rope(json_t *root, const char *name, taco_config *c,
 	const char *type = "default";
 	int r;
 
-	c->rope_theta = 10000.0;
+	/* GptOssConfig's default_theta */
+	c->rope_theta = c->arch == TACO_ARCH_GPT_OSS ? 150000.0 : 10000.0;
 	c->rope_attn_factor = 1.0;
 	r = cfg_num(root, name, "rope_theta", &c->rope_theta, 1.0, 1e12, err);
 	if (r)
@@ -207,6 +209,13 @@ static int parse_rope(json_t *root, const char *name, taco_config *c,
 		rp = rs;
 		where = "rope_scaling";
 	}
+	/* GptOssConfig would default to its YaRN: every released config
+	 * states it */
+	if ((!rp || json_is_null(rp)) && c->arch == TACO_ARCH_GPT_OSS)
+		return taco_err_set(err, -EINVAL,
+				    "%s: a gpt_oss config needs "
+				    "rope_parameters (or rope_scaling)",
+				    name);
 	if (!rp || json_is_null(rp))
 		return 0;
 	if (!json_is_object(rp))
@@ -300,7 +309,8 @@ static int refuse_unsupported(json_t *root, const char *name,
 					    name, taco_arch_name(c->arch));
 	}
 	v = json_object_get(root, "layer_types");
-	if (v && json_is_array(v) && c->arch != TACO_ARCH_MISTRAL) {
+	if (v && json_is_array(v) && c->arch != TACO_ARCH_MISTRAL &&
+	    c->arch != TACO_ARCH_GPT_OSS) {
 		size_t i;
 		json_t *e;
 		json_array_foreach(v, i, e)
@@ -604,6 +614,109 @@ static int parse_qwen3_moe(json_t *root, const char *name, taco_config *c,
 	return 0;
 }
 
+int taco_config_has_dense(const taco_config *c)
+{
+	for (int l = 0; l < c->layers; l++)
+		if (!taco_config_moe_layer(c, l))
+			return 1;
+	return 0;
+}
+
+int taco_config_window(const taco_config *c, int l)
+{
+	if (l >= 0 && l < c->layers && (c->full_attn[l / 8] & (1u << (l % 8))))
+		return 0;
+	return c->sliding_window;
+}
+
+/* layer_types: each "sliding_attention" or "full_attention"; absent,
+ * GptOssConfig's default (even layers sliding). */
+static int parse_layer_types(json_t *root, const char *name, taco_config *c,
+			     taco_err *err)
+{
+	json_t *v = json_object_get(root, "layer_types"), *e;
+	size_t i;
+
+	if (!v || json_is_null(v)) {
+		for (int l = 1; l < c->layers; l += 2)
+			c->full_attn[l / 8] |= (uint8_t)(1u << (l % 8));
+		return 0;
+	}
+	if (!json_is_array(v) || json_array_size(v) != (size_t)c->layers)
+		return taco_err_set(err, -EINVAL,
+				    "%s: field 'layer_types' must list %d "
+				    "layer types",
+				    name, c->layers);
+	json_array_foreach(v, i, e)
+	{
+		const char *t = json_is_string(e) ? json_string_value(e) : "";
+		if (strcmp(t, "full_attention") == 0)
+			c->full_attn[i / 8] |= (uint8_t)(1u << (i % 8));
+		else if (strcmp(t, "sliding_attention") != 0)
+			return taco_err_set(err, -ENOTSUP,
+					    "%s: layer_types[%zu] must be "
+					    "\"sliding_attention\" or "
+					    "\"full_attention\"",
+					    name, i);
+	}
+	return 0;
+}
+
+/* GptOssForCausalLM (modeling_gpt_oss.py): Llama's attention with q/k/v/o
+ * biases, a sink per head and a window on the sliding layers; every MLP a
+ * biased top-k router over fused, biased experts (GptOssConfig's defaults
+ * for absent fields). A checkpoint quantized with MXFP4 is dequantized at
+ * load; no other quantization is known. */
+static int parse_gpt_oss(json_t *root, const char *name, taco_config *c,
+			 taco_err *err)
+{
+	json_t *q = json_object_get(root, "quantization_config");
+	json_t *qm = q ? json_object_get(q, "quant_method") : NULL;
+	double alpha = 1.702, limit = 7.0;
+	int r;
+
+	c->family = TACO_FAMILY_GPT_OSS;
+	c->experts = 128;
+	c->top_k = 4;
+	c->moe_intermediate = c->intermediate;
+	c->sparse_step = 1;
+	c->aux_coef = 0.001;
+	c->sliding_window = 128;
+	c->attn_sinks = c->router_bias = c->fused_experts = 1;
+	if ((r = cfg_int(root, name, "num_local_experts", &c->experts, 0, 1,
+			 TACO_MAX_EXPERTS, err)) ||
+	    (r = cfg_int(root, name, "experts_per_token", &c->top_k, 0, 1,
+			 TACO_MAX_EXPERTS_PER_TOK, err)) ||
+	    (r = cfg_int(root, name, "num_experts_per_tok", &c->top_k, 0, 1,
+			 TACO_MAX_EXPERTS_PER_TOK, err)) ||
+	    (r = cfg_int(root, name, "sliding_window", &c->sliding_window, 0, 0,
+			 1 << 30, err)) ||
+	    (r = cfg_num(root, name, "swiglu_alpha", &alpha, 1e-6, 1e6, err)) ||
+	    (r = cfg_num(root, name, "swiglu_limit", &limit, 1e-6, 1e6, err)) ||
+	    (r = cfg_bool(root, name, "output_router_logits", &c->router_logits,
+			  err)) ||
+	    (r = cfg_num(root, name, "router_aux_loss_coef", &c->aux_coef, 0,
+			 1e6, err)) ||
+	    (r = parse_layer_types(root, name, c, err)))
+		return r;
+	if (c->top_k > c->experts)
+		return taco_err_set(err, -EINVAL,
+				    "%s: num_experts_per_tok (%d) exceeds "
+				    "num_local_experts (%d)",
+				    name, c->top_k, c->experts);
+	if (q && !json_is_null(q) &&
+	    (!json_is_string(qm) ||
+	     strcmp(json_string_value(qm), "mxfp4") != 0))
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: quantization_config.quant_method "
+				    "must be \"mxfp4\" (the released "
+				    "checkpoint's experts)",
+				    name);
+	c->glu_alpha = (float)alpha;
+	c->glu_limit = (float)limit;
+	return 0;
+}
+
 /* The config of the object root into the taco_config arg (untouched on an
  * error). */
 static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
@@ -669,6 +782,7 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 			  err)))
 		return r;
 	c.proj_dim = c.hidden;
+	bias = c.arch == TACO_ARCH_GPT_OSS; /* GptOssConfig's default */
 	if ((r = cfg_bool(root, name, "attention_bias", &bias, err)))
 		return r;
 	switch (c.arch) {
@@ -682,6 +796,11 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 		/* fall through */
 	case TACO_ARCH_QWEN3:
 		c.qk_norm = 1;
+		c.qkv_bias = c.o_bias = bias;
+		break;
+	case TACO_ARCH_GPT_OSS:
+		if ((r = parse_gpt_oss(root, name, &c, err)))
+			return r;
 		c.qkv_bias = c.o_bias = bias;
 		break;
 	case TACO_ARCH_MISTRAL:

@@ -2,7 +2,8 @@
  *
  * Supported architectures: LlamaForCausalLM, MistralForCausalLM,
  * Qwen2ForCausalLM, Qwen3ForCausalLM (the Llama family), OPTForCausalLM,
- * GPTNeoXForCausalLM, Qwen3MoeForCausalLM (a mixture of experts). A field that
+ * GPTNeoXForCausalLM, Qwen3MoeForCausalLM and GptOssForCausalLM (mixtures of
+ * experts). A field that
  * would change the math in a way we do not implement is refused by name; fields
  * that do not change the math (token ids, torch_dtype, max_position_embeddings,
  * ...) are ignored. */
@@ -33,6 +34,7 @@ enum taco_arch {
 	TACO_ARCH_OPT,
 	TACO_ARCH_GPT_NEOX,
 	TACO_ARCH_QWEN3_MOE,
+	TACO_ARCH_GPT_OSS,
 };
 
 /* The layer wiring a config takes (engine/model/<family>/). */
@@ -41,6 +43,7 @@ enum taco_family {
 	TACO_FAMILY_OPT,
 	TACO_FAMILY_NEOX,
 	TACO_FAMILY_QWEN3_MOE, /* Qwen3's attention, experts for MLPs */
+	TACO_FAMILY_GPT_OSS,   /* sinks, biased router, fused experts */
 };
 
 /* The MLP: gated SiLU (3 projections) or fc1, activation, fc2. */
@@ -85,7 +88,11 @@ typedef struct taco_config {
 	int o_bias;	    /* o projection has a bias */
 	int qk_norm;	    /* Qwen3 per-head RMSNorm of q and k */
 	int sliding_window; /* 0 = none */
-	int gated_mlp;	    /* SwiGLU (3 projections) rather than fc1/fc2 */
+	/* layers that attend fully despite sliding_window (layer_types'
+	 * full_attention), one bit a layer */
+	uint8_t full_attn[TACO_MAX_LAYERS / 8];
+	int attn_sinks; /* gpt-oss: a learned sink logit per head */
+	int gated_mlp;	/* SwiGLU (3 projections) rather than fc1/fc2 */
 	/* OPT and GPT-NeoX (the Llama family: RMSNorm, SwiGLU, pre-norm,
 	 * sequential residual, full rotary, a final norm) */
 	int family;	       /* TACO_FAMILY_* */
@@ -121,10 +128,21 @@ typedef struct taco_config {
 	double aux_coef;   /* router_aux_loss_coef */
 	int router_logits; /* output_router_logits: the auxiliary loss is
 			      trained by default */
+	/* gpt-oss: the router has a bias and takes the softmax over the top
+	 * k logits (tk_moe.h's TOPK_SOFTMAX); its experts are fused tensors
+	 * (gate_up [E, H, 2 I] interleaved, down [E, I, H], x @ W) with
+	 * biases, activated by glu_clamp (swiglu_alpha, swiglu_limit). */
+	int router_bias;
+	int fused_experts;
+	float glu_alpha, glu_limit;
 } taco_config;
 
 /* Whether layer l's MLP is a mixture of experts. */
 int taco_config_moe_layer(const taco_config *c, int l);
+/* Whether some layer has a dense MLP. */
+int taco_config_has_dense(const taco_config *c);
+/* Layer l's attention window (0: full). */
+int taco_config_window(const taco_config *c, int l);
 
 /* Parses config.json text. name is used in error messages (a path). */
 int taco_config_parse(const char *json, size_t len, const char *name,

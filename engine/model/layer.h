@@ -12,6 +12,7 @@ extern const taco_layer_ops taco_llama_layer;
 extern const taco_layer_ops taco_opt_layer;
 extern const taco_layer_ops taco_neox_layer;
 extern const taco_layer_ops taco_qwen3_moe_layer;
+extern const taco_layer_ops taco_gpt_oss_layer;
 
 /* llama/layer.c: the Llama family's attention, which Qwen3-MoE shares.
  * fwd: from the layer input x through ln2 = norm(x_mid); bwd: from w->dtmp
@@ -22,17 +23,33 @@ void llama_attn_fwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
 void llama_attn_bwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
 		    const void *W[TACO_L_COUNT]);
 
-/* moe.c: a mixture of experts' MLP of layer l (its router, W[TACO_L_ROUTER],
- * and m->expert's matrices) from in [N, H] (ln2). fwd: out [N, H]; bwd:
+/* A family's experts, which moe.c runs over the slots sorted by expert
+ * (expert e's rows are its run of moe_counts(c, l)[e] rows): fwd from
+ * a->xg into a->ey; bwd from w->moe_dy (the slots' output gradient) to
+ * their input gradient, over it, and the experts' gradients to the sink
+ * (an expert without a slot gets none). */
+typedef struct moe_experts_ops {
+	void (*fwd)(step_ctx *c, int l, taco_layer_acts *a);
+	void (*bwd)(step_ctx *c, int l, taco_layer_acts *a);
+} moe_experts_ops;
+
+extern const moe_experts_ops moe_swiglu_experts; /* Qwen3-MoE's (moe.c) */
+extern const moe_experts_ops gpt_oss_experts;	 /* gpt_oss/experts.c */
+
+/* moe.c: a mixture of experts' MLP of layer l (its router, W[TACO_L_ROUTER]
+ * and its bias, and experts x) from in [N, H] (ln2). fwd: out [N, H]; bwd:
  * dout [N, H] the gradient of out, din [N, H] that of in (overwritten),
- * the router's and the experts' gradients to the sink (an expert that
- * received no token gets none). Backward routes again unless activations
- * are kept. */
-void moe_fwd(step_ctx *c, int l, taco_layer_acts *a,
+ * the router's and the experts' gradients to the sink. Backward routes
+ * again unless activations are kept. */
+void moe_fwd(step_ctx *c, const moe_experts_ops *x, int l, taco_layer_acts *a,
 	     const void *W[TACO_L_COUNT], const void *in, void *out);
-void moe_bwd(step_ctx *c, int l, taco_layer_acts *a,
+void moe_bwd(step_ctx *c, const moe_experts_ops *x, int l, taco_layer_acts *a,
 	     const void *W[TACO_L_COUNT], const void *in, const void *dout,
 	     void *din);
+/* Expert e of layer l's tensor x (TACO_X_*), -1 if none. */
+int moe_expert_id(const step_ctx *c, int l, int e, int x);
+/* Layer l's count of slots by expert, host memory [E]. */
+const int32_t *moe_counts(const step_ctx *c, int l);
 
 /* y[N, out] = x[N, in] W[out, in]^T (+ b[out], added before y is
  * rounded). */

@@ -43,15 +43,21 @@ enum taco_layer_slot {
 	TACO_L_QKV_BIAS,
 	TACO_L_UP_BIAS,
 	TACO_L_DOWN_BIAS,
-	TACO_L_ROUTER, /* a mixture of experts' router, mlp.gate [E, H] */
+	TACO_L_ROUTER,	    /* a mixture of experts' router, mlp.gate [E, H] */
+	TACO_L_ROUTER_BIAS, /* gpt-oss: the router's bias [E] */
+	TACO_L_SINKS,	    /* gpt-oss: the attention's sinks [heads] */
 	TACO_L_COUNT
 };
 
-/* An expert's matrices (taco_model.expert). */
+/* An expert's tensors (taco_model.expert). Qwen3-MoE's are Linears;
+ * gpt-oss's are expert e's slices of fused [E, ...] tensors, applied as
+ * x @ W, named "<fused name>[e]" here (taco_expert_view). */
 enum taco_expert_slot {
-	TACO_X_GATE = 0, /* [I, H] */
-	TACO_X_UP,	 /* [I, H] */
-	TACO_X_DOWN,	 /* [H, I] */
+	TACO_X_GATE = 0,  /* [I, H] (gpt-oss: none) */
+	TACO_X_UP,	  /* [I, H] (gpt-oss: gate_up_proj [H, 2 I]) */
+	TACO_X_DOWN,	  /* [H, I] (gpt-oss: down_proj [I, H]) */
+	TACO_X_UP_BIAS,	  /* gpt-oss: gate_up_proj_bias [2 I] */
+	TACO_X_DOWN_BIAS, /* gpt-oss: down_proj_bias [H] */
 	TACO_X_COUNT
 };
 
@@ -84,9 +90,9 @@ typedef struct taco_model {
 	int pos_embed;	       /* OPT's learned positions; else -1 */
 	int proj_in, proj_out; /* OPT's word_embed_proj_dim projections */
 	int (*layer)[TACO_L_COUNT];
-	/* A mixture of experts: expert e of layer l's matrices are tensors
-	 * expert[(l * E + e) * 3 + TACO_X_*] (-1 in a dense layer); NULL
-	 * without experts. */
+	/* A mixture of experts: expert e of layer l's tensors are
+	 * expert[(l * E + e) * TACO_X_COUNT + TACO_X_*] (-1 in a dense layer
+	 * or where the family has none); NULL without experts. */
 	int *expert;
 	float *inv_freq; /* host, head_dim / 2 */
 	taco_work *work; /* step buffers for the last batch shape */

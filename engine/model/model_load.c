@@ -7,6 +7,7 @@
 #include "model.h"
 #include "model_work.h"
 #include "names.h"
+#include "safetensors/mxfp4.h"
 #include "safetensors/safetensors.h"
 #include "tk_convert.h"
 
@@ -93,12 +94,13 @@ int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
 					   shape[1]);
 		}
 		for (int e = 0; e < cfg->experts; e++)
-			for (int x = 0; x < TACO_X_COUNT; x++)
-				if (taco_expert_tensor_name(cfg, l, e, x, name,
-							    sizeof(name),
-							    shape))
-					add_tensor(m->tensors, &n, name, 2,
+			for (int x = 0; x < TACO_X_COUNT; x++) {
+				int nd = taco_expert_tensor_name(
+				    cfg, l, e, x, name, sizeof(name), shape);
+				if (nd)
+					add_tensor(m->tensors, &n, name, nd,
 						   shape[0], shape[1]);
+			}
 	}
 	m->n_tensors = n;
 	qsort(m->tensors, (size_t)n, sizeof(*m->tensors), cmp_tensor);
@@ -238,18 +240,155 @@ static int upload_as(taco_model *m, taco_tensor *t, const taco_st_tensor *s,
 	return 0;
 }
 
+/* MXFP4 storage of a fused tensor: "<fused>_blocks" and "_scales". */
+static const char *const mx_suffix[2] = {"_blocks", "_scales"};
+
+/* Whether name is a fused tensor (or its MXFP4 blocks or scales) whose
+ * expert 0 slice is one of m's tensors. */
+static int fused_of(const taco_model *m, const char *name)
+{
+	char buf[TACO_NAME_MAX + 8];
+	size_t n = strlen(name);
+
+	if (n + 4 > sizeof(buf))
+		return 0;
+	for (int j = 0; j < 2; j++) {
+		size_t sn = strlen(mx_suffix[j]);
+		if (n > sn && strcmp(name + n - sn, mx_suffix[j]) == 0) {
+			snprintf(buf, sizeof(buf), "%.*s[0]", (int)(n - sn),
+				 name);
+			if (taco_model_find(m, buf) >= 0)
+				return 1;
+		}
+	}
+	snprintf(buf, sizeof(buf), "%s[0]", name);
+	return taco_model_find(m, buf) >= 0;
+}
+
+/* bytes of the bf16 scratch one expert's MXFP4 matrix dequantizes into */
+static size_t fused_scratch(const taco_model *m)
+{
+	size_t n = 2;
+
+	for (int i = 0; i < m->n_tensors; i++) {
+		char fused[TACO_NAME_MAX];
+		int e;
+		if (taco_expert_view(m->tensors[i].name, fused, sizeof(fused),
+				     &e) &&
+		    m->tensors[i].numel * 2 > n)
+			n = m->tensors[i].numel * 2;
+	}
+	return n;
+}
+
+/* Whether the fused tensor f is [E, shape of t]. */
+static int fused_shape_ok(const taco_st_tensor *f, const taco_tensor *t,
+			  int64_t E)
+{
+	if (f->ndim != t->ndim + 1 || f->shape[0] != E ||
+	    f->shape[1] != t->shape[0])
+		return 0;
+	return t->ndim == 1 || f->shape[2] == t->shape[1];
+}
+
+/* t is expert e's slice of a fused tensor: *out, a view of its bytes (or,
+ * stored as MXFP4, of deq, where its bf16 values are dequantized as
+ * transformers does). 1: found; 0: no fused tensor of that name; < 0: an
+ * error (a shape that does not fit). */
+static int expert_slice(taco_st_model *st, const char *dir, int64_t E,
+			const taco_tensor *t, uint16_t *deq,
+			taco_st_tensor *out, taco_err *err)
+{
+	char fused[TACO_NAME_MAX], nm[TACO_NAME_MAX + 8];
+	const taco_st_tensor *f, *b, *s;
+	int e;
+
+	if (!taco_expert_view(t->name, fused, sizeof(fused), &e))
+		return 0;
+	*out = (taco_st_tensor){.name = t->name, .ndim = t->ndim};
+	out->shape[0] = t->shape[0];
+	out->shape[1] = t->shape[1];
+	if ((f = taco_st_model_find(st, fused))) {
+		size_t bytes = t->numel * taco_st_dtype_size(f->dtype);
+		if (!fused_shape_ok(f, t, E))
+			goto bad_shape;
+		out->dtype = f->dtype;
+		out->nbytes = bytes;
+		out->data = (const uint8_t *)f->data + (size_t)e * bytes;
+		return 1;
+	}
+	snprintf(nm, sizeof(nm), "%s%s", fused, mx_suffix[0]);
+	b = taco_st_model_find(st, nm);
+	snprintf(nm, sizeof(nm), "%s%s", fused, mx_suffix[1]);
+	s = taco_st_model_find(st, nm);
+	if (!b || !s)
+		return 0;
+	/* blocks [E, R, C / 32, 16] and scales [E, R, C / 32] (U8) of W [E,
+	 * C, R]: t is [C, R] */
+	if (t->ndim != 2 || b->dtype != TACO_ST_U8 || s->dtype != TACO_ST_U8 ||
+	    b->ndim != 4 || s->ndim != 3 || t->shape[0] % 32 ||
+	    b->shape[1] != t->shape[1] || b->shape[2] != t->shape[0] / 32 ||
+	    b->shape[3] != 16 || s->shape[0] != b->shape[0] ||
+	    s->shape[1] != b->shape[1] || s->shape[2] != b->shape[2] ||
+	    b->shape[0] != E) {
+		char want[64];
+		shape_str(want, sizeof(want), t->ndim, t->shape);
+		return taco_err_set(err, -EINVAL,
+				    "%s: MXFP4 tensors '%s_blocks' and "
+				    "'_scales' do not hold %lld experts of "
+				    "shape %s (U8 [%lld, %lld, %lld, 16] and "
+				    "[%lld, %lld, %lld] expected)",
+				    dir, fused, (long long)E, want,
+				    (long long)E, (long long)t->shape[1],
+				    (long long)t->shape[0] / 32, (long long)E,
+				    (long long)t->shape[1],
+				    (long long)t->shape[0] / 32);
+	}
+	taco_mxfp4_dequant_bf16(
+	    (const uint8_t *)b->data + (size_t)e * t->numel / 2,
+	    (const uint8_t *)s->data + (size_t)e * t->numel / 32, 1,
+	    (size_t)t->shape[1], (size_t)t->shape[0], deq);
+	out->dtype = TK_BF16;
+	out->nbytes = t->numel * 2;
+	out->data = deq;
+	return 1;
+bad_shape : {
+	char have[160], want[64];
+	shape_str(have, sizeof(have), f->ndim, f->shape);
+	shape_str(want, sizeof(want), t->ndim, t->shape);
+	return taco_err_set(err, -EINVAL,
+			    "%s: tensor '%s' has shape %s, the config needs "
+			    "[%lld, %s",
+			    dir, fused, have, (long long)E, want + 1);
+}
+}
+
 static int load_weights(taco_model *m, const char *dir, taco_err *err)
 {
 	taco_st_model *st = NULL;
+	taco_st_tensor view;
+	uint16_t *deq = NULL;
 	int r, dt;
 
 	r = taco_st_open_model(dir, &st, err);
 	if (r)
 		return r;
+	deq = malloc(fused_scratch(m));
+	if (!deq) {
+		r = taco_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
 	for (int i = 0; i < m->n_tensors; i++) {
 		taco_tensor *t = &m->tensors[i];
 		const taco_st_tensor *s = taco_st_model_find(st, t->name);
 
+		if (!s) {
+			r = expert_slice(st, dir, m->cfg.experts, t, deq, &view,
+					 err);
+			if (r < 0)
+				goto out;
+			s = r ? &view : NULL;
+		}
 		if (!s) {
 			r = taco_err_set(err, -EINVAL,
 					 "%s: tensor '%s' is missing", dir,
@@ -282,7 +421,7 @@ static int load_weights(taco_model *m, const char *dir, taco_err *err)
 	}
 	for (size_t i = 0; i < taco_st_model_count(st); i++) {
 		const taco_st_tensor *s = taco_st_model_get(st, i);
-		if (taco_model_find(m, s->name) < 0 &&
+		if (taco_model_find(m, s->name) < 0 && !fused_of(m, s->name) &&
 		    !ignorable(s->name, &m->cfg)) {
 			r = taco_err_set(err, -EINVAL,
 					 "%s: tensor '%s' is not part of a %s "
@@ -294,6 +433,7 @@ static int load_weights(taco_model *m, const char *dir, taco_err *err)
 	}
 	r = 0;
 out:
+	free(deq);
 	taco_st_model_close(st);
 	return r;
 }

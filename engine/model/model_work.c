@@ -22,7 +22,7 @@ typedef struct work_buf {
 } work_buf;
 
 /* fixed buffers + per-layer activation sets */
-#define WB_FIXED (75 + TACO_L_COUNT)
+#define WB_FIXED (76 + TACO_L_COUNT)
 #define WB_PER_SET 31
 
 static size_t work_list_cap(int n_acts)
@@ -138,6 +138,8 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	const taco_config *c = &m->cfg;
 	const taco_work_shape *s = &w->s;
 	size_t N = (size_t)s->N, H = c->hidden, Ic = (size_t)s->Ic;
+	/* the dense MLP's blocks, where some layer has one */
+	size_t Icd = taco_config_has_dense(c) ? Ic : 0;
 	size_t D = (size_t)c->heads * c->head_dim;
 	size_t Dkv = (size_t)c->kv_heads * c->head_dim;
 	size_t V = c->vocab, L = c->layers, half = c->rotary_dim / 2;
@@ -192,9 +194,9 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 		ADDA(x_mid, N * H, es, LAYER_WORK);
 		ADDA(ln2, N * H, es, LAYER_WORK);
 		ADDA(rstd2, N, 4, LAYER_WORK);
-		ADDA(gate, c->gated_mlp ? N * Ic : 0, es, LAYER_WORK);
-		ADDA(up, N * Ic, es, LAYER_WORK);
-		ADDA(act, N * Ic, es, LAYER_WORK);
+		ADDA(gate, c->gated_mlp ? N * Icd : 0, es, LAYER_WORK);
+		ADDA(up, N * Icd, es, LAYER_WORK);
+		ADDA(act, N * Icd, es, LAYER_WORK);
 		ADDA(mean1, ln, 4, LAYER_WORK);
 		ADDA(mean2, ln, 4, LAYER_WORK);
 		ADDA(qkv, N * Dqkv, es, LAYER_WORK);
@@ -205,8 +207,9 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 		ADDA(order, M, 4, LAYER_WORK);
 		ADDA(inv, M, 4, LAYER_WORK);
 		ADDA(xg, M * H, es, LAYER_WORK);
-		ADDA(eg, M * Im, es, LAYER_WORK);
-		ADDA(eu, M * Im, es, LAYER_WORK);
+		/* gpt-oss: eg holds gate and up, interleaved */
+		ADDA(eg, M * Im * (c->fused_experts ? 2 : 1), es, LAYER_WORK);
+		ADDA(eu, c->fused_experts ? 0 : M * Im, es, LAYER_WORK);
 		ADDA(ea, M * Im, es, LAYER_WORK);
 		ADDA(ey, M * H, es, LAYER_WORK);
 #undef ADDA
@@ -220,7 +223,7 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(dk, N * Dkv, es, LAYER_WORK, R_LAYER_A);
 	ADD(dv, N * Dkv, es, LAYER_WORK, R_LAYER_A);
 	ADD(datt, N * D, es, LAYER_WORK, R_LAYER_A);
-	ADD(dact, N * Ic, es, LAYER_WORK, R_LAYER_M);
+	ADD(dact, N * Icd, es, LAYER_WORK, R_LAYER_M);
 	ADD(dqkv, N * Dqkv, es, LAYER_WORK, R_LAYER_A);
 	/* the experts' backward comes before the attention's */
 	ADD(moe_dy, M * H, es, LAYER_WORK, R_LAYER_M);
@@ -234,6 +237,8 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(moe_psum_h, L * E, 4, BATCH, R_HOST);
 	ADD(moe_extra, E, 4, BATCH, R_PERSIST);
 	ADD(moe_extra_h, E, 4, BATCH, R_HOST);
+	ADD(sinks32, c->attn_sinks && !f32 ? c->heads : 0, 4, WEIGHT_SCRATCH,
+	    R_PERSIST);
 	ADD(w_exp, M ? expert_scratch(m, f32) : 0, 4, WEIGHT_SCRATCH,
 	    R_PERSIST);
 	/* families with dropout sites: always (the rate is the job's) */

@@ -143,6 +143,7 @@ struct taco_work {
 	float *moe_extra;   /* [E] the auxiliary loss's gradient of every
 			       token's probabilities */
 	float *moe_extra_h; /* host [E] */
+	float *sinks32;	    /* f32 [heads]: a bf16 model's sinks */
 	float *w_exp;	    /* f32 one expert matrix (fp32 mode, stored
 			       in another dtype) */
 	int32_t *pos_ids;   /* [N] OPT: rows of the position table */

@@ -10,17 +10,22 @@
  * inside a step that a mixture of experts adds. */
 #include "model/layer.h"
 
-/* Expert e of layer l's matrix x (TACO_X_*). */
-static int expert_id(const step_ctx *c, int l, int e, int x)
+int moe_expert_id(const step_ctx *c, int l, int e, int x)
 {
 	return c->m
 	    ->expert[((size_t)l * c->m->cfg.experts + e) * TACO_X_COUNT + x];
 }
 
-/* Layer l's count of slots by expert, host memory [E]. */
-static const int32_t *moe_counts(const step_ctx *c, int l)
+const int32_t *moe_counts(const step_ctx *c, int l)
 {
 	return c->w->moe_count + (size_t)l * c->m->cfg.experts;
+}
+
+/* The router: Qwen3-MoE's softmax then top k, or with a bias (gpt-oss)
+ * the top k logits then their softmax. */
+static int router_mode(const taco_config *cf)
+{
+	return cf->router_bias ? TK_MOE_TOPK_SOFTMAX : TK_MOE_SOFTMAX_TOPK;
 }
 
 /* Router, routing, sort and gather; the counts into layer l's row of
@@ -34,26 +39,28 @@ static void moe_route(step_ctx *c, int l, taco_layer_acts *a,
 	int N = w->s.N, H = cf->hidden, E = cf->experts, k = cf->top_k;
 
 	/* logits in the model's dtype (a bf16 model's router rounds them,
-	 * as transformers' Linear does), then f32 */
-	if (c->dt == TK_F32) {
+	 * as transformers' Linear does, its bias added first), then f32 */
+	void *lg = c->dt == TK_F32 ? (void *)a->rlog : (void *)w->moe_dlog;
+
+	if (W[TACO_L_ROUTER_BIAS])
+		o->linear_bias(N, E, H, c->dt, in, H, W[TACO_L_ROUTER], H,
+			       W[TACO_L_ROUTER_BIAS], c->dt, lg, E);
+	else
 		o->matmul(0, 1, N, E, H, 1.0f, c->dt, in, H, W[TACO_L_ROUTER],
-			  H, 0.0f, TK_F32, a->rlog, E);
-	} else {
-		o->matmul(0, 1, N, E, H, 1.0f, c->dt, in, H, W[TACO_L_ROUTER],
-			  H, 0.0f, c->dt, w->moe_dlog, E);
+			  H, 0.0f, c->dt, lg, E);
+	if (c->dt != TK_F32)
 		o->to_f32(a->rlog, w->moe_dlog, c->dt, (size_t)N * E);
-	}
-	o->moe_route(TK_MOE_SOFTMAX_TOPK, cf->norm_topk, c->dt, a->rlog, N, E,
-		     k, a->topi, a->topw);
+	o->moe_route(router_mode(cf), cf->norm_topk, c->dt, a->rlog, N, E, k,
+		     a->topi, a->topw);
 	o->moe_sort(a->topi, N, E, k, a->order, a->inv, w->moe_cnt);
 	o->download(w->moe_count + (size_t)l * E, w->moe_cnt,
 		    (size_t)E * sizeof(int32_t));
 	o->moe_gather(c->dt, a->xg, in, a->order, w->s.M, k, H);
 }
 
-/* Each expert's gate and up over its slots, SwiGLU, then its down
- * projection into ey. */
-static void moe_experts_fwd(step_ctx *c, int l, taco_layer_acts *a)
+/* Qwen3-MoE's experts: each expert's gate and up over its slots, SwiGLU,
+ * then its down projection into ey. */
+static void swiglu_experts_fwd(step_ctx *c, int l, taco_layer_acts *a)
 {
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
@@ -68,13 +75,14 @@ static void moe_experts_fwd(step_ctx *c, int l, taco_layer_acts *a)
 			continue;
 		o->matmul(0, 1, n, Im, H, 1.0f, dt, step_at(a->xg, off * H, es),
 			  H,
-			  step_weight_of(c, expert_id(c, l, e, TACO_X_GATE),
+			  step_weight_of(c, moe_expert_id(c, l, e, TACO_X_GATE),
 					 w->w_exp),
 			  H, 0.0f, dt, step_at(a->eg, off * Im, es), Im);
-		o->matmul(
-		    0, 1, n, Im, H, 1.0f, dt, step_at(a->xg, off * H, es), H,
-		    step_weight_of(c, expert_id(c, l, e, TACO_X_UP), w->w_exp),
-		    H, 0.0f, dt, step_at(a->eu, off * Im, es), Im);
+		o->matmul(0, 1, n, Im, H, 1.0f, dt, step_at(a->xg, off * H, es),
+			  H,
+			  step_weight_of(c, moe_expert_id(c, l, e, TACO_X_UP),
+					 w->w_exp),
+			  H, 0.0f, dt, step_at(a->eu, off * Im, es), Im);
 		off += (size_t)n;
 	}
 	o->swiglu_fwd(dt, a->ea, a->eg, a->eu, (size_t)w->s.M * Im);
@@ -85,14 +93,14 @@ static void moe_experts_fwd(step_ctx *c, int l, taco_layer_acts *a)
 			continue;
 		o->matmul(0, 1, n, H, Im, 1.0f, dt,
 			  step_at(a->ea, off * Im, es), Im,
-			  step_weight_of(c, expert_id(c, l, e, TACO_X_DOWN),
+			  step_weight_of(c, moe_expert_id(c, l, e, TACO_X_DOWN),
 					 w->w_exp),
 			  Im, 0.0f, dt, step_at(a->ey, off * H, es), H);
 		off += (size_t)n;
 	}
 }
 
-void moe_fwd(step_ctx *c, int l, taco_layer_acts *a,
+void moe_fwd(step_ctx *c, const moe_experts_ops *x, int l, taco_layer_acts *a,
 	     const void *W[TACO_L_COUNT], const void *in, void *out)
 {
 	const taco_config *cf = &c->m->cfg;
@@ -105,32 +113,24 @@ void moe_fwd(step_ctx *c, int l, taco_layer_acts *a,
 			       c->w->moe_psum,
 			       (size_t)cf->experts * sizeof(float));
 	}
-	moe_experts_fwd(c, l, a);
+	x->fwd(c, l, a);
 	c->o->moe_combine(c->dt, out, a->ey, a->inv, a->topw, c->w->s.N,
 			  cf->top_k, cf->hidden);
 }
 
-void moe_bwd(step_ctx *c, int l, taco_layer_acts *a,
-	     const void *W[TACO_L_COUNT], const void *in, const void *dout,
-	     void *din)
+/* Qwen3-MoE's experts' backward: from w->moe_dy, the slots' output
+ * gradient, to their input gradient (over it), the down, gate and up
+ * projections' gradients to the sink. */
+static void swiglu_experts_bwd(step_ctx *c, int l, taco_layer_acts *a)
 {
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
-	const int *id = c->m->layer[l];
 	taco_work *w = c->w;
-	int N = w->s.N, H = cf->hidden, Im = cf->moe_intermediate;
-	int E = cf->experts, k = cf->top_k, dt = c->dt;
+	int H = cf->hidden, Im = cf->moe_intermediate, E = cf->experts;
+	int dt = c->dt;
 	size_t es = c->es, off = 0;
 	const int32_t *cnt = moe_counts(c, l);
-	void *dlog = dt == TK_F32 ? (void *)w->moe_dlog : w->moe_dlog_dt;
 
-	if (!w->s.keep) {
-		moe_route(c, l, a, W, in);
-		moe_experts_fwd(c, l, a);
-	}
-	/* the slots' output gradient, and the routing weights' */
-	o->moe_combine_bwd(dt, w->moe_dy, w->moe_dw, dout, a->ey, a->inv,
-			   a->topw, N, k, H);
 	/* down: d(act) of each slot, the down projections' gradients */
 	for (int e = 0; e < E && !c->err; e++) {
 		int n = cnt[e];
@@ -138,10 +138,10 @@ void moe_bwd(step_ctx *c, int l, taco_layer_acts *a,
 		if (!n)
 			continue;
 		o->matmul(0, 0, n, Im, H, 1.0f, dt, dy, H,
-			  step_weight_of(c, expert_id(c, l, e, TACO_X_DOWN),
+			  step_weight_of(c, moe_expert_id(c, l, e, TACO_X_DOWN),
 					 w->w_exp),
 			  Im, 0.0f, dt, step_at(w->moe_dact, off * Im, es), Im);
-		grad_linear_cols(c, expert_id(c, l, e, TACO_X_DOWN), dy, H,
+		grad_linear_cols(c, moe_expert_id(c, l, e, TACO_X_DOWN), dy, H,
 				 step_at(a->ea, off * Im, es), Im, n, H, Im, 0);
 		off += (size_t)n;
 	}
@@ -159,28 +159,54 @@ void moe_bwd(step_ctx *c, int l, taco_layer_acts *a,
 		if (!n)
 			continue;
 		o->matmul(0, 0, n, H, Im, 1.0f, dt, dg, Im,
-			  step_weight_of(c, expert_id(c, l, e, TACO_X_GATE),
+			  step_weight_of(c, moe_expert_id(c, l, e, TACO_X_GATE),
 					 w->w_exp),
 			  H, 0.0f, dt, dxg, H);
-		o->matmul(
-		    0, 0, n, H, Im, 1.0f, dt, du, Im,
-		    step_weight_of(c, expert_id(c, l, e, TACO_X_UP), w->w_exp),
-		    H, 1.0f, dt, dxg, H);
-		grad_linear_cols(c, expert_id(c, l, e, TACO_X_GATE), dg, Im, xg,
-				 H, n, Im, H, 0);
-		grad_linear_cols(c, expert_id(c, l, e, TACO_X_UP), du, Im, xg,
-				 H, n, Im, H, 0);
+		o->matmul(0, 0, n, H, Im, 1.0f, dt, du, Im,
+			  step_weight_of(c, moe_expert_id(c, l, e, TACO_X_UP),
+					 w->w_exp),
+			  H, 1.0f, dt, dxg, H);
+		grad_linear_cols(c, moe_expert_id(c, l, e, TACO_X_GATE), dg, Im,
+				 xg, H, n, Im, H, 0);
+		grad_linear_cols(c, moe_expert_id(c, l, e, TACO_X_UP), du, Im,
+				 xg, H, n, Im, H, 0);
 		off += (size_t)n;
 	}
+}
+
+const moe_experts_ops moe_swiglu_experts = {swiglu_experts_fwd,
+					    swiglu_experts_bwd};
+
+void moe_bwd(step_ctx *c, const moe_experts_ops *x, int l, taco_layer_acts *a,
+	     const void *W[TACO_L_COUNT], const void *in, const void *dout,
+	     void *din)
+{
+	const tk_ops *o = c->o;
+	const taco_config *cf = &c->m->cfg;
+	const int *id = c->m->layer[l];
+	taco_work *w = c->w;
+	int N = w->s.N, H = cf->hidden, E = cf->experts, k = cf->top_k;
+	int dt = c->dt;
+	void *dlog = dt == TK_F32 ? (void *)w->moe_dlog : w->moe_dlog_dt;
+
+	if (!w->s.keep) {
+		moe_route(c, l, a, W, in);
+		x->fwd(c, l, a);
+	}
+	/* the slots' output gradient, and the routing weights' */
+	o->moe_combine_bwd(dt, w->moe_dy, w->moe_dw, dout, a->ey, a->inv,
+			   a->topw, N, k, H);
+	x->bwd(c, l, a);
 	o->moe_scatter(dt, din, w->moe_dy, a->inv, N, k, H);
 	/* the router */
-	o->moe_route_bwd(TK_MOE_SOFTMAX_TOPK, cf->norm_topk, a->rlog, a->topi,
+	o->moe_route_bwd(router_mode(cf), cf->norm_topk, a->rlog, a->topi,
 			 w->moe_dw, c->aux_extra, N, E, k, w->moe_dlog);
 	if (dt != TK_F32)
 		o->convert(dlog, dt, w->moe_dlog, TK_F32, (size_t)N * E);
 	o->matmul(0, 0, N, H, E, 1.0f, dt, dlog, E, W[TACO_L_ROUTER], H, 1.0f,
 		  dt, din, H);
 	grad_linear_cols(c, id[TACO_L_ROUTER], dlog, E, in, H, N, E, H, 0);
+	lp_bias_grad(c, id[TACO_L_ROUTER_BIAS], dlog, N, E);
 }
 
 /* transformers' load_balancing_loss_func without an attention mask: over

@@ -34,6 +34,24 @@ static const family_names llama = {
 	[TACO_L_ROUTER] = "mlp.gate.weight",
     }};
 
+static const family_names gpt_oss = {
+    "model.layers.%d.",
+    {
+	[TACO_L_ATTN_NORM] = "input_layernorm.weight",
+	[TACO_L_Q] = "self_attn.q_proj.weight",
+	[TACO_L_K] = "self_attn.k_proj.weight",
+	[TACO_L_V] = "self_attn.v_proj.weight",
+	[TACO_L_O] = "self_attn.o_proj.weight",
+	[TACO_L_Q_BIAS] = "self_attn.q_proj.bias",
+	[TACO_L_K_BIAS] = "self_attn.k_proj.bias",
+	[TACO_L_V_BIAS] = "self_attn.v_proj.bias",
+	[TACO_L_O_BIAS] = "self_attn.o_proj.bias",
+	[TACO_L_SINKS] = "self_attn.sinks",
+	[TACO_L_MLP_NORM] = "post_attention_layernorm.weight",
+	[TACO_L_ROUTER] = "mlp.router.weight",
+	[TACO_L_ROUTER_BIAS] = "mlp.router.bias",
+    }};
+
 static const family_names opt = {
     "model.decoder.layers.%d.",
     {
@@ -80,6 +98,8 @@ static const family_names *names_of(const taco_config *c)
 		return &opt;
 	case TACO_FAMILY_NEOX:
 		return &neox;
+	case TACO_FAMILY_GPT_OSS:
+		return &gpt_oss;
 	default:
 		return &llama;
 	}
@@ -136,6 +156,12 @@ static int slot_shape(const taco_config *c, int l, int slot, int64_t shape[2])
 	case TACO_L_ROUTER:
 		shape[0] = c->experts, shape[1] = H;
 		return moe ? 2 : 0;
+	case TACO_L_ROUTER_BIAS:
+		shape[0] = c->experts;
+		return moe && c->router_bias ? 1 : 0;
+	case TACO_L_SINKS:
+		shape[0] = c->heads;
+		return c->attn_sinks ? 1 : 0;
 	case TACO_L_GATE:
 		shape[0] = I, shape[1] = H;
 		return c->gated_mlp && !moe ? 2 : 0;
@@ -173,6 +199,41 @@ int taco_layer_tensor_name(const taco_config *c, int l, int slot, char *buf,
 	return nd;
 }
 
+/* gpt-oss's fused expert tensors by slot, and expert e's slice. */
+static int fused_expert(const taco_config *c, int l, int e, int x, char *buf,
+			size_t len, int64_t shape[2])
+{
+	static const char *const fused[TACO_X_COUNT] = {
+	    [TACO_X_UP] = "gate_up_proj",
+	    [TACO_X_DOWN] = "down_proj",
+	    [TACO_X_UP_BIAS] = "gate_up_proj_bias",
+	    [TACO_X_DOWN_BIAS] = "down_proj_bias",
+	};
+	int64_t H = c->hidden, I = c->moe_intermediate;
+	int n;
+
+	if (!fused[x])
+		return 0;
+	n = snprintf(buf, len, "model.layers.%d.mlp.experts.%s[%d]", l,
+		     fused[x], e);
+	if (n < 0 || (size_t)n >= len)
+		return 0;
+	switch (x) {
+	case TACO_X_UP:
+		shape[0] = H, shape[1] = 2 * I;
+		return 2;
+	case TACO_X_DOWN:
+		shape[0] = I, shape[1] = H;
+		return 2;
+	case TACO_X_UP_BIAS:
+		shape[0] = 2 * I;
+		return 1;
+	default:
+		shape[0] = H;
+		return 1;
+	}
+}
+
 int taco_expert_tensor_name(const taco_config *c, int l, int e, int x,
 			    char *buf, size_t len, int64_t shape[2])
 {
@@ -184,6 +245,11 @@ int taco_expert_tensor_name(const taco_config *c, int l, int e, int x,
 	if (!taco_config_moe_layer(c, l) || e < 0 || e >= c->experts || x < 0 ||
 	    x >= TACO_X_COUNT)
 		return 0;
+	shape[0] = shape[1] = 0;
+	if (c->fused_experts)
+		return fused_expert(c, l, e, x, buf, len, shape);
+	if (!proj[x])
+		return 0;
 	n = snprintf(buf, len, "model.layers.%d.mlp.experts.%d.%s.weight", l, e,
 		     proj[x]);
 	if (n < 0 || (size_t)n >= len)
@@ -191,6 +257,26 @@ int taco_expert_tensor_name(const taco_config *c, int l, int e, int x,
 	shape[0] = x == TACO_X_DOWN ? H : I;
 	shape[1] = x == TACO_X_DOWN ? I : H;
 	return 2;
+}
+
+int taco_expert_view(const char *name, char *fused, size_t len, int *e)
+{
+	size_t n = strlen(name), i;
+	long v = 0;
+
+	if (n < 4 || name[n - 1] != ']')
+		return 0;
+	for (i = n - 1; i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9'; i--)
+		;
+	if (i == n - 1 || i < 2 || name[i - 1] != '[' || i - 1 >= len ||
+	    n - 1 - i > 6)
+		return 0;
+	for (size_t j = i; j < n - 1; j++)
+		v = v * 10 + (name[j] - '0');
+	memcpy(fused, name, i - 1);
+	fused[i - 1] = '\0';
+	*e = (int)v;
+	return 1;
 }
 
 int taco_model_tensor_names(const taco_config *c, taco_model_tensor *out)

@@ -31,10 +31,15 @@ typedef struct taco_model_tensor {
 int taco_layer_tensor_name(const taco_config *c, int l, int slot, char *buf,
 			   size_t len, int64_t shape[2]);
 
-/* Expert e of layer l's matrix x (TACO_X_*): its name into buf and shape,
- * returning 2, or 0 when layer l has no experts. */
+/* Expert e of layer l's tensor x (TACO_X_*): its name into buf and shape,
+ * returning ndim (1 or 2), or 0 when layer l has no experts or the family
+ * no such tensor. */
 int taco_expert_tensor_name(const taco_config *c, int l, int e, int x,
 			    char *buf, size_t len, int64_t shape[2]);
+
+/* Whether name is expert e's slice "<fused>[e]" of a fused tensor: the
+ * fused tensor's name into fused (len bytes) and e. */
+int taco_expert_view(const char *name, char *fused, size_t len, int *e);
 
 /* The tensors outside the layers into out (TACO_MODEL_TENSORS_MAX):
  * their count. */

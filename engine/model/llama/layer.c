@@ -40,6 +40,16 @@ static void llama_recompute(step_ctx *c, int l, const void *x)
 	llama_layer_fwd(c, l, x, NULL, 1);
 }
 
+/* gpt-oss's sinks in f32, as the sink ops take them. */
+static const float *attn_sinks(step_ctx *c, const void *W[TACO_L_COUNT])
+{
+	if (c->dt == TK_F32)
+		return W[TACO_L_SINKS];
+	c->o->to_f32(c->w->sinks32, W[TACO_L_SINKS], c->dt,
+		     (size_t)c->m->cfg.heads);
+	return c->w->sinks32;
+}
+
 /* Attention of layer l from x through ln2 = norm(x_mid) (the part the
  * Llama family and Qwen3-MoE share). */
 void llama_attn_fwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
@@ -55,7 +65,6 @@ void llama_attn_fwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
 	void *kd = cf->qk_norm ? a->k_pre : a->k;
 	const void *qn, *kn;
 
-	(void)l;
 	/* with the q/k norms, q and k from their inputs; else RoPE in place */
 	qn = cf->qk_norm ? W[TACO_L_Q_NORM] : NULL;
 	kn = cf->qk_norm ? W[TACO_L_K_NORM] : NULL;
@@ -72,8 +81,11 @@ void llama_attn_fwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
 			   w->rope_sin, w->pos, N, cf->kv_heads, hd,
 			   cf->rotary_dim, cf->rms_eps);
 	o->attention_fwd(dt, a->att, a->lse, a->q, a->k, a->v, w->pos, B, T,
-			 cf->heads, cf->kv_heads, hd, cf->sliding_window,
+			 cf->heads, cf->kv_heads, hd, taco_config_window(cf, l),
 			 1.0f / sqrtf((float)hd));
+	if (W[TACO_L_SINKS])
+		o->attn_sink_fwd(dt, a->att, a->lse, attn_sinks(c, W), B, T,
+				 cf->heads, hd);
 	/* x_mid = o-proj + x, ln2 = norm(x_mid) */
 	lp_linear_fwd(c, a->x_mid, a->att, W[TACO_L_O], W[TACO_L_O_BIAS], N, D,
 		      H);
@@ -196,9 +208,15 @@ void llama_attn_bwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
 	lp_linear_bwd_x(c, w->datt, w->dx, W[TACO_L_O], N, D, H, 0.0f);
 	grad_linear_cols(c, id[TACO_L_O], w->dx, H, a->att, D, N, H, D, 0);
 	lp_bias_grad(c, id[TACO_L_O_BIAS], w->dx, N, H);
+	if (W[TACO_L_SINKS]) {
+		float *g = lp_norm_grad(c, id[TACO_L_SINKS], cf->heads);
+		o->attn_sink_bwd(dt, g, w->datt, a->att, a->lse,
+				 attn_sinks(c, W), B, T, cf->heads, hd);
+		grad_whole_end(c, id[TACO_L_SINKS]);
+	}
 	o->attention_bwd(dt, w->dq, w->dk, w->dv, w->datt, a->att, a->lse, a->q,
 			 a->k, a->v, w->pos, B, T, cf->heads, cf->kv_heads, hd,
-			 cf->sliding_window, 1.0f / sqrtf((float)hd));
+			 taco_config_window(cf, l), 1.0f / sqrtf((float)hd));
 	if (cf->qk_norm) {
 		/* datt and v are spent: they take the gradients before the
 		 * q/k norms. */

@@ -17,7 +17,7 @@ static void qmoe_fwd(step_ctx *c, int l, const void *x, void *out)
 	}
 	lp_weights(c, l, W);
 	llama_attn_fwd(c, l, x, a, W);
-	moe_fwd(c, l, a, W, a->ln2, out);
+	moe_fwd(c, &moe_swiglu_experts, l, a, W, a->ln2, out);
 	c->o->add(c->dt, out, a->x_mid, (size_t)N * H);
 }
 
@@ -44,7 +44,8 @@ static void qmoe_bwd(step_ctx *c, int l, const void *x)
 		return;
 	}
 	lp_weights(c, l, W);
-	moe_bwd(c, l, a, W, a->ln2, c->w->dx, c->w->dtmp);
+	moe_bwd(c, &moe_swiglu_experts, l, a, W, a->ln2, c->w->dx,
+		c->w->dtmp);
 	llama_attn_bwd(c, l, x, a, W);
 }
 
