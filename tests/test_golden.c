@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/export.h"
 #include "model/model.h"
 #include "safetensors/safetensors.h"
 #include "testutil.h"
@@ -737,8 +738,8 @@ END_TEST
 START_TEST(test_export_matches_transformers)
 {
 	static const char *const names[] = {"llama_bf16", "opt_post",
-					    "neox_par", "qwen3_moe"};
-	static const int dtype[] = {TK_BF16, TK_F32, TK_F32, TK_F32};
+					    "neox_par", "qwen3_moe", "gpt_oss"};
+	static const int dtype[] = {TK_BF16, TK_F32, TK_F32, TK_F32, TK_F32};
 	char path[256];
 	taco_model *m = NULL;
 	taco_err err = {{0}};
@@ -780,6 +781,83 @@ START_TEST(test_export_matches_transformers)
 }
 END_TEST
 
+/* gpt-oss as it ships: experts in MXFP4 (gen_mxfp4.py). Each expert's
+ * slice is transformers' dequantization bit for bit, in bf16; the export
+ * holds them fused, in bf16, under a config without quantization_config,
+ * and loads back the same. */
+START_TEST(test_gpt_oss_mxfp4)
+{
+	char dir[] = "/tmp/taco-mxfp4-XXXXXX", out[64], path[128];
+	taco_model *m = NULL, *back = NULL;
+	taco_st_file *deq = NULL;
+	taco_err err = {{0}};
+	size_t checked = 0;
+	char *cfg;
+	int r;
+
+	r = taco_model_load(tu_fixture("models/gpt_oss_mxfp4"), tk_cpu_ops(),
+			    &m, &err);
+	ck_assert_msg(r == 0, "%s", err.msg);
+	r = taco_st_open(tu_fixture("models/gpt_oss_mxfp4/"
+				    "dequantized.safetensors"),
+			 &deq, &err);
+	ck_assert_msg(r == 0, "%s", err.msg);
+	for (int i = 0; i < m->n_tensors; i++) {
+		const taco_tensor *t = &m->tensors[i];
+		char fused[96];
+		const taco_st_tensor *s;
+		const char *lb = strrchr(t->name, '[');
+		int e;
+		if (!lb || strstr(t->name, "_bias["))
+			continue;
+		e = atoi(lb + 1);
+		snprintf(fused, sizeof(fused), "%.*s", (int)(lb - t->name),
+			 t->name);
+		s = taco_st_find(deq, fused);
+		ck_assert_msg(s != NULL, "%s", fused);
+		ck_assert_int_eq(t->dtype, TK_BF16);
+		ck_assert_int_eq(s->dtype, TK_BF16);
+		ck_assert_int_eq(s->shape[0], m->cfg.experts);
+		ck_assert_msg(memcmp((const uint8_t *)t->data,
+				     (const uint8_t *)s->data +
+					 (size_t)e * t->numel * 2,
+				     t->numel * 2) == 0,
+			      "%s differs from transformers' dequantization",
+			      t->name);
+		checked++;
+	}
+	/* gate_up and down of 8 experts in 3 layers */
+	ck_assert_uint_eq(checked, 2 * 8 * 3);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(out, sizeof(out), "%s/model", dir);
+	r = taco_export(m, tu_fixture("models/gpt_oss_mxfp4"), out, 1u << 30, NULL,
+			&err);
+	ck_assert_msg(r == 0, "%s", err.msg);
+	snprintf(path, sizeof(path), "%s/config.json", out);
+	cfg = tu_read_file(path, NULL);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_ptr_null(strstr(cfg, "quantization_config"));
+	ck_assert_ptr_nonnull(strstr(cfg, "GptOssForCausalLM"));
+	r = taco_model_load(out, tk_cpu_ops(), &back, &err);
+	ck_assert_msg(r == 0, "%s", err.msg);
+	ck_assert_int_eq(back->n_tensors, m->n_tensors);
+	for (int i = 0; i < m->n_tensors; i++) {
+		const taco_tensor *a = &m->tensors[i], *b = &back->tensors[i];
+		ck_assert_str_eq(a->name, b->name);
+		ck_assert_int_eq(a->dtype, b->dtype);
+		ck_assert_msg(memcmp(a->data, b->data,
+				     a->numel * tk_dtype_size(a->dtype)) == 0,
+			      "%s changed through the export", a->name);
+	}
+	free(cfg);
+	taco_model_free(back);
+	taco_model_free(m);
+	taco_st_close(deq);
+	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(path), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("golden");
@@ -799,7 +877,8 @@ int main(void)
 	tcase_add_loop_test(tc, test_dropout, 0, 2);
 	tcase_add_loop_test(tc, test_packing, 0, 4);
 	tcase_add_test(tc, test_bad_batch);
-	tcase_add_loop_test(tc, test_export_matches_transformers, 0, 4);
+	tcase_add_loop_test(tc, test_export_matches_transformers, 0, 5);
+	tcase_add_test(tc, test_gpt_oss_mxfp4);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

@@ -327,11 +327,13 @@ static void check_resume_x(const char *model, const char *common,
 START_TEST(test_resume_after_sigkill)
 {
 	/* 2: a mixture of experts with its auxiliary loss and idle experts;
-	 * 3: with AdamW (dense gradients, an idle expert's untouched) */
+	 * 3: with AdamW (dense gradients, an idle expert's untouched); 4:
+	 * gpt-oss (fused experts' slices, sinks, the router's bias) */
 	static const char *const models[] = {"llama_gqa", "llama_bf16",
-					     "qwen3_moe_aux", "qwen3_moe"};
-	static const char *const common[] = {"", "", "",
-					     ", \"optimizer\": \"adamw\""};
+					     "qwen3_moe_aux", "qwen3_moe",
+					     "gpt_oss_aux"};
+	static const char *const common[] = {
+	    "", "", "", ", \"optimizer\": \"adamw\"", ""};
 	check_resume_x(models[_i], common[_i], "");
 }
 END_TEST
@@ -981,7 +983,7 @@ int main(void)
 	tcase_add_test(tc, test_opt_chat_and_completion);
 	tcase_add_test(tc, test_learns_packed);
 	tcase_add_loop_test(tc, test_dpo_resume_after_sigkill, 0, 2);
-	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 4);
+	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 5);
 	tcase_add_loop_test(tc, test_weights_host_resume, 0, 3);
 	tcase_add_test(tc, test_sigterm_checkpoints);
 	tcase_add_test(tc, test_eval_before_checkpoint);

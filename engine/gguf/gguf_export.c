@@ -594,6 +594,11 @@ int taco_gguf_export(const char *model_dir, const char *weights_dir,
 	snprintf(cfg_path, sizeof(cfg_path), "%s/config.json", model_dir);
 	if ((r = taco_config_load(cfg_path, &c, err)))
 		return r;
+	if (c.arch == TACO_ARCH_GPT_OSS)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: GGUF export of gpt_oss (llama.cpp's "
+				    "gpt-oss architecture) is not written yet",
+				    cfg_path);
 	if (!(arch = arch_name(c.arch)))
 		return taco_err_set(err, -ENOTSUP,
 				    "%s: %s has no llama.cpp architecture: "

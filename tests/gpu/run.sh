@@ -544,6 +544,7 @@ if [ "$MODE" = gpu ]; then
 	N_SMALL=qwen3-1.7b N_MID=qwen3-8b N_BIG=qwen3-32b
 	CFG_HUGE=tests/fixtures/configs/llama-3.3-70b.json N_HUGE=llama-3.3-70b
 	CFG_MOE=tests/fixtures/configs/qwen3-30b-a3b.json N_MOE=qwen3-30b-a3b
+	CFG_OSS=tests/fixtures/configs/gpt-oss-20b.json N_OSS=gpt-oss-20b
 	BIG_SHAPE=(--batch 8 --seq 2048)
 	# the default 8192 x 8192 weight; feed: blocks of 64 MiB of fp32
 	# gradient, as the engine's
@@ -554,6 +555,7 @@ else
 	N_SMALL=llama_gqa N_MID=qwen3_tied N_BIG=mistral_sw
 	CFG_HUGE=tests/fixtures/models/qwen2_bias/config.json N_HUGE=qwen2_bias
 	CFG_MOE=tests/fixtures/models/qwen3_moe/config.json N_MOE=qwen3_moe
+	CFG_OSS=tests/fixtures/models/gpt_oss/config.json N_OSS=gpt_oss
 	BIG_SHAPE=(--batch 4 --seq 32)
 	BW_ARGS=(--rows 512 --cols 384 --iters 3)
 	BW_FEED=100
@@ -578,6 +580,7 @@ if [ "${STREAM_ONLY:-0}" != 1 ]; then
 	ours "$N_BIG-8x2048-offload" "$CFG_BIG" 1 150 "${BIG_SHAPE[@]}" --offload
 	ours "$N_HUGE-offload" "$CFG_HUGE" 1 200 --offload
 	ours "$N_MOE" "$CFG_MOE" "$STEPS_BIG" 150
+	ours "$N_OSS" "$CFG_OSS" "$STEPS_BIG" 120
 fi
 # 7b. streamed weights: every layer of the 8B from host memory, then the
 # 32B and 70B shapes in the budgets of a 24 GB and an 80 GB card (the
@@ -600,7 +603,7 @@ if [ -z "$PY" ]; then
 	FAILED=1
 elif ! "${PY_ENV[@]}" "$PY" - "$WORK" "$RESULT" "$MODE" "$(elapsed)" \
 	"$N_MID" "$N_SMALL" "$N_BIG" "$N_BIG-offload" "$N_BIG-8x2048-offload" \
-	"$N_HUGE-offload" "$N_MOE" "$N_MID-host" "$N_BIG-$BUDGET_BIG" \
+	"$N_HUGE-offload" "$N_MOE" "$N_OSS" "$N_MID-host" "$N_BIG-$BUDGET_BIG" \
 	"$N_HUGE-$BUDGET_HUGE" <<'EOF'; then
 import json, os, sys
 
