@@ -25,6 +25,15 @@ static const struct {
     {"opt-13b.json", 12853473280ull, 12850800640ull, 2672640},
     {"pythia-1b.json", 1011781632ull, 1011351552ull, 430080},
     {"llama-3.3-70b.json", 70553706496ull, 70552387584ull, 1318912},
+    /* mixtures of experts: every expert matrix (gpt-oss: each expert's
+     * slice of a fused tensor) 2-D; gpt-oss's expert biases, which the
+     * README counts as 2-D tensors [E, n], are E vectors here (AdamW's):
+     * 24 (36) layers x 32 (128) experts x 3 x 2880 of them */
+    {"qwen3-30b-a3b.json", 30532122624ull, 30531911680ull, 210944},
+    {"gpt-oss-20b.json", 20914757184ull, 20914421760ull - 6635520ull,
+     335424 + 6635520ull},
+    {"gpt-oss-120b.json", 116829156672ull, 116828651520ull - 39813120ull,
+     505152 + 39813120ull},
 };
 
 START_TEST(test_reference_param_counts)

@@ -26,7 +26,7 @@
 #define T 12
 
 static const char *const models[] = {"llama_gqa", "qwen3_tied", "opt_pre",
-				     "neox_par", "qwen3_moe", "gpt_oss"};
+				     "neox_par",  "qwen3_moe",	"gpt_oss"};
 
 typedef struct pairs {
 	int32_t tokens[2 * P * T], targets[2 * P * T];

@@ -818,20 +818,19 @@ START_TEST(test_gpt_oss_mxfp4)
 		ck_assert_int_eq(t->dtype, TK_BF16);
 		ck_assert_int_eq(s->dtype, TK_BF16);
 		ck_assert_int_eq(s->shape[0], m->cfg.experts);
-		ck_assert_msg(memcmp((const uint8_t *)t->data,
-				     (const uint8_t *)s->data +
-					 (size_t)e * t->numel * 2,
-				     t->numel * 2) == 0,
-			      "%s differs from transformers' dequantization",
-			      t->name);
+		ck_assert_msg(
+		    memcmp((const uint8_t *)t->data,
+			   (const uint8_t *)s->data + (size_t)e * t->numel * 2,
+			   t->numel * 2) == 0,
+		    "%s differs from transformers' dequantization", t->name);
 		checked++;
 	}
 	/* gate_up and down of 8 experts in 3 layers */
 	ck_assert_uint_eq(checked, 2 * 8 * 3);
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(out, sizeof(out), "%s/model", dir);
-	r = taco_export(m, tu_fixture("models/gpt_oss_mxfp4"), out, 1u << 30, NULL,
-			&err);
+	r = taco_export(m, tu_fixture("models/gpt_oss_mxfp4"), out, 1u << 30,
+			NULL, &err);
 	ck_assert_msg(r == 0, "%s", err.msg);
 	snprintf(path, sizeof(path), "%s/config.json", out);
 	cfg = tu_read_file(path, NULL);

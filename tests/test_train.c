@@ -332,8 +332,8 @@ START_TEST(test_resume_after_sigkill)
 	static const char *const models[] = {"llama_gqa", "llama_bf16",
 					     "qwen3_moe_aux", "qwen3_moe",
 					     "gpt_oss_aux"};
-	static const char *const common[] = {
-	    "", "", "", ", \"optimizer\": \"adamw\"", ""};
+	static const char *const common[] = {"", "", "",
+					     ", \"optimizer\": \"adamw\"", ""};
 	check_resume_x(models[_i], common[_i], "");
 }
 END_TEST
