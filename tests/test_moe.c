@@ -54,49 +54,70 @@ static taco_optim *optim_of(taco_model *m)
 	return o;
 }
 
-/* A copy of tensor id's bytes and of its TACO state. */
+/* A copy of tensor id's bytes and of its optimizer state: TACO's idx, q
+ * and scale, or AdamW's master, m and v (gpt-oss's expert biases). */
 typedef struct snap {
-	void *w, *idx, *q, *scale;
-	size_t wb, ib, qb, sb;
+	void *w, *st[3];
+	size_t wb, sb[3];
 } snap;
 
-static void snap_take(snap *s, const taco_model *m, const taco_optim *o, int id)
+/* The state arrays of tensor id and their sizes. */
+static void state_of(const taco_model *m, const taco_optim *o, int id,
+		     void *p[3], size_t b[3])
 {
 	const taco_tensor *t = &m->tensors[id];
 	const taco_optim_tensor *ot = &o->t[id];
 	size_t C = (size_t)t->shape[1], k = (size_t)o->opts.k;
 
+	if (t->ndim == 2) {
+		p[0] = ot->idx, b[0] = C * k * (size_t)ot->idx_bytes;
+		p[1] = ot->q, b[1] = C * k;
+		p[2] = ot->scale, b[2] = C * sizeof(float);
+	} else {
+		p[0] = ot->master, p[1] = ot->m, p[2] = ot->v;
+		b[0] = b[1] = b[2] = t->numel * sizeof(float);
+	}
+}
+
+static void snap_take(snap *s, const taco_model *m, const taco_optim *o, int id)
+{
+	const taco_tensor *t = &m->tensors[id];
+	void *p[3];
+
+	state_of(m, o, id, p, s->sb);
 	s->wb = t->numel * tk_dtype_size(t->dtype);
-	s->ib = C * k * (size_t)ot->idx_bytes;
-	s->qb = C * k;
-	s->sb = C * sizeof(float);
 	s->w = malloc(s->wb);
-	s->idx = malloc(s->ib);
-	s->q = malloc(s->qb);
-	s->scale = malloc(s->sb);
 	memcpy(s->w, t->data, s->wb);
-	memcpy(s->idx, ot->idx, s->ib);
-	memcpy(s->q, ot->q, s->qb);
-	memcpy(s->scale, ot->scale, s->sb);
+	for (int j = 0; j < 3; j++) {
+		s->st[j] = malloc(s->sb[j]);
+		memcpy(s->st[j], p[j], s->sb[j]);
+	}
 }
 
 static int snap_same(const snap *s, const taco_model *m, const taco_optim *o,
 		     int id)
 {
-	const taco_optim_tensor *ot = &o->t[id];
+	void *p[3];
+	size_t b[3];
+	int same = !memcmp(s->w, m->tensors[id].data, s->wb);
 
-	return !memcmp(s->w, m->tensors[id].data, s->wb) &&
-	       !memcmp(s->idx, ot->idx, s->ib) && !memcmp(s->q, ot->q, s->qb) &&
-	       !memcmp(s->scale, ot->scale, s->sb);
+	state_of(m, o, id, p, b);
+	for (int j = 0; j < 3; j++)
+		same &= !memcmp(s->st[j], p[j], s->sb[j]);
+	return same;
 }
 
 static void snap_free(snap *s)
 {
 	free(s->w);
-	free(s->idx);
-	free(s->q);
-	free(s->scale);
+	for (int j = 0; j < 3; j++)
+		free(s->st[j]);
 }
+
+/* Qwen3-MoE (one Linear per expert) and gpt-oss (each expert's slices of
+ * fused tensors, biases included), each with some idle experts. */
+static const char *const idle_fixtures[] = {"qwen3_moe_aux", "gpt_oss_aux"};
+static const char *const hf_fixtures[] = {"qwen3_moe", "gpt_oss"};
 
 /* Step 1 gives experts state; in step 2 (another batch) an expert that
  * receives no token keeps its weights and its TACO state bit for bit,
@@ -104,7 +125,7 @@ static void snap_free(snap *s)
 START_TEST(test_idle_expert_keeps_state)
 {
 	batch bt;
-	taco_model *m = load("qwen3_moe_aux", &bt);
+	taco_model *m = load(idle_fixtures[_i], &bt);
 	taco_optim *o = optim_of(m);
 	const taco_config *cf = &m->cfg;
 	size_t nx = (size_t)cf->layers * cf->experts * TACO_X_COUNT;
@@ -173,19 +194,20 @@ END_TEST
 START_TEST(test_taco_step_on_transformers_gradient)
 {
 	batch bt, bt2;
-	taco_model *m = load("qwen3_moe", &bt);
-	taco_model *ref = load("qwen3_moe", &bt2);
+	const char *name = hf_fixtures[_i];
+	taco_model *m = load(name, &bt);
+	taco_model *ref = load(name, &bt2);
 	taco_optim *o = optim_of(m), *oref = optim_of(ref);
 	taco_st_file *exp = NULL;
 	taco_step_stats st;
 	taco_err err = {{0}};
 	char path[4300];
-	size_t cols = 0, differ = 0;
+	size_t cols = 0, differ = 0, velems = 0, vdiffer = 0;
 	int experts = 0;
 	float *grad = malloc(sizeof(float) << 20);
 
-	snprintf(path, sizeof(path), "%s/qwen3_moe/expected.safetensors",
-		 tu_fixture("models"));
+	snprintf(path, sizeof(path), "%s/%s/expected.safetensors",
+		 tu_fixture("models"), name);
 	ck_assert_int_eq(taco_st_open(path, &exp, &err), 0);
 	ck_assert_int_eq(taco_train_step(m, o, NULL,
 					 &(taco_batch){bt.B, bt.T, bt.tokens,
@@ -197,14 +219,37 @@ START_TEST(test_taco_step_on_transformers_gradient)
 		const taco_tensor *t = &ref->tensors[i];
 		const taco_st_tensor *g;
 		char gname[160];
-		if (t->ndim != 2)
-			continue;
+		int any = 0;
 		snprintf(gname, sizeof(gname), "grad.%s", t->name);
 		g = taco_st_find(exp, gname);
 		ck_assert_ptr_nonnull(g);
 		ck_assert_uint_eq(g->nbytes, t->numel * sizeof(float));
 		/* the mapping may be unaligned */
 		memcpy(grad, g->data, g->nbytes);
+		for (size_t k = 0; k < t->numel; k++)
+			any |= grad[k] != 0.0f;
+		/* the vectors: AdamW, whose first step is lr times the
+		 * gradient's sign (up to an ulp of the weight) but where |g|
+		 * is near eps; an expert's
+		 * vector without a gradient is not stepped (idle) */
+		if (t->ndim == 1) {
+			if (!any)
+				continue;
+			ck_assert_int_eq(taco_optim_apply(oref, i, grad, 0.01f),
+					 0);
+			for (size_t k = 0; k < t->numel; k++) {
+				float a = ((const float *)t->data)[k];
+				float b =
+				    ((const float *)m->tensors[i].data)[k];
+				/* an ulp or two of the weight: the
+				 * division's rounding; a sign apart is
+				 * 2 lr */
+				vdiffer +=
+				    fabsf(a - b) > 1e-6f * fabsf(a) + 1e-9f;
+				velems++;
+			}
+			continue;
+		}
 		ck_assert_int_eq(taco_optim_apply(oref, i, grad, 0.01f), 0);
 		experts += strstr(t->name, ".mlp.experts.") != NULL;
 		/* columns where the two steps moved different entries */
@@ -219,15 +264,24 @@ START_TEST(test_taco_step_on_transformers_gradient)
 			cols++;
 		}
 	}
-	ck_assert_int_eq(experts, 2 * 8 * 3);
+	/* 8 experts: Qwen3-MoE's 3 matrices in 2 sparse layers, gpt-oss's
+	 * 2 in 3 layers */
+	ck_assert_int_eq(experts, m->cfg.fused_experts ? 3 * 8 * 2 : 2 * 8 * 3);
 	fprintf(stderr,
-		"moe: TACO on the engine's gradient vs on transformers': %zu "
-		"of %zu columns differ\n",
-		differ, cols);
+		"moe %s: TACO on the engine's gradient vs on transformers': "
+		"%zu of %zu columns differ\n",
+		name, differ, cols);
 	/* gradients agree to about 1e-6 relative: a column's choice differs
 	 * only on such a near tie */
 	ck_assert_msg(differ * 1000 <= cols,
 		      "%zu of %zu columns stepped differently", differ, cols);
+	fprintf(stderr,
+		"moe %s: AdamW on the engine's gradient vs on transformers': "
+		"%zu of %zu vector elements differ\n",
+		name, vdiffer, velems);
+	ck_assert_msg(vdiffer * 1000 <= velems,
+		      "%zu of %zu vector elements stepped differently", vdiffer,
+		      velems);
 	taco_st_close(exp);
 	free(grad);
 	free(bt.tokens);
@@ -269,8 +323,8 @@ int main(void)
 	TCase *tc = tcase_create("moe");
 
 	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, test_idle_expert_keeps_state);
-	tcase_add_test(tc, test_taco_step_on_transformers_gradient);
+	tcase_add_loop_test(tc, test_idle_expert_keeps_state, 0, 2);
+	tcase_add_loop_test(tc, test_taco_step_on_transformers_gradient, 0, 2);
 	tcase_add_test(tc, test_refusals);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
