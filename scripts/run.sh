@@ -2,7 +2,8 @@
 # Sets up, builds, and runs tacod in the foreground on 127.0.0.1:8226 with
 # the demo model (examples/demo) in its models directory, as "tacod-demo",
 # the tool-calling example's (examples/tools) as "tacod-tools" and the tiny
-# mixture of experts of examples/moe as "tacod-demo-moe". The
+# mixtures of experts of examples/moe as "tacod-demo-moe" (Qwen3-MoE) and
+# "tacod-demo-gpt-oss". The
 # README's tour starts from here. Ctrl-C stops tacod.
 #
 #   scripts/run.sh                   set up, build, serve the demo
@@ -58,10 +59,11 @@ esac
 # A fresh copy of the demo models on every start; any other model put in
 # models/ stays.
 rm -rf "$demo/models/tacod-demo" "$demo/models/tacod-tools" \
-	"$demo/models/tacod-demo-moe"
+	"$demo/models/tacod-demo-moe" "$demo/models/tacod-demo-gpt-oss"
 cp -R examples/demo/model "$demo/models/tacod-demo"
 cp -R examples/tools/model "$demo/models/tacod-tools"
 cp -R examples/moe/qwen3-moe "$demo/models/tacod-demo-moe"
+cp -R examples/moe/gpt-oss "$demo/models/tacod-demo-gpt-oss"
 
 # A one-step job of the demo on a backend: 0 when it trains. tacod runs
 # every job this way, so a taco-train that cannot train here is reported
@@ -120,7 +122,7 @@ fi
 
 cat <<EOF
 tacod: serving http://$listen with the demo models "tacod-demo",
-"tacod-tools" and "tacod-demo-moe" on the $backend backend (configuration:
+"tacod-tools", "tacod-demo-moe" and "tacod-demo-gpt-oss" on the $backend backend (configuration:
 $demo/tacod.json). Ctrl-C stops it.
 
 Next, in another terminal in $root, the tour of README.md:

@@ -6,6 +6,9 @@ demo is (README.md, "Mixtures of experts").
 
   qwen3-moe/   Qwen3MoeForCausalLM: hidden 64, 2 layers, 8 SwiGLU experts
                of 64 columns, 2 a token (norm_topk_prob), bf16
+  gpt-oss/     GptOssForCausalLM: hidden 64, 2 layers (sliding, full), 8
+               fused experts of 64 columns with biases, 2 a token, sinks,
+               YaRN as gpt-oss-20b has it, bf16
 
 The tokenizer files are the demo's, copied. Deterministic: every run
 writes the same bytes.
@@ -16,8 +19,8 @@ import os
 import shutil
 
 import torch
-from transformers import (GenerationConfig, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+from transformers import (GenerationConfig, GptOssConfig, GptOssForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEMO = os.path.join(HERE, "..", "demo", "model")
@@ -53,6 +56,19 @@ def main():
         bos_token_id=None, eos_token_id=demo["eos_token_id"],
         pad_token_id=demo["pad_token_id"])
     write("qwen3-moe", Qwen3MoeForCausalLM(cfg).to(torch.bfloat16).eval())
+    torch.manual_seed(2027)
+    cfg = GptOssConfig(
+        vocab_size=demo["vocab_size"], hidden_size=64, intermediate_size=64,
+        num_local_experts=8, num_experts_per_tok=2, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        sliding_window=128, max_position_embeddings=256,
+        rope_parameters=dict(rope_type="yarn", rope_theta=150000.0,
+                             factor=32.0, beta_fast=32.0, beta_slow=1.0,
+                             truncate=False,
+                             original_max_position_embeddings=4096),
+        tie_word_embeddings=False, bos_token_id=None,
+        eos_token_id=demo["eos_token_id"], pad_token_id=demo["pad_token_id"])
+    write("gpt-oss", GptOssForCausalLM(cfg).to(torch.bfloat16).eval())
 
 
 if __name__ == "__main__":
