@@ -1,10 +1,11 @@
 /* gguf_export.c: see gguf_export.h.
  *
  * What llama.cpp's convert_hf_to_gguf.py does, family by family (its
- * LlamaModel, Qwen2Model, Qwen3Model, Qwen3MoeModel and GPTNeoXModel), and
- * nothing it does not: every transform of a tensor is a permutation of its
- * rows (or a stack of experts' rows), so a tensor is written a row at a
- * time, in any size. */
+ * LlamaModel, Qwen2Model, Qwen3Model, Qwen3MoeModel, GptOssModel and
+ * GPTNeoXModel), and nothing it does not: every transform of a tensor is a
+ * permutation of its rows (or a stack of experts' rows), or a strided
+ * gather of each row (gpt-oss's fused experts, transposed and split), so
+ * a tensor is written a row at a time, in any size. */
 #include "gguf_export.h"
 
 #include <errno.h>
@@ -41,6 +42,10 @@ typedef struct plan_tensor {
 	 * tensors as one [nsrc, R, C] */
 	const taco_st_tensor **srcs;
 	int nsrc;
+	/* gathered (gpt-oss's experts): out row i's value j is src element
+	 * (i / blk) * bstride + (i % blk) * rstride + off + j * estride */
+	int gather;
+	int64_t blk, bstride, rstride, off, estride;
 	float *data;
 	int map, heads, type;
 	int64_t rows, cols; /* as written: rows of cols values */
@@ -81,6 +86,8 @@ static const char *arch_name(int arch)
 		return "qwen3";
 	case TACO_ARCH_QWEN3_MOE:
 		return "qwen3moe";
+	case TACO_ARCH_GPT_OSS:
+		return "gpt-oss";
 	case TACO_ARCH_GPT_NEOX:
 		return "gptneox";
 	}
@@ -94,6 +101,9 @@ static int pick_type(const plan *p, const char *name, int ndim, int64_t cols)
 {
 	size_t n = strlen(name);
 	if (ndim <= 1 || (n > 12 && !strcmp(name + n - 12, "_norm.weight")))
+		return TACO_GGML_F32;
+	/* biases stay F32 (gpt-oss's experts' [E, n] too) */
+	if (n > 5 && !strcmp(name + n - 5, ".bias"))
 		return TACO_GGML_F32;
 	/* a router stays F32, as the converter keeps FFN_GATE_INP */
 	if (n > 19 && !strcmp(name + n - 19, "ffn_gate_inp.weight"))
@@ -200,6 +210,126 @@ static int add_experts(plan *p, const taco_st_model *st, const char *gguf,
 	t->cols = srcs[0]->shape[1];
 	t->type = pick_type(p, gguf, 3, t->cols);
 	return 0;
+}
+
+/* gguf <- hf gathered (g: blk, bstride, rstride, off, estride of
+ * plan_tensor) into shape [ndim]; hf must have ndim dimensions and
+ * want_numel elements. */
+static int add_gather(plan *p, const taco_st_model *st, const char *gguf,
+		      const char *hf, int ndim, const int64_t shape[3],
+		      int64_t want_numel, const int64_t g[5], taco_err *err)
+{
+	const taco_st_tensor *s;
+	plan_tensor *t;
+	int64_t n = 1;
+	int r;
+
+	if ((r = taco_st_model_weight(st, hf, &s, err)))
+		return r;
+	for (int i = 0; i < s->ndim; i++)
+		n *= s->shape[i];
+	if (n != want_numel || s->ndim != ndim)
+		return taco_err_set(err, -EINVAL,
+				    "%s: not the config's fused shape", hf);
+	if (!(t = plan_add(p, err)))
+		return -ENOMEM;
+	snprintf(t->name, sizeof(t->name), "%s", gguf);
+	t->src = s;
+	t->gather = 1;
+	t->blk = g[0], t->bstride = g[1], t->rstride = g[2], t->off = g[3];
+	t->estride = g[4];
+	t->ndim = ndim;
+	memcpy(t->shape, shape, sizeof(t->shape));
+	t->cols = shape[ndim - 1];
+	t->rows = ndim == 3 ? shape[0] * shape[1] : shape[0];
+	t->type = pick_type(p, gguf, ndim, t->cols);
+	return 0;
+}
+
+/* gpt-oss's layer l experts as the converter's GptOssModel writes them
+ * from bf16 (not MXFP4) tensors: gate_up_proj [E, H, 2I] (x @ W, gate
+ * and up interleaved) transposed and split into ffn_gate_exps and
+ * ffn_up_exps [E, I, H], down_proj [E, I, H] transposed into
+ * ffn_down_exps [E, H, I], gate_up_proj_bias [E, 2I] split, down_proj_bias
+ * as it is. */
+static int add_gpt_oss_experts(plan *p, const taco_config *c,
+			       const taco_st_model *st, int l, taco_err *err)
+{
+	int64_t E = c->experts, H = c->hidden, I = c->moe_intermediate;
+	char g[TACO_GGUF_MAX_NAME], h[160];
+	int r;
+
+	for (int par = 0; par < 2; par++) {
+		const char *which = par ? "up" : "gate";
+		const int64_t w[5] = {I, H * 2 * I, 2, par, 2 * I};
+		const int64_t b[5] = {1, 2 * I, 0, par, 2};
+		const int64_t ws[3] = {E, I, H}, bs[3] = {E, I, 0};
+		snprintf(g, sizeof(g), "blk.%d.ffn_%s_exps.weight", l, which);
+		snprintf(h, sizeof(h), "model.layers.%d.mlp.experts.gate_up_proj",
+			 l);
+		if ((r = add_gather(p, st, g, h, 3, ws, E * H * 2 * I, w, err)))
+			return r;
+		snprintf(g, sizeof(g), "blk.%d.ffn_%s_exps.bias", l, which);
+		snprintf(h, sizeof(h),
+			 "model.layers.%d.mlp.experts.gate_up_proj_bias", l);
+		if ((r = add_gather(p, st, g, h, 2, bs, E * 2 * I, b, err)))
+			return r;
+	}
+	{
+		const int64_t d[5] = {H, I * H, 1, 0, H};
+		const int64_t ds[3] = {E, H, I};
+		snprintf(g, sizeof(g), "blk.%d.ffn_down_exps.weight", l);
+		snprintf(h, sizeof(h), "model.layers.%d.mlp.experts.down_proj",
+			 l);
+		if ((r = add_gather(p, st, g, h, 3, ds, E * I * H, d, err)))
+			return r;
+	}
+	snprintf(g, sizeof(g), "blk.%d.ffn_down_exps.bias", l);
+	snprintf(h, sizeof(h), "model.layers.%d.mlp.experts.down_proj_bias",
+		 l);
+	return add(p, st, g, h, ROWS_SAME, 0, err);
+}
+
+static int plan_gpt_oss(plan *p, const taco_config *c,
+			const taco_st_model *st, taco_err *err)
+{
+	char g[TACO_GGUF_MAX_NAME], h[128];
+	int r;
+
+#define L(gs, hs)                                                              \
+	do {                                                                   \
+		snprintf(g, sizeof(g), "blk.%d.%s", l, gs);                    \
+		snprintf(h, sizeof(h), "model.layers.%d.%s", l, hs);           \
+		if ((r = add(p, st, g, h, ROWS_SAME, 0, err)))                 \
+			return r;                                              \
+	} while (0)
+
+	if ((r = add(p, st, "token_embd.weight", "model.embed_tokens.weight",
+		     ROWS_SAME, 0, err)))
+		return r;
+	for (int l = 0; l < c->layers; l++) {
+		L("attn_norm.weight", "input_layernorm.weight");
+		L("attn_q.weight", "self_attn.q_proj.weight");
+		L("attn_k.weight", "self_attn.k_proj.weight");
+		L("attn_v.weight", "self_attn.v_proj.weight");
+		L("attn_output.weight", "self_attn.o_proj.weight");
+		L("attn_q.bias", "self_attn.q_proj.bias");
+		L("attn_k.bias", "self_attn.k_proj.bias");
+		L("attn_v.bias", "self_attn.v_proj.bias");
+		L("attn_output.bias", "self_attn.o_proj.bias");
+		L("attn_sinks.weight", "self_attn.sinks");
+		L("post_attention_norm.weight",
+		  "post_attention_layernorm.weight");
+		L("ffn_gate_inp.weight", "mlp.router.weight");
+		L("ffn_gate_inp.bias", "mlp.router.bias");
+		if ((r = add_gpt_oss_experts(p, c, st, l, err)))
+			return r;
+	}
+#undef L
+	if ((r = add(p, st, "output_norm.weight", "model.norm.weight",
+		     ROWS_SAME, 0, err)))
+		return r;
+	return add(p, st, "output.weight", "lm_head.weight", ROWS_SAME, 0, err);
 }
 
 /* Adds gguf <- hf when the checkpoint has hf. */
@@ -456,6 +586,17 @@ static int add_meta(taco_gguf *g, const taco_config *c, const char *arch,
 		meta_u32(&m, "expert_used_count", c->top_k);
 		meta_u32(&m, "expert_feed_forward_length", c->moe_intermediate);
 	}
+	if (c->family == TACO_FAMILY_GPT_OSS) {
+		/* the converter's GptOssModel, and TextModel's YaRN keys */
+		meta_u32(&m, "attention.sliding_window", c->sliding_window);
+		m.r = m.r ?: taco_gguf_kv_str(g, "gpt-oss.rope.scaling.type",
+					      "yarn");
+		meta_f32(&m, "rope.scaling.factor", c->rope_factor);
+		meta_u32(&m, "rope.scaling.original_context_length",
+			 c->rope_original_max_pos);
+		meta_f32(&m, "rope.scaling.yarn_beta_fast", c->rope_beta_fast);
+		meta_f32(&m, "rope.scaling.yarn_beta_slow", c->rope_beta_slow);
+	}
 	if (c->family == TACO_FAMILY_NEOX) {
 		meta_u32(&m, "rope.dimension_count", c->rotary_dim);
 		meta_bool(&m, "use_parallel_residual", c->parallel_residual);
@@ -479,12 +620,13 @@ static int add_meta(taco_gguf *g, const taco_config *c, const char *arch,
 	return m.r;
 }
 
-/* One row of cols values from src (its dtype) into out (type). */
-static void convert_row(const void *src, int dtype, int64_t cols, int type,
-			float *f, uint8_t *out)
+/* One row of cols values from src (its dtype), element j at j * stride,
+ * into out (type). */
+static void convert_row(const void *src, int dtype, int64_t cols,
+			int64_t stride, int type, float *f, uint8_t *out)
 {
 	for (int64_t j = 0; j < cols; j++)
-		f[j] = tk_load_f32(src, dtype, (size_t)j);
+		f[j] = tk_load_f32(src, dtype, (size_t)(j * stride));
 	switch (type) {
 	case TACO_GGML_F32:
 		memcpy(out, f, (size_t)cols * 4);
@@ -522,7 +664,15 @@ static int write_tensor(taco_gguf *g, const plan_tensor *t, float *f,
 		int dtype = t->srcs  ? t->srcs[0]->dtype
 			    : t->src ? t->src->dtype
 				     : TK_F32;
-		convert_row(s, dtype, t->cols, t->type, f, out);
+		int64_t stride = 1;
+		if (t->gather) {
+			s = (const uint8_t *)t->src->data +
+			    (size_t)((i / t->blk) * t->bstride +
+				     (i % t->blk) * t->rstride + t->off) *
+				es;
+			stride = t->estride;
+		}
+		convert_row(s, dtype, t->cols, stride, t->type, f, out);
 		if ((r = taco_gguf_write_data(
 			 g, out, (size_t)(t->cols / be * bb), err)))
 			return r;
@@ -536,7 +686,7 @@ static int write_tensor(taco_gguf *g, const plan_tensor *t, float *f,
 static int moe_supported(const taco_config *c, const char *cfg_path,
 			 taco_err *err)
 {
-	if (c->experts <= 0)
+	if (c->arch != TACO_ARCH_QWEN3_MOE)
 		return 0;
 	for (int l = 0; l < c->layers; l++)
 		if (!taco_config_moe_layer(c, l))
@@ -552,6 +702,34 @@ static int moe_supported(const taco_config *c, const char *cfg_path,
 				    "%s: norm_topk_prob false: llama.cpp's "
 				    "qwen3moe always renormalises the "
 				    "experts' weights",
+				    cfg_path);
+	return 0;
+}
+
+/* What llama.cpp's gpt-oss runs: the activation's alpha 1.702 and limit 7
+ * (constants there), sliding windows on the even layers (its default
+ * pattern: the converter writes none) and YaRN. */
+static int gpt_oss_supported(const taco_config *c, const char *cfg_path,
+			     taco_err *err)
+{
+	if (c->arch != TACO_ARCH_GPT_OSS)
+		return 0;
+	if (c->glu_alpha != 1.702f || c->glu_limit != 7.0f)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: llama.cpp's gpt-oss runs swiglu_alpha "
+				    "1.702 and swiglu_limit 7 only",
+				    cfg_path);
+	for (int l = 0; l < c->layers; l++)
+		if ((taco_config_window(c, l) > 0) != (l % 2 == 0))
+			return taco_err_set(err, -ENOTSUP,
+					    "%s: llama.cpp's gpt-oss slides "
+					    "the window on the even layers "
+					    "only; layer %d differs",
+					    cfg_path, l);
+	if (c->rope_type != TACO_ROPE_YARN)
+		return taco_err_set(err, -ENOTSUP,
+				    "%s: llama.cpp's gpt-oss is written with "
+				    "YaRN rope scaling only",
 				    cfg_path);
 	return 0;
 }
@@ -594,20 +772,17 @@ int taco_gguf_export(const char *model_dir, const char *weights_dir,
 	snprintf(cfg_path, sizeof(cfg_path), "%s/config.json", model_dir);
 	if ((r = taco_config_load(cfg_path, &c, err)))
 		return r;
-	if (c.arch == TACO_ARCH_GPT_OSS)
-		return taco_err_set(err, -ENOTSUP,
-				    "%s: GGUF export of gpt_oss (llama.cpp's "
-				    "gpt-oss architecture) is not written yet",
-				    cfg_path);
+	if ((r = gpt_oss_supported(&c, cfg_path, err)))
+		return r;
 	if (!(arch = arch_name(c.arch)))
 		return taco_err_set(err, -ENOTSUP,
 				    "%s: %s has no llama.cpp architecture: "
 				    "GGUF export takes Llama, Mistral, Qwen2, "
-				    "Qwen3, Qwen3-MoE and GPT-NeoX",
+				    "Qwen3, Qwen3-MoE, gpt-oss and GPT-NeoX",
 				    cfg_path, taco_arch_name(c.arch));
 	if ((r = moe_supported(&c, cfg_path, err)))
 		return r;
-	if (c.rope_type == TACO_ROPE_YARN)
+	if (c.rope_type == TACO_ROPE_YARN && c.arch != TACO_ARCH_GPT_OSS)
 		return taco_err_set(err, -ENOTSUP,
 				    "%s: YaRN rope scaling is not written to "
 				    "GGUF yet",
@@ -617,8 +792,9 @@ int taco_gguf_export(const char *model_dir, const char *weights_dir,
 	    (r = taco_gguf_new(&g, err)))
 		goto out;
 	p.out_type = ggml[type];
-	r = c.family == TACO_FAMILY_NEOX ? plan_neox(&p, &c, st, err)
-					 : plan_llama(&p, &c, st, err);
+	r = c.family == TACO_FAMILY_NEOX      ? plan_neox(&p, &c, st, err)
+	    : c.family == TACO_FAMILY_GPT_OSS ? plan_gpt_oss(&p, &c, st, err)
+					      : plan_llama(&p, &c, st, err);
 	if (r)
 		goto out;
 	snprintf(name, sizeof(name), "%s", base_name(model_dir));
