@@ -56,17 +56,6 @@ static int stream_row(const char *file, const taco_model *m, taco_plan_input in,
 	int L = m->cfg.layers, s;
 
 	in.step.offload = 1;
-	if (m->cfg.experts > 0) { /* model_work.c refuses it */
-		if (taco_plan_compute(m, &in, &p, &err)) {
-			fprintf(stderr, "plan_table: %s\n", err.msg);
-			return -1;
-		}
-		if (p.total > budget)
-			printf("| %s | %.0f | not supported yet for a mixture "
-			       "of experts | | | | | | | |\n",
-			       file, gb(budget));
-		return 0;
-	}
 	for (s = 0; s <= L; s++) {
 		in.step.stream_layers = s;
 		if (taco_plan_compute(m, &in, &p, &err)) {
@@ -285,7 +274,13 @@ int main(int argc, char **argv)
 	    "experts' buffers are sized by what is\nfixed: the N x k routed "
 	    "slots (N tokens, k experts a token) of one layer's\ninput, "
 	    "gate, up, activation and output, whatever the routing. The plan "
-	    "is\nthe peak of any routing, and every step allocates it.\n");
+	    "is\nthe peak of any routing, and every step allocates it. "
+	    "gpt-oss (gpt-oss-20b,\ngpt-oss-120b) holds each expert's slice "
+	    "of its fused tensors as a matrix of\nits own the same way (its "
+	    "experts' biases are AdamW's vectors), and streams\na layer's "
+	    "experts with the layer: gpt-oss-120b (233.7 GB of bf16 "
+	    "weights)\nis planned within an 80 GB card with 29 of its 36 "
+	    "layers in host memory\n(below).\n");
 	if (opt13_taco >= 0)
 		printf("\nOPT-13B as planned here: TACO state %.3f GB (FP8 "
 		       "slots, their indices and scales,\nand the two "

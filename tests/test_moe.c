@@ -303,10 +303,6 @@ START_TEST(test_refusals)
 	taco_step_opts so = {0};
 	taco_err err = {{0}};
 
-	so.stream_layers = 1;
-	ck_assert_int_eq(taco_model_set_step_opts(m, &so, &err), -ENOTSUP);
-	ck_assert_ptr_nonnull(strstr(err.msg, "mixture of experts"));
-	so.stream_layers = 0;
 	so.ranks = 2;
 	ck_assert_int_eq(taco_model_set_step_opts(m, &so, &err), -ENOTSUP);
 	ck_assert_ptr_nonnull(strstr(err.msg, "data parallel"));

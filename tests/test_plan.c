@@ -94,6 +94,8 @@ static const struct {
     {"llama_gqa", 4, 24, 1, 0, 1, HOST},
     {"qwen3_tied", 2, 64, 1, 0, 1, BF16 OFFLOAD HOST},
     {"opt_post", 4, 16, 1, 0, 1, BF16 HOST},
+    {"qwen3_moe", 4, 16, 1, 0, 1, HOST},
+    {"gpt_oss", 2, 16, 1, 0, 1, BF16 HOST},
     {"neox_par", 2, 16, 1, 0, 1, HOST CHUNKS},
 };
 

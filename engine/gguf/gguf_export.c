@@ -265,8 +265,8 @@ static int add_gpt_oss_experts(plan *p, const taco_config *c,
 		const int64_t b[5] = {1, 2 * I, 0, par, 2};
 		const int64_t ws[3] = {E, I, H}, bs[3] = {E, I, 0};
 		snprintf(g, sizeof(g), "blk.%d.ffn_%s_exps.weight", l, which);
-		snprintf(h, sizeof(h), "model.layers.%d.mlp.experts.gate_up_proj",
-			 l);
+		snprintf(h, sizeof(h),
+			 "model.layers.%d.mlp.experts.gate_up_proj", l);
 		if ((r = add_gather(p, st, g, h, 3, ws, E * H * 2 * I, w, err)))
 			return r;
 		snprintf(g, sizeof(g), "blk.%d.ffn_%s_exps.bias", l, which);
@@ -285,13 +285,12 @@ static int add_gpt_oss_experts(plan *p, const taco_config *c,
 			return r;
 	}
 	snprintf(g, sizeof(g), "blk.%d.ffn_down_exps.bias", l);
-	snprintf(h, sizeof(h), "model.layers.%d.mlp.experts.down_proj_bias",
-		 l);
+	snprintf(h, sizeof(h), "model.layers.%d.mlp.experts.down_proj_bias", l);
 	return add(p, st, g, h, ROWS_SAME, 0, err);
 }
 
-static int plan_gpt_oss(plan *p, const taco_config *c,
-			const taco_st_model *st, taco_err *err)
+static int plan_gpt_oss(plan *p, const taco_config *c, const taco_st_model *st,
+			taco_err *err)
 {
 	char g[TACO_GGUF_MAX_NAME], h[128];
 	int r;
@@ -589,7 +588,8 @@ static int add_meta(taco_gguf *g, const taco_config *c, const char *arch,
 	if (c->family == TACO_FAMILY_GPT_OSS) {
 		/* the converter's GptOssModel, and TextModel's YaRN keys */
 		meta_u32(&m, "attention.sliding_window", c->sliding_window);
-		m.r = m.r ?: taco_gguf_kv_str(g, "gpt-oss.rope.scaling.type",
+		m.r = m.r
+			  ?: taco_gguf_kv_str(g, "gpt-oss.rope.scaling.type",
 					      "yarn");
 		meta_f32(&m, "rope.scaling.factor", c->rope_factor);
 		meta_u32(&m, "rope.scaling.original_context_length",

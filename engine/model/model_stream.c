@@ -43,16 +43,28 @@ int taco_tensor_wants_host(const taco_model *m, const taco_tensor *t)
 	       t->layer >= taco_stream_first(m);
 }
 
-size_t taco_ring_layout(const taco_model *m, int stream,
-			size_t off[TACO_L_COUNT])
+int taco_stream_count(const taco_model *m)
 {
-	int L = m->cfg.layers;
+	return TACO_L_COUNT + (m->expert ? m->cfg.experts * TACO_X_COUNT : 0);
+}
+
+int taco_stream_tensor(const taco_model *m, int l, int si)
+{
+	if (si < TACO_L_COUNT)
+		return m->layer[l][si];
+	return m->expert[(size_t)l * m->cfg.experts * TACO_X_COUNT +
+			 (size_t)(si - TACO_L_COUNT)];
+}
+
+size_t taco_ring_layout(const taco_model *m, int stream, size_t *off)
+{
+	int L = m->cfg.layers, ns = taco_stream_count(m);
 	size_t at = 0;
 
-	for (int sl = 0; sl < TACO_L_COUNT; sl++) {
+	for (int sl = 0; sl < ns; sl++) {
 		size_t most = 0;
 		for (int l = L - stream; stream > 0 && l < L; l++) {
-			int id = m->layer[l][sl];
+			int id = taco_stream_tensor(m, l, sl);
 			if (id >= 0 && m->tensors[id].ndim == 2 &&
 			    tensor_bytes(&m->tensors[id]) > most)
 				most = tensor_bytes(&m->tensors[id]);
@@ -68,16 +80,16 @@ static size_t ralign(size_t b)
 	return (b + RING_ALIGN - 1) / RING_ALIGN * RING_ALIGN;
 }
 
-void taco_wb_layout(const taco_model *m, int stream, size_t voff[TACO_L_COUNT],
-		    size_t ioff[TACO_L_COUNT], size_t *slot, size_t *layer)
+void taco_wb_layout(const taco_model *m, int stream, size_t *voff, size_t *ioff,
+		    size_t *slot, size_t *layer)
 {
-	int L = m->cfg.layers;
+	int L = m->cfg.layers, ns = taco_stream_count(m);
 	size_t v = 0, i = 0;
 
-	for (int sl = 0; sl < TACO_L_COUNT; sl++) {
+	for (int sl = 0; sl < ns; sl++) {
 		size_t vb = 0, ib = 0;
 		for (int l = L - stream; stream > 0 && l < L; l++) {
-			int id = m->layer[l][sl];
+			int id = taco_stream_tensor(m, l, sl);
 			const taco_tensor *t;
 			size_t n;
 			if (id < 0 || (t = &m->tensors[id])->ndim != 2)
@@ -188,9 +200,10 @@ static int slot_of(const step_ctx *c, int l)
 static void map_layer(step_ctx *c, int l, int s, int on)
 {
 	taco_work *w = c->w;
+	int ns = taco_stream_count(c->m);
 
-	for (int sl = 0; sl < TACO_L_COUNT; sl++) {
-		int id = c->m->layer[l][sl];
+	for (int sl = 0; sl < ns; sl++) {
+		int id = taco_stream_tensor(c->m, l, sl);
 		taco_tensor *t;
 		if (id < 0 || !(t = &c->m->tensors[id])->host)
 			continue;
@@ -211,6 +224,7 @@ static void flush(step_ctx *c, int s)
 {
 	taco_work *w = c->w;
 	int l = w->slot_layer[s], li = l - (c->m->cfg.layers - w->s.stream);
+	int ns = taco_stream_count(c->m);
 	char *dev = (char *)w->wb_dev + (size_t)s * w->wb_slot;
 	char *host = (char *)w->wb_host + (size_t)li * w->wb_layer;
 
@@ -218,8 +232,8 @@ static void flush(step_ctx *c, int s)
 		return;
 	if (w->slot_ticket[s])
 		c->o->side_wait(w->slot_ticket[s]);
-	for (int sl = 0; sl < TACO_L_COUNT; sl++) {
-		int id = c->m->layer[l][sl], k = 0;
+	for (int sl = 0; sl < ns; sl++) {
+		int id = taco_stream_tensor(c->m, l, sl), k = 0;
 		const void *rows = NULL;
 		taco_tensor *t;
 		size_t n;
@@ -241,7 +255,7 @@ static void flush(step_ctx *c, int s)
 				 n * tk_dtype_size(t->dtype), 1);
 		c->o->copy_async(host + w->wb_slot + w->wb_ioff[sl], rows,
 				 n * (t->shape[0] <= 65535 ? 2 : 4), 1);
-		w->wb_k[li * TACO_L_COUNT + sl] = k;
+		w->wb_k[(size_t)li * ns + sl] = k;
 	}
 	w->slot_dirty[s] = 0;
 }
@@ -250,7 +264,7 @@ static void flush(step_ctx *c, int s)
 static void fetch(step_ctx *c, int l)
 {
 	taco_work *w = c->w;
-	int s = slot_of(c, l);
+	int s = slot_of(c, l), ns = taco_stream_count(c->m);
 
 	if (w->slot_layer[s] == l)
 		return;
@@ -259,8 +273,8 @@ static void fetch(step_ctx *c, int l)
 		map_layer(c, w->slot_layer[s], s, 0);
 	map_layer(c, l, s, 1);
 	w->slot_layer[s] = l;
-	for (int sl = 0; sl < TACO_L_COUNT; sl++) {
-		int id = c->m->layer[l][sl];
+	for (int sl = 0; sl < ns; sl++) {
+		int id = taco_stream_tensor(c->m, l, sl);
 		taco_tensor *t;
 		if (id < 0 || !(t = &c->m->tensors[id])->host)
 			continue;
@@ -315,18 +329,19 @@ void stream_scatter(step_ctx *c)
 {
 	taco_work *w = c->w;
 	int first = c->m->cfg.layers - w->s.stream;
+	int ns = taco_stream_count(c->m);
 
 	for (int li = 0; li < w->s.stream; li++) {
 		const char *host =
 		    (const char *)w->wb_host + (size_t)li * w->wb_layer;
-		for (int sl = 0; sl < TACO_L_COUNT; sl++) {
-			int k = w->wb_k[li * TACO_L_COUNT + sl];
-			int id = c->m->layer[first + li][sl];
+		for (int sl = 0; sl < ns; sl++) {
+			int k = w->wb_k[(size_t)li * ns + sl];
+			int id = taco_stream_tensor(c->m, first + li, sl);
 			const taco_tensor *t;
 			size_t C, es, n;
 			if (!k)
 				continue;
-			w->wb_k[li * TACO_L_COUNT + sl] = 0;
+			w->wb_k[(size_t)li * ns + sl] = 0;
 			t = &c->m->tensors[id];
 			C = (size_t)t->shape[1];
 			es = tk_dtype_size(t->dtype);

@@ -329,30 +329,45 @@ static size_t region_bytes(const work_buf *list, int n, size_t *layer,
 	return *layer > *loss ? *layer : *loss;
 }
 
+/* The host arrays of w (not its buffers). */
+static void work_free_arrays(taco_work *w)
+{
+	free(w->wb_k);
+	free(w->ring_off);
+	free(w->wb_voff);
+	free(w->wb_ioff);
+	free(w->acts);
+}
+
 static taco_work *work_new(const taco_model *m, int B, int T, work_buf **list,
 			   int *n)
 {
 	taco_work *w = calloc(1, sizeof(*w));
+	size_t ns;
 
 	if (!w)
 		return NULL;
 	taco_work_shape_of(m, B, T, &w->s);
 	w->n_acts = w->s.keep ? m->cfg.layers : 1;
-	w->slot_bytes = taco_ring_layout(m, w->s.stream, w->ring_off);
-	taco_wb_layout(m, w->s.stream, w->wb_voff, w->wb_ioff, &w->wb_slot,
-		       &w->wb_layer);
-	w->wb_k = calloc((size_t)w->s.stream * TACO_L_COUNT + 1, sizeof(int));
-	for (int i = 0; i < TACO_RING_SLOTS; i++)
-		w->slot_layer[i] = -1;
+	ns = (size_t)taco_stream_count(m);
+	w->ring_off = calloc(ns, sizeof(size_t));
+	w->wb_voff = calloc(ns, sizeof(size_t));
+	w->wb_ioff = calloc(ns, sizeof(size_t));
+	w->wb_k = calloc((size_t)w->s.stream * ns + 1, sizeof(int));
 	w->acts = calloc((size_t)w->n_acts, sizeof(*w->acts));
 	*list = calloc(work_list_cap(w->n_acts), sizeof(**list));
-	if (!w->acts || !*list || !w->wb_k) {
-		free(w->wb_k);
-		free(w->acts);
+	if (!w->acts || !*list || !w->wb_k || !w->ring_off || !w->wb_voff ||
+	    !w->wb_ioff) {
+		work_free_arrays(w);
 		free(*list);
 		free(w);
 		return NULL;
 	}
+	w->slot_bytes = taco_ring_layout(m, w->s.stream, w->ring_off);
+	taco_wb_layout(m, w->s.stream, w->wb_voff, w->wb_ioff, &w->wb_slot,
+		       &w->wb_layer);
+	for (int i = 0; i < TACO_RING_SLOTS; i++)
+		w->slot_layer[i] = -1;
 	*n = work_list(m, w, *list);
 	return w;
 }
@@ -381,8 +396,7 @@ int taco_work_plan(const taco_model *m, int B, int T, uint64_t *term,
 	if (loss > layer)
 		term[TACO_PLAN_LOSS_CHUNK] += loss - layer;
 	free(list);
-	free(w->wb_k);
-	free(w->acts);
+	work_free_arrays(w);
 	free(w);
 	return 0;
 }
@@ -406,8 +420,7 @@ static void work_destroy(taco_model *m, taco_work *w)
 	if (w->region)
 		m->ops->free(w->region, w->region_bytes);
 	free(list);
-	free(w->wb_k);
-	free(w->acts);
+	work_free_arrays(w);
 	free(w);
 }
 
@@ -515,13 +528,8 @@ int taco_model_set_step_opts(taco_model *m, const taco_step_opts *s,
 				    "intermediate size)",
 				    s->mlp_chunks, m->cfg.intermediate);
 	/* A mixture of experts hands a gradient only to the experts that
-	 * received tokens, so ranks would hand different parts to the sums,
-	 * and its streamed layers would need the experts in the ring. */
-	if (m->cfg.experts > 0 && s->stream_layers)
-		return taco_err_set(err, -ENOTSUP,
-				    "streamed weights are not supported yet "
-				    "for a mixture of experts (%s)",
-				    taco_arch_name(m->cfg.arch));
+	 * received tokens, so ranks would hand different parts to the
+	 * sums. */
 	if (m->cfg.experts > 0 && s->ranks > 1)
 		return taco_err_set(err, -ENOTSUP,
 				    "data parallel is not supported yet for a "

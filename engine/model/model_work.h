@@ -181,23 +181,24 @@ struct taco_work {
 	 * summed over the ranks, at most a block (train/dist.c) */
 	float *comm;
 	/* streamed weights: `slots` slots of slot_bytes, a layer's tensor of
-	 * slot sl at ring_off[sl] in its slot; which layer each slot holds
+	 * stream index si (taco_stream_tensor) at ring_off[si] in its slot
+	 * (taco_stream_count entries); which layer each slot holds
 	 * (-1: none), whether its updates are still to be written back, and
 	 * the side-stream ticket of its last update */
 	void *ring;
 	size_t slot_bytes;
-	size_t ring_off[TACO_L_COUNT];
+	size_t *ring_off;
 	/* the sparse write-back: per slot, the gathered entries of its
-	 * layer's tensors (wb_dev, slot sl's at wb_voff[sl], wb_slot bytes a
-	 * slot); per streamed layer, their host copies and the slot rows
+	 * layer's tensors (wb_dev, tensor si's at wb_voff[si], wb_slot bytes
+	 * a slot); per streamed layer, their host copies and the slot rows
 	 * (wb_host, wb_layer bytes a layer: the values as on the device,
-	 * then the rows, sl's at wb_slot + wb_ioff[sl]), scattered into the
+	 * then the rows, si's at wb_slot + wb_ioff[si]), scattered into the
 	 * host copy once the step's copies are done; wb_k: the slots per
 	 * column of each gathered tensor (0: none), host memory */
 	void *wb_dev, *wb_host;
 	size_t wb_slot, wb_layer;
-	size_t wb_voff[TACO_L_COUNT], wb_ioff[TACO_L_COUNT];
-	int *wb_k;
+	size_t *wb_voff, *wb_ioff;
+	int *wb_k; /* [stream layers * taco_stream_count] */
 	int slot_layer[TACO_RING_SLOTS];
 	int slot_dirty[TACO_RING_SLOTS];
 	uint64_t slot_ticket[TACO_RING_SLOTS];
@@ -209,17 +210,23 @@ int taco_stream_first(const taco_model *m);
 /* Whether tensor t lives in host memory under m->sched. */
 int taco_tensor_wants_host(const taco_model *m, const taco_tensor *t);
 
-/* The ring's layout for the last `stream` layers: each slot's offset in
- * off[] and the bytes of one slot (0: nothing streamed). */
-size_t taco_ring_layout(const taco_model *m, int stream,
-			size_t off[TACO_L_COUNT]);
+/* A layer's tensors as streaming walks them: its slots (TACO_L_COUNT),
+ * then a mixture of experts' tensors (E * TACO_X_COUNT). The count of
+ * stream indices, and layer l's tensor at index si (-1: none). */
+int taco_stream_count(const taco_model *m);
+int taco_stream_tensor(const taco_model *m, int l, int si);
+
+/* The ring's layout for the last `stream` layers: each stream index's
+ * offset in off[] (taco_stream_count) and the bytes of one slot (0:
+ * nothing streamed). */
+size_t taco_ring_layout(const taco_model *m, int stream, size_t *off);
 
 /* The write-back's layout for the last `stream` layers (sizes for k up to
  * TACO_MAX_SLOTS): the values' offsets in voff[] and their bytes per slot
  * in *slot, the rows' offsets in ioff[] and the values and rows of one
  * layer in *layer. */
-void taco_wb_layout(const taco_model *m, int stream, size_t voff[TACO_L_COUNT],
-		    size_t ioff[TACO_L_COUNT], size_t *slot, size_t *layer);
+void taco_wb_layout(const taco_model *m, int stream, size_t *voff, size_t *ioff,
+		    size_t *slot, size_t *layer);
 
 /* The shape m's step buffers take for a B x T batch (m->sched). */
 void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s);

@@ -100,8 +100,7 @@ static int next_setting(const taco_job *job, const taco_model *shapes,
 static int may_stream(const taco_job *job, const taco_model *shapes)
 {
 	return job->weights == TACO_WEIGHTS_AUTO && job->grad_accum == 1 &&
-	       !job->optim.all_adamw && job->activation_checkpointing &&
-	       shapes->cfg.experts == 0;
+	       !job->optim.all_adamw && job->activation_checkpointing;
 }
 
 /* What a mixture of experts cannot run yet (model_work.c refuses the same
@@ -117,12 +116,6 @@ static int moe_refusal(const taco_job *job, const taco_config *cfg,
 				    taco_arch_name(cfg->arch));
 	if (cfg->experts <= 0)
 		return 0;
-	if (job->weights == TACO_WEIGHTS_HOST)
-		return taco_err_set(err, -ENOTSUP,
-				    "weights: host: streamed weights are not "
-				    "supported yet for a mixture of experts "
-				    "(%s)",
-				    taco_arch_name(cfg->arch));
 	if (job->gpus > 1)
 		return taco_err_set(err, -ENOTSUP,
 				    "gpus: %d: data parallel is not supported "
