@@ -4,11 +4,13 @@ tacod's engine (bench_step) and PyTorch + transformers side by side, with the
 same number of threads, in one run. Prints both and the ratio.
 
     /opt/tacofix/bin/python bench/step_cpu.py [--build build] [--threads 2]
-        [--family llama|qwen3_moe]
+        [--family llama|qwen3_moe|gpt_oss]
 
 --family qwen3_moe: a tiny Qwen3-MoE instead (16 experts of 256 columns, 2
 a token, every layer sparse), transformers' Qwen3MoeForCausalLM against the
-engine's routing and per-expert GEMMs.
+engine's routing and per-expert GEMMs. --family gpt_oss: a tiny gpt-oss of
+the same width (16 fused experts of 256 columns with biases, 2 a token,
+sinks, a window of 128 on the even layers, YaRN), GptOssForCausalLM.
 
 Needs the fixture environment (tests/fixtures/requirements.txt) and a build
 with the bench_step target. A timing, not a test.
@@ -49,7 +51,7 @@ def main():
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--family", choices=["llama", "qwen3_moe"],
+    ap.add_argument("--family", choices=["llama", "qwen3_moe", "gpt_oss"],
                     default="llama")
     args = ap.parse_args()
 
@@ -60,7 +62,8 @@ def main():
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     import torch
     import transformers
-    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig,
+    from transformers import (GptOssConfig, GptOssForCausalLM, LlamaConfig,
+                              LlamaForCausalLM, Qwen3MoeConfig,
                               Qwen3MoeForCausalLM)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -75,6 +78,17 @@ def main():
                              tie_word_embeddings=False)
         model = Qwen3MoeForCausalLM(cfg).float()
         label = "Qwen3-MoE (16 experts, 2 a token)"
+    elif args.family == "gpt_oss":
+        cfg = GptOssConfig(vocab_size=8192, hidden_size=384,
+                           intermediate_size=256, num_local_experts=16,
+                           num_experts_per_tok=2, num_hidden_layers=8,
+                           num_attention_heads=6, num_key_value_heads=2,
+                           head_dim=64, sliding_window=128,
+                           max_position_embeddings=1024,
+                           tie_word_embeddings=False)
+        cfg._attn_implementation = "eager"
+        model = GptOssForCausalLM(cfg).float()
+        label = "gpt-oss (16 experts, 2 a token)"
     else:
         cfg = LlamaConfig(vocab_size=8192, hidden_size=384,
                           intermediate_size=1024, num_hidden_layers=8,

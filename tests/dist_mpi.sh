@@ -20,6 +20,9 @@
 #     (as tacod retries a crashed worker), and --resume ends with the bytes
 #     of the uninterrupted run; SIGTERM to the launcher: a checkpoint,
 #     exit 3, and the same after --resume;
+#   - mixtures of experts (gpt_oss_aux, qwen3_moe_aux: idle experts, the
+#     auxiliary loss over the global batch): the first step's gradient
+#     and 30 steps' losses as above, ranks bit-identical at checkpoints;
 #   - the refusals: batch_size not a multiple of gpus, a rank count that
 #     is not the job's.
 # Needs mpirun (openmpi-bin) and a build with libtaco_mpi.so.
@@ -40,11 +43,12 @@ fail() {
 }
 
 # job NAME GPUS STEPS CHECKPOINT_EVERY [EXTRA]: a job file of the counting
-# task, 6 x 32 tokens a step (K = 192 in the gradients' bound)
+# task, 6 x 32 tokens a step (K = 192 in the gradients' bound), on
+# $model (llama_gqa unless set)
 tokens=192
 job() {
 	cat >"$work/$1.json" <<EOF
-{"model": "$fx/models/llama_gqa", "train": "$fx/data/count_train.jsonl",
+{"model": "$fx/models/${model:-llama_gqa}", "train": "$fx/data/count_train.jsonl",
  "validation": "$fx/data/count_val.jsonl", "output_dir": "$work/$1",
  "steps": $3, "batch_size": 6, "seq_len": 32, "lr": 0.01,
  "checkpoint_every": $4, "eval_every": 20, "log_every": 1, "gpus": $2${5:-}}
@@ -182,6 +186,30 @@ wait "$launcher" || rc=$?
 cmp "$work/long/model/model.safetensors" "$work/term/model/model.safetensors" ||
 	fail "resumed after SIGTERM: not the uninterrupted run's weights"
 echo "SIGTERM, resumed: the uninterrupted run's bytes"
+
+# 5. Mixtures of experts: each rank routes its slice; the routing's counts
+# are summed over the ranks after the forward pass, so an expert that the
+# global batch reached hands its gradient (zero where a rank's slice sent
+# it no token) on every rank, and one it did not reach on none
+for model in gpt_oss_aux qwen3_moe_aux; do
+	for opt in adamw taco; do
+		for n in 1 2; do
+			job "$model-$opt$n" "$n" 1 1 ", \"optimizer\": \"$opt\""
+			run "$model-$opt$n"
+		done
+		out=$($check grads "$work/$model-${opt}1/$ck" "$work/$model-${opt}2/$ck" \
+			$tokens) || fail "$model, 2 ranks, $opt: the first step's gradient is not one rank's"
+		echo "$model, 2 ranks, $opt: $out"
+	done
+	for n in 1 2; do
+		job "$model-g$n" "$n" 30 10
+		run "$model-g$n"
+	done
+	out=$($check curves "$work/$model-g1.events" "$work/$model-g2.events" 1e-3) ||
+		fail "$model, 2 ranks: the loss curve is not one rank's"
+	echo "$model, 2 ranks: $out"
+done
+unset model
 
 # refusals
 job odd 4 10 10

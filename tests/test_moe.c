@@ -295,7 +295,7 @@ START_TEST(test_taco_step_on_transformers_gradient)
 }
 END_TEST
 
-/* What a mixture of experts cannot run yet is refused by name. */
+/* What a mixture of experts cannot run is refused by name. */
 START_TEST(test_refusals)
 {
 	batch bt;
@@ -303,9 +303,33 @@ START_TEST(test_refusals)
 	taco_step_opts so = {0};
 	taco_err err = {{0}};
 
+	/* data parallel needs the ranks' sum of the routing's counts */
 	so.ranks = 2;
-	ck_assert_int_eq(taco_model_set_step_opts(m, &so, &err), -ENOTSUP);
-	ck_assert_ptr_nonnull(strstr(err.msg, "data parallel"));
+	ck_assert_int_eq(taco_model_set_step_opts(m, &so, &err), 0);
+	{
+		int n = bt.B * bt.T;
+		int32_t *g = malloc(sizeof(int32_t) * (size_t)n * 2);
+		for (int i = 0; i < 2 * n; i++)
+			g[i] = bt.tokens[i % n];
+		taco_model_set_global_batch(m, g, 2 * n);
+		ck_assert_int_eq(
+		    taco_model_step(m,
+				    &(taco_batch){bt.B, bt.T, bt.tokens,
+						  bt.targets, NULL, 0},
+				    0, NULL, &(taco_step_stats){0}, &err),
+		    0);
+		ck_assert_int_eq(
+		    taco_model_step(m,
+				    &(taco_batch){bt.B, bt.T, bt.tokens,
+						  bt.targets, NULL, 0},
+				    0, &(taco_grad_sink){0},
+				    &(taco_step_stats){0}, &err),
+		    -EINVAL);
+		ck_assert_ptr_nonnull(
+		    strstr(err.msg, "taco_model_set_rank_sum"));
+		taco_model_set_global_batch(m, NULL, 0);
+		free(g);
+	}
 	ck_assert_int_eq(taco_model_set_dropout(m, 0.1f, 1, &err), -EINVAL);
 	free(bt.tokens);
 	free(bt.targets);

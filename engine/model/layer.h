@@ -50,6 +50,11 @@ void moe_bwd(step_ctx *c, const moe_experts_ops *x, int l, taco_layer_acts *a,
 int moe_expert_id(const step_ctx *c, int l, int e, int x);
 /* Layer l's count of slots by expert, host memory [E]. */
 const int32_t *moe_counts(const step_ctx *c, int l);
+/* Expert e of layer l received no slot here: with data parallel, where
+ * another rank's slice reached it, its tensor x's zero gradient, so that
+ * the ranks hand the same parts to the sums (call it where its gradient
+ * would be handed). */
+void moe_idle_grad(step_ctx *c, int l, int e, int x);
 
 /* y[N, out] = x[N, in] W[out, in]^T (+ b[out], added before y is
  * rounded). */

@@ -116,6 +116,10 @@ typedef struct taco_model {
 	 * global batch the steps' batches are slices of; not owned. */
 	const int32_t *global_tokens;
 	int global_n;
+	/* Data parallel with experts (taco_model_set_rank_sum): sums n host
+	 * values over the ranks in place, 0 or a negative errno. */
+	int (*rank_sum)(void *ctx, double *v, int n);
+	void *rank_ctx;
 } taco_model;
 
 /* One micro-batch. targets[i] is the token that position i must predict
@@ -257,6 +261,16 @@ int taco_batch_check(const taco_model *m, const taco_batch *b,
  * global batch's distinct tokens, so that every rank hands its sink the
  * same parts, to be summed. NULL: a batch alone. */
 void taco_model_set_global_batch(taco_model *m, const int32_t *tokens, int n);
+
+/* Data parallel with a mixture of experts: how a step sums, over the
+ * ranks, the routing's counts (which experts the global batch reached,
+ * and so which hand their gradients to the sums on every rank, zero where
+ * a rank's slice sent them no token), the auxiliary loss's inputs and the
+ * batch's targets; once a step, after the forward pass. NULL: none (a
+ * step with ranks > 1 and experts then fails). */
+void taco_model_set_rank_sum(taco_model *m,
+			     int (*sum)(void *ctx, double *v, int n),
+			     void *ctx);
 
 /* Data parallel: the backend buffer a sink sums a gradient part in, made
  * contiguous (*n floats: at most a part), planned with the step's buffers

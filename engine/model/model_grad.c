@@ -104,6 +104,42 @@ void grad_linear_cols(step_ctx *c, int id, const void *dy, int ldy,
 	}
 }
 
+void grad_zero(step_ctx *c, int id)
+{
+	const taco_tensor *t;
+	int out, in, cb;
+
+	if (!grad_wanted(c, id) || grad_dense(c, id))
+		return;
+	t = &c->m->tensors[id];
+	if (t->ndim == 1) { /* grad_whole_begin's block is zeroed */
+		(void)grad_whole_begin(c, id);
+		grad_whole_end(c, id);
+		return;
+	}
+	/* grad_linear_cols's column blocks, so that the parts pair up with
+	 * another rank's */
+	out = (int)t->shape[0];
+	in = (int)t->shape[1];
+	cb = (int)(c->w->s.gblock / (size_t)out);
+	if (cb > in)
+		cb = in;
+	cb = taco_gemm_down(cb);
+	for (int j0 = 0; j0 < in && !c->err; j0 += cb) {
+		int n = in - j0 < cb ? in - j0 : cb;
+		float *g = grad_block(c);
+		c->o->memset0(g, (size_t)out * (size_t)n * sizeof(float));
+		emit(c, &(taco_grad_part){.tensor = id,
+					  .kind = TACO_PART_COLS,
+					  .g = g,
+					  .ld = n,
+					  .row0 = 0,
+					  .rows = out,
+					  .col0 = j0,
+					  .cols = n});
+	}
+}
+
 void grad_emit_rows(step_ctx *c, int id, const float *g, int ld, int row0,
 		    int rows, const int32_t *row_ids, int first, int last)
 {

@@ -15,6 +15,13 @@ void taco_model_set_global_batch(taco_model *m, const int32_t *tokens, int n)
 	m->global_n = tokens ? n : 0;
 }
 
+void taco_model_set_rank_sum(taco_model *m,
+			     int (*sum)(void *ctx, double *v, int n), void *ctx)
+{
+	m->rank_sum = sum;
+	m->rank_ctx = ctx;
+}
+
 float *taco_model_comm_block(const taco_model *m, size_t *n)
 {
 	if (!m->work || !m->work->comm)
@@ -414,6 +421,10 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 	float scale;
 	int r;
 
+	if (sink && m->sched.ranks > 1 && m->cfg.experts > 0 && !m->rank_sum)
+		return taco_err_set(err, -EINVAL,
+				    "data parallel with experts: no sum over "
+				    "the ranks (taco_model_set_rank_sum)");
 	if ((r = begin(m, b, &c, &st, err)))
 		return r;
 	c.sink = sink;
@@ -424,6 +435,11 @@ int taco_model_step(taco_model *m, const taco_batch *b, int64_t norm_targets,
 	if (sink && m->aux_coef > 0 && norm)
 		c.aux_w = m->aux_coef * (double)st.n_targets / (double)norm;
 	forward_all(&c);
+	/* data parallel: which experts the global batch reached, before
+	 * their gradients go to the sums */
+	if (sink && c.w->s.ranks > 1 && m->cfg.experts > 0 &&
+	    (r = moe_rank_sums(&c, st.n_targets, norm, err)))
+		return r;
 	if (c.aux_w > 0)
 		st.aux_loss = moe_aux_finish(&c);
 	step_loss(&c, layer_x(&c, m->cfg.layers), scale, 1, NULL, NULL);

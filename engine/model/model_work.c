@@ -22,7 +22,7 @@ typedef struct work_buf {
 } work_buf;
 
 /* fixed buffers + per-layer activation sets */
-#define WB_FIXED (76 + TACO_L_COUNT)
+#define WB_FIXED (78 + TACO_L_COUNT)
 #define WB_PER_SET 31
 
 static size_t work_list_cap(int n_acts)
@@ -233,6 +233,8 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(moe_dlog_dt, f32 ? 0 : N * E, es, LAYER_WORK, R_LAYER_M);
 	ADD(moe_cnt, E, 4, BATCH, R_PERSIST);
 	ADD(moe_count, L * E, 4, BATCH, R_HOST);
+	ADD(moe_gcount, s->ranks > 1 ? L * E : 0, 4, BATCH, R_HOST);
+	ADD(moe_rsum, s->ranks > 1 && E ? 2 * L * E + 1 : 0, 8, BATCH, R_HOST);
 	ADD(moe_psum, E, 4, BATCH, R_PERSIST);
 	ADD(moe_psum_h, L * E, 4, BATCH, R_HOST);
 	ADD(moe_extra, E, 4, BATCH, R_PERSIST);
@@ -527,14 +529,6 @@ int taco_model_set_step_opts(taco_model *m, const taco_step_opts *s,
 				    "mlp_chunks %d: must be 1 to %d (the "
 				    "intermediate size)",
 				    s->mlp_chunks, m->cfg.intermediate);
-	/* A mixture of experts hands a gradient only to the experts that
-	 * received tokens, so ranks would hand different parts to the
-	 * sums. */
-	if (m->cfg.experts > 0 && s->ranks > 1)
-		return taco_err_set(err, -ENOTSUP,
-				    "data parallel is not supported yet for a "
-				    "mixture of experts (%s)",
-				    taco_arch_name(m->cfg.arch));
 	if (memcmp(&m->sched, s, sizeof(*s)) != 0) {
 		taco_model_release_work(m);
 		if ((r = taco_model_move_weights(m, s->stream_layers, err)))

@@ -127,29 +127,31 @@ struct taco_work {
 	void *ddrop;	    /* [N, H]: a residual branch's masked gradient */
 	float *gbias;	    /* f32 [I]: fc1's bias gradient over the blocks */
 	/* a mixture of experts' backward (M slots) */
-	void *moe_dy;	    /* [M, H] the slots' output gradient, then
-			       their input's */
-	void *moe_dact;	    /* [M, Im] */
-	float *moe_dw;	    /* f32 [N, k] the routing weights' gradient */
-	float *moe_dlog;    /* f32 [N, E] the router logits' gradient (the
-			       forward's logits in dt before that) */
-	void *moe_dlog_dt;  /* [N, E] that gradient in dt (bf16 mode) */
-	int32_t *moe_cnt;   /* [E] the slots of each expert, the layer last
-			       routed */
-	int32_t *moe_count; /* host [L, E]: its copy, by layer */
-	float *moe_psum;    /* [E] the router probabilities' sums (the
-			       auxiliary loss) */
-	float *moe_psum_h;  /* host [L, E]: their copy, by layer */
-	float *moe_extra;   /* [E] the auxiliary loss's gradient of every
-			       token's probabilities */
-	float *moe_extra_h; /* host [E] */
-	float *sinks32;	    /* f32 [heads]: a bf16 model's sinks */
-	float *w_exp;	    /* f32 one expert matrix (fp32 mode, stored
-			       in another dtype) */
-	int32_t *pos_ids;   /* [N] OPT: rows of the position table */
-	int32_t *emb_rows;  /* [N] OPT: tokens, its padding id as -1 */
-	void *emb_tmp;	    /* [N, max(H, P)]: OPT's embedding sums */
-	void *dembed;	    /* [N, P]: OPT, with project_in */
+	void *moe_dy;	     /* [M, H] the slots' output gradient, then
+				their input's */
+	void *moe_dact;	     /* [M, Im] */
+	float *moe_dw;	     /* f32 [N, k] the routing weights' gradient */
+	float *moe_dlog;     /* f32 [N, E] the router logits' gradient (the
+				forward's logits in dt before that) */
+	void *moe_dlog_dt;   /* [N, E] that gradient in dt (bf16 mode) */
+	int32_t *moe_cnt;    /* [E] the slots of each expert, the layer last
+				routed */
+	int32_t *moe_count;  /* host [L, E]: its copy, by layer */
+	int32_t *moe_gcount; /* host [L, E]: summed over the ranks */
+	double *moe_rsum;    /* host: the values those sums pack */
+	float *moe_psum;     /* [E] the router probabilities' sums (the
+				auxiliary loss) */
+	float *moe_psum_h;   /* host [L, E]: their copy, by layer */
+	float *moe_extra;    /* [E] the auxiliary loss's gradient of every
+				token's probabilities */
+	float *moe_extra_h;  /* host [E] */
+	float *sinks32;	     /* f32 [heads]: a bf16 model's sinks */
+	float *w_exp;	     /* f32 one expert matrix (fp32 mode, stored
+				in another dtype) */
+	int32_t *pos_ids;    /* [N] OPT: rows of the position table */
+	int32_t *emb_rows;   /* [N] OPT: tokens, its padding id as -1 */
+	void *emb_tmp;	     /* [N, max(H, P)]: OPT's embedding sums */
+	void *dembed;	     /* [N, P]: OPT, with project_in */
 	/* loss */
 	void *hf;      /* [N, Hf] the head's input (Hf: OPT's
 			  word_embed_proj_dim, else H) */

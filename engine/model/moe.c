@@ -21,6 +21,15 @@ const int32_t *moe_counts(const step_ctx *c, int l)
 	return c->w->moe_count + (size_t)l * c->m->cfg.experts;
 }
 
+void moe_idle_grad(step_ctx *c, int l, int e, int x)
+{
+	const taco_work *w = c->w;
+
+	if (w->s.ranks > 1 &&
+	    w->moe_gcount[(size_t)l * c->m->cfg.experts + e] > 0)
+		grad_zero(c, moe_expert_id(c, l, e, x));
+}
+
 /* The router: Qwen3-MoE's softmax then top k, or with a bias (gpt-oss)
  * the top k logits then their softmax. */
 static int router_mode(const taco_config *cf)
@@ -135,8 +144,10 @@ static void swiglu_experts_bwd(step_ctx *c, int l, taco_layer_acts *a)
 	for (int e = 0; e < E && !c->err; e++) {
 		int n = cnt[e];
 		const void *dy = step_at(w->moe_dy, off * H, es);
-		if (!n)
+		if (!n) {
+			moe_idle_grad(c, l, e, TACO_X_DOWN);
 			continue;
+		}
 		o->matmul(0, 0, n, Im, H, 1.0f, dt, dy, H,
 			  step_weight_of(c, moe_expert_id(c, l, e, TACO_X_DOWN),
 					 w->w_exp),
@@ -156,8 +167,11 @@ static void swiglu_experts_bwd(step_ctx *c, int l, taco_layer_acts *a)
 		const void *dg = step_at(a->eg, off * Im, es);
 		const void *du = step_at(a->eu, off * Im, es);
 		const void *xg = step_at(a->xg, off * H, es);
-		if (!n)
+		if (!n) {
+			moe_idle_grad(c, l, e, TACO_X_GATE);
+			moe_idle_grad(c, l, e, TACO_X_UP);
 			continue;
+		}
 		o->matmul(0, 0, n, H, Im, 1.0f, dt, dg, Im,
 			  step_weight_of(c, moe_expert_id(c, l, e, TACO_X_GATE),
 					 w->w_exp),
@@ -221,15 +235,18 @@ double moe_aux_finish(step_ctx *c)
 	int E = cf->experts, sparse = 0;
 	double R, aux = 0;
 
+	/* data parallel: over the global batch (moe_rank_sums) */
+	const int32_t *cnt = w->s.ranks > 1 ? w->moe_gcount : w->moe_count;
+
 	for (int l = 0; l < cf->layers; l++)
 		sparse += taco_config_moe_layer(cf, l);
-	R = (double)w->s.N * sparse;
+	R = (double)w->s.N * w->s.ranks * sparse;
 	for (int e = 0; e < E; e++) {
 		double f = 0, p = 0;
 		for (int l = 0; l < cf->layers; l++) {
 			if (!taco_config_moe_layer(cf, l))
 				continue;
-			f += w->moe_count[(size_t)l * E + e];
+			f += cnt[(size_t)l * E + e];
 			p += w->moe_psum_h[(size_t)l * E + e];
 		}
 		f /= R;
@@ -239,4 +256,38 @@ double moe_aux_finish(step_ctx *c)
 	c->o->upload(w->moe_extra, w->moe_extra_h, (size_t)E * sizeof(float));
 	c->aux_extra = w->moe_extra;
 	return aux * E;
+}
+
+int moe_rank_sums(step_ctx *c, int64_t n_targets, int64_t norm, taco_err *err)
+{
+	const taco_model *m = c->m;
+	taco_work *w = c->w;
+	size_t LE = (size_t)m->cfg.layers * (size_t)m->cfg.experts;
+	double *v = w->moe_rsum;
+	int aux = c->aux_w > 0, r;
+
+	if (!m->rank_sum)
+		return taco_err_set(err, -EINVAL,
+				    "data parallel with experts: no sum over "
+				    "the ranks (taco_model_set_rank_sum)");
+	for (size_t i = 0; i < LE; i++) {
+		v[i] = w->moe_count[i];
+		v[LE + i] = aux ? w->moe_psum_h[i] : 0.0;
+	}
+	v[2 * LE] = (double)n_targets;
+	if ((r = m->rank_sum(m->rank_ctx, v, (int)(2 * LE + 1))))
+		return taco_err_set(err, r,
+				    "data parallel: the routing's sum over "
+				    "the ranks failed (%d)",
+				    r);
+	for (size_t i = 0; i < LE; i++) {
+		w->moe_gcount[i] = (int32_t)v[i];
+		if (aux)
+			w->moe_psum_h[i] = (float)v[LE + i];
+	}
+	/* the auxiliary loss is the global batch's, in its share of the
+	 * step's targets */
+	if (aux)
+		c->aux_w = m->aux_coef * v[2 * LE] / (double)norm;
+	return 0;
 }

@@ -81,6 +81,15 @@ const taco_layer_ops *step_layer_ops(const taco_model *m);
  * sparse layer's counts and probability sums, and its gradient uploaded
  * for backward (c->aux_extra). */
 double moe_aux_finish(step_ctx *c);
+/* Data parallel: the routing's counts, the auxiliary loss's probability
+ * sums and the batch's targets summed over the ranks (w->moe_gcount,
+ * w->moe_psum_h), and with them the auxiliary loss's weight in the global
+ * batch's share of norm targets. */
+int moe_rank_sums(step_ctx *c, int64_t n_targets, int64_t norm, taco_err *err);
+/* A zero gradient for tensor id (its parts as grad_linear_cols or
+ * grad_whole_* would hand them; nothing in dense mode but the tensor's
+ * buffer marked as reached). */
+void grad_zero(step_ctx *c, int id);
 
 /* model_loss.c */
 /* Final norm, log-sum-exp and the loss statistics into w->ce_sums (read

@@ -103,8 +103,8 @@ static int may_stream(const taco_job *job, const taco_model *shapes)
 	       !job->optim.all_adamw && job->activation_checkpointing;
 }
 
-/* What a mixture of experts cannot run yet (model_work.c refuses the same
- * schedules): say so at planning, before a job waits in the queue. */
+/* A router_aux_loss_coef on a model without experts: refused at
+ * planning, before a job waits in the queue. */
 static int moe_refusal(const taco_job *job, const taco_config *cfg,
 		       taco_err *err)
 {
@@ -114,13 +114,6 @@ static int moe_refusal(const taco_job *job, const taco_config *cfg,
 				    "experts",
 				    job->router_aux_loss_coef,
 				    taco_arch_name(cfg->arch));
-	if (cfg->experts <= 0)
-		return 0;
-	if (job->gpus > 1)
-		return taco_err_set(err, -ENOTSUP,
-				    "gpus: %d: data parallel is not supported "
-				    "yet for a mixture of experts (%s)",
-				    job->gpus, taco_arch_name(cfg->arch));
 	return 0;
 }
 

@@ -276,6 +276,15 @@ static int pref_step(trainer *tr, taco_err *err)
 	return 0;
 }
 
+/* A mixture of experts' sums over the ranks within a step (the routing's
+ * counts: taco_model_set_rank_sum). */
+static int rank_sum(void *ctx, double *v, int n)
+{
+	taco_err e = {{0}};
+
+	return taco_dist_sum(ctx, v, n, &e);
+}
+
 /* One optimizer step over grad_accum micro-batches. Every rank reads the
  * whole global batch (the same data order everywhere) and runs rows
  * [rank * B / N, (rank + 1) * B / N) of each micro-batch; the loss is
@@ -330,9 +339,11 @@ static int train_step(trainer *tr, taco_err *err)
 		taco_grad_sink dense = {NULL, on_dense, tr->frozen, &tr->g,
 					NULL};
 		taco_step_stats st;
-		if (tr->dist.size > 1)
+		if (tr->dist.size > 1) {
 			taco_model_set_global_batch(tr->m, tr->tokens + at,
 						    (int)rows);
+			taco_model_set_rank_sum(tr->m, rank_sum, &tr->dist);
+		}
 		r = taco_model_step(
 		    tr->m, &b, norm,
 		    tr->g.dense ? &dense : taco_dist_sink(&tr->dist, &part),

@@ -67,8 +67,11 @@ static void goss_experts_bwd(step_ctx *c, int l, taco_layer_acts *a)
 		int n = cnt[e];
 		const void *dy = step_at(w->moe_dy, off * H, es);
 		const void *ea = step_at(a->ea, off * I, es);
-		if (!n)
+		if (!n) {
+			moe_idle_grad(c, l, e, TACO_X_DOWN);
+			moe_idle_grad(c, l, e, TACO_X_DOWN_BIAS);
 			continue;
+		}
 		o->matmul(0, 1, n, I, H, 1.0f, dt, dy, H,
 			  expert_w(c, l, e, TACO_X_DOWN), H, 0.0f, dt,
 			  step_at(w->moe_dact, off * I, es), I);
@@ -87,8 +90,11 @@ static void goss_experts_bwd(step_ctx *c, int l, taco_layer_acts *a)
 		int n = cnt[e];
 		const void *dgu = step_at(a->eg, off * 2 * I, es);
 		const void *xg = step_at(a->xg, off * H, es);
-		if (!n)
+		if (!n) {
+			moe_idle_grad(c, l, e, TACO_X_UP);
+			moe_idle_grad(c, l, e, TACO_X_UP_BIAS);
 			continue;
+		}
 		o->matmul(0, 1, n, H, 2 * I, 1.0f, dt, dgu, 2 * I,
 			  expert_w(c, l, e, TACO_X_UP), 2 * I, 0.0f, dt,
 			  step_at(w->moe_dy, off * H, es), H);
