@@ -68,6 +68,27 @@ static void emit(step_ctx *c, const taco_grad_part *p)
 	c->gticket[c->gcur] = c->o->side_end();
 }
 
+/* The columns a block holds of a gradient of out rows. */
+static int cols_per_block(const step_ctx *c, int out, int in)
+{
+	int cb = (int)(c->w->s.gblock / (size_t)out);
+
+	return taco_gemm_down(cb > in ? in : cb);
+}
+
+/* Hands columns [col0, col0 + n) of tensor id, every row, in g. */
+static void emit_cols(step_ctx *c, int id, float *g, int out, int col0, int n)
+{
+	emit(c, &(taco_grad_part){.tensor = id,
+				  .kind = TACO_PART_COLS,
+				  .g = g,
+				  .ld = n,
+				  .row0 = 0,
+				  .rows = out,
+				  .col0 = col0,
+				  .cols = n});
+}
+
 void grad_linear_cols(step_ctx *c, int id, const void *dy, int ldy,
 		      const void *x, int ldx, int N, int out, int in, int col0)
 {
@@ -83,24 +104,14 @@ void grad_linear_cols(step_ctx *c, int id, const void *dy, int ldy,
 			  TK_F32, dense + col0, ld);
 		return;
 	}
-	cb = (int)(c->w->s.gblock / (size_t)out);
-	if (cb > in)
-		cb = in;
-	cb = taco_gemm_down(cb);
+	cb = cols_per_block(c, out, in);
 	for (int j0 = 0; j0 < in && !c->err; j0 += cb) {
 		int n = in - j0 < cb ? in - j0 : cb;
 		float *g = grad_block(c);
 		o->matmul(1, 0, out, n, N, 1.0f, c->dt, dy, ldy,
 			  step_at(x, (size_t)j0, c->es), ldx, 0.0f, TK_F32, g,
 			  n);
-		emit(c, &(taco_grad_part){.tensor = id,
-					  .kind = TACO_PART_COLS,
-					  .g = g,
-					  .ld = n,
-					  .row0 = 0,
-					  .rows = out,
-					  .col0 = col0 + j0,
-					  .cols = n});
+		emit_cols(c, id, g, out, col0 + j0, n);
 	}
 }
 
@@ -121,22 +132,12 @@ void grad_zero(step_ctx *c, int id)
 	 * another rank's */
 	out = (int)t->shape[0];
 	in = (int)t->shape[1];
-	cb = (int)(c->w->s.gblock / (size_t)out);
-	if (cb > in)
-		cb = in;
-	cb = taco_gemm_down(cb);
+	cb = cols_per_block(c, out, in);
 	for (int j0 = 0; j0 < in && !c->err; j0 += cb) {
 		int n = in - j0 < cb ? in - j0 : cb;
 		float *g = grad_block(c);
 		c->o->memset0(g, (size_t)out * (size_t)n * sizeof(float));
-		emit(c, &(taco_grad_part){.tensor = id,
-					  .kind = TACO_PART_COLS,
-					  .g = g,
-					  .ld = n,
-					  .row0 = 0,
-					  .rows = out,
-					  .col0 = j0,
-					  .cols = n});
+		emit_cols(c, id, g, out, j0, n);
 	}
 }
 
