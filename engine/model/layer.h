@@ -46,6 +46,15 @@ void moe_fwd(step_ctx *c, const moe_experts_ops *x, int l, taco_layer_acts *a,
 void moe_bwd(step_ctx *c, const moe_experts_ops *x, int l, taco_layer_acts *a,
 	     const void *W[TACO_L_COUNT], const void *in, const void *dout,
 	     void *din);
+/* A decoder layer of the Llama family's attention (llama_attn_*) and a
+ * mixture of experts x for its MLP (Qwen3-MoE's sparse layers, gpt-oss's
+ * every layer), as taco_layer_ops' three calls; the recompute stops at
+ * ln2, since moe_bwd routes again. */
+void moe_layer_fwd(step_ctx *c, const moe_experts_ops *x, int l, const void *in,
+		   void *out);
+void moe_layer_recompute(step_ctx *c, int l, const void *in);
+void moe_layer_bwd(step_ctx *c, const moe_experts_ops *x, int l,
+		   const void *in);
 /* Expert e of layer l's tensor x (TACO_X_*), -1 if none. */
 int moe_expert_id(const step_ctx *c, int l, int e, int x);
 /* Layer l's count of slots by expert, host memory [E]. */

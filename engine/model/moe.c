@@ -291,3 +291,33 @@ int moe_rank_sums(step_ctx *c, int64_t n_targets, int64_t norm, taco_err *err)
 		c->aux_w = m->aux_coef * v[2 * LE] / (double)norm;
 	return 0;
 }
+
+void moe_layer_fwd(step_ctx *c, const moe_experts_ops *x, int l, const void *in,
+		   void *out)
+{
+	taco_layer_acts *a = lp_acts(c, l);
+	const void *W[TACO_L_COUNT];
+
+	lp_weights(c, l, W);
+	llama_attn_fwd(c, l, in, a, W);
+	moe_fwd(c, x, l, a, W, a->ln2, out);
+	c->o->add(c->dt, out, a->x_mid, (size_t)c->w->s.N * c->m->cfg.hidden);
+}
+
+void moe_layer_recompute(step_ctx *c, int l, const void *in)
+{
+	const void *W[TACO_L_COUNT];
+
+	lp_weights(c, l, W);
+	llama_attn_fwd(c, l, in, lp_acts(c, l), W);
+}
+
+void moe_layer_bwd(step_ctx *c, const moe_experts_ops *x, int l, const void *in)
+{
+	taco_layer_acts *a = lp_acts(c, l);
+	const void *W[TACO_L_COUNT];
+
+	lp_weights(c, l, W);
+	moe_bwd(c, x, l, a, W, a->ln2, c->w->dx, c->w->dtmp);
+	llama_attn_bwd(c, l, in, a, W);
+}

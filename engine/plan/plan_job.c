@@ -97,7 +97,7 @@ static int next_setting(const taco_job *job, const taco_model *shapes,
 
 /* Whether admission may stream the weights (weights auto): only where the
  * step updates every matrix from its pieces (job_schema.c's rule). */
-static int may_stream(const taco_job *job, const taco_model *shapes)
+static int may_stream(const taco_job *job)
 {
 	return job->weights == TACO_WEIGHTS_AUTO && job->grad_accum == 1 &&
 	       !job->optim.all_adamw && job->activation_checkpointing;
@@ -175,7 +175,7 @@ int taco_plan_job(const taco_job *job, int backend, uint64_t budget,
 	while (budget && p.total > budget && next_setting(job, shapes, &p, &in))
 		if ((r = taco_plan_compute(shapes, &in, &p, err)))
 			goto out;
-	if (budget && p.total > budget && may_stream(job, shapes)) {
+	if (budget && p.total > budget && may_stream(job)) {
 		in = first;
 		if ((r = fewest_streamed(job, shapes, budget, &in, &p, err)))
 			goto out;

@@ -7,33 +7,13 @@
 
 static void goss_fwd(step_ctx *c, int l, const void *x, void *out)
 {
-	taco_layer_acts *a = lp_acts(c, l);
-	const void *W[TACO_L_COUNT];
-	int N = c->w->s.N, H = c->m->cfg.hidden;
-
-	lp_weights(c, l, W);
-	llama_attn_fwd(c, l, x, a, W);
-	moe_fwd(c, &gpt_oss_experts, l, a, W, a->ln2, out);
-	c->o->add(c->dt, out, a->x_mid, (size_t)N * H);
-}
-
-/* Backward's recompute stops at ln2: moe_bwd routes again. */
-static void goss_recompute(step_ctx *c, int l, const void *x)
-{
-	const void *W[TACO_L_COUNT];
-
-	lp_weights(c, l, W);
-	llama_attn_fwd(c, l, x, lp_acts(c, l), W);
+	moe_layer_fwd(c, &gpt_oss_experts, l, x, out);
 }
 
 static void goss_bwd(step_ctx *c, int l, const void *x)
 {
-	taco_layer_acts *a = lp_acts(c, l);
-	const void *W[TACO_L_COUNT];
-
-	lp_weights(c, l, W);
-	moe_bwd(c, &gpt_oss_experts, l, a, W, a->ln2, c->w->dx, c->w->dtmp);
-	llama_attn_bwd(c, l, x, a, W);
+	moe_layer_bwd(c, &gpt_oss_experts, l, x);
 }
 
-const taco_layer_ops taco_gpt_oss_layer = {goss_fwd, goss_recompute, goss_bwd};
+const taco_layer_ops taco_gpt_oss_layer = {goss_fwd, moe_layer_recompute,
+					   goss_bwd};
