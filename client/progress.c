@@ -140,6 +140,48 @@ static void progress_print(ctl_progress *p, json_t *ev, json_t *data)
 		draw(p);
 }
 
+/* text of at most n bytes on one line: newlines as spaces, "..." where
+ * cut (at a character boundary) */
+static void one_line(char *out, size_t cap, const char *text, size_t n)
+{
+	size_t len = text ? strlen(text) : 0, i = 0, k = 0;
+
+	if (len > n) {
+		len = n;
+		while (len && ((unsigned char)text[len] & 0xC0) == 0x80)
+			len--;
+	}
+	for (; i < len && k + 4 < cap; i++)
+		out[k++] = text[i] == '\n' || text[i] == '\r' ? ' ' : text[i];
+	if (text && i < strlen(text) && k + 4 < cap) {
+		memcpy(out + k, "...", 3);
+		k += 3;
+	}
+	out[k] = 0;
+}
+
+/* An evaluation's answers (the job's eval_samples): one line each, the
+ * prompt, the answer and, where it differs, the reference. */
+static void samples(ctl_progress *p, json_t *data)
+{
+	json_t *s;
+	size_t i;
+
+	json_array_foreach(json_object_get(data, "samples"), i, s)
+	{
+		char pr[200], an[200], re[200], line[700];
+		int match = json_is_true(json_object_get(s, "match"));
+		one_line(pr, sizeof(pr), ctl_str(s, "prompt"), 60);
+		one_line(an, sizeof(an), ctl_str(s, "answer"), 80);
+		one_line(re, sizeof(re), ctl_str(s, "reference"), 80);
+		snprintf(line, sizeof(line), "    [%s] %s => %s%s%s%s",
+			 match ? "ok" : "--", pr, an,
+			 match ? "" : " (reference: ", match ? "" : re,
+			 match ? "" : ")");
+		print_line(p, line);
+	}
+}
+
 static void evaluation(ctl_progress *p, json_t *ev, json_t *data)
 {
 	char when[32], line[400];
@@ -170,7 +212,15 @@ static void evaluation(ctl_progress *p, json_t *ev, json_t *data)
 			 100 * json_number_value(
 				   json_object_get(data, "mc_accuracy")),
 			 ctl_int(data, "mc_examples"));
+	n = (int)strlen(line);
+	if (json_object_get(data, "val_exact_match") && n < (int)sizeof(line))
+		snprintf(line + n, sizeof(line) - (size_t)n,
+			 ", exact match %.1f%% of %zu",
+			 100 * json_number_value(
+				   json_object_get(data, "val_exact_match")),
+			 json_array_size(json_object_get(data, "samples")));
 	print_line(p, line);
+	samples(p, data);
 }
 
 void ctl_progress_event(ctl_progress *p, json_t *ev)

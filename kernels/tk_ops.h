@@ -22,6 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* attention_decode's largest head dimension. */
+#define TK_ATT_DEC_MAX_HD 512
+
 enum tk_dtype {
 	TK_F32 = 0,
 	TK_BF16 = 1,
@@ -250,6 +253,28 @@ struct tk_ops {
 			      const float *lse, const void *q, const void *k,
 			      const void *v, const int32_t *pos, int B, int T,
 			      int nh, int nkv, int hd, int window, float scale);
+
+	/* Generation's KV cache, one layer's: kc, vc [rows, ctx, nkv * hd]
+	 * (dt), row r's key at position p at (r * ctx + p) * nkv * hd.
+	 * kv_store copies token i's k and v (k, v [n, nkv * hd]) to row
+	 * seq[i], position pos[i] (0 <= pos[i] < ctx). */
+	void (*kv_store)(int dt, void *kc, void *vc, const void *k,
+			 const void *v, const int32_t *seq, const int32_t *pos,
+			 int n, int nkv, int hd, int ctx);
+	/* Attention of n queries against the cache: query i (q [n, nh * hd])
+	 * attends the keys of row seq[i] at positions lo .. pos[i], lo =
+	 * max(0, pos[i] - window + 1) when window > 0, else 0 (what
+	 * attention_fwd gives the same query in its document: the cache
+	 * holds each row's earlier tokens). out [n, nh * hd]; lse (f32)
+	 * [nh, n], attention_fwd's [B = 1, nh, T = n] layout, so that
+	 * attn_sink_fwd (B 1, T n) applies after it. Query head h uses kv
+	 * head h / (nh / nkv). fp32 arithmetic, out rounded once; hd at
+	 * most TK_ATT_DEC_MAX_HD (the engine checks). */
+	void (*attention_decode)(int dt, void *out, float *lse, const void *q,
+				 const void *kc, const void *vc,
+				 const int32_t *seq, const int32_t *pos, int n,
+				 int nh, int nkv, int hd, int ctx, int window,
+				 float scale);
 
 	/* Attention sinks (gpt-oss): sinks (f32 [nh]) a logit per head in
 	 * every query's softmax denominator, taking no value. attn_sink_fwd

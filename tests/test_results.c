@@ -23,7 +23,7 @@
 #define HEADER                                                                 \
 	"step,train_loss,train_accuracy,valid_loss,valid_mean_token_accuracy," \
 	"full_valid_loss,full_valid_mean_token_accuracy,learning_rate,"        \
-	"tokens_per_s,tokens,mem_peak_bytes"
+	"tokens_per_s,tokens,mem_peak_bytes,valid_exact_match"
 
 static char *upload(const char *fixture)
 {
@@ -209,11 +209,19 @@ static int check_csv(const char *csv, size_t len, json_t *events)
 						 "learning_rate",
 						 "tokens_per_s",
 						 "tokens",
-						 "mem_peak_bytes"};
-	static const char *const eval_keys[] = {
-	    NULL,	NULL,
-	    "val_loss", "val_token_accuracy",
-	    "val_loss", "val_token_accuracy"};
+						 "mem_peak_bytes",
+						 NULL};
+	static const char *const eval_keys[] = {NULL,
+						NULL,
+						"val_loss",
+						"val_token_accuracy",
+						"val_loss",
+						"val_token_accuracy",
+						NULL,
+						NULL,
+						NULL,
+						NULL,
+						"val_exact_match"};
 	const char *p = csv, *end = csv + len, *nl;
 	long long last = -1;
 	int rows = 0;
@@ -243,7 +251,7 @@ static int check_csv(const char *csv, size_t len, json_t *events)
 			size_t n;
 			cell++;
 			n = strcspn(cell, ",\n");
-			ck_assert_int_lt(col, 10);
+			ck_assert_int_lt(col, 11);
 			if (train_keys[col])
 				cell_is(cell, n, train, train_keys[col]);
 			else
@@ -251,7 +259,7 @@ static int check_csv(const char *csv, size_t len, json_t *events)
 			cell += n;
 			col++;
 		}
-		ck_assert_int_eq(col, 10);
+		ck_assert_int_eq(col, 11);
 		rows++;
 	}
 	/* and every step with metrics has its row */

@@ -259,7 +259,7 @@
 			stat('Learning rate', 'st-lr'), stat('Tokens/s', 'st-tps'), stat('ETA', 'st-eta'));
 		const mem = el('div', { id: 'job-memory' });
 		const loss = chartBox('chart-loss', 'Loss');
-		const acc = chartBox('chart-acc', 'Validation token accuracy');
+		const acc = chartBox('chart-acc', 'Validation accuracy');
 		const lr = chartBox('chart-lr', 'Learning rate');
 		/* a dpo job's: shown, in place of the token accuracy, once the
 		 * job or its first pair metrics say it is one */
@@ -275,6 +275,11 @@
 		const ggufs = el('div', { id: 'gguf' });
 		const log = el('tbody');
 		const dataPreview = el('section', { class: 'card wide hidden', id: 'job-preview' });
+		/* evaluation's answers (eval_samples): a table an evaluation,
+		 * the newest first and open */
+		const samplesList = el('div', { id: 'samples-list' });
+		const samplesBox = el('section', { class: 'card wide hidden', id: 'job-samples' }, el('h2', {}, 'Evaluation samples'),
+			el('p', { class: 'small muted' }, 'The model\'s greedy answers to the first validation chats at each evaluation, beside the reference answers.'), samplesList);
 		append(clear(main), [head, errs, actErrs, el('div', { class: 'cols' }, el('section', { class: 'card' }, el('h2', {}, 'Job'), info),
 			el('section', { class: 'card' }, el('h2', {}, 'Progress'), stats, el('h3', {}, 'Memory'), mem)),
 		el('p', { class: 'small muted' }, 'Hover a chart for its values; drag across one to zoom into those steps, double-click or Reset zoom to see them all.'),
@@ -284,11 +289,12 @@
 				' — a GGUF button converts that model in tacod; the file is listed here to download.'), ggufs),
 			el('section', { class: 'card wide' }, el('h2', {}, 'Events'), el('div', { class: 'log' },
 				el('table', { id: 'events', class: 'list small' }, el('thead', {}, el('tr', {}, el('th', {}, 'Time'), el('th', {}, 'Level'), el('th', {}, 'Message'))), log)))),
-		dataPreview]);
+		samplesBox, dataPreview]);
 
 		const lossChart = C.lineChart(loss.canvas, [{ label: 'training loss' }, { label: 'validation loss', points: true }], { yTitle: 'cross-entropy' });
 		const accChart = C.lineChart(acc.canvas, [{ label: 'token accuracy', points: true, color: '#16a34a' },
-			{ label: 'multiple-choice accuracy', points: true, color: '#9333ea' }],
+			{ label: 'multiple-choice accuracy', points: true, color: '#9333ea' },
+			{ label: 'exact match', points: true, color: '#2563eb' }],
 		{ yMin: 0, yMax: 1, format: (v) => (100 * v).toFixed(2) + '%' });
 		const lrChart = C.lineChart(lr.canvas, [{ label: 'learning rate', color: '#ea580c' }], { format: (v) => v.toExponential(3) });
 		/* TRL's metrics: the share of pairs whose chosen output gained the
@@ -414,6 +420,19 @@
 			C.add(raccChart, acc, d.step, d[prefix + 'rewards/accuracies']);
 			['chosen', 'rejected', 'margins'].forEach((k, i) => C.add(rewChart, rew + i, d.step, d[prefix + 'rewards/' + k]));
 		}
+		function addSamples(d) {
+			for (const open of samplesList.querySelectorAll('details'))
+				open.open = false;
+			const rows = d.samples.map((s) => el('tr', { class: s.match ? 'match' : 'miss', dataset: { line: String(s.line) } },
+				el('td', { class: 'prompt' }, s.prompt), el('td', { class: 'reference' }, s.reference),
+				el('td', { class: 'answer' }, s.answer), el('td', { class: 'match' }, s.match ? 'yes' : 'no')));
+			const pct = typeof d.val_exact_match === 'number' ? (100 * d.val_exact_match).toFixed(1) + '%' : '–';
+			samplesList.prepend(el('details', { open: true, dataset: { step: String(d.step) } },
+				el('summary', {}, 'step ' + d.step + ': exact match ' + pct),
+				el('table', { class: 'list small samples' }, el('thead', {}, el('tr', {}, el('th', {}, 'Prompt'), el('th', {}, 'Reference'),
+					el('th', {}, 'Answer'), el('th', {}, 'Match'))), el('tbody', {}, rows))));
+			samplesBox.classList.remove('hidden');
+		}
 		function onEvent(ev) {
 			const d = ev.data || {};
 			/* the training file's report: its first chat as rendered */
@@ -428,6 +447,9 @@
 				addPairs(d, 'val_', 1, 3);
 				C.add(accChart, 0, d.step, d.val_token_accuracy);
 				C.add(accChart, 1, d.step, d.mc_accuracy);
+				C.add(accChart, 2, d.step, d.val_exact_match);
+				if (Array.isArray(d.samples) && d.samples.length)
+					addSamples(d);
 			} else if (ev.type === 'metrics' && typeof d.step === 'number') {
 				C.add(lossChart, 0, d.step, d.train_loss);
 				C.add(lrChart, 0, d.step, d.learning_rate);

@@ -38,6 +38,7 @@ static const column columns[] = {
     {"tokens_per_s", 0, "tokens_per_s"},
     {"tokens", 0, "tokens"},
     {"mem_peak_bytes", 0, "mem_peak_bytes"},
+    {"valid_exact_match", 1, "val_exact_match"},
 };
 
 #define N_COLUMNS (sizeof(columns) / sizeof(columns[0]))
@@ -101,7 +102,7 @@ static int put_header(csv *c)
 /* Writes the row of the step gathered so far, if it has any metrics. */
 static int put_row(csv *c)
 {
-	/* 11 cells of at most 24 characters each */
+	/* 12 cells of at most 24 characters each */
 	char line[512], v[32];
 	size_t n;
 

@@ -183,6 +183,12 @@ void taco_data_free(taco_data *d)
 	free(d->off);
 	free(d->tokens);
 	free(d->labels);
+	for (int i = 0; i < d->n_prompts; i++) {
+		free(d->prompts[i].ids);
+		free(d->prompts[i].user);
+		free(d->prompts[i].reference);
+	}
+	free(d->prompts);
 	free(d);
 }
 

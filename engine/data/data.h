@@ -15,6 +15,18 @@
 #define TACO_DATA_MAX_LINE (64u << 20)	/* bytes in one JSONL line */
 #define TACO_DATA_MAX_TOKENS (1u << 20) /* tokens in one example */
 
+/* A chat kept for generation (taco_dataset_opts.keep_prompts): the chat
+ * without its last assistant message, rendered with the generation
+ * prompt, as token ids; the text of its last user message (for people)
+ * and the assistant message's content, the reference answer. */
+typedef struct taco_data_prompt {
+	int32_t *ids;
+	size_t n;
+	char *user;
+	char *reference;
+	int64_t line;
+} taco_data_prompt;
+
 typedef struct taco_data {
 	size_t n;	 /* examples */
 	size_t *off;	 /* [n + 1] offsets into tokens/labels */
@@ -25,6 +37,9 @@ typedef struct taco_data {
 	 * chosen and rejected sequences, the prompt's labels -100, so n is
 	 * even and an epoch's order shuffles pairs, never splitting one. */
 	int pairs;
+	/* the chats kept for generation, in file order */
+	taco_data_prompt *prompts;
+	int n_prompts;
 } taco_data;
 
 /* The position of a run in its data: epoch and index into that epoch's

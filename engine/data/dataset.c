@@ -447,6 +447,102 @@ int taco_ds_render_chat(taco_ds_loader *L, int64_t line, json_t *messages,
 	return 0;
 }
 
+/* A message's text content: a string, or the text parts of a list. */
+static char *content_text(json_t *m)
+{
+	json_t *c = json_object_get(m, "content"), *p;
+	size_t i, n = 0;
+	char *s;
+
+	if (json_is_string(c))
+		return strdup(json_string_value(c));
+	json_array_foreach(c, i, p) n +=
+	    json_string_length(json_object_get(p, "text"));
+	s = malloc(n + 1);
+	if (!s)
+		return NULL;
+	n = 0;
+	json_array_foreach(c, i, p)
+	{
+		json_t *t = json_object_get(p, "text");
+		memcpy(s + n, json_string_value(t) ? json_string_value(t) : "",
+		       json_string_length(t));
+		n += json_string_length(t);
+	}
+	s[n] = 0;
+	return s;
+}
+
+/* Keeps a checked chat (msgs: the template's messages) as a prompt for
+ * generation when it ends in an assistant message with content and no
+ * tool calls, while fewer than keep_prompts are kept. A render that
+ * fails is not kept (the chat's own render reports its problems). */
+static int keep_prompt(taco_ds_loader *L, int64_t line, json_t *msgs,
+		       json_t *tools, taco_err *err)
+{
+	taco_data *d = L->d;
+	size_t n = json_array_size(msgs);
+	json_t *last = json_array_get(msgs, n - 1), *head = NULL, *m;
+	taco_chat_out co = {0};
+	taco_tok_ids ids = {0};
+	taco_data_prompt *p, *grown;
+	char why[256];
+	int r;
+
+	if (d->n_prompts >= L->o->keep_prompts || n < 2 ||
+	    strcmp(json_string_value(json_object_get(last, "role")) ?: "",
+		   "assistant") ||
+	    json_object_get(last, "tool_calls") ||
+	    (!json_is_string(json_object_get(last, "content")) &&
+	     !json_is_array(json_object_get(last, "content"))))
+		return 0;
+	head = json_array();
+	if (!head)
+		return -ENOMEM;
+	for (size_t i = 0; i + 1 < n; i++)
+		json_array_append(head, json_array_get(msgs, i));
+	r = taco_chat_render_text(L->chat, head, tools, 1, &co, why,
+				  sizeof(why), err);
+	if (r == -EINVAL)
+		r = 0;
+	if (r || !co.text)
+		goto out;
+	/* the template writes its special tokens (BOS) itself */
+	if ((r = taco_tok_encode(L->tok, co.text, co.len, 0, &ids, err)))
+		goto out;
+	grown = realloc(d->prompts, (size_t)(d->n_prompts + 1) * sizeof(*p));
+	if (!grown) {
+		r = -ENOMEM;
+		goto out;
+	}
+	d->prompts = grown;
+	p = &d->prompts[d->n_prompts];
+	memset(p, 0, sizeof(*p));
+	p->ids = ids.ids;
+	p->n = ids.n;
+	ids.ids = NULL;
+	p->line = line;
+	p->reference = content_text(last);
+	for (size_t i = n - 1; i-- > 0;)
+		if (!strcmp(json_string_value(json_object_get(
+				(m = json_array_get(msgs, i)), "role"))
+				?: "",
+			    "user")) {
+			p->user = content_text(m);
+			break;
+		}
+	if (!p->user)
+		p->user = strdup("");
+	d->n_prompts++;
+	if (!p->reference || !p->user)
+		r = -ENOMEM;
+out:
+	taco_tok_ids_free(&ids);
+	taco_chat_out_free(&co);
+	json_decref(head);
+	return r;
+}
+
 /* A chat line: {"messages": [...], "tools": [...]?,
  * "parallel_tool_calls": bool?} */
 static int chat_line(taco_ds_loader *L, int64_t line, json_t *root,
@@ -473,6 +569,8 @@ static int chat_line(taco_ds_loader *L, int64_t line, json_t *root,
 		return r < 0 ? r : 0;
 	}
 	r = taco_ds_render_chat(L, line, msgs, tools, L->trained, rd, err);
+	if (!r && rd->len)
+		r = keep_prompt(L, line, msgs, tools, err);
 	json_decref(msgs);
 	if (r || !rd->len)
 		return r;

@@ -74,6 +74,10 @@ typedef struct taco_dataset_opts {
 	 * pair (two examples, their outputs trained only, whatever
 	 * train_on_all says), without it none may be */
 	int method;
+	/* the first keep_prompts chats that end in an assistant message
+	 * with text content, kept as prompts with their reference
+	 * (taco_data.prompts): evaluation's generated answers */
+	int keep_prompts;
 } taco_dataset_opts;
 
 void taco_dataset_defaults(taco_dataset_opts *o);

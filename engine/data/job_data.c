@@ -69,6 +69,9 @@ int taco_job_data_load(const taco_job *job, int vocab, taco_job_data *out,
 	if ((r = taco_dataset_load(job->train, out->tok, &o, &out->train,
 				   &out->train_report, err)))
 		return r;
+	/* the validation chats' first prompts, for evaluation's answers
+	 * (supervised jobs: a DPO line is a pair) */
+	o.keep_prompts = job->method == TACO_METHOD_DPO ? 0 : job->eval_samples;
 	if (job->validation[0] &&
 	    (r = taco_dataset_load(job->validation, out->tok, &o, &out->val,
 				   &out->val_report, err)))

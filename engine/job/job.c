@@ -24,6 +24,7 @@ static void defaults(taco_job *job)
 	job->min_lr_ratio = 0.0;
 	taco_optim_defaults(&job->optim);
 	job->keep_checkpoints = 2;
+	job->eval_samples = TACO_JOB_EVAL_SAMPLES;
 	job->export_shard_bytes = 5000000000ull;
 	job->export_gguf_max_bytes = 1000000000000ull;
 	job->log_every = 1;
@@ -108,4 +109,15 @@ double taco_job_lr(const taco_job *job, int64_t step, int64_t total)
 	if (job->schedule == TACO_SCHED_LINEAR)
 		return floor_lr + (lr - floor_lr) * (1.0 - frac);
 	return floor_lr + (lr - floor_lr) * 0.5 * (1.0 + cos(M_PI * frac));
+}
+
+int taco_job_sample_cache(const taco_job *job, int *rows, int *ctx, int *chunk)
+{
+	int c = job->seq_len < 1024 ? job->seq_len : 1024;
+
+	*rows = job->eval_samples;
+	*ctx = job->seq_len;
+	*chunk = c > *rows ? c : *rows;
+	return job->method != TACO_METHOD_DPO && job->validation[0] &&
+	       job->eval_samples > 0;
 }

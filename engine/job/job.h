@@ -40,6 +40,11 @@ enum taco_weights {
 	TACO_WEIGHTS_HOST, /* every layer streamed from host memory */
 };
 
+/* eval_samples: its default and limit (the answers are generated at
+ * every evaluation, one cache row each). */
+#define TACO_JOB_EVAL_SAMPLES 4
+#define TACO_JOB_MAX_EVAL_SAMPLES 64
+
 typedef struct taco_job {
 	char model[TACO_PATH_MAX];
 	char train[TACO_PATH_MAX];
@@ -59,8 +64,11 @@ typedef struct taco_job {
 	double min_lr_ratio; /* the schedule decays to lr * min_lr_ratio */
 	taco_optim_opts optim;
 	int n_freeze;
-	char **freeze;		  /* tensor-name prefixes */
-	int64_t eval_every;	  /* 0 = at the end only */
+	char **freeze;	    /* tensor-name prefixes */
+	int64_t eval_every; /* 0 = at the end only */
+	/* greedy answers to the first validation prompts at each
+	 * evaluation (0: none) */
+	int eval_samples;
 	int64_t checkpoint_every; /* 0 = on stop signals only */
 	int keep_checkpoints;
 	uint64_t export_shard_bytes;
@@ -80,16 +88,16 @@ typedef struct taco_job {
 	 * 0 off; -1: the config's (router_aux_loss_coef when
 	 * output_router_logits is set, else off, as transformers trains) */
 	double router_aux_loss_coef;
-	int packing;		      /* several examples per sequence */
-	int chat_template;	      /* enum taco_template */
-	char *chat_template_jinja;    /* the job's own template, or NULL */
-	char *chat_template_kwargs;   /* template variables: JSON text, or
-				       * NULL */
+	int packing;		    /* several examples per sequence */
+	int chat_template;	    /* enum taco_template */
+	char *chat_template_jinja;  /* the job's own template, or NULL */
+	char *chat_template_kwargs; /* template variables: JSON text, or
+				     * NULL */
 	/* strftime_now()'s clock, seconds since the epoch: fixed when tacod
 	 * writes the file; 0 = when the job's data is first read */
 	int64_t chat_template_time;
-	int train_on_all;	      /* 0: answers only */
-	int overlength;		      /* enum taco_overlength */
+	int train_on_all;			  /* 0: answers only */
+	int overlength;				  /* enum taco_overlength */
 	char eval_multiple_choice[TACO_PATH_MAX]; /* "" = none */
 	int method;				  /* enum taco_method */
 	double dpo_beta; /* DPO: the reward scale beta */
@@ -123,5 +131,12 @@ double taco_job_lr_auto(const taco_job *job, int hidden);
 int taco_job_resolve_lr(taco_job *job, int hidden);
 
 const char *taco_schedule_name(int schedule);
+
+/* Whether the job generates answers at its evaluations (eval_samples: a
+ * supervised job with a validation set), and then the shape of their
+ * cache: rows (eval_samples), context (seq_len) and the tokens of one
+ * call (a prompt's prefill in calls of at most 1024). The plan counts
+ * that cache, and taco-train allocates it before the first step. */
+int taco_job_sample_cache(const taco_job *job, int *rows, int *ctx, int *chunk);
 
 #endif

@@ -219,6 +219,8 @@ const taco_job_key taco_job_keys[] = {
     {"freeze", REQUEST, TACO_JOB_PREFIXES, AT(freeze)},
     {"seed", DAEMON, TACO_JOB_U64, AT(optim.seed), INTS(0, INT64_MAX)},
     {"eval_every", REQUEST, TACO_JOB_I64, AT(eval_every), INTS(0, 1000000000)},
+    {"eval_samples", REQUEST, TACO_JOB_INT, AT(eval_samples),
+     INTS(0, TACO_JOB_MAX_EVAL_SAMPLES)},
     {"checkpoint_every", REQUEST, TACO_JOB_I64, AT(checkpoint_every),
      INTS(0, 1000000000)},
     {"keep_checkpoints", REQUEST, TACO_JOB_INT, AT(keep_checkpoints),

@@ -1,4 +1,6 @@
 /* layer_parts.c: the pieces the families' layers share (layer.h). */
+#include <math.h>
+
 #include "layer.h"
 
 const taco_layer_ops *step_layer_ops(const taco_model *m)
@@ -33,6 +35,29 @@ void lp_linear_bwd_x(step_ctx *c, void *dx, const void *dy, const void *W,
 {
 	c->o->matmul(0, 0, N, in, out, 1.0f, c->dt, dy, out, W, in, beta, c->dt,
 		     dx, in);
+}
+
+void lp_attention_fwd(step_ctx *c, int l, taco_layer_acts *a, int nh, int nkv,
+		      int hd, int window)
+{
+	const taco_work *w = c->w;
+	float scale = 1.0f / sqrtf((float)hd);
+	size_t es = c->es, at;
+
+	if (!w->s.gen) {
+		c->o->attention_fwd(c->dt, a->att, a->lse, a->q, a->k, a->v,
+				    w->pos, w->s.B, w->s.T, nh, nkv, hd, window,
+				    scale);
+		return;
+	}
+	/* layer l's part of the cache */
+	at = (size_t)l * w->s.rows * w->s.ctx * nkv * hd * es;
+	c->o->kv_store(c->dt, (char *)w->kv_k + at, (char *)w->kv_v + at, a->k,
+		       a->v, w->seq, w->pos, w->s.N, nkv, hd, w->s.ctx);
+	c->o->attention_decode(c->dt, a->att, a->lse, a->q,
+			       (char *)w->kv_k + at, (char *)w->kv_v + at,
+			       w->seq, w->pos, w->s.N, nh, nkv, hd, w->s.ctx,
+			       window, scale);
 }
 
 void lp_weights(step_ctx *c, int l, const void *W[TACO_L_COUNT])

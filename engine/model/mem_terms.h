@@ -21,6 +21,8 @@ enum taco_plan_term {
 	TACO_PLAN_WEIGHT_RING,	  /* slots of streamed layers' weights */
 	TACO_PLAN_GEMM_WORKSPACE, /* BLAS / cuBLASLt workspace */
 	TACO_PLAN_COMM,		  /* data parallel: gradient sums (NCCL) */
+	TACO_PLAN_KV_CACHE,	  /* generation: keys and values of every
+				     layer and sequence */
 	TACO_PLAN_BACKEND_FIXED,  /* CUDA context, library handles */
 	TACO_PLAN_MARGIN,	  /* allocator fragmentation */
 	TACO_PLAN_TERMS

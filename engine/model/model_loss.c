@@ -72,11 +72,11 @@ static void download_logits(step_ctx *c, float *host, int v0, int vc, int r0,
 
 /* x_last [N, hidden] -> hf [N, proj_dim]: the final norm (RMSNorm,
  * LayerNorm, or none: OPT's post-LN) and OPT's project_out. */
-static void final_fwd(step_ctx *c, const void *x_last)
+void step_final_fwd(step_ctx *c, const void *x_last, int N)
 {
 	const taco_model *m = c->m;
 	taco_work *w = c->w;
-	int N = w->s.N, H = m->cfg.hidden, P = m->cfg.proj_dim;
+	int H = m->cfg.hidden, P = m->cfg.proj_dim;
 	void *normed = m->proj_out >= 0 ? w->hn : w->hf;
 
 	if (m->final_norm >= 0)
@@ -132,7 +132,7 @@ void step_loss_lse(step_ctx *c, const void *x_last, float *host_logits,
 	const void *head;
 	tk_ce_rows s = rows_at(c, 0);
 
-	final_fwd(c, x_last);
+	step_final_fwd(c, x_last, N);
 	head = head_weight(c);
 	for (int v0 = 0; v0 < V; v0 += Vc) {
 		int vc = V - v0 < Vc ? V - v0 : Vc;

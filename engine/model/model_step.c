@@ -215,9 +215,7 @@ static void *host_x(step_ctx *c, int l)
 	return step_at(c->w->xs_host, (size_t)l * NH, c->es);
 }
 
-/* The token embedding into x0 [N, hidden]; OPT: through project_in, plus
- * the learned positions. */
-static void embed_fwd(step_ctx *c, void *x0)
+void step_embed_fwd(step_ctx *c, void *x0)
 {
 	const taco_model *m = c->m;
 	taco_work *w = c->w;
@@ -300,7 +298,7 @@ static void forward_all(step_ctx *c)
 	/* layer 0's weights, when streamed, come while the embedding runs */
 	stream_begin(c);
 	stream_prefetch(c, 0);
-	embed_fwd(c, layer_x(c, 0));
+	step_embed_fwd(c, layer_x(c, 0));
 	for (int l = 0; l < cf->layers; l++) {
 		/* the copies of input l - 1 and of layer l's weights */
 		if (w->s.offload || stream_active(c))

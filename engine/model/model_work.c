@@ -22,7 +22,7 @@ typedef struct work_buf {
 } work_buf;
 
 /* fixed buffers + per-layer activation sets */
-#define WB_FIXED (78 + TACO_L_COUNT)
+#define WB_FIXED (83 + TACO_L_COUNT)
 #define WB_PER_SET 31
 
 static size_t work_list_cap(int n_acts)
@@ -35,10 +35,11 @@ static size_t max_sz(size_t a, size_t b)
 	return a > b ? a : b;
 }
 
-void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
+/* The shape of a B x T batch's buffers under schedule sc. */
+static void shape_of(const taco_model *m, const taco_step_opts *sc, int B,
+		     int T, taco_work_shape *s)
 {
 	const taco_config *c = &m->cfg;
-	const taco_step_opts *sc = &m->sched;
 	size_t need = 1, largest = 1, g, le;
 	int chunks;
 
@@ -104,6 +105,30 @@ void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
 		s->Nc = 1;
 }
 
+void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s)
+{
+	shape_of(m, &m->sched, B, T, s);
+}
+
+void taco_gen_shape_of(const taco_model *m, int rows, int ctx, int chunk,
+		       taco_work_shape *s)
+{
+	/* the schedule's MLP blocks and streamed layers; what only training
+	 * has (kept or offloaded activations, preference buffers, ranks,
+	 * overlapped updates) off */
+	taco_step_opts sc = m->sched;
+
+	sc.keep_activations = 0;
+	sc.offload = 0;
+	sc.pref = 0;
+	sc.ranks = 1;
+	sc.overlap = 0;
+	shape_of(m, &sc, 1, chunk, s);
+	s->gen = 1;
+	s->rows = rows;
+	s->ctx = ctx;
+}
+
 /* Elements of the fp32 scratch of the tensors outside the layers used one
  * at a time (positions, projections, the final norm's bias): the largest
  * stored in another dtype, in fp32 precision. */
@@ -152,21 +177,33 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	size_t M = (size_t)s->M, E = M ? (size_t)c->experts : 0;
 	size_t K = M ? (size_t)c->top_k : 0, Im = (size_t)c->moe_intermediate;
 	int n = 0, q = c->qk_norm;
+	/* generation: no backward, no loss over the batch; tr zeroes what
+	 * only training holds, R the rows of logits */
+	size_t tr = s->gen ? 0 : 1, R = s->gen ? (size_t)s->rows : N;
+	size_t ctx = s->gen ? (size_t)s->ctx : (size_t)s->T;
 
 #define ADD(field, count, esize, term, reg)                                    \
 	list[n++] = (work_buf){(void **)&w->field, (count) * (esize),          \
 			       TACO_PLAN_##term, (reg)}
 	ADD(tokens, N, 4, BATCH, R_PERSIST);
-	ADD(targets, N, 4, BATCH, R_PERSIST);
+	ADD(targets, N * tr, 4, BATCH, R_PERSIST);
 	ADD(pos, N, 4, BATCH, R_PERSIST);
-	ADD(rows, N, 4, BATCH, R_PERSIST);
-	ADD(uniq, s->ranks > 1 && N * s->ranks > V ? V : N * s->ranks, 4, BATCH,
-	    R_PERSIST);
+	ADD(rows, N * tr, 4, BATCH, R_PERSIST);
+	ADD(uniq, (s->ranks > 1 && N * s->ranks > V ? V : N * s->ranks) * tr, 4,
+	    BATCH, R_PERSIST);
 	ADD(pos_ids, c->learned_pos ? N : 0, 4, BATCH, R_PERSIST);
-	ADD(emb_rows, opt ? N : 0, 4, BATCH, R_PERSIST);
-	ADD(rope_cos, (size_t)s->T * half, 4, BATCH, R_PERSIST);
-	ADD(rope_sin, (size_t)s->T * half, 4, BATCH, R_PERSIST);
-	if (s->offload) {
+	ADD(emb_rows, opt ? N * tr : 0, 4, BATCH, R_PERSIST);
+	ADD(rope_cos, ctx * half, 4, BATCH, R_PERSIST);
+	ADD(rope_sin, ctx * half, 4, BATCH, R_PERSIST);
+	/* generation: its cache, each token's row, the rows of logits */
+	ADD(kv_k, s->gen ? L * R * ctx * Dkv : 0, es, KV_CACHE, R_PERSIST);
+	ADD(kv_v, s->gen ? L * R * ctx * Dkv : 0, es, KV_CACHE, R_PERSIST);
+	ADD(seq, s->gen ? N : 0, 4, BATCH, R_PERSIST);
+	ADD(want, s->gen ? R : 0, 4, BATCH, R_PERSIST);
+	ADD(gen_logits, s->gen ? R * V : 0, 4, LOSS_CHUNK, R_PERSIST);
+	if (s->gen) { /* each layer's input and output, in turn */
+		ADD(xs, 2 * N * H, es, LAYER_INPUTS, R_PERSIST);
+	} else if (s->offload) {
 		ADD(xs, TACO_OFFLOAD_SLOTS * N * H, es, LAYER_INPUTS,
 		    R_PERSIST);
 		ADD(xs_host, (L + 1) * N * H, es, LAYER_INPUTS, R_HOST);
@@ -214,23 +251,24 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 		ADDA(ey, M * H, es, LAYER_WORK);
 #undef ADDA
 	}
-	ADD(dx, N * H, es, LAYER_WORK, R_PERSIST);
-	ADD(dtmp, N * H, es, LAYER_WORK, R_LAYER);
+	ADD(dx, N * H * tr, es, LAYER_WORK, R_PERSIST);
+	ADD(dtmp, N * H * tr, es, LAYER_WORK, R_LAYER);
 	/* OPT with project_in: the gradient of the token embeddings, read
 	 * by the tied head's pass over the vocabulary (the loss region) */
-	ADD(dembed, Hf != H ? N * P : 0, es, LAYER_WORK, R_PERSIST);
-	ADD(dq, N * D, es, LAYER_WORK, R_LAYER_A);
-	ADD(dk, N * Dkv, es, LAYER_WORK, R_LAYER_A);
-	ADD(dv, N * Dkv, es, LAYER_WORK, R_LAYER_A);
-	ADD(datt, N * D, es, LAYER_WORK, R_LAYER_A);
-	ADD(dact, N * Icd, es, LAYER_WORK, R_LAYER_M);
-	ADD(dqkv, N * Dqkv, es, LAYER_WORK, R_LAYER_A);
+	ADD(dembed, Hf != H ? N * P * tr : 0, es, LAYER_WORK, R_PERSIST);
+	ADD(dq, N * D * tr, es, LAYER_WORK, R_LAYER_A);
+	ADD(dk, N * Dkv * tr, es, LAYER_WORK, R_LAYER_A);
+	ADD(dv, N * Dkv * tr, es, LAYER_WORK, R_LAYER_A);
+	ADD(datt, N * D * tr, es, LAYER_WORK, R_LAYER_A);
+	ADD(dact, N * Icd * tr, es, LAYER_WORK, R_LAYER_M);
+	ADD(dqkv, N * Dqkv * tr, es, LAYER_WORK, R_LAYER_A);
 	/* the experts' backward comes before the attention's */
-	ADD(moe_dy, M * H, es, LAYER_WORK, R_LAYER_M);
-	ADD(moe_dact, M * Im, es, LAYER_WORK, R_LAYER_M);
-	ADD(moe_dw, N * K, 4, LAYER_WORK, R_LAYER_M);
+	ADD(moe_dy, M * H * tr, es, LAYER_WORK, R_LAYER_M);
+	ADD(moe_dact, M * Im * tr, es, LAYER_WORK, R_LAYER_M);
+	ADD(moe_dw, N * K * tr, 4, LAYER_WORK, R_LAYER_M);
+	/* (forward too: a bf16 router's logits) */
 	ADD(moe_dlog, N * E, 4, LAYER_WORK, R_LAYER);
-	ADD(moe_dlog_dt, f32 ? 0 : N * E, es, LAYER_WORK, R_LAYER_M);
+	ADD(moe_dlog_dt, f32 ? 0 : N * E * tr, es, LAYER_WORK, R_LAYER_M);
 	ADD(moe_cnt, E, 4, BATCH, R_PERSIST);
 	ADD(moe_count, L * E, 4, BATCH, R_HOST);
 	ADD(moe_gcount, s->ranks > 1 ? L * E : 0, 4, BATCH, R_HOST);
@@ -246,30 +284,32 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	/* families with dropout sites: always (the rate is the job's) */
 	ADD(ddrop,
 	    c->family == TACO_FAMILY_OPT || c->family == TACO_FAMILY_NEOX
-		? N * H
+		? N * H * tr
 		: 0,
 	    es, LAYER_WORK, R_LAYER);
-	ADD(gbias, c->mlp_bias ? I : 0, 4, GRAD_BUFFER, R_PERSIST);
+	ADD(gbias, c->mlp_bias ? I * tr : 0, 4, GRAD_BUFFER, R_PERSIST);
 	ADD(emb_tmp, opt ? N * (P > H ? P : H) : 0, es, LAYER_WORK, R_LAYER);
 	/* a tied head needs hf again after backward */
-	ADD(hf, N * Hf, es, LOSS_CHUNK, c->tie_embeddings ? R_PERSIST : R_LOSS);
-	ADD(hn, Hf != H ? N * H : 0, es, LOSS_CHUNK, R_LOSS);
-	ADD(rstd_f, N, 4, LOSS_CHUNK, R_PERSIST);
-	ADD(mean_f, ln, 4, LOSS_CHUNK, R_PERSIST);
-	ADD(ce_mx, N, 4, LOSS_CHUNK, R_PERSIST);
-	ADD(ce_tl, N, 4, LOSS_CHUNK, R_PERSIST);
-	ADD(ce_lse, N, 4, LOSS_CHUNK, R_PERSIST);
-	ADD(ce_se, N, 8, LOSS_CHUNK, R_PERSIST);
-	ADD(ce_am, N, 4, LOSS_CHUNK, R_PERSIST);
-	ADD(ce_sums, 2, 8, LOSS_CHUNK, R_PERSIST);
+	/* generation: the head's input, the final norm's, of the R rows */
+	ADD(hf, R * Hf, es, LOSS_CHUNK, c->tie_embeddings ? R_PERSIST : R_LOSS);
+	ADD(hn, Hf != H ? R * H : 0, es, LOSS_CHUNK, R_LOSS);
+	ADD(rstd_f, R, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(mean_f, ln ? R : 0, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_mx, N * tr, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_tl, N * tr, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_lse, N * tr, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_se, N * tr, 8, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_am, N * tr, 4, LOSS_CHUNK, R_PERSIST);
+	ADD(ce_sums, 2 * tr, 8, LOSS_CHUNK, R_PERSIST);
 	ADD(ce_row, s->pref ? N : 0, 8, LOSS_CHUNK, R_PERSIST);
 	ADD(ce_scale, s->pref ? N : 0, 4, LOSS_CHUNK, R_PERSIST);
 	ADD(ce_row_host, s->pref ? N : 0, 8, LOSS_CHUNK, R_HOST);
 	ADD(ce_scale_host, s->pref ? N : 0, 4, LOSS_CHUNK, R_HOST);
-	ADD(logits, logits, 4, LOSS_CHUNK, R_LOSS);
-	ADD(dlogits, f32 ? 0 : logits, es, LOSS_CHUNK, R_LOSS);
-	ADD(dh, N * Hf, 4, LOSS_CHUNK, R_LOSS);
-	ADD(dtie, c->tie_embeddings ? N * Hf : 0, es, LOSS_CHUNK, R_PERSIST);
+	ADD(logits, logits * tr, 4, LOSS_CHUNK, R_LOSS);
+	ADD(dlogits, f32 ? 0 : logits * tr, es, LOSS_CHUNK, R_LOSS);
+	ADD(dh, N * Hf * tr, 4, LOSS_CHUNK, R_LOSS);
+	ADD(dtie, c->tie_embeddings ? N * Hf * tr : 0, es, LOSS_CHUNK,
+	    R_PERSIST);
 	for (int sl = 0; sl < TACO_L_COUNT; sl++) {
 		size_t e = 0;
 		/* Checkpoints may mix dtypes across layers, and a mixture of
@@ -294,12 +334,15 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 		: 0,
 	    4, WEIGHT_SCRATCH, R_PERSIST);
 	ADD(w_top, top_scratch(m, f32), 4, WEIGHT_SCRATCH, R_PERSIST);
-	ADD(gblock, s->gblock, 4, GRAD_BUFFER, R_PERSIST);
+	ADD(gblock, s->gblock * tr, 4, GRAD_BUFFER, R_PERSIST);
 	ADD(gblock2, s->overlap ? s->gblock : 0, 4, GRAD_BUFFER, R_PERSIST);
 	ADD(comm, s->ranks > 1 ? s->gblock : 0, 4, COMM, R_PERSIST);
 	ADD(ring, (size_t)s->slots * w->slot_bytes, 1, WEIGHT_RING, R_PERSIST);
-	ADD(wb_dev, (size_t)s->slots * w->wb_slot, 1, WEIGHT_RING, R_PERSIST);
-	ADD(wb_host, (size_t)s->stream * w->wb_layer, 1, WEIGHT_RING, R_HOST);
+	/* the write-back of updates (none in generation) */
+	ADD(wb_dev, (size_t)s->slots * w->wb_slot * tr, 1, WEIGHT_RING,
+	    R_PERSIST);
+	ADD(wb_host, (size_t)s->stream * w->wb_layer * tr, 1, WEIGHT_RING,
+	    R_HOST);
 #undef ADD
 	return n;
 }
@@ -341,15 +384,15 @@ static void work_free_arrays(taco_work *w)
 	free(w->acts);
 }
 
-static taco_work *work_new(const taco_model *m, int B, int T, work_buf **list,
-			   int *n)
+static taco_work *work_new(const taco_model *m, const taco_work_shape *s,
+			   work_buf **list, int *n)
 {
 	taco_work *w = calloc(1, sizeof(*w));
 	size_t ns;
 
 	if (!w)
 		return NULL;
-	taco_work_shape_of(m, B, T, &w->s);
+	w->s = *s;
 	w->n_acts = w->s.keep ? m->cfg.layers : 1;
 	ns = (size_t)taco_stream_count(m);
 	w->ring_off = calloc(ns, sizeof(size_t));
@@ -377,8 +420,17 @@ static taco_work *work_new(const taco_model *m, int B, int T, work_buf **list,
 int taco_work_plan(const taco_model *m, int B, int T, uint64_t *term,
 		   uint64_t *host)
 {
+	taco_work_shape s;
+
+	taco_work_shape_of(m, B, T, &s);
+	return taco_work_plan_shape(m, &s, term, host);
+}
+
+int taco_work_plan_shape(const taco_model *m, const taco_work_shape *s,
+			 uint64_t *term, uint64_t *host)
+{
 	work_buf *list;
-	taco_work *w = work_new(m, B, T, &list, &(int){0});
+	taco_work *w = work_new(m, s, &list, &(int){0});
 	size_t layer, loss;
 	int n;
 
@@ -439,21 +491,16 @@ static int same_shape(const taco_work_shape *a, const taco_work_shape *b)
 	return memcmp(a, b, sizeof(*a)) == 0;
 }
 
-int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
+taco_work *taco_work_alloc(taco_model *m, const taco_work_shape *s)
 {
-	taco_work_shape want;
 	work_buf *list;
 	taco_work *w;
 	size_t layer, loss, sum[R_HOST], off[R_HOST] = {0};
 	int n;
 
-	taco_work_shape_of(m, B, T, &want);
-	if (m->work && same_shape(&m->work->s, &want))
-		return 0;
-	taco_model_release_work(m);
-	w = work_new(m, B, T, &list, &n);
+	w = work_new(m, s, &list, &n);
 	if (!w)
-		return taco_err_set(err, -ENOMEM, "out of memory");
+		return NULL;
 	w->region_bytes = region_bytes(list, n, &layer, &loss);
 	/* the two backward sets start where the layer's own buffers end */
 	part_bytes(list, n, sum);
@@ -484,15 +531,34 @@ int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
 			w->bytes += bytes;
 	}
 	free(list);
-	m->work = w;
-	return 0;
+	return w;
 nomem:
 	free(list);
 	work_destroy(m, w);
-	return taco_err_set(err, -ENOMEM,
-			    "cannot allocate the step buffers for batch %d x "
-			    "%d",
-			    B, T);
+	return NULL;
+}
+
+void taco_work_free(taco_model *m, taco_work *w)
+{
+	if (w)
+		work_destroy(m, w);
+}
+
+int taco_work_ensure(taco_model *m, int B, int T, taco_err *err)
+{
+	taco_work_shape want;
+
+	taco_work_shape_of(m, B, T, &want);
+	if (m->work && same_shape(&m->work->s, &want))
+		return 0;
+	taco_model_release_work(m);
+	m->work = taco_work_alloc(m, &want);
+	if (!m->work)
+		return taco_err_set(err, -ENOMEM,
+				    "cannot allocate the step buffers for "
+				    "batch %d x %d",
+				    B, T);
+	return 0;
 }
 
 void *taco_work_x(const taco_model *m, int l)

@@ -94,6 +94,10 @@ typedef struct taco_work_shape {
 	int ranks;     /* data-parallel ranks (1: one) */
 	int M;	       /* a mixture of experts' routed slots, N * k (0:
 			  none) */
+	/* Generation (model_decode.c): forward only, N tokens a call at
+	 * most, a KV cache of `rows` sequences of `ctx` positions, the
+	 * logits of at most `rows` tokens a call; 0: a training step's */
+	int gen, rows, ctx;
 } taco_work_shape;
 
 struct taco_work {
@@ -201,6 +205,13 @@ struct taco_work {
 	size_t wb_slot, wb_layer;
 	size_t *wb_voff, *wb_ioff;
 	int *wb_k; /* [stream layers * taco_stream_count] */
+	/* generation (s.gen): the KV cache, [L, rows, ctx, Dkv] each
+	 * (layer l's at l * rows * ctx * Dkv), each token's cache row [N],
+	 * the tokens whose logits are wanted [rows], and those logits (f32
+	 * [rows, V]) */
+	void *kv_k, *kv_v;
+	int32_t *seq, *want;
+	float *gen_logits;
 	int slot_layer[TACO_RING_SLOTS];
 	int slot_dirty[TACO_RING_SLOTS];
 	uint64_t slot_ticket[TACO_RING_SLOTS];
@@ -232,6 +243,19 @@ void taco_wb_layout(const taco_model *m, int stream, size_t *voff, size_t *ioff,
 
 /* The shape m's step buffers take for a B x T batch (m->sched). */
 void taco_work_shape_of(const taco_model *m, int B, int T, taco_work_shape *s);
+
+/* The shape of generation's buffers (s.gen): calls of at most `chunk`
+ * tokens, a cache of rows x ctx. */
+void taco_gen_shape_of(const taco_model *m, int rows, int ctx, int chunk,
+		       taco_work_shape *s);
+/* Allocates step buffers of shape s apart from m->work (generation's);
+ * NULL when out of memory. taco_work_free releases them. */
+taco_work *taco_work_alloc(taco_model *m, const taco_work_shape *s);
+void taco_work_free(taco_model *m, taco_work *w);
+/* Adds the bytes of buffers of shape s to term[] and *host (as
+ * taco_work_plan). */
+int taco_work_plan_shape(const taco_model *m, const taco_work_shape *s,
+			 uint64_t *term, uint64_t *host);
 
 /* Makes sure m->work fits the batch shape. */
 int taco_work_ensure(taco_model *m, int B, int T, taco_err *err);

@@ -91,7 +91,20 @@ int moe_rank_sums(step_ctx *c, int64_t n_targets, int64_t norm, taco_err *err);
  * buffer marked as reached). */
 void grad_zero(step_ctx *c, int id);
 
+/* model_step.c: the token embedding into x0 [N, hidden] (w->tokens);
+ * OPT: through project_in, plus the learned positions (w->pos_ids). */
+void step_embed_fwd(step_ctx *c, void *x0);
+
+/* layer_parts.c: the attention of layer l from a->q, a->k, a->v into
+ * a->att and a->lse: over the batch, or in generation (w->s.gen) over
+ * the KV cache, which takes the tokens' keys and values first. */
+void lp_attention_fwd(step_ctx *c, int l, taco_layer_acts *a, int nh, int nkv,
+		      int hd, int window);
+
 /* model_loss.c */
+/* The head's input of n rows of x_last [n, hidden] into w->hf: the final
+ * norm and OPT's project_out. */
+void step_final_fwd(step_ctx *c, const void *x_last, int n);
 /* Final norm, log-sum-exp and the loss statistics into w->ce_sums (read
  * once the step's work is issued); with want_grad the gradient of the last
  * layer's output into w->dx, and the head's gradient (untied). host_logits

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/decode.h"
 #include "model/model.h"
 #include "model/model_work.h"
 #include "optim/optim.h"
@@ -23,6 +24,7 @@ static const char *const term_names[TACO_PLAN_TERMS] = {
     [TACO_PLAN_WEIGHT_RING] = "streamed weights' ring",
     [TACO_PLAN_GEMM_WORKSPACE] = "GEMM workspace",
     [TACO_PLAN_COMM] = "gradient sums across GPUs",
+    [TACO_PLAN_KV_CACHE] = "generation's KV cache",
     [TACO_PLAN_BACKEND_FIXED] = "backend fixed overhead",
     [TACO_PLAN_MARGIN] = "allocator margin",
 };
@@ -58,6 +60,9 @@ void taco_plan_input_from_job(const taco_job *job, int backend,
 	in->A = job->grad_accum;
 	in->optim = job->optim;
 	in->step.keep_activations = !job->activation_checkpointing;
+	if (!taco_job_sample_cache(job, &in->gen_rows, &in->gen_ctx,
+				   &in->gen_chunk))
+		in->gen_rows = 0;
 	in->step.offload = job->activation_offload == TACO_CHOICE_ON;
 	in->step.mlp_chunks = job->mlp_chunks; /* 0: auto */
 	/* The GPU overlaps the optimizer with the backward; the CPU runs
@@ -143,6 +148,11 @@ static int work_terms(const taco_model *shapes, const taco_plan_input *in,
 	view.act_dtype = in->act_dtype;
 	view.sched = in->step;
 	r = taco_work_plan(&view, in->B, in->T, term, host);
+	/* evaluation's answers: their cache and call buffers, held beside
+	 * the step's (model_decode.c) */
+	if (!r && in->gen_rows > 0)
+		r = taco_kv_plan(&view, in->gen_rows, in->gen_ctx,
+				 in->gen_chunk, term, host);
 	taco_work_shape_of(&view, in->B, in->T, &ws);
 	*chunks = ws.chunks;
 	free(t);

@@ -35,6 +35,9 @@ typedef struct taco_plan_input {
 	taco_step_opts step; /* kept activations, offload, MLP blocks */
 	taco_optim_opts optim;
 	const uint8_t *frozen; /* NULL or a flag per tensor of the shapes */
+	/* evaluation's answers: their cache (model/decode.h), rows x ctx
+	 * with calls of chunk tokens; rows 0: none */
+	int gen_rows, gen_ctx, gen_chunk;
 } taco_plan_input;
 
 typedef struct taco_plan {

@@ -27,6 +27,7 @@
 #include "optim/optim.h"
 #include "plan/plan.h"
 #include "pref.h"
+#include "samples.h"
 #include "util/fsutil.h"
 
 /* The gradient consumer of a step: update each tensor at once (dense NULL)
@@ -83,6 +84,7 @@ typedef struct trainer {
 	 * writes (events, checkpoints, the export, the terminal) */
 	taco_dist dist;
 	taco_train_opts rank_opts; /* opts, for this rank */
+	taco_samples samples;	   /* evaluation's answers */
 } trainer;
 
 static double now(void)
@@ -187,6 +189,7 @@ static void free_trainer(trainer *tr)
 	free(tr->g.dense);
 	free(tr->g.touched);
 	taco_optim_free(tr->o);
+	taco_samples_close(&tr->samples);
 	taco_model_free(tr->m);
 	taco_job_data_free(&tr->data);
 	free(tr->frozen);
@@ -455,6 +458,15 @@ static int evaluate(trainer *tr, taco_err *err)
 		json_object_update_new(
 		    ev, json_pack("{sf sI}", "mc_accuracy", mc_acc,
 				  "mc_examples", (json_int_t)tr->data.mc->n));
+	/* every rank generates (the same answers), so none waits alone */
+	if ((r = taco_samples_run(&tr->samples, tr->m, tr->val, tr->data.tok,
+				  ev, err)) ||
+	    (r = backend_check(tr, err))) {
+		json_decref(ev);
+		return r;
+	}
+	json_t *em = json_object_get(ev, "val_exact_match");
+	double exact = em ? json_real_value(em) : -1;
 	taco_events_emit(&tr->ev, "eval", ev);
 	tr->eval_step = tr->step;
 	if (!tr->opts->progress)
@@ -475,6 +487,8 @@ static int evaluate(trainer *tr, taco_err *err)
 			n ? (double)correct / (double)n : 0.0);
 	if (tr->data.mc)
 		fprintf(stderr, " multiple-choice accuracy %.4f", mc_acc);
+	if (exact >= 0)
+		fprintf(stderr, ", exact match %.4f", exact);
 	fputc('\n', stderr);
 	return 0;
 }
@@ -811,6 +825,9 @@ static int setup(trainer *tr, taco_err *err)
 	if ((r = taco_job_frozen(j, tr->m, &tr->frozen, err)))
 		return r;
 	if ((r = taco_optim_create(tr->m, &j->optim, tr->frozen, &tr->o, err)))
+		return r;
+	if ((r = taco_samples_open(&tr->samples, tr->m, j, tr->val,
+				   tr->data.tok, err)))
 		return r;
 	if (taco_plan_dense_grads(j) && (r = alloc_dense(tr, err)))
 		return r;

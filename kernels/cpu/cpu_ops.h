@@ -111,6 +111,15 @@ void tk_cpu_attention_bwd(int dt, void *dq, void *dk, void *dv,
 			  const int32_t *pos, int B, int T, int nh, int nkv,
 			  int hd, int window, float scale);
 
+/* attention_decode.c */
+void tk_cpu_kv_store(int dt, void *kc, void *vc, const void *k, const void *v,
+		     const int32_t *seq, const int32_t *pos, int n, int nkv,
+		     int hd, int ctx);
+void tk_cpu_attention_decode(int dt, void *out, float *lse, const void *q,
+			     const void *kc, const void *vc, const int32_t *seq,
+			     const int32_t *pos, int n, int nh, int nkv, int hd,
+			     int ctx, int window, float scale);
+
 /* attn_sink.c */
 void tk_cpu_attn_sink_fwd(int dt, void *out, float *lse, const float *sinks,
 			  int B, int T, int nh, int hd);

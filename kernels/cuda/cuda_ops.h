@@ -178,6 +178,15 @@ int tkc_attention_mma_bwd(int dt, void *dq, void *dk, void *dv,
 			  const int32_t *pos, int B, int T, int nh, int nkv,
 			  int hd, int window, float scale);
 
+/* attention_decode.cu: generation's KV cache and decode attention */
+void tkc_kv_store(int dt, void *kc, void *vc, const void *k, const void *v,
+		  const int32_t *seq, const int32_t *pos, int n, int nkv,
+		  int hd, int ctx);
+void tkc_attention_decode(int dt, void *out, float *lse, const void *q,
+			  const void *kc, const void *vc, const int32_t *seq,
+			  const int32_t *pos, int n, int nh, int nkv, int hd,
+			  int ctx, int window, float scale);
+
 /* attn_sink.cu */
 void tkc_attn_sink_fwd(int dt, void *out, float *lse, const float *sinks, int B,
 		       int T, int nh, int hd);

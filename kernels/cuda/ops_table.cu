@@ -162,6 +162,8 @@ static void fill_table(tk_ops *t)
 	t->linear_bias = tkc_linear_bias;
 	t->attention_fwd = tkc_attention_fwd;
 	t->attention_bwd = tkc_attention_bwd;
+	t->kv_store = tkc_kv_store;
+	t->attention_decode = tkc_attention_decode;
 	t->attn_sink_fwd = tkc_attn_sink_fwd;
 	t->attn_sink_bwd = tkc_attn_sink_bwd;
 	t->glu_clamp_fwd = tkc_glu_clamp_fwd;

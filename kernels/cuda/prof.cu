@@ -50,7 +50,7 @@
 /* Every member of tk_ops, so that an op added there cannot be left out
  * of the profile unnoticed: wrap it below, or say why it is not device
  * work, and count it here. */
-#define TK_OPS_MEMBERS 68
+#define TK_OPS_MEMBERS 70
 static_assert(sizeof(tk_ops) == TK_OPS_MEMBERS * sizeof(void *),
 	      "tk_ops has a new member: wrap it in prof.cu and count it");
 
@@ -248,6 +248,15 @@ WRAP(attention_bwd, TK_PHASE_ATTENTION,
       float scale),
      (dt, dq, dk, dv, dout, out, lse, q, k, v, pos, B, T, nh, nkv, hd, window,
       scale))
+WRAP(kv_store, TK_PHASE_ATTENTION,
+     (int dt, void *kc, void *vc, const void *k, const void *v,
+      const int32_t *seq, const int32_t *pos, int n, int nkv, int hd, int ctx),
+     (dt, kc, vc, k, v, seq, pos, n, nkv, hd, ctx))
+WRAP(attention_decode, TK_PHASE_ATTENTION,
+     (int dt, void *out, float *lse, const void *q, const void *kc,
+      const void *vc, const int32_t *seq, const int32_t *pos, int n, int nh,
+      int nkv, int hd, int ctx, int window, float scale),
+     (dt, out, lse, q, kc, vc, seq, pos, n, nh, nkv, hd, ctx, window, scale))
 WRAP(attn_sink_fwd, TK_PHASE_ATTENTION,
      (int dt, void *out, float *lse, const float *sinks, int B, int T, int nh,
       int hd),
@@ -393,6 +402,8 @@ static void install(tk_ops *t)
 	INSTALL(linear_bias)
 	INSTALL(attention_fwd)
 	INSTALL(attention_bwd)
+	INSTALL(kv_store)
+	INSTALL(attention_decode)
 	INSTALL(attn_sink_fwd)
 	INSTALL(attn_sink_bwd)
 	INSTALL(glu_clamp_fwd)

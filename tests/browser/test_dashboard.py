@@ -464,6 +464,27 @@ def run(t, locked, d, shots):
     screenshot(d, shots, "job")
     steps.append("form job succeeded, model downloaded")
 
+    # evaluation's answers: a table an evaluation, holding exactly its
+    # event's samples, and the exact-match series its val_exact_match
+    evals, after = [], None
+    while True:
+        page = t.json("GET", f"/v1/fine_tuning/jobs/{fid}/events?limit=100" + (f"&after={after}" if after else ""))
+        evals += [e["data"] for e in page["data"] if e["type"] == "metrics" and e["data"].get("event") == "eval"]
+        if not page["has_more"]:
+            break
+        after = page["data"][-1]["id"]
+    check(len(evals) == 12 and all(len(e["samples"]) == 4 for e in evals), f"{len(evals)} evaluations with samples")
+    shown = d.execute_script(
+        "return [...document.querySelectorAll('#samples-list details')].map((x) => [Number(x.dataset.step),"
+        " [...x.querySelectorAll('tbody tr')].map((r) => [...r.children].map((c) => c.textContent))])")
+    want = sorted(([e["step"], [[s["prompt"], s["reference"], s["answer"], "yes" if s["match"] else "no"]
+                               for s in e["samples"]]] for e in evals), key=lambda x: -x[0])
+    check(shown == want, f"the samples tables: {shown[:1]} against the events' {want[:1]}")
+    exact = chart_data(d, "chart-acc")[2]
+    check(exact == ["exact match", [[e["step"], e["val_exact_match"]] for e in sorted(evals, key=lambda e: e["step"])]],
+          f"exact-match series {exact}")
+    steps.append(f"evaluation samples ({evals[-1]['val_exact_match']:.2f} exact at the end)")
+
     # GGUF for llama.cpp: the final model's GGUF button converts it in
     # tacod (a taco-train child), the list shows the file, and its
     # Download button saves it under the server's name

@@ -1,9 +1,11 @@
 /* test_cuda_ops.c: the CUDA backend against the CPU reference backend.
  *
  * Every op of the table (but attention and the optimizers: see
- * test_cuda_optim_attn.c) runs on both backends with the same random
- * inputs, several shapes including odd ones, in each dtype the op takes
- * (F32, and BF16: the CUDA bf16 kernels against the CPU's bf16 ones).
+ * test_cuda_optim_attn.c; decode attention, kv_store and attention_decode,
+ * is here, at the attention tests' tolerance) runs on both backends with
+ * the same random inputs, several shapes including odd ones, in each dtype
+ * the op takes (F32, and BF16: the CUDA bf16 kernels against the CPU's
+ * bf16 ones).
  * Outputs that an op overwrites are poisoned with NaN on the device first,
  * so an element the kernel never writes fails the comparison; any NaN is a
  * failure. Ops the CUDA backend computes with the CPU's exact operations
@@ -908,6 +910,184 @@ START_TEST(test_attn_sink)
 		gpu->free(d_sk, nh * 4);
 		gpu->free(d_ds, sizeof(ds));
 	}
+}
+END_TEST
+
+/* ---- decode attention ---------------------------------------------------
+ */
+
+/* attention_decode's f32 out and lse: the attention tests' tolerance
+ * (test_cuda_optim_attn.c); bf16 out within 1 ulp (check_t), tighter than
+ * their 1e-2. */
+#define TOL_ATT 1e-4
+
+/* One layer's KV cache on both backends, the same contents: kc, vc [rows,
+ * ctx, nkv * hd] of dt. */
+typedef struct {
+	int dt, nh, nkv, hd, rows, ctx, window;
+	size_t es, nc;	 /* element size, elements of kc (and of vc) */
+	void *kc, *vc;	 /* the CPU's (host) */
+	void *gkc, *gvc; /* the GPU's */
+	char name[64];
+} dec_cache;
+
+/* Random contents (earlier tokens of each row) on both backends. */
+static void dec_open(dec_cache *c, int dt, int nh, int nkv, int hd, int rows,
+		     int ctx, int window, uint64_t *st)
+{
+	c->dt = dt;
+	c->nh = nh;
+	c->nkv = nkv;
+	c->hd = hd;
+	c->rows = rows;
+	c->ctx = ctx;
+	c->window = window;
+	c->es = tk_dtype_size(dt);
+	c->nc = (size_t)rows * ctx * nkv * hd;
+	c->kc = trand(dt, c->nc, -2, 2, st);
+	c->vc = trand(dt, c->nc, -1, 1, st);
+	c->gkc = dput(c->kc, c->nc * c->es);
+	c->gvc = dput(c->vc, c->nc * c->es);
+	snprintf(c->name, sizeof(c->name),
+		 "nh %d nkv %d hd %d rows %d ctx %d window %d", nh, nkv, hd,
+		 rows, ctx, window);
+}
+
+static void dec_close(dec_cache *c)
+{
+	free(c->kc);
+	free(c->vc);
+	gpu->free(c->gkc, c->nc * c->es);
+	gpu->free(c->gvc, c->nc * c->es);
+}
+
+/* One step of generation on both backends: n new tokens (k, v, q random),
+ * token i at row seq[i], position pos[i], stored (kv_store) then attending
+ * (attention_decode). The caches must stay byte for byte the same; out and
+ * lse (poisoned with NaN on the device) within tolerance. */
+static void dec_step(dec_cache *c, const char *step, const int32_t *seq,
+		     const int32_t *pos, int n, uint64_t *st)
+{
+	const int dt = c->dt, nh = c->nh, nkv = c->nkv, hd = c->hd;
+	const int ctx = c->ctx, window = c->window;
+	const size_t es = c->es, nq = (size_t)n * nh * hd;
+	const size_t nk = (size_t)n * nkv * hd, nl = (size_t)nh * n;
+	const float scale = 1.0f / sqrtf((float)hd);
+	void *q = trand(dt, nq, -2, 2, st), *k = trand(dt, nk, -2, 2, st);
+	void *v = trand(dt, nk, -1, 1, st), *out = hnew(nq * es), *got;
+	float *lse = hnew(nl * sizeof(float)), *gotf;
+	void *gq = dput(q, nq * es), *gk = dput(k, nk * es);
+	void *gv = dput(v, nk * es), *gout = tnan(dt, nq);
+	int32_t *gseq = dput(seq, (size_t)n * 4),
+		*gpos = dput(pos, (size_t)n * 4);
+	float *glse = dnan(nl);
+	char w[200], wo[100]; /* wo: check_t's what, under its 160 */
+
+	snprintf(w, sizeof(w), "%s, %s", c->name, step);
+	cpu->kv_store(dt, c->kc, c->vc, k, v, seq, pos, n, nkv, hd, ctx);
+	gpu->kv_store(dt, c->gkc, c->gvc, gk, gv, gseq, gpos, n, nkv, hd, ctx);
+	gpu_ok(w);
+	got = dget(c->gkc, c->nc * es);
+	ck_assert_msg(memcmp(got, c->kc, c->nc * es) == 0,
+		      "kv_store kc (%s) %s: not bit-identical", dt_name(dt), w);
+	free(got);
+	got = dget(c->gvc, c->nc * es);
+	ck_assert_msg(memcmp(got, c->vc, c->nc * es) == 0,
+		      "kv_store vc (%s) %s: not bit-identical", dt_name(dt), w);
+	free(got);
+
+	cpu->attention_decode(dt, out, lse, q, c->kc, c->vc, seq, pos, n, nh,
+			      nkv, hd, ctx, window, scale);
+	gpu->attention_decode(dt, gout, glse, gq, c->gkc, c->gvc, gseq, gpos, n,
+			      nh, nkv, hd, ctx, window, scale);
+	gpu_ok(w);
+	got = dget(gout, nq * es);
+	snprintf(wo, sizeof(wo), "attention_decode out, %s, %s", c->name, step);
+	check_t(wo, dt, got, out, nq, 0, TOL_ATT);
+	free(got);
+	gotf = dget(glse, nl * sizeof(float));
+	snprintf(w, sizeof(w), "attention_decode lse (%s), %s, %s", dt_name(dt),
+		 c->name, step);
+	check_close(w, gotf, lse, nl, TOL_ATT);
+	free(gotf);
+
+	free(q), free(k), free(v), free(out), free(lse);
+	gpu->free(gq, nq * es);
+	gpu->free(gk, nk * es);
+	gpu->free(gv, nk * es);
+	gpu->free(gout, nq * es);
+	gpu->free(gseq, (size_t)n * 4);
+	gpu->free(gpos, (size_t)n * 4);
+	gpu->free(glse, nl * sizeof(float));
+}
+
+/* rows 3, ctx 64: a prefill of row 0 (20 queries at positions 0..19),
+ * then decode steps of one query a row, at positions that reach the
+ * cache's end (63), a row's start (0: the query sees only itself) and
+ * the window's edge. */
+static void dec_case(int dt, int nh, int nkv, int hd, int window, uint64_t seed)
+{
+	static const int32_t s1[3] = {0, 1, 2}, p1[3] = {20, 45, 63};
+	static const int32_t s2[3] = {2, 0, 1}, p2[3] = {0, 21, 6};
+	static const int32_t s3[2] = {1, 2}, p3[2] = {7, 1};
+	int32_t seq[20], pos[20];
+	uint64_t st = seed;
+	dec_cache c;
+
+	for (int i = 0; i < 20; i++)
+		seq[i] = 0, pos[i] = i;
+	dec_open(&c, dt, nh, nkv, hd, 3, 64, window, &st);
+	dec_step(&c, "prefill row 0 at 0..19", seq, pos, 20, &st);
+	dec_step(&c, "decode at 20, 45, 63", s1, p1, 3, &st);
+	dec_step(&c, "decode at 0, 21, 6", s2, p2, 3, &st);
+	dec_step(&c, "decode of two rows at 7, 1", s3, p3, 2, &st);
+	dec_close(&c);
+}
+
+/* A long prompt: 600 queries of row 1 at positions 0..599 (blocks with
+ * up to 600 keys), then a decode step of both rows. */
+static void dec_long(int dt, int nh, int nkv, int hd, int window, uint64_t seed)
+{
+	const int n = 600;
+	static const int32_t s1[2] = {1, 0}, p1[2] = {600, 599};
+	int32_t *seq = hnew((size_t)n * 4), *pos = hnew((size_t)n * 4);
+	uint64_t st = seed;
+	dec_cache c;
+
+	for (int i = 0; i < n; i++)
+		seq[i] = 1, pos[i] = i;
+	dec_open(&c, dt, nh, nkv, hd, 2, 608, window, &st);
+	dec_step(&c, "prefill row 1 at 0..599", seq, pos, n, &st);
+	dec_step(&c, "decode at 600, 599", s1, p1, 2, &st);
+	dec_close(&c);
+	free(seq);
+	free(pos);
+}
+
+/* kv_store bit for bit and attention_decode within TOL_ATT (bf16: 1 ulp)
+ * against the CPU: GQA (nh 8, nkv 2) at hd 64, 128 and an odd 40, MQA at
+ * the largest hd (TK_ATT_DEC_MAX_HD), MHA at hd 1, windows 0 and 7 (and a
+ * longer one over the long prompt). */
+START_TEST(test_attention_decode)
+{
+	size_t m0 = gpu->mem_current();
+
+	for (int t = 0; t < 2; t++) {
+		int dt = dts[t];
+
+		for (int wi = 0; wi < 2; wi++) {
+			int window = wi ? 7 : 0;
+
+			dec_case(dt, 8, 2, 64, window, 201 + wi);
+			dec_case(dt, 8, 2, 128, window, 203 + wi);
+			dec_case(dt, 8, 2, 40, window, 205 + wi);
+		}
+		dec_case(dt, 4, 1, TK_ATT_DEC_MAX_HD, 0, 207);
+		dec_case(dt, 2, 2, 1, 7, 208);
+		dec_long(dt, 8, 2, 64, 0, 209);
+		dec_long(dt, 8, 2, 128, 100, 210);
+	}
+	ck_assert_uint_eq(gpu->mem_current(), m0);
 }
 END_TEST
 
@@ -1897,6 +2077,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_swiglu);
 	tcase_add_test(tc, test_moe);
+	tcase_add_test(tc, test_attention_decode);
 	tcase_add_test(tc, test_attn_sink);
 	tcase_add_test(tc, test_glu_clamp);
 	tcase_add_test(tc, test_cross_entropy);

@@ -80,9 +80,8 @@ void llama_attn_fwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
 	o->qknorm_rope_fwd(dt, a->k, a->rstd_k, kd, kn, w->rope_cos,
 			   w->rope_sin, w->pos, N, cf->kv_heads, hd,
 			   cf->rotary_dim, cf->rms_eps);
-	o->attention_fwd(dt, a->att, a->lse, a->q, a->k, a->v, w->pos, B, T,
-			 cf->heads, cf->kv_heads, hd, taco_config_window(cf, l),
-			 1.0f / sqrtf((float)hd));
+	lp_attention_fwd(c, l, a, cf->heads, cf->kv_heads, hd,
+			 taco_config_window(cf, l));
 	if (W[TACO_L_SINKS])
 		o->attn_sink_fwd(dt, a->att, a->lse, attn_sinks(c, W), B, T,
 				 cf->heads, hd);

@@ -36,8 +36,7 @@ static void neox_layer_fwd(step_ctx *c, int l, const void *x, void *out,
 			   w->pos, N, nh, hd, cf->rotary_dim, 0.0f);
 	o->qknorm_rope_fwd(dt, a->k, NULL, a->k, NULL, w->rope_cos, w->rope_sin,
 			   w->pos, N, nh, hd, cf->rotary_dim, 0.0f);
-	o->attention_fwd(dt, a->att, a->lse, a->q, a->k, a->v, w->pos, w->s.B,
-			 w->s.T, nh, nh, hd, 0, 1.0f / sqrtf((float)hd));
+	lp_attention_fwd(c, l, a, nh, nh, hd, 0);
 	lp_linear_fwd(c, a->x_mid, a->att, W[TACO_L_O], W[TACO_L_O_BIAS], N, D,
 		      H);
 	lp_dropout(c, a->x_mid, NH, l, 0);

@@ -14,7 +14,7 @@
 #include "model/layer.h"
 
 /* q, k, v from h [N, H], attention, the output projection into x_mid. */
-static void opt_attn_fwd(step_ctx *c, taco_layer_acts *a,
+static void opt_attn_fwd(step_ctx *c, int l, taco_layer_acts *a,
 			 const void *W[TACO_L_COUNT], const void *h)
 {
 	const taco_config *cf = &c->m->cfg;
@@ -24,9 +24,7 @@ static void opt_attn_fwd(step_ctx *c, taco_layer_acts *a,
 	lp_linear_fwd(c, a->q, h, W[TACO_L_Q], W[TACO_L_Q_BIAS], N, H, H);
 	lp_linear_fwd(c, a->k, h, W[TACO_L_K], W[TACO_L_K_BIAS], N, H, H);
 	lp_linear_fwd(c, a->v, h, W[TACO_L_V], W[TACO_L_V_BIAS], N, H, H);
-	c->o->attention_fwd(c->dt, a->att, a->lse, a->q, a->k, a->v, w->pos,
-			    w->s.B, w->s.T, cf->heads, cf->heads, hd, 0,
-			    1.0f / sqrtf((float)hd));
+	lp_attention_fwd(c, l, a, cf->heads, cf->heads, hd, 0);
 	lp_linear_fwd(c, a->x_mid, a->att, W[TACO_L_O], W[TACO_L_O_BIAS], N, H,
 		      H);
 }
@@ -48,9 +46,9 @@ static void opt_layer_fwd(step_ctx *c, int l, const void *x, void *out,
 		lp_norm_fwd(c, a->ln1, a->mean1, a->rstd1, x,
 			    W[TACO_L_ATTN_NORM], W[TACO_L_ATTN_NORM_BIAS], N,
 			    H);
-		opt_attn_fwd(c, a, W, a->ln1);
+		opt_attn_fwd(c, l, a, W, a->ln1);
 	} else {
-		opt_attn_fwd(c, a, W, x);
+		opt_attn_fwd(c, l, a, W, x);
 	}
 	lp_dropout(c, a->x_mid, NH, l, 0);
 	c->o->add(c->dt, a->x_mid, x, NH);
