@@ -24,7 +24,8 @@ venv, tests/openai_sdk/requirements.txt) and checks what a user sees:
   preference pairs: its method shown, every series of its loss, reward
   accuracy and rewards charts equal to its events' values, its reference
   pass in the events; and another DPO job's reference pass shown in its
-  Step while it runs (pairs written here: 2000 validation pairs);
+  Step while it runs (pairs written here: 8000 validation pairs, a
+  reference pass of some seconds that the cancel comes well inside);
 - against the tacod with a tokens file, the page asks for the token (401),
   works once it is given (a model downloads with it), and asks again for a
   wrong one.
@@ -567,12 +568,12 @@ def run(t, locked, d, shots):
     screenshot(d, shots, "job-dpo")
     steps.append(f"DPO job through the form: held-out reward accuracy {last['val_rewards/accuracies']:.0%}")
 
-    # the reference pass while it runs, before the first step: 2000
+    # the reference pass while it runs, before the first step: 8000
     # validation pairs take it seconds past the end of the training set's
     # (its first event); then cancelled
     ptrain, pval = t.dir / "pref_train.jsonl", t.dir / "pref_val_big.jsonl"
     write_pairs(ptrain, 64, 1)
-    write_pairs(pval, 2000, 2)
+    write_pairs(pval, 8000, 2)
     rid = t.json("POST", "/v1/fine_tuning/jobs", {
         "model": "tacod-demo", "training_file": t.upload(ptrain), "validation_file": t.upload(pval),
         "method": {"type": "dpo"}, "taco": {"steps": 2, "seq_len": 32},
