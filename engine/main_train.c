@@ -15,6 +15,7 @@
 #include "job/job.h"
 #include "launch.h"
 #include "plan/plan.h"
+#include "serve.h"
 #include "tk_comm.h"
 #include "train/export_gguf.h"
 #include "train/train.h"
@@ -50,6 +51,8 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: taco-train [OPTIONS] JOB.json\n"
 		"       taco-train --list-devices\n"
+		"       taco-train --serve MODEL_DIR [--rows N] [--context N] "
+		"[--precision P]\n"
 		"\n"
 		"Runs the fine-tuning job described by JOB.json (docs/job.md) "
 		"in the\n"
@@ -123,6 +126,22 @@ static void usage(FILE *f)
 		"JSON, and exit\n"
 		"                   (no JOB.json; exit 1 when it sees none: "
 		"why on stderr)\n"
+		"  --serve MODEL_DIR\n"
+		"                   (no JOB.json) load the model and answer "
+		"chat requests,\n"
+		"                   one JSON object a line on stdin, on stdout "
+		"until stdin\n"
+		"                   ends (tacod's chat completions worker: "
+		"docs/generation.md)\n"
+		"  --rows N         with --serve: completions of one request "
+		"at most (1)\n"
+		"  --context N      with --serve: tokens of a prompt and its "
+		"answer (default:\n"
+		"                   the model's max_position_embeddings, at "
+		"most 8192)\n"
+		"  --precision P    with --serve: fp32 or bf16 (default: fp32 "
+		"on cpu, bf16\n"
+		"                   on cuda)\n"
 		"  -h, --help       this text\n"
 		"\n"
 		"SIGTERM or SIGINT: finish the current step, write a "
@@ -338,6 +357,44 @@ static int pin_rank_gpu(void)
 	return setenv("CUDA_VISIBLE_DEVICES", gpu, 1) ? -errno : 0;
 }
 
+/* --serve: a model answering chat requests on stdin/stdout. Under
+ * tacod it has nothing to save: it ends with tacod. */
+static int serve_model(const char *dir, int backend, int precision, int rows,
+		       int context, int die_with_parent)
+{
+	taco_serve_opts so = {dir,     tk_cpu_ops(), TK_F32,	   rows,
+			      context, STDIN_FILENO, STDOUT_FILENO};
+	taco_err err = {{0}};
+	char why[256] = "";
+
+	if (die_with_parent) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() == 1)
+			return EXIT_STOPPED;
+	}
+	/* a reader that is gone: stdin ends too */
+	signal(SIGPIPE, SIG_IGN);
+	if (backend == TACO_BACKEND_CUDA) {
+		if (pin_rank_gpu())
+			return EXIT_FAILED;
+		if (tk_cuda_open(&so.ops, why, sizeof(why))) {
+			fprintf(stderr,
+				"taco-train: --backend cuda: no CUDA "
+				"backend: %s\n",
+				why);
+			return EXIT_FAILED;
+		}
+	}
+	so.act_dtype = precision >= 0		      ? precision
+		       : backend == TACO_BACKEND_CUDA ? TK_BF16
+						      : TK_F32;
+	if (taco_serve(&so, &err)) {
+		fprintf(stderr, "taco-train: --serve %s: %s\n", dir, err.msg);
+		return EXIT_FAILED;
+	}
+	return EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -355,12 +412,18 @@ int main(int argc, char **argv)
 	    {"checkpoint", required_argument, NULL, 'C'},
 	    {"output", required_argument, NULL, 'O'},
 	    {"list-devices", no_argument, NULL, 'L'},
+	    {"serve", required_argument, NULL, 'S'},
+	    {"rows", required_argument, NULL, 'R'},
+	    {"context", required_argument, NULL, 'X'},
+	    {"precision", required_argument, NULL, 'Q'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	taco_train_opts to = {.events_fd = -1, .stop = &stop_requested};
 	int c, check = 0, no_progress = 0, plan = 0, validate = 0, r;
-	int die_with_parent = 0, gguf = -1, list = 0;
+	int die_with_parent = 0, gguf = -1, list = 0, rows = 1, context = 0;
+	int precision = -1;
+	const char *serve = NULL;
 	const char *ckpt = NULL, *gguf_out = NULL, *budget_arg = NULL;
 	int backend = TACO_BACKEND_CPU;
 	taco_job job;
@@ -460,6 +523,34 @@ int main(int argc, char **argv)
 		case 'L':
 			list = 1;
 			break;
+		case 'S':
+			serve = optarg;
+			break;
+		case 'R':
+		case 'X': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (*end || v < (c == 'R' ? 1 : 2) ||
+			    v > (c == 'R' ? 64 : 1 << 20)) {
+				fprintf(stderr,
+					"taco-train: --%s: '%s' is not "
+					"%s\n",
+					c == 'R' ? "rows" : "context", optarg,
+					c == 'R' ? "1 to 64"
+						 : "2 to 1048576 tokens");
+				return EXIT_USAGE;
+			}
+			*(c == 'R' ? &rows : &context) = (int)v;
+			break;
+		}
+		case 'Q':
+			if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16")) {
+				fprintf(stderr, "taco-train: --precision must "
+						"be fp32 or bf16\n");
+				return EXIT_USAGE;
+			}
+			precision = strcmp(optarg, "fp32") ? TK_BF16 : TK_F32;
+			break;
 		case 'h':
 			usage(stdout);
 			return EXIT_OK;
@@ -467,6 +558,15 @@ int main(int argc, char **argv)
 			usage(stderr);
 			return EXIT_USAGE;
 		}
+	}
+	if (serve) {
+		if (optind != argc) {
+			fprintf(stderr, "taco-train: --serve takes no "
+					"JOB.json\n");
+			return EXIT_USAGE;
+		}
+		return serve_model(serve, backend, precision, rows, context,
+				   die_with_parent);
 	}
 	if (list) {
 		if (optind != argc) {

@@ -187,7 +187,67 @@ static int h_download(tacod_http_req *r, void *ctx)
 				     tacod_http_param(r, "name"));
 }
 
+/* Replies later: a thread answers after a while, as the chat completions'
+ * workers do (the path says how). */
+typedef struct later_job {
+	tacod_http_later *l;
+	char how[16];
+} later_job;
+
+static void *answer_later(void *arg)
+{
+	later_job *j = arg;
+
+	tu_sleep_ms(200);
+	if (!strcmp(j->how, "json")) {
+		ck_assert_int_eq(
+		    tacod_http_later_json(j->l, 201,
+					  json_pack("{ss}", "ok", "late"), 0),
+		    0);
+	} else if (!strcmp(j->how, "busy")) {
+		tacod_http_later_json(j->l, 503, json_pack("{ss}", "busy", "y"),
+				      7);
+	} else if (!strcmp(j->how, "stream")) {
+		tacod_http_stream *s = tacod_http_later_stream(j->l);
+		ck_assert_ptr_nonnull(s);
+		tacod_http_stream_event(s, NULL, "one");
+		tu_sleep_ms(50);
+		tacod_http_stream_event(s, NULL, "two");
+		tacod_http_stream_end(s);
+	} else {
+		tacod_http_later_drop(j->l);
+	}
+	free(j);
+	return NULL;
+}
+
+/* /v1/later/hold: kept here, answered by the test */
+static tacod_http_later *held;
+
+static int h_later(tacod_http_req *r, void *ctx)
+{
+	later_job *j = calloc(1, sizeof(*j));
+	pthread_t t;
+
+	(void)ctx;
+	j->l = tacod_http_later_begin(r);
+	ck_assert_ptr_nonnull(j->l);
+	ck_assert_ptr_null(tacod_http_later_begin(r));
+	if (!strcmp(tacod_http_param(r, "how"), "hold")) {
+		pthread_mutex_lock(&st_lock);
+		held = j->l;
+		pthread_mutex_unlock(&st_lock);
+		free(j);
+		return 0;
+	}
+	snprintf(j->how, sizeof(j->how), "%s", tacod_http_param(r, "how"));
+	ck_assert_int_eq(pthread_create(&t, NULL, answer_later, j), 0);
+	pthread_detach(t);
+	return 0;
+}
+
 static tacod_http_route routes[] = {
+    {"GET", "/v1/later/{how}", h_later, NULL, 0},
     {"GET", "/v1/echo", h_echo, NULL, 0},
     {"POST", "/v1/echo", h_post_json, NULL, 0},
     {"GET", "/v1/files/{id}/content", h_params, NULL, 0},
@@ -1086,6 +1146,116 @@ START_TEST(test_stream_events_in_order)
 }
 END_TEST
 
+typedef struct later_get {
+	char path[64];
+	resp r;
+	long status;
+} later_get;
+
+static void *later_getter(void *arg)
+{
+	later_get *g = arg;
+
+	g->status = get(g->path, &g->r);
+	return NULL;
+}
+
+/* Requests answered later: each kind of answer, and many waiting at once
+ * (more than the server's threads) while other requests go on. */
+START_TEST(test_later_replies)
+{
+	tacod_config c;
+	later_get g[24];
+	pthread_t t[24];
+	resp r = {0};
+	double t0;
+
+	config(&c);
+	start(&c);
+	ck_assert_int_eq(get("/v1/later/json", &r), 201);
+	ck_assert_ptr_nonnull(strstr(r.body, "late"));
+	resp_free(&r);
+	memset(&r, 0, sizeof(r));
+	ck_assert_int_eq(get("/v1/later/busy", &r), 503);
+	ck_assert_ptr_nonnull(strstr(r.headers, "Retry-After: 7"));
+	resp_free(&r);
+	memset(&r, 0, sizeof(r));
+	ck_assert_int_eq(get("/v1/later/stream", &r), 200);
+	ck_assert_str_eq(r.body, "data: one\n\ndata: two\n\n");
+	resp_free(&r);
+	memset(&r, 0, sizeof(r));
+	ck_assert_int_eq(get("/v1/later/drop", &r), 500);
+	resp_free(&r);
+	for (int i = 0; i < 24; i++) {
+		memset(&g[i], 0, sizeof(g[i]));
+		snprintf(g[i].path, sizeof(g[i].path), "/v1/later/%s",
+			 i % 2 ? "json" : "stream");
+		ck_assert_int_eq(
+		    pthread_create(&t[i], NULL, later_getter, &g[i]), 0);
+	}
+	tu_sleep_ms(50);
+	/* 24 waiting hold no thread: an echo goes through at once */
+	t0 = tu_now_s();
+	memset(&r, 0, sizeof(r));
+	ck_assert_int_eq(get("/v1/echo", &r), 200);
+	ck_assert_msg(tu_now_s() - t0 < 0.15, "echo took %.3f s",
+		      tu_now_s() - t0);
+	resp_free(&r);
+	for (int i = 0; i < 24; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_int_eq(g[i].status, i % 2 ? 201 : 200);
+		resp_free(&g[i].r);
+	}
+}
+END_TEST
+
+static int raw_open(const char *path);
+
+/* A request still waiting when the server stops gets a 503, and its
+ * answer after that is refused; one whose client left is refused too. */
+START_TEST(test_later_stop_and_gone)
+{
+	tacod_config c;
+	later_get g = {.path = "/v1/later/hold"};
+	pthread_t t;
+	tacod_http_later *l = NULL;
+	int fd;
+
+	config(&c);
+	start(&c);
+	/* the client leaves: the answer is refused (the connection learns
+	 * it when resumed) and nothing leaks */
+	fd = raw_open("/v1/later/hold");
+	for (int i = 0; i < 200 && !l; i++) {
+		tu_sleep_ms(10);
+		pthread_mutex_lock(&st_lock);
+		l = held;
+		held = NULL;
+		pthread_mutex_unlock(&st_lock);
+	}
+	ck_assert_ptr_nonnull(l);
+	close(fd);
+	tu_sleep_ms(50);
+	tacod_http_later_json(l, 200, json_pack("{}"), 0);
+	l = NULL;
+	ck_assert_int_eq(pthread_create(&t, NULL, later_getter, &g), 0);
+	for (int i = 0; i < 200 && !l; i++) {
+		tu_sleep_ms(10);
+		pthread_mutex_lock(&st_lock);
+		l = held;
+		pthread_mutex_unlock(&st_lock);
+	}
+	ck_assert_ptr_nonnull(l);
+	tacod_http_stop(srv);
+	srv = NULL;
+	pthread_join(t, NULL);
+	ck_assert_int_eq(g.status, 503);
+	ck_assert_int_eq(tacod_http_later_json(l, 200, json_pack("{}"), 0),
+			 -EPIPE);
+	resp_free(&g.r);
+}
+END_TEST
+
 START_TEST(test_stream_multiline_event)
 {
 	tacod_config c;
@@ -1693,6 +1863,8 @@ int main(void)
 	tcase_add_test(tc, test_stopping_answers_503);
 	tcase_add_test(tc, test_upload_client_disconnects);
 	tcase_add_test(tc, test_malformed_requests);
+	tcase_add_test(tc, test_later_replies);
+	tcase_add_test(tc, test_later_stop_and_gone);
 	tcase_add_test(tc, test_closed_connections_free_slots);
 	tcase_add_test(tc, test_random_requests);
 	tcase_add_test(tc, test_many_concurrent_keepalive);

@@ -310,6 +310,8 @@ int http_finish(tacod_http_req *r)
 
 	if (r->replied)
 		return 0;
+	if (r->later) /* resumed: the answer came */
+		return http_later_finish(r);
 	if (r->pp) {
 		if (MHD_destroy_post_processor(r->pp) != MHD_YES)
 			defer_fail(r, 400, NULL, NULL,
@@ -336,6 +338,8 @@ int http_finish(tacod_http_req *r)
 	}
 	rc = r->route->r->handler(r, srv->ctx);
 	http_drop_temp(r); /* unless the handler kept it */
+	if (r->later && !r->replied)
+		return http_later_finish(r);
 	if (!r->replied &&
 	    tacod_http_error(r, 500, "server_error", NULL, NULL,
 			     "The server failed to answer the request%s%s.",

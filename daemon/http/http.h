@@ -215,4 +215,23 @@ int tacod_http_stream_event(tacod_http_stream *s, const char *event,
 			    const char *data);
 void tacod_http_stream_end(tacod_http_stream *s);
 
+/* ---- replies later (a request answered by another thread) ----
+ *
+ * later_begin, called by a handler that then returns without a reply,
+ * keeps the request waiting (its connection suspended: it costs no
+ * thread) for one answer from any thread: later_json (a JSON reply,
+ * Retry-After when retry_after > 0) or later_stream (a stream, as
+ * stream_begin gives, whose pushes are buffered until the connection
+ * takes it). Each consumes the handle; later_drop gives it up unanswered
+ * (the request gets a 500). When the server stops, a request still
+ * waiting gets a 503 and the handle's answer returns -EPIPE. The waiting
+ * has no time limit of the server's: its holder bounds it. */
+typedef struct tacod_http_later tacod_http_later;
+
+tacod_http_later *tacod_http_later_begin(tacod_http_req *r);
+int tacod_http_later_json(tacod_http_later *l, int status, json_t *body,
+			  int retry_after);
+tacod_http_stream *tacod_http_later_stream(tacod_http_later *l);
+void tacod_http_later_drop(tacod_http_later *l);
+
 #endif

@@ -83,6 +83,7 @@ struct tacod_http_server {
 	int resuming; /* pushers between taking a suspension and resuming
 			 (atomic; decremented under lock) */
 	struct tacod_http_stream *streams;
+	struct tacod_http_later *laters; /* requests answered later */
 
 	uint64_t stats_requests, stats_status[TACOD_HTTP_STATUS_MAX];
 	uint64_t stats_streams, stats_open, stats_dropped; /* atomic */
@@ -116,6 +117,36 @@ struct tacod_http_stream {
 	int dropped;   /* the client fell too far behind */
 	struct tacod_http_stream *prev, *next; /* srv->streams */
 };
+
+/* ---- replies later ---- */
+
+struct tacod_http_later {
+	pthread_mutex_t lock;
+	int refs; /* the holder's handle and the request */
+	tacod_http_server *srv;
+	struct MHD_Connection *conn; /* while !gone */
+	int suspended;		     /* the connection waits for the answer */
+	int answered; /* the answer is there (or the server stops) */
+	int gone;     /* the request completed */
+	int status, retry_after;
+	json_t *body;
+	tacod_http_stream *stream;	      /* or a stream to begin */
+	struct tacod_http_later *prev, *next; /* srv->laters */
+};
+
+/* In the request's handler call, after the handler: waits for the answer
+ * (suspends), or sends it when it is there. Returns 0, or -1 to drop the
+ * connection. */
+int http_later_finish(tacod_http_req *r);
+/* The request completed: the connection lets go of it. */
+void http_later_gone(tacod_http_later *l);
+/* The server stops: every waiting request gets its 503. */
+void http_laters_stop(tacod_http_server *s);
+/* stream.c: a stream for the request of connection c, not queued yet;
+ * http_stream_queue queues it on r (0, or -1). */
+tacod_http_stream *http_stream_new(tacod_http_server *srv,
+				   struct MHD_Connection *c);
+int http_stream_queue(tacod_http_req *r, tacod_http_stream *st);
 
 /* ---- requests ---- */
 
@@ -165,6 +196,7 @@ struct tacod_http_req {
 	kv hdr[MAX_REPLY_HEADERS];
 	int nhdr;
 	tacod_http_stream *stream;
+	tacod_http_later *later;
 };
 
 static inline const char *http_kv_get(const kv *a, int n, const char *k)

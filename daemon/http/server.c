@@ -72,6 +72,8 @@ void http_req_free(tacod_http_req *r)
 	http_drop_temp(r);
 	if (r->stream)
 		http_stream_gone(r->stream);
+	if (r->later)
+		http_later_gone(r->later);
 	if (r->counted) {
 		pthread_mutex_lock(&r->srv->lock);
 		r->srv->active--;
@@ -439,6 +441,7 @@ void tacod_http_stop_grace(tacod_http_server *s, int grace_ms)
 
 	/* End every stream; the suspended ones are woken to finish. */
 	http_streams_stop(s);
+	http_laters_stop(s);
 
 	/* Requests in flight finish (for at most grace_ms). */
 	deadline_after(&deadline, grace_ms);

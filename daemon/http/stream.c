@@ -91,34 +91,17 @@ static void unlink_stream(tacod_http_server *srv, tacod_http_stream *st)
 	st->prev = st->next = NULL;
 }
 
-tacod_http_stream *tacod_http_stream_begin(tacod_http_req *r)
+tacod_http_stream *http_stream_new(tacod_http_server *srv,
+				   struct MHD_Connection *c)
 {
-	tacod_http_server *srv = r->srv;
-	tacod_http_stream *st;
-	struct MHD_Response *resp;
+	tacod_http_stream *st = calloc(1, sizeof(*st));
 
-	if (r->replied || r->stream)
-		return NULL;
-	st = calloc(1, sizeof(*st));
 	if (!st)
 		return NULL;
 	pthread_mutex_init(&st->lock, NULL);
 	st->refs = 2;
 	st->srv = srv;
-	st->conn = r->conn;
-	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_CHUNK,
-						 stream_read, st, NULL);
-	if (!resp) {
-		pthread_mutex_destroy(&st->lock);
-		free(st);
-		return NULL;
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-				"text/event-stream");
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
-				"no-cache");
-	MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-
+	st->conn = c;
 	pthread_mutex_lock(&srv->lock);
 	if (srv->stopping)
 		st->ended = 1;
@@ -127,18 +110,49 @@ tacod_http_stream *tacod_http_stream_begin(tacod_http_req *r)
 		srv->streams->prev = st;
 	srv->streams = st;
 	pthread_mutex_unlock(&srv->lock);
+	return st;
+}
 
-	if (http_queue(r, 200, resp)) {
+int http_stream_queue(tacod_http_req *r, tacod_http_stream *st)
+{
+	struct MHD_Response *resp;
+
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_CHUNK,
+						 stream_read, st, NULL);
+	if (resp) {
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+					"text/event-stream");
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
+					"no-cache");
+		MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+	}
+	if (http_queue(r, 200, resp))
+		return -1;
+	__atomic_fetch_add(&r->srv->stats_streams, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&r->srv->stats_open, 1, __ATOMIC_RELAXED);
+	r->stream = st;
+	return 0;
+}
+
+tacod_http_stream *tacod_http_stream_begin(tacod_http_req *r)
+{
+	tacod_http_server *srv = r->srv;
+	tacod_http_stream *st;
+
+	if (r->replied || r->stream || r->later)
+		return NULL;
+	st = http_stream_new(srv, r->conn);
+	if (!st)
+		return NULL;
+	if (http_stream_queue(r, st)) {
 		pthread_mutex_lock(&srv->lock);
 		unlink_stream(srv, st);
 		pthread_mutex_unlock(&srv->lock);
 		pthread_mutex_destroy(&st->lock);
+		free(st->buf);
 		free(st);
 		return NULL;
 	}
-	__atomic_fetch_add(&srv->stats_streams, 1, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&srv->stats_open, 1, __ATOMIC_RELAXED);
-	r->stream = st;
 	return st;
 }
 

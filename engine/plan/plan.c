@@ -353,3 +353,70 @@ void taco_plan_print(const taco_plan *p, FILE *f)
 	fprintf(f, "  %-34s %12s  %16llu B\n", "per step to host memory", h,
 		(unsigned long long)p->to_host);
 }
+
+void taco_plan_serve_shape(const taco_model *shapes, int requested, int *ctx,
+			   int *chunk)
+{
+	int c = requested;
+
+	if (c <= 0)
+		c = shapes->cfg.max_pos < TACO_SERVE_CONTEXT
+			? shapes->cfg.max_pos
+			: TACO_SERVE_CONTEXT;
+	*ctx = c;
+	*chunk = c < 1024 ? c : 1024;
+}
+
+int taco_plan_serve(const taco_model *shapes, int backend, int weight_dtype,
+		    int act_dtype, int rows, int ctx, taco_plan *out,
+		    taco_err *err)
+{
+	taco_plan_input in;
+	taco_model view = *shapes;
+	taco_tensor *t;
+	taco_plan p;
+	uint64_t dynamic = 0;
+	int chunk, wdt = act_dtype == TK_BF16 ? TK_BF16 : weight_dtype, r;
+
+	taco_plan_serve_shape(shapes, ctx, &ctx, &chunk);
+	if (chunk < rows)
+		chunk = rows;
+	memset(&p, 0, sizeof(p));
+	memset(&in, 0, sizeof(in));
+	t = malloc((size_t)shapes->n_tensors * sizeof(*t));
+	if (!t)
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	memcpy(t, shapes->tensors, (size_t)shapes->n_tensors * sizeof(*t));
+	for (int i = 0; i < shapes->n_tensors; i++) {
+		t[i].dtype = wdt;
+		p.term[TACO_PLAN_WEIGHTS] += t[i].numel * tk_dtype_size(wdt);
+	}
+	view.tensors = t;
+	view.work = NULL;
+	view.act_dtype = act_dtype;
+	memset(&view.sched, 0, sizeof(view.sched));
+	r = taco_kv_plan(&view, rows, ctx, chunk, p.term, &p.host);
+	free(t);
+	if (r)
+		return taco_err_set(err, r,
+				    "a generation of %d rows x %d tokens "
+				    "cannot be planned for this model",
+				    rows, ctx);
+	if (backend == TACO_BACKEND_CPU && act_dtype == TK_BF16)
+		p.term[TACO_PLAN_GEMM_WORKSPACE] += TK_CPU_GEMM_SCRATCH_BYTES;
+	if (backend == TACO_BACKEND_CUDA) {
+		p.term[TACO_PLAN_GEMM_WORKSPACE] += CUDA_GEMM_WORKSPACE;
+		p.term[TACO_PLAN_BACKEND_FIXED] += CUDA_CONTEXT;
+		for (int i = 0; i < TACO_PLAN_TERMS; i++)
+			if (i != TACO_PLAN_BACKEND_FIXED)
+				dynamic += p.term[i];
+		p.term[TACO_PLAN_MARGIN] = CUDA_MARGIN_FIXED + dynamic / 1000;
+	}
+	p.peak_phase = "every request (buffers are allocated at load)";
+	for (int i = 0; i < TACO_PLAN_TERMS; i++)
+		p.total += p.term[i];
+	p.act_dtype = act_dtype;
+	p.layers = shapes->cfg.layers;
+	*out = p;
+	return 0;
+}

@@ -119,6 +119,20 @@ void taco_plan_settings(const taco_plan *p, char *buf, size_t len);
 /* The precision planned: "bf16" or "fp32". */
 const char *taco_plan_precision(const taco_plan *p);
 
+/* A model served for generation (taco-train --serve, tacod's chat
+ * completions): its context (requested, or 0: the model's
+ * max_position_embeddings, at most TACO_SERVE_CONTEXT) and calls of at
+ * most 1024 tokens; and its plan on a backend: the weights in act_dtype
+ * (bf16, or as stored in fp32: weight_dtype), the KV cache of rows
+ * completions and the call buffers (model/decode.h), and on CUDA the
+ * context, the cuBLASLt workspace and the margin. Exact on the CPU. */
+#define TACO_SERVE_CONTEXT 8192
+void taco_plan_serve_shape(const struct taco_model *shapes, int requested,
+			   int *ctx, int *chunk);
+int taco_plan_serve(const struct taco_model *shapes, int backend,
+		    int weight_dtype, int act_dtype, int rows, int ctx,
+		    taco_plan *out, taco_err *err);
+
 /* Frozen flags of job->freeze over a model's tensors (caller frees).
  * A prefix matching no tensor is an error. */
 int taco_job_frozen(const taco_job *job, const struct taco_model *m,
