@@ -101,7 +101,7 @@ static int fill(server *s, int wait)
  * is not a JSON object or too long). */
 static json_t *take_line(server *s, int *bad)
 {
-	char *nl = memchr(s->buf, '\n', s->len);
+	char *nl = s->len ? memchr(s->buf, '\n', s->len) : NULL;
 	json_t *o;
 	size_t n;
 

@@ -225,11 +225,13 @@ static void flush(step_ctx *c, int s)
 	taco_work *w = c->w;
 	int l = w->slot_layer[s], li = l - (c->m->cfg.layers - w->s.stream);
 	int ns = taco_stream_count(c->m);
-	char *dev = (char *)w->wb_dev + (size_t)s * w->wb_slot;
-	char *host = (char *)w->wb_host + (size_t)li * w->wb_layer;
+	char *dev, *host;
 
+	/* (a slot of generation's is never dirty: it has no write-back) */
 	if (!w->slot_dirty[s])
 		return;
+	dev = (char *)w->wb_dev + (size_t)s * w->wb_slot;
+	host = (char *)w->wb_host + (size_t)li * w->wb_layer;
 	if (w->slot_ticket[s])
 		c->o->side_wait(w->slot_ticket[s]);
 	for (int sl = 0; sl < ns; sl++) {
