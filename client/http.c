@@ -643,6 +643,52 @@ int ctl_http_sse(ctl_http *h, const char *path, ctl_sse_fn fn, void *ctx,
 	return rc;
 }
 
+int ctl_http_sse_post(ctl_http *h, const char *path, json_t *body,
+		      ctl_sse_fn fn, void *ctx, ctl_err *err)
+{
+	sse s = {.c = h->curl, .fn = fn, .ctx = ctx, .err = err};
+	struct curl_slist *hd = NULL;
+	char *text = json_dumps(body, JSON_COMPACT);
+	int rc;
+	CURLcode cr;
+
+	s.line.max = CTL_HTTP_LINE_MAX;
+	s.data.max = CTL_HTTP_LINE_MAX;
+	s.ebuf = (membuf){.max = CTL_HTTP_ERROR_MAX};
+	if (!text)
+		return ctl_err_set(err, -ENOMEM, "out of memory");
+	if ((rc = prepare(h, path, NULL, &hd, err)))
+		goto out;
+	if (add_header(&hd, "Accept: text/event-stream") ||
+	    add_header(&hd, "Content-Type: application/json")) {
+		rc = ctl_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	curl_easy_setopt(h->curl, CURLOPT_HTTPHEADER, hd);
+	curl_easy_setopt(h->curl, CURLOPT_POSTFIELDS, text);
+	curl_easy_setopt(h->curl, CURLOPT_WRITEFUNCTION, sse_write);
+	curl_easy_setopt(h->curl, CURLOPT_WRITEDATA, &s);
+	cr = curl_easy_perform(h->curl);
+	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &s.status);
+	if (s.result)
+		rc = s.result > 0 ? 0 : s.result;
+	else if (ctl_http_interrupted)
+		rc = ctl_err_set(err, -EINTR, "interrupted");
+	else if (cr == CURLE_OK && s.status / 100 != 2)
+		rc = http_error(s.status, s.ebuf.p, err);
+	else if (cr != CURLE_OK)
+		rc = transport_error(h, cr, err);
+	else if (s.line.n && (rc = sse_line(&s, s.line.p, s.line.n)) > 0)
+		rc = 0;
+out:
+	curl_slist_free_all(hd);
+	free(text);
+	free(s.ebuf.p);
+	free(s.line.p);
+	free(s.data.p);
+	return rc;
+}
+
 /* ---- helpers ------------------------------------------------------------ */
 
 int ctl_http_escape(const char *segment, char *out, size_t cap, ctl_err *err)

@@ -98,6 +98,12 @@ typedef int (*ctl_sse_fn)(void *ctx, const ctl_sse_event *ev, ctl_err *err);
 int ctl_http_sse(ctl_http *h, const char *path, ctl_sse_fn fn, void *ctx,
 		 ctl_err *err);
 
+/* POST path with a JSON body, its reply read as one event stream (no
+ * reconnecting: a chat's answer cannot be resumed): fn gets every event
+ * until it returns 1 or the stream ends. A non-2xx reply is an error. */
+int ctl_http_sse_post(ctl_http *h, const char *path, json_t *body,
+		      ctl_sse_fn fn, void *ctx, ctl_err *err);
+
 /* Percent-escapes one path segment into out (cap bytes). */
 int ctl_http_escape(const char *segment, char *out, size_t cap, ctl_err *err);
 

@@ -27,6 +27,7 @@ int ctl_cmd_gguf_export(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
 int ctl_cmd_gguf_list(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
 int ctl_cmd_gguf_rm(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
 int ctl_cmd_models(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
+int ctl_cmd_chat(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
 int ctl_cmd_device(ctl *c, const ctl_cmd *cmd, int argc, char **argv);
 
 static const char list_help[] =
@@ -114,6 +115,14 @@ const ctl_cmd ctl_commands[] = {
      "  rm MODEL...              delete fine-tuned models: their weights "
      "go, their\n"
      "                           names are refused from then on\n"},
+    {"chat", NULL, ctl_cmd_chat, "[OPTIONS] MODEL [PROMPT]",
+     "a model's answer to PROMPT, streamed; without PROMPT, a "
+     "conversation: a line of input a message, an empty line ends",
+     "  --system TEXT            a system message first\n"
+     "  --max-tokens N           the answer's tokens at most (1 to 4096)\n"
+     "  --temperature X          0 (greedy) to 2 (default 1)\n"
+     "  --seed N                 the sampling's seed: the same answer "
+     "again\n"},
     {"device", NULL, ctl_cmd_device, "",
      "the device, its memory and the jobs on it", NULL},
     {NULL, NULL, NULL, NULL, NULL, NULL},

@@ -185,7 +185,7 @@ static int sampling_of(server *s, json_t *q, taco_sampling *sp,
 	size_t i;
 
 	memset(sp, 0, sizeof(*sp));
-	sp->max_tokens = 256;
+	sp->max_tokens = 0; /* not given: the room left (answer) */
 	sp->temperature = 1.0f;
 	sp->top_p = 1.0f;
 	*n = 1;
@@ -224,6 +224,31 @@ static int sampling_of(server *s, json_t *q, taco_sampling *sp,
 	return 0;
 }
 
+/* A message's reasoning under transformers' names, as the training data
+ * gives it to the template (engine/data/dataset_chat.c): "thinking" and
+ * "reasoning_content" alike, from any of reasoning_content, thinking or
+ * reasoning. */
+static void alias_reasoning(json_t *msgs)
+{
+	static const char *const names[] = {"reasoning_content", "thinking",
+					    "reasoning"};
+	json_t *m, *r;
+	size_t i;
+
+	json_array_foreach(msgs, i, m)
+	{
+		r = NULL;
+		for (int k = 0; k < 3 && !r; k++)
+			if (json_is_string(json_object_get(m, names[k])))
+				r = json_object_get(m, names[k]);
+		if (r) {
+			json_incref(r);
+			json_object_set(m, "thinking", r);
+			json_object_set_new(m, "reasoning_content", r);
+		}
+	}
+}
+
 static void answer(server *s, json_t *q)
 {
 	const char *id = json_string_value(json_object_get(q, "id"));
@@ -256,12 +281,12 @@ static void answer(server *s, json_t *q)
 			    "\"messages\" must be a non-empty array");
 		return;
 	}
-	if (sampling_of(s, q, &sp, stop, &n, why, sizeof(why)) ||
-	    taco_sampling_check(&sp, &err) || n > 64) {
+	if (sampling_of(s, q, &sp, stop, &n, why, sizeof(why)) || n > 64) {
 		reply_error(s, id, 400, "invalid_request", NULL,
 			    err.msg[0] ? err.msg : why);
 		return;
 	}
+	alias_reasoning(msgs);
 	r = taco_chat_render_text(s->chat, msgs,
 				  json_is_array(tools) ? tools : NULL, 1, &co,
 				  why, sizeof(why), &err);
@@ -276,13 +301,23 @@ static void answer(server *s, json_t *q)
 		reply_error(s, id, 400, "invalid_request", "messages", err.msg);
 		goto out;
 	}
-	if ((int)ids.n + sp.max_tokens > taco_kv_ctx(s->kv)) {
+	if (sp.max_tokens <= 0) { /* OpenAI's: up to the context's end */
+		sp.max_tokens = taco_kv_ctx(s->kv) - (int)ids.n;
+		if (sp.max_tokens > TACO_SERVE_MAX_TOKENS)
+			sp.max_tokens = TACO_SERVE_MAX_TOKENS;
+	}
+	if (sp.max_tokens < 1 ||
+	    (int)ids.n + sp.max_tokens > taco_kv_ctx(s->kv)) {
 		snprintf(why, sizeof(why),
 			 "the prompt's %zu tokens and max_tokens %d exceed "
 			 "the context of %d tokens",
 			 ids.n, sp.max_tokens, taco_kv_ctx(s->kv));
 		reply_error(s, id, 400, "context_length_exceeded", "messages",
 			    why);
+		goto out;
+	}
+	if (taco_sampling_check(&sp, &err)) {
+		reply_error(s, id, 400, "invalid_request", NULL, err.msg);
 		goto out;
 	}
 	for (int i = 0; i < n; i++) {

@@ -19,6 +19,7 @@
 #include "util/taco_err.h"
 
 #define TACO_SERVE_LINE_MAX (8u << 20) /* bytes of one request line */
+#define TACO_SERVE_MAX_TOKENS 4096     /* an answer's, max_tokens not given */
 
 typedef struct taco_serve_opts {
 	const char *model_dir;

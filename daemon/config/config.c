@@ -28,6 +28,12 @@ void tacod_config_defaults(tacod_config *c)
 	c->limits.max_running_jobs = 8;
 	c->limits.max_sync_validate_bytes = 64ull << 20;
 	tacod_config_slurm_defaults(&c->slurm);
+	c->chat.idle_s = 300;
+	c->chat.wait_s = 30;
+	c->chat.max_workers = 2;
+	c->chat.rows = 4;
+	c->chat.max_requests_per_user = 4;
+	c->chat.request_timeout_s = 600;
 }
 
 static int str(json_t *o, const char *key, char *out, size_t cap,
@@ -145,6 +151,40 @@ static int limits(json_t *o, tacod_limits *l, const char *name, taco_err *err)
 	return 0;
 }
 
+static int chat(json_t *o, tacod_chat_config *c, const char *name,
+		taco_err *err)
+{
+	static const char *const keys[] = {"idle_s",
+					   "wait_s",
+					   "max_workers",
+					   "rows",
+					   "context",
+					   "max_requests_per_user",
+					   "request_timeout_s",
+					   NULL};
+	int r;
+
+	if (!json_is_object(o))
+		return taco_err_set(err, -EINVAL,
+				    "%s: 'chat' must be an object", name);
+	if ((r = known(o, keys, "chat.", name, err)) ||
+	    (r = tacod_config_int(o, "chat.", "idle_s", 1, 86400, &c->idle_s,
+				  name, err)) ||
+	    (r = tacod_config_int(o, "chat.", "wait_s", 0, 3600, &c->wait_s,
+				  name, err)) ||
+	    (r = tacod_config_int(o, "chat.", "max_workers", 0, 64,
+				  &c->max_workers, name, err)) ||
+	    (r = tacod_config_int(o, "chat.", "rows", 1, 8, &c->rows, name,
+				  err)) ||
+	    (r = tacod_config_int(o, "chat.", "context", 0, 1 << 20,
+				  &c->context, name, err)) ||
+	    (r = tacod_config_int(o, "chat.", "max_requests_per_user", 1, 1024,
+				  &c->max_requests_per_user, name, err)))
+		return r;
+	return tacod_config_int(o, "chat.", "request_timeout_s", 1, 86400,
+				&c->request_timeout_s, name, err);
+}
+
 /* The fields of the object root, over what the tacod_config arg holds. */
 static int config_from_json(json_t *root, const char *name, void *arg,
 			    taco_err *err)
@@ -154,7 +194,7 @@ static int config_from_json(json_t *root, const char *name, void *arg,
 	    "tokens_file", "taco_train",  "dataset_roots", "device_memory",
 	    "devices",	   "backend",	  "max_retries",   "cancel_timeout_s",
 	    "limits",	   "webhooks",	  "scheduler",	   "slurm",
-	    NULL};
+	    "chat",	   NULL};
 	tacod_config *c = arg;
 	json_t *v;
 	int r;
@@ -238,6 +278,9 @@ static int config_from_json(json_t *root, const char *name, void *arg,
 	}
 	if ((v = json_object_get(root, "slurm")) &&
 	    (r = tacod_config_slurm(v, &c->slurm, name, err)))
+		return r;
+	if ((v = json_object_get(root, "chat")) &&
+	    (r = chat(v, &c->chat, name, err)))
 		return r;
 	if ((v = json_object_get(root, "limits")))
 		return limits(v, &c->limits, name, err);

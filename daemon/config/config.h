@@ -57,6 +57,21 @@ typedef struct tacod_device_config {
 	char name[96]; /* "NVIDIA H200" when "auto" found it, else "" */
 } tacod_device_config;
 
+/* Chat completions (service/chat.c): the model workers ("taco-train
+ * --serve") and what a user may ask of them. */
+typedef struct tacod_chat_config {
+	int idle_s;	 /* a worker with no request this long exits */
+	int wait_s;	 /* a request that cannot start waits this long,
+			    then gets 503 with Retry-After */
+	int max_workers; /* models loaded at once */
+	int rows;	 /* completions of one request at most (n) */
+	int context;	 /* tokens of a prompt and its answer; 0: the
+			    model's max_position_embeddings, at most
+			    8192 */
+	int max_requests_per_user; /* waiting or running at once */
+	int request_timeout_s;	   /* a request running longer is ended */
+} tacod_chat_config;
+
 typedef struct tacod_config {
 	char listen[256];	/* "host:port", "" = no TCP listener */
 	char unix_socket[4096]; /* "" = none */
@@ -77,6 +92,7 @@ typedef struct tacod_config {
 	int max_retries;      /* a crashed worker is retried this often */
 	int cancel_timeout_s; /* SIGKILL this long after SIGTERM */
 	tacod_limits limits;
+	tacod_chat_config chat;
 	tacod_webhooks webhooks; /* webhooks/webhook.h; none by default */
 	int scheduler;		 /* TACOD_SCHED_* */
 	tacod_slurm_config slurm;

@@ -131,6 +131,14 @@ static void local_schedule(tacod_runner *r)
 	st.n_dev = tacod_config_device_list(r->env.cfg, dc);
 	for (int d = 0; d < st.n_dev; d++)
 		st.dev[d].budget = dc[d].memory;
+	/* the chat workers' models: a job fits beside them, never in
+	 * their place */
+	if (r->env.host.held) {
+		uint64_t held[TACOD_SCHED_DEVICES_MAX] = {0};
+		r->env.host.held(r->env.host.ctx, held, st.n_dev);
+		for (int d = 0; d < st.n_dev; d++)
+			st.dev[d].running_bytes += held[d];
+	}
 	for (int i = 0; i < rs->n; i++) {
 		for (int d = 0; d < st.n_dev; d++)
 			if (rs->run[i]->devices & (1u << d)) {

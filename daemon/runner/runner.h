@@ -81,6 +81,9 @@ typedef struct tacod_runner_host {
 	void (*start_failed)(void *ctx, const char *job, const char *msg);
 	/* at the start: running jobs that nobody runs are queued again */
 	int (*requeue_running)(void *ctx, taco_err *err);
+	/* memory held outside the jobs (the chat workers), added into
+	 * bytes[d] for device d of n (may be NULL: none) */
+	void (*held)(void *ctx, uint64_t *bytes, int n);
 } tacod_runner_host;
 
 /* The service's state a runner works with; all of it outlives the

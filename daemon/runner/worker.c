@@ -1,5 +1,6 @@
 #include "daemon/runner/worker.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@ struct tacod_worker {
 	uv_loop_t *loop;
 	uv_process_t proc;
 	uv_pipe_t events, err;
+	uv_pipe_t input; /* a --serve worker's stdin */
+	int has_input, input_closed;
 	uv_timer_t kill_timer;
 	tacod_worker_cb cb;
 	void *ctx;
@@ -175,17 +178,18 @@ int tacod_worker_start(uv_loop_t *loop, const char *taco_train,
 				     backend, NULL, cb, ctx, out, err);
 }
 
-int tacod_worker_start_on(uv_loop_t *loop, const char *taco_train,
-			  const char *job_path, int resume, const char *backend,
-			  const char *devices, const tacod_worker_cb *cb,
-			  void *ctx, tacod_worker **out, taco_err *err)
+/* Spawns args with its stderr kept and its event lines read from a pipe:
+ * fd 3 (a job's --events-fd), or with serve its stdout, its stdin then a
+ * pipe of ours (tacod_worker_write). */
+static int spawn(uv_loop_t *loop, char **args, int serve, const char *devices,
+		 const tacod_worker_cb *cb, void *ctx, tacod_worker **out,
+		 taco_err *err)
 {
 	char **env = NULL, *own = NULL;
 	tacod_worker *w = calloc(1, sizeof(*w));
 	uv_process_options_t o;
 	uv_stdio_container_t stdio[4];
-	char *args[12];
-	int n = 0, r;
+	int r;
 
 	if (!w || (devices && !(env = env_with_devices(devices, &own)))) {
 		free(w);
@@ -194,10 +198,57 @@ int tacod_worker_start_on(uv_loop_t *loop, const char *taco_train,
 	w->loop = loop;
 	w->cb = *cb;
 	w->ctx = ctx;
+	w->has_input = serve;
 	uv_pipe_init(loop, &w->events, 0);
 	uv_pipe_init(loop, &w->err, 0);
+	uv_pipe_init(loop, &w->input, 0);
 	uv_timer_init(loop, &w->kill_timer);
 	w->events.data = w->err.data = w->kill_timer.data = w->proc.data = w;
+	w->input.data = w;
+	memset(&o, 0, sizeof(o));
+	o.file = args[0];
+	o.args = args;
+	o.exit_cb = on_proc_exit;
+	stdio[0].flags = serve ? UV_CREATE_PIPE | UV_READABLE_PIPE : UV_IGNORE;
+	stdio[0].data.stream = (uv_stream_t *)&w->input;
+	stdio[1].flags = serve ? UV_CREATE_PIPE | UV_WRITABLE_PIPE : UV_IGNORE;
+	stdio[1].data.stream = (uv_stream_t *)&w->events;
+	stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+	stdio[2].data.stream = (uv_stream_t *)&w->err;
+	stdio[3].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+	stdio[3].data.stream = (uv_stream_t *)&w->events;
+	o.stdio = stdio;
+	o.stdio_count = serve ? 3 : 4;
+	o.env = env;
+	r = uv_spawn(loop, &w->proc, &o);
+	free(env);
+	free(own);
+	w->open_handles = 5;
+	if (r) {
+		/* libuv wants even a failed process handle closed */
+		w->freed = 1;
+		uv_close((uv_handle_t *)&w->proc, on_close);
+		uv_close((uv_handle_t *)&w->events, on_close);
+		uv_close((uv_handle_t *)&w->err, on_close);
+		uv_close((uv_handle_t *)&w->input, on_close);
+		uv_close((uv_handle_t *)&w->kill_timer, on_close);
+		return taco_err_set(err, r, "cannot start %s: %s", args[0],
+				    uv_strerror(r));
+	}
+	uv_read_start((uv_stream_t *)&w->events, alloc_cb, on_events);
+	uv_read_start((uv_stream_t *)&w->err, alloc_cb, on_stderr);
+	*out = w;
+	return 0;
+}
+
+int tacod_worker_start_on(uv_loop_t *loop, const char *taco_train,
+			  const char *job_path, int resume, const char *backend,
+			  const char *devices, const tacod_worker_cb *cb,
+			  void *ctx, tacod_worker **out, taco_err *err)
+{
+	char *args[12];
+	int n = 0;
+
 	args[n++] = (char *)taco_train;
 	args[n++] = "--no-progress";
 	args[n++] = "--die-with-parent";
@@ -211,37 +262,78 @@ int tacod_worker_start_on(uv_loop_t *loop, const char *taco_train,
 		args[n++] = "--resume";
 	args[n++] = (char *)job_path;
 	args[n] = NULL;
-	memset(&o, 0, sizeof(o));
-	o.file = taco_train;
-	o.args = args;
-	o.exit_cb = on_proc_exit;
-	stdio[0].flags = UV_IGNORE;
-	stdio[1].flags = UV_IGNORE;
-	stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-	stdio[2].data.stream = (uv_stream_t *)&w->err;
-	stdio[3].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-	stdio[3].data.stream = (uv_stream_t *)&w->events;
-	o.stdio = stdio;
-	o.stdio_count = 4;
-	o.env = env;
-	r = uv_spawn(loop, &w->proc, &o);
-	free(env);
-	free(own);
-	w->open_handles = 4;
-	if (r) {
-		/* libuv wants even a failed process handle closed */
-		w->freed = 1;
-		uv_close((uv_handle_t *)&w->proc, on_close);
-		uv_close((uv_handle_t *)&w->events, on_close);
-		uv_close((uv_handle_t *)&w->err, on_close);
-		uv_close((uv_handle_t *)&w->kill_timer, on_close);
-		return taco_err_set(err, r, "cannot start %s: %s", taco_train,
-				    uv_strerror(r));
+	return spawn(loop, args, 0, devices, cb, ctx, out, err);
+}
+
+int tacod_worker_start_serve(uv_loop_t *loop, const char *taco_train,
+			     const char *model_dir, const char *backend,
+			     const char *devices, int rows, int context,
+			     const tacod_worker_cb *cb, void *ctx,
+			     tacod_worker **out, taco_err *err)
+{
+	char rs[16], cs[16], *args[14];
+	int n = 0;
+
+	snprintf(rs, sizeof(rs), "%d", rows);
+	snprintf(cs, sizeof(cs), "%d", context);
+	args[n++] = (char *)taco_train;
+	args[n++] = "--die-with-parent";
+	if (backend) {
+		args[n++] = "--backend";
+		args[n++] = (char *)backend;
 	}
-	uv_read_start((uv_stream_t *)&w->events, alloc_cb, on_events);
-	uv_read_start((uv_stream_t *)&w->err, alloc_cb, on_stderr);
-	*out = w;
+	args[n++] = "--rows";
+	args[n++] = rs;
+	if (context > 0) {
+		args[n++] = "--context";
+		args[n++] = cs;
+	}
+	args[n++] = "--serve";
+	args[n++] = (char *)model_dir;
+	args[n] = NULL;
+	return spawn(loop, args, 1, devices, cb, ctx, out, err);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+	(void)status; /* a worker gone: its exit tells */
+	free(req->data);
+	free(req);
+}
+
+int tacod_worker_write(tacod_worker *w, const char *line, size_t len)
+{
+	uv_write_t *req;
+	uv_buf_t b;
+	char *copy;
+
+	if (!w->has_input || w->input_closed || w->exited)
+		return -EPIPE;
+	req = malloc(sizeof(*req));
+	copy = malloc(len + 1);
+	if (!req || !copy) {
+		free(req);
+		free(copy);
+		return -ENOMEM;
+	}
+	memcpy(copy, line, len);
+	copy[len] = '\n';
+	req->data = copy;
+	b = uv_buf_init(copy, (unsigned)len + 1);
+	if (uv_write(req, (uv_stream_t *)&w->input, &b, 1, on_written)) {
+		free(copy);
+		free(req);
+		return -EPIPE;
+	}
 	return 0;
+}
+
+void tacod_worker_close_input(tacod_worker *w)
+{
+	if (w->has_input && !w->input_closed) {
+		w->input_closed = 1;
+		close_handle(w, (uv_handle_t *)&w->input);
+	}
 }
 
 static void on_kill_timer(uv_timer_t *t)
@@ -283,6 +375,7 @@ void tacod_worker_free(tacod_worker *w)
 	w->freed = 1;
 	close_handle(w, (uv_handle_t *)&w->events);
 	close_handle(w, (uv_handle_t *)&w->err);
+	close_handle(w, (uv_handle_t *)&w->input);
 	close_handle(w, (uv_handle_t *)&w->kill_timer);
 	close_handle(w, (uv_handle_t *)&w->proc);
 }

@@ -41,6 +41,19 @@ int tacod_worker_start_on(uv_loop_t *loop, const char *taco_train,
 			  const char *devices, const tacod_worker_cb *cb,
 			  void *ctx, tacod_worker **out, taco_err *err);
 
+/* A model's chat worker: `taco_train --die-with-parent [--backend backend]
+ * --rows rows [--context context] --serve model_dir` (engine/serve.h),
+ * its stdout's lines the events (on_event), its stdin written with
+ * tacod_worker_write (a line, the newline added; -EPIPE once closed or
+ * exited); tacod_worker_close_input ends its input, and so the worker. */
+int tacod_worker_start_serve(uv_loop_t *loop, const char *taco_train,
+			     const char *model_dir, const char *backend,
+			     const char *devices, int rows, int context,
+			     const tacod_worker_cb *cb, void *ctx,
+			     tacod_worker **out, taco_err *err);
+int tacod_worker_write(tacod_worker *w, const char *line, size_t len);
+void tacod_worker_close_input(tacod_worker *w);
+
 /* Asks the job to stop at a step boundary (SIGTERM: it checkpoints and
  * exits 3); SIGKILL follows after timeout_ms if it has not exited. */
 void tacod_worker_stop(tacod_worker *w, uint64_t timeout_ms);

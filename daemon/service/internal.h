@@ -73,6 +73,8 @@ struct tacod_service {
 	struct tacod_hooks *hooks;
 	/* the GGUF conversions and their thread (service/gguf.c) */
 	struct tacod_gguf *gguf;
+	/* chat completions: their queue and model workers (service/chat.c) */
+	struct tacod_chat *chat;
 };
 
 int64_t tacod_now(void);
@@ -162,6 +164,15 @@ void tacod_route_remove_job_dir(const char *dir);
  * removed). Lock held. */
 int tacod_models_assemble(tacod_service *s, const char *scope, const char *name,
 			  const char *dst, taco_err *err);
+/* models.c: the directory a chat worker serves model name from, for
+ * scope (NULL: anyone), into dir (lock held): a base model's own (0), or
+ * a fine-tuned model or checkpoint assembled at dst as for a job (1: the
+ * caller removes dst when done); dst NULL only checks that scope may use
+ * it (0; dir: the directory of its tokenizer). -ENOENT when there is no
+ * such model for scope. */
+int tacod_models_serve_dir(tacod_service *s, const char *scope,
+			   const char *name, const char *dst, char *dir,
+			   size_t cap, taco_err *err);
 /* models.c: the model directory of a job that has ended (succeeded,
  * failed, cancelled) is removed; a job from a base model has none. */
 void tacod_models_release(tacod_service *s, const char *job_id);
@@ -256,6 +267,19 @@ int tacod_route_gguf_list(tacod_http_req *r, void *ctx);
 int tacod_route_gguf_show(tacod_http_req *r, void *ctx);
 int tacod_route_gguf_content(tacod_http_req *r, void *ctx);
 int tacod_route_gguf_delete(tacod_http_req *r, void *ctx);
+/* Chat completions (service/chat.c). start: its state and directory
+ * (before the loop runs). turn (lock held, loop thread): hands requests to
+ * workers, starts and stops workers. held (lock held): the bytes the
+ * workers' plans hold on each device, added into bytes[0 .. n). shutdown
+ * (lock held): waiting requests get 503, every worker ends. close (lock
+ * held, loop thread): 1 once every worker has exited (its handles then
+ * close), else 0. */
+int tacod_chat_start(tacod_service *s, taco_err *err);
+void tacod_chat_turn(tacod_service *s);
+void tacod_chat_held(tacod_service *s, uint64_t *bytes, int n);
+void tacod_chat_shutdown(tacod_service *s);
+int tacod_chat_close(tacod_service *s);
+int tacod_route_chat_completions(tacod_http_req *r, void *ctx);
 /* Adds a follower (lock held); -EBUSY when too many streams are open. */
 int tacod_service_follow(tacod_service *s, const char *job,
 			 tacod_http_stream *stream, int64_t after_seq);

@@ -194,6 +194,39 @@ int tacod_models_assemble(tacod_service *s, const char *scope, const char *name,
 	return rc;
 }
 
+static int base_object(tacod_service *s, const char *name, json_t **out);
+
+int tacod_models_serve_dir(tacod_service *s, const char *scope,
+			   const char *name, const char *dst, char *dir,
+			   size_t cap, taco_err *err)
+{
+	found_model f;
+	json_t *o;
+	int rc;
+
+	if (base_object(s, name, &o) == 0) {
+		json_decref(o);
+		snprintf(dir, cap, "%s/%s", s->cfg.models_dir, name);
+		return 0;
+	}
+	rc = find_model(s, scope, name, &f, err);
+	if (rc)
+		return rc == -EINVAL ? -ENOENT : rc;
+	if (!dst) { /* where its tokenizer and template are */
+		snprintf(dir, cap, "%s", f.sidecars);
+		tacod_job_clear(&f.job);
+		return 0;
+	}
+	rc = assemble(&f, dst, err);
+	tacod_job_clear(&f.job);
+	if (rc) {
+		taco_remove_flat_dir(dst, NULL);
+		return rc;
+	}
+	snprintf(dir, cap, "%s", dst);
+	return 1;
+}
+
 /* A base model's object: created is its config's mtime. 0, or -ENOENT. */
 static int base_object(tacod_service *s, const char *name, json_t **out)
 {

@@ -149,6 +149,8 @@ void tacod_service_routes(tacod_service *s)
 	    {"GET", "/v1/models", tacod_route_model_list, NULL, 0},
 	    {"GET", "/v1/models/{model}", tacod_route_model_show, NULL, 0},
 	    {"DELETE", "/v1/models/{model}", tacod_route_model_delete, NULL, 0},
+	    {"POST", "/v1/chat/completions", tacod_route_chat_completions, NULL,
+	     0},
 	    {"POST", "/v1/files", tacod_route_file_upload, s->upload_dir, 0},
 	    {"GET", "/v1/files", tacod_route_file_list, NULL, 0},
 	    {"GET", "/v1/files/{id}", tacod_route_file_show, NULL, 0},

@@ -527,15 +527,17 @@ static void on_wake(uv_async_t *a)
 
 	pthread_mutex_lock(&s->lock);
 	tacod_runner_apply_stops(s->runner);
-	if (!s->shutting_down)
+	if (!s->shutting_down) {
 		tacod_runner_schedule(s->runner);
+		tacod_chat_turn(s);
+	}
 	pump_followers(s);
 	if (s->n_follow && !s->closed && !uv_is_active((uv_handle_t *)&s->pump))
 		uv_timer_start(&s->pump, on_pump, TACOD_PUMP_MS, TACOD_PUMP_MS);
 	/* a drain ends when no worker runs and no validation is in progress
 	 * (whose outcome is recorded first) */
 	if (s->shutting_down && s->runs.n == 0 && !s->val_job[0] &&
-	    !s->closed) {
+	    !s->closed && tacod_chat_close(s)) {
 		s->closed = 1;
 		uv_close((uv_handle_t *)&s->wake, closed);
 		uv_close((uv_handle_t *)&s->tick, closed);
@@ -649,6 +651,11 @@ static int revalidate(tacod_service *s, taco_err *err)
 	return rc;
 }
 
+static void job_held(void *ctx, uint64_t *bytes, int n)
+{
+	tacod_chat_held(ctx, bytes, n);
+}
+
 static int open_runner(tacod_service *s, taco_err *err)
 {
 	const tacod_runner_env env = {
@@ -666,7 +673,8 @@ static int open_runner(tacod_service *s, taco_err *err)
 		     .exit = job_exit,
 		     .log = job_log,
 		     .start_failed = job_start_failed,
-		     .requeue_running = job_requeue_running},
+		     .requeue_running = job_requeue_running,
+		     .held = job_held},
 	};
 
 	return tacod_runner_open(&env, &s->runner, err);
@@ -701,7 +709,7 @@ int tacod_service_start(const tacod_config *config, uv_loop_t *loop,
 	    (r = tacod_webhooks_start(s->store, &s->lock, &s->cfg.webhooks,
 				      &s->hooks, err)) ||
 	    (r = tacod_validate_start(s, err)) ||
-	    (r = tacod_gguf_start(s, err)))
+	    (r = tacod_gguf_start(s, err)) || (r = tacod_chat_start(s, err)))
 		goto fail;
 	tacod_reserve_make(s); /* no room for it is no reason not to start */
 	tacod_service_routes(s);
@@ -738,6 +746,7 @@ void tacod_service_shutdown(tacod_service *s)
 	 * stay in validating_files for the next start */
 	tacod_validate_stop(s);
 	tacod_gguf_stop(s);
+	tacod_chat_shutdown(s);
 	for (int i = 0; i < s->runs.n; i++)
 		if (!s->runs.run[i]->stop)
 			s->runs.run[i]->stop = TACOD_STOP_SHUTDOWN;
@@ -786,6 +795,10 @@ void tacod_service_free(tacod_service *s)
 		tacod_http_stop(s->http);
 	tacod_validate_join(s);
 	tacod_gguf_join(s);
+	/* a start that failed: the timer never ran (it closes with the
+	 * loop's next turn, if any) */
+	if (s->chat && !tacod_chat_close(s))
+		free(s->chat);
 	tacod_webhooks_join(s->hooks);
 	s->hooks = NULL;
 	tacod_runner_free(s->runner);

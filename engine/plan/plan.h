@@ -133,6 +133,12 @@ int taco_plan_serve(const struct taco_model *shapes, int backend,
 		    int weight_dtype, int act_dtype, int rows, int ctx,
 		    taco_plan *out, taco_err *err);
 
+/* The same from a model directory (config.json, the dtype from the
+ * safetensors headers), with taco-train --serve's precision on the
+ * backend (fp32 on the CPU, bf16 on CUDA); *ctx the context planned. */
+int taco_plan_serve_dir(const char *dir, int backend, int rows, int context,
+			taco_plan *out, int *ctx, taco_err *err);
+
 /* Frozen flags of job->freeze over a model's tensors (caller frees).
  * A prefix matching no tensor is an error. */
 int taco_job_frozen(const taco_job *job, const struct taco_model *m,

@@ -283,3 +283,27 @@ int taco_parse_bytes(const char *s, uint64_t *out)
 	*out = (uint64_t)(v * mul);
 	return 0;
 }
+
+int taco_plan_serve_dir(const char *dir, int backend, int rows, int context,
+			taco_plan *out, int *ctx_out, taco_err *err)
+{
+	char path[TACO_PATH_MAX + 16];
+	taco_config cfg;
+	taco_model *shapes = NULL;
+	int dtype = TK_BF16, chunk, r;
+
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	if ((r = taco_config_load(path, &cfg, err)) ||
+	    (r = taco_model_shapes(&cfg, &shapes, err)))
+		return r;
+	if (!(r = stored_dtype(dir, shapes, &dtype, err))) {
+		taco_plan_serve_shape(shapes, context, &context, &chunk);
+		r = taco_plan_serve(
+		    shapes, backend, dtype,
+		    backend == TACO_BACKEND_CUDA ? TK_BF16 : TK_F32, rows,
+		    context, out, err);
+		*ctx_out = context;
+	}
+	taco_model_free(shapes);
+	return r;
+}

@@ -71,7 +71,8 @@ def free_port():
 class Tacod:
     """The real binary, in the foreground of this test, with its own state."""
 
-    def __init__(self, bin_dir):
+    def __init__(self, bin_dir, extra=None):
+        """extra: fields over the config's (test_chat.py's models and chat)."""
         self.dir = Path(tempfile.mkdtemp(prefix="tacod-sdk-"))
         self.log = open(self.dir / "tacod.log", "w+b")
         self.proc = None
@@ -89,6 +90,7 @@ class Tacod:
                 "taco_train": str(Path(bin_dir) / "taco-train"),
                 "device_memory": "8GB",
                 "cancel_timeout_s": 30,
+                **(extra or {}),
             }
             (self.dir / "tacod.json").write_text(json.dumps(cfg))
             self.proc = subprocess.Popen(
@@ -292,6 +294,7 @@ RESULTS_HEADER = [
     "tokens_per_s",
     "tokens",
     "mem_peak_bytes",
+    "valid_exact_match",
 ]
 
 
