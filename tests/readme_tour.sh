@@ -273,6 +273,19 @@ for name in "${blocks[@]}"; do
 	sdk)
 		run_block sdk
 		grep -q ' succeeded ft:tacod-demo::' "$work/sdk.out" || fail "sdk: the job did not succeed"
+		# chat completions: the fine-tune answers, the base model not
+		grep -q "^ft:tacod-demo::.* -> 'Sure: 36 37 38 39'$" "$work/sdk.out" ||
+			fail "sdk: the fine-tuned model does not count on from 35"
+		! grep -q "^tacod-demo -> 'Sure: 36 37 38 39'$" "$work/sdk.out" ||
+			fail "sdk: the base model counts already"
+		# the evaluation's answers improve: none exact at the first, most
+		# at the last (measured: 0% at steps 100 to 300, 75% at 400 and 500)
+		python3 - "$work/sdk.out" <<-'EOF' || fail "sdk: the evaluation's answers"
+			import re, sys
+			exact = [int(m) for m in re.findall(r"exact answers (\d+)%", open(sys.argv[1]).read())]
+			assert len(exact) == 5 and exact[-1] >= 75 and exact[-1] > exact[0], exact
+			print(f"readme_tour: sdk: exact answers {exact}")
+		EOF
 		check_newest_job sdk
 		check_model_dir sdk build/demo-ft-sdk
 		;;

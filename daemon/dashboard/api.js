@@ -209,8 +209,56 @@
 		};
 	}
 
+	/* A chat completion, streamed (POST /v1/chat/completions): onText(text)
+	 * for each piece of choice 0's answer; resolves with the finish reason.
+	 * An error before the stream begins is an ApiError; an error event
+	 * inside it rejects too. signal (may be null) aborts it. */
+	async function chat(body, onText, signal) {
+		const resp = await fetch('/v1/chat/completions', {
+			method: 'POST', signal, credentials: 'omit', cache: 'no-store',
+			headers: headers({ Accept: 'text/event-stream', 'Content-Type': 'application/json' }),
+			body: JSON.stringify(Object.assign({}, body, { stream: true })),
+		});
+		if (resp.status === 401)
+			unauthorized('');
+		if (!resp.ok)
+			throw new ApiError(resp.status, await resp.json().catch(() => null));
+		const reader = resp.body.getReader();
+		const dec = new TextDecoder();
+		let buf = '', finish = null;
+		for (;;) {
+			const r = await reader.read();
+			if (r.done)
+				return finish;
+			buf += dec.decode(r.value, { stream: true }).replace(/\r\n/g, '\n');
+			let k;
+			while ((k = buf.indexOf('\n\n')) >= 0) {
+				const ev = parseBlock(buf.slice(0, k));
+				buf = buf.slice(k + 2);
+				if (ev.data === '[DONE]')
+					return finish;
+				let obj;
+				try {
+					obj = JSON.parse(ev.data);
+				} catch (e) {
+					continue;
+				}
+				if (obj.error)
+					throw new ApiError(500, obj);
+				for (const c of obj.choices || []) {
+					if (c.index !== 0)
+						continue;
+					if (c.delta && c.delta.content)
+						onText(c.delta.content);
+					if (c.finish_reason)
+						finish = c.finish_reason;
+				}
+			}
+		}
+	}
+
 	window.TacoApi = {
-		token, setToken, call, upload, download, streamEvents, ApiError,
+		token, setToken, call, upload, download, streamEvents, chat, ApiError,
 		onUnauthorized(f) {
 			listeners.unauthorized.push(f);
 		},

@@ -1,6 +1,7 @@
 /* app.js: the dashboard's pages (docs/dashboard.md), routed by the URL's
  * fragment: #/jobs (the list, filtered by status), #/job/<id> (one job,
- * live), #/new (upload, plan, create), #/device. Every string that comes
+ * live), #/new (upload, plan, create), #/playground (chat with models,
+ * two side by side), #/device. Every string that comes
  * from the API goes into the page as text (el() below makes text nodes;
  * nothing here parses HTML), so a suffix or metadata value holding markup
  * shows as that markup. */
@@ -723,6 +724,84 @@
 		}, 2000, errs);
 	}
 
+	/* ---- #/playground: a model's answers, or two models' side by side ---- */
+
+	function pagePlayground() {
+		const errs = el('div');
+		const pick = (id) => el('select', { id }, []);
+		const m1 = pick('pg-model-1'), m2 = pick('pg-model-2');
+		const compare = el('input', { type: 'checkbox', id: 'pg-compare' });
+		const prompt = el('textarea', { id: 'pg-prompt', rows: 3, placeholder: 'A message to the model' });
+		const temp = el('input', { type: 'number', id: 'pg-temperature', min: 0, max: 2, step: 0.1, value: 0 });
+		const maxTok = el('input', { type: 'number', id: 'pg-max-tokens', min: 1, max: 4096, value: 128 });
+		const send = el('button', { type: 'button', id: 'pg-send' }, 'Send');
+		const clearBtn = el('button', { type: 'button', id: 'pg-clear', class: 'secondary' }, 'New chat');
+		const col = (n) => el('section', { class: 'card pg-col', id: 'pg-col-' + n }, el('h2', { class: 'pg-title' }), el('div', { class: 'pg-log' }));
+		const cols = [col(1), col(2)];
+		cols[1].classList.add('hidden');
+		/* each column's conversation: the messages sent and answered */
+		let chats = [[], []], ctrl = null;
+		append(clear(main), [el('h1', {}, 'Playground'), errs,
+			el('p', { class: 'small muted' }, 'Chat with a base or fine-tuned model (POST /v1/chat/completions); compare two on the same messages. For trying models, not serving them.'),
+			el('section', { class: 'card' }, el('div', { class: 'pg-controls' }, el('label', {}, 'Model ', m1),
+				el('label', {}, compare, ' compare with '), m2, el('label', {}, 'Temperature ', temp), el('label', {}, 'Max tokens ', maxTok)),
+			prompt, el('div', { class: 'pg-buttons' }, send, clearBtn)),
+			el('div', { class: 'cols' }, cols[0], cols[1])]);
+		compare.addEventListener('change', () => cols[1].classList.toggle('hidden', !compare.checked));
+		function bubble(role, text) {
+			return el('div', { class: 'pg-msg ' + role }, el('span', { class: 'pg-role' }, role), el('pre', { class: 'pg-text' }, text));
+		}
+		clearBtn.addEventListener('click', () => {
+			chats = [[], []];
+			for (const c of cols)
+				clear(c.querySelector('.pg-log'));
+		});
+		async function ask(i, model, text) {
+			const log = cols[i].querySelector('.pg-log');
+			cols[i].querySelector('.pg-title').textContent = model;
+			chats[i].push({ role: 'user', content: text });
+			log.appendChild(bubble('user', text));
+			const out = bubble('assistant', '');
+			out.dataset.state = 'streaming';
+			log.appendChild(out);
+			const pre = out.querySelector('.pg-text');
+			let answer = '';
+			try {
+				const finish = await A.chat({ model, messages: chats[i], temperature: Number(temp.value),
+					max_tokens: Number(maxTok.value) }, (t) => { answer += t; pre.textContent = answer; }, ctrl.signal);
+				out.dataset.state = 'done';
+				out.dataset.finish = finish || '';
+			} catch (e) {
+				out.dataset.state = 'error';
+				out.appendChild(errorBox(e));
+			}
+			chats[i].push({ role: 'assistant', content: answer });
+		}
+		send.addEventListener('click', async () => {
+			const text = prompt.value.trim();
+			if (!text || !m1.value)
+				return;
+			clear(errs);
+			send.disabled = true;
+			ctrl = new AbortController();
+			const jobs = [ask(0, m1.value, text)];
+			if (compare.checked && m2.value)
+				jobs.push(ask(1, m2.value, text));
+			await Promise.all(jobs);
+			prompt.value = '';
+			send.disabled = false;
+		});
+		A.call('GET', '/v1/models').then((list) => {
+			const names = list.data.map((m) => m.id);
+			for (const s of [m1, m2])
+				append(clear(s), names.map((n) => el('option', { value: n }, n)));
+			const want = new URLSearchParams(location.hash.split('?')[1] || '').get('model');
+			if (want && names.includes(want))
+				m1.value = want;
+		}).catch((e) => append(errs, errorBox(e)));
+		return { stop() { if (ctrl) ctrl.abort(); } };
+	}
+
 	/* ---- the router ---- */
 
 	function route() {
@@ -733,7 +812,7 @@
 		const [path, query] = h.split('?');
 		const params = new URLSearchParams(query || '');
 		const parts = path.split('/').filter(Boolean);
-		for (const n of ['jobs', 'new', 'device'])
+		for (const n of ['jobs', 'new', 'playground', 'device'])
 			document.getElementById('nav-' + n).classList.toggle('active', parts[0] === n || (n === 'jobs' && parts[0] === 'job'));
 		if (parts[0] === 'job' && parts[1])
 			page = pageJob(decodeURIComponent(parts[1]));
@@ -741,6 +820,8 @@
 			page = pageNew();
 		else if (parts[0] === 'device')
 			page = pageDevice();
+		else if (parts[0] === 'playground')
+			page = pagePlayground();
 		else
 			page = pageJobs(params);
 	}

@@ -92,6 +92,38 @@ static size_t certain_len(const row_state *r, const taco_sampling *s)
 	return keep;
 }
 
+/* A decoded NUL (a byte-level token of byte 0) as U+FFFD: the text goes
+ * into JSON lines and stores that take no U+0000 (tacod's event store, its
+ * readers of worker lines). Returns text, or a new buffer (text freed);
+ * NULL when out of memory. */
+static char *no_nul(char *text, size_t *len)
+{
+	size_t nul = 0, k = 0;
+	char *out;
+
+	for (size_t i = 0; i < *len; i++)
+		nul += text[i] == 0;
+	if (!nul)
+		return text;
+	out = malloc(*len + 2 * nul + 1);
+	if (!out) {
+		free(text);
+		return NULL;
+	}
+	for (size_t i = 0; i < *len; i++) {
+		if (text[i]) {
+			out[k++] = text[i];
+		} else {
+			memcpy(out + k, "\xef\xbf\xbd", 3);
+			k += 3;
+		}
+	}
+	out[k] = 0;
+	*len = k;
+	free(text);
+	return out;
+}
+
 /* Appends id to row r: its text decoded again from all its ids (a
  * token's text depends on its neighbours: byte fallback, a leading
  * space), a stop string cut off. */
@@ -114,6 +146,8 @@ static int row_push(row_state *r, const taco_tok *tok, const taco_sampling *s,
 	if ((rc = taco_tok_decode(tok, r->ids, (size_t)r->n, 1, &text, &len,
 				  err)))
 		return rc;
+	if (!(text = no_nul(text, &len)))
+		return taco_err_set(err, -ENOMEM, "out of memory");
 	free(r->text);
 	r->text = text;
 	r->len = len;

@@ -48,7 +48,9 @@ enum taco_finish {
 typedef struct taco_completion {
 	int32_t *ids; /* the tokens generated (a stop token excluded) */
 	int n_ids;
-	char *text; /* their text, cut at a stop string; NUL-terminated */
+	/* their text, cut at a stop string; NUL-terminated: a decoded NUL
+	 * is U+FFFD here (JSON lines and stores take no U+0000) */
+	char *text;
 	size_t len;
 	int finish; /* enum taco_finish */
 } taco_completion;

@@ -486,6 +486,33 @@ def run(t, locked, d, shots):
           f"exact-match series {exact}")
     steps.append(f"evaluation samples ({evals[-1]['val_exact_match']:.2f} exact at the end)")
 
+    # the playground: the base model and the form job's side by side on
+    # one prompt, each answer what the API answers
+    tuned = t.json("GET", f"/v1/fine_tuning/jobs/{fid}")["fine_tuned_model"]
+    d.get(t.url + "/#/playground")
+    wait(d, "the playground's models", lambda: tuned in [o.get_attribute("value") for o in
+                                                          d.find_elements(By.CSS_SELECTOR, "#pg-model-2 option")])
+    Select(d.find_element(By.ID, "pg-model-1")).select_by_value("tacod-demo")
+    d.find_element(By.ID, "pg-compare").click()
+    Select(d.find_element(By.ID, "pg-model-2")).select_by_value(tuned)
+    d.find_element(By.ID, "pg-max-tokens").clear()
+    d.find_element(By.ID, "pg-max-tokens").send_keys("24")
+    d.find_element(By.ID, "pg-prompt").send_keys("4 numbers after 35")
+    click(d, "#pg-send")
+    wait(d, "both answers", lambda: len(d.find_elements(By.CSS_SELECTOR, ".pg-msg.assistant[data-state=done]")) == 2,
+         timeout=60 * SCALE)
+    shown = [d.execute_script("return document.querySelector(arguments[0]).textContent",
+                              f"#pg-col-{i} .pg-msg.assistant .pg-text") for i in (1, 2)]
+    want = [t.json("POST", "/v1/chat/completions", {
+        "model": m, "messages": [{"role": "user", "content": "4 numbers after 35"}], "temperature": 0,
+        "max_tokens": 24})["choices"][0]["message"]["content"] for m in ("tacod-demo", tuned)]
+    check(shown == want and shown[0] != shown[1], f"the playground shows {shown}, the API answers {want}")
+    screenshot(d, shots, "playground")
+    steps.append(f"playground: {tuned} answers {shown[1]!r}")
+    d.get(t.url + f"/#/job/{fid}")
+    wait(d, "the form job's page again", lambda: shown_status(d) == "succeeded"
+         and d.find_elements(By.CSS_SELECTOR, f'#checkpoints button[data-file="{model_tar}"]'))
+
     # GGUF for llama.cpp: the final model's GGUF button converts it in
     # tacod (a taco-train child), the list shows the file, and its
     # Download button saves it under the server's name
