@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gen/gen.h"
 #include "model/decode.h"
 #include "util/runtime.h"
 
@@ -17,16 +18,6 @@ static double now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int argmax(const float *x, int n)
-{
-	int b = 0;
-
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
 }
 
 int main(int argc, char **argv)
@@ -72,7 +63,7 @@ int main(int argc, char **argv)
 	t0 = now();
 	for (int t = 0; t < D; t++) {
 		int32_t zero = 0;
-		out[t] = argmax(lg, V);
+		out[t] = taco_gen_argmax(lg, V);
 		if (t + 1 < D && taco_model_decode(m, kv, &out[t], &zero, 1,
 						   &zero, 1, lg, &err))
 			goto fail;

@@ -86,16 +86,6 @@ static void gen_load(gen_fixture *g, const char *name, int V)
 	}
 }
 
-static int argmax(const float *x, int n)
-{
-	int b = 0;
-
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
 /* max |a - ref| / max |ref| */
 static double step_err(const float *a, const float *ref, int n)
 {
@@ -174,7 +164,8 @@ static double run_fixture(taco_model *m, const gen_fixture *g, int chunk,
 			double e = step_err(row_lg[row], ref, V);
 			if (e > worst || isnan(e))
 				worst = isnan(e) ? INFINITY : e;
-			*flips += argmax(row_lg[row], V) != g->ids[row][s];
+			*flips +=
+			    taco_gen_argmax(row_lg[row], V) != g->ids[row][s];
 			if (out)
 				memcpy(out + ((size_t)row * STEPS + s) * V,
 				       row_lg[row], (size_t)V * sizeof(float));
@@ -467,7 +458,7 @@ START_TEST(test_generate_greedy)
 						   &err),
 				 0);
 		for (int t = 0; t < 24; t++) {
-			int32_t row = 3, id = argmax(lg, V);
+			int32_t row = 3, id = taco_gen_argmax(lg, V);
 			ck_assert_int_eq(id, c[i].ids[t]);
 			ck_assert_int_eq(taco_model_decode(d.m, d.kv, &id, &row,
 							   1, &zero, 1, lg,

@@ -126,6 +126,30 @@
 		return ev;
 	}
 
+	/* Reads a server-sent events reply, calling onEvent(block) for each
+	 * (parseBlock's { id, event, data }) until it returns true (then true)
+	 * or the reply ends (false). onRead() (may be null) after each read. */
+	async function readEvents(resp, onEvent, onRead) {
+		const reader = resp.body.getReader();
+		const dec = new TextDecoder();
+		let buf = '';
+		for (;;) {
+			const r = await reader.read();
+			if (r.done)
+				return false;
+			if (onRead)
+				onRead();
+			buf += dec.decode(r.value, { stream: true }).replace(/\r\n/g, '\n');
+			let k;
+			while ((k = buf.indexOf('\n\n')) >= 0) {
+				const ev = parseBlock(buf.slice(0, k));
+				buf = buf.slice(k + 2);
+				if (onEvent(ev))
+					return true;
+			}
+		}
+	}
+
 	/* A job's events, oldest first, live until the job has finished:
 	 * onEvent(event object) for each, onDone() at "[DONE]". A dropped
 	 * connection is taken up again from the last event id (1 s, then up to
@@ -147,34 +171,22 @@
 			}
 			if (!resp.ok)
 				throw new ApiError(resp.status, await resp.json().catch(() => null));
-			const reader = resp.body.getReader();
-			const dec = new TextDecoder();
-			let buf = '';
-			for (;;) {
-				const r = await reader.read();
-				if (r.done)
+			return readEvents(resp, (ev) => {
+				if (ev.data === '[DONE]')
+					return true;
+				if (!ev.data)
 					return false;
-				delay = 1000;
-				buf += dec.decode(r.value, { stream: true }).replace(/\r\n/g, '\n');
-				let k;
-				while ((k = buf.indexOf('\n\n')) >= 0) {
-					const ev = parseBlock(buf.slice(0, k));
-					buf = buf.slice(k + 2);
-					if (ev.data === '[DONE]')
-						return true;
-					if (!ev.data)
-						continue;
-					if (ev.id)
-						last = ev.id;
-					let obj;
-					try {
-						obj = JSON.parse(ev.data);
-					} catch (e) {
-						continue;
-					}
-					onEvent(obj);
+				if (ev.id)
+					last = ev.id;
+				let obj;
+				try {
+					obj = JSON.parse(ev.data);
+				} catch (e) {
+					return false;
 				}
-			}
+				onEvent(obj);
+				return false;
+			}, () => { delay = 1000; });
 		}
 		(async function loop() {
 			while (!stopped) {
@@ -223,38 +235,29 @@
 			unauthorized('');
 		if (!resp.ok)
 			throw new ApiError(resp.status, await resp.json().catch(() => null));
-		const reader = resp.body.getReader();
-		const dec = new TextDecoder();
-		let buf = '', finish = null;
-		for (;;) {
-			const r = await reader.read();
-			if (r.done)
-				return finish;
-			buf += dec.decode(r.value, { stream: true }).replace(/\r\n/g, '\n');
-			let k;
-			while ((k = buf.indexOf('\n\n')) >= 0) {
-				const ev = parseBlock(buf.slice(0, k));
-				buf = buf.slice(k + 2);
-				if (ev.data === '[DONE]')
-					return finish;
-				let obj;
-				try {
-					obj = JSON.parse(ev.data);
-				} catch (e) {
-					continue;
-				}
-				if (obj.error)
-					throw new ApiError(500, obj);
-				for (const c of obj.choices || []) {
-					if (c.index !== 0)
-						continue;
-					if (c.delta && c.delta.content)
-						onText(c.delta.content);
-					if (c.finish_reason)
-						finish = c.finish_reason;
-				}
+		let finish = null;
+		await readEvents(resp, (ev) => {
+			if (ev.data === '[DONE]')
+				return true;
+			let obj;
+			try {
+				obj = JSON.parse(ev.data);
+			} catch (e) {
+				return false;
 			}
-		}
+			if (obj.error)
+				throw new ApiError(500, obj);
+			for (const c of obj.choices || []) {
+				if (c.index !== 0)
+					continue;
+				if (c.delta && c.delta.content)
+					onText(c.delta.content);
+				if (c.finish_reason)
+					finish = c.finish_reason;
+			}
+			return false;
+		});
+		return finish;
 	}
 
 	window.TacoApi = {

@@ -142,6 +142,16 @@ int http_later_finish(tacod_http_req *r);
 void http_later_gone(tacod_http_later *l);
 /* The server stops: every waiting request gets its 503. */
 void http_laters_stop(tacod_http_server *s);
+/* stream.c: resuming suspended connections, outside every lock (the
+ * connection, and the server, stay until resumed); a list of them taken
+ * under locks and resumed after (NULLs are skipped). */
+void http_do_resume(tacod_http_server *srv, struct MHD_Connection *c);
+typedef struct http_resumes {
+	struct MHD_Connection **c;
+	size_t n, cap;
+} http_resumes;
+void http_resumes_add(http_resumes *r, struct MHD_Connection *c);
+void http_resumes_run(tacod_http_server *s, http_resumes *r);
 /* stream.c: a stream for the request of connection c, not queued yet;
  * http_stream_queue queues it on r (0, or -1). */
 tacod_http_stream *http_stream_new(tacod_http_server *srv,

@@ -46,15 +46,6 @@ static struct MHD_Connection *take_suspension(tacod_http_later *l)
 	return l->conn;
 }
 
-static void do_resume(tacod_http_server *srv, struct MHD_Connection *c)
-{
-	MHD_resume_connection(c);
-	pthread_mutex_lock(&srv->lock);
-	__atomic_fetch_sub(&srv->resuming, 1, __ATOMIC_SEQ_CST);
-	pthread_cond_broadcast(&srv->cond);
-	pthread_mutex_unlock(&srv->lock);
-}
-
 tacod_http_later *tacod_http_later_begin(tacod_http_req *r)
 {
 	tacod_http_server *srv = r->srv;
@@ -187,7 +178,7 @@ static int answer(tacod_http_later *l, int status, json_t *body, int retry,
 	pthread_mutex_unlock(&l->lock);
 	json_decref(body);
 	if (c)
-		do_resume(srv, c);
+		http_do_resume(srv, c);
 	return rc;
 }
 
@@ -237,8 +228,7 @@ void tacod_http_later_drop(tacod_http_later *l)
 
 void http_laters_stop(tacod_http_server *s)
 {
-	struct MHD_Connection **resume = NULL;
-	size_t n = 0, cap = 0;
+	http_resumes r = {0};
 
 	pthread_mutex_lock(&s->lock);
 	for (tacod_http_later *l = s->laters; l; l = l->next) {
@@ -247,22 +237,9 @@ void http_laters_stop(tacod_http_server *s)
 			l->answered = 1;
 			l->status = 503;
 		}
-		if (n == cap) {
-			size_t nc = cap ? 2 * cap : 16;
-			struct MHD_Connection **nr =
-			    realloc(resume, nc * sizeof(*nr));
-			if (nr)
-				resume = nr, cap = nc;
-		}
-		if (n < cap) {
-			struct MHD_Connection *c = take_suspension(l);
-			if (c)
-				resume[n++] = c;
-		}
+		http_resumes_add(&r, take_suspension(l));
 		pthread_mutex_unlock(&l->lock);
 	}
 	pthread_mutex_unlock(&s->lock);
-	for (size_t i = 0; i < n; i++)
-		do_resume(s, resume[i]);
-	free(resume);
+	http_resumes_run(s, &r);
 }

@@ -38,7 +38,7 @@ static struct MHD_Connection *take_suspension(tacod_http_stream *st)
 
 /* Outside every lock: the connection is suspended, so it (and the server)
  * stay until it is resumed. */
-static void do_resume(tacod_http_server *srv, struct MHD_Connection *c)
+void http_do_resume(tacod_http_server *srv, struct MHD_Connection *c)
 {
 	MHD_resume_connection(c);
 	pthread_mutex_lock(&srv->lock);
@@ -216,7 +216,7 @@ int tacod_http_stream_push(tacod_http_stream *st, const void *data, size_t len)
 	}
 	pthread_mutex_unlock(&st->lock);
 	if (c)
-		do_resume(srv, c);
+		http_do_resume(srv, c);
 	return rc;
 }
 
@@ -266,8 +266,31 @@ void tacod_http_stream_end(tacod_http_stream *st)
 	c = take_suspension(st);
 	pthread_mutex_unlock(&st->lock);
 	if (c)
-		do_resume(srv, c);
+		http_do_resume(srv, c);
 	stream_unref(st);
+}
+
+void http_resumes_add(http_resumes *r, struct MHD_Connection *c)
+{
+	if (!c)
+		return;
+	if (r->n == r->cap) {
+		size_t nc = r->cap ? 2 * r->cap : 16;
+		struct MHD_Connection **g = realloc(r->c, nc * sizeof(*g));
+		if (!g) /* it stays suspended until the server closes it */
+			return;
+		r->c = g;
+		r->cap = nc;
+	}
+	r->c[r->n++] = c;
+}
+
+void http_resumes_run(tacod_http_server *s, http_resumes *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		http_do_resume(s, r->c[i]);
+	free(r->c);
+	memset(r, 0, sizeof(*r));
 }
 
 /* The server stops: marks it stopping and ends every stream, under
@@ -275,30 +298,16 @@ void tacod_http_stream_end(tacod_http_stream *st)
  * begins unended); the suspended ones are woken to finish. */
 void http_streams_stop(tacod_http_server *s)
 {
-	struct MHD_Connection **resume = NULL;
-	size_t n = 0, cap = 0;
+	http_resumes r = {0};
 
 	pthread_mutex_lock(&s->lock);
 	__atomic_store_n(&s->stopping, 1, __ATOMIC_SEQ_CST);
 	for (tacod_http_stream *st = s->streams; st; st = st->next) {
 		pthread_mutex_lock(&st->lock);
 		st->ended = 1;
-		if (n == cap) {
-			size_t nc = cap ? 2 * cap : 16;
-			struct MHD_Connection **nr =
-			    realloc(resume, nc * sizeof(*nr));
-			if (nr)
-				resume = nr, cap = nc;
-		}
-		if (n < cap) {
-			struct MHD_Connection *c = take_suspension(st);
-			if (c)
-				resume[n++] = c;
-		}
+		http_resumes_add(&r, take_suspension(st));
 		pthread_mutex_unlock(&st->lock);
 	}
 	pthread_mutex_unlock(&s->lock);
-	for (size_t i = 0; i < n; i++)
-		do_resume(s, resume[i]);
-	free(resume);
+	http_resumes_run(s, &r);
 }

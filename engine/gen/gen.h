@@ -93,6 +93,8 @@ typedef struct taco_gen_rng {
 } taco_gen_rng;
 
 taco_gen_rng taco_gen_rng_of(uint64_t seed, int i);
+/* The first largest of x[0 .. n): torch.argmax's choice, greedy's. */
+int32_t taco_gen_argmax(const float *x, int n);
 int32_t taco_gen_sample(const float *logits, int V, const taco_sampling *s,
 			taco_gen_rng *rng, float *pf, int32_t *pi);
 

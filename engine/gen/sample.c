@@ -29,9 +29,9 @@ static float uniform01(taco_gen_rng *r)
 	return (float)(splitmix64(&r->s) >> 40) * (1.0f / 16777216.0f);
 }
 
-static int argmax(const float *x, int n)
+int32_t taco_gen_argmax(const float *x, int n)
 {
-	int b = 0;
+	int32_t b = 0;
 
 	for (int i = 1; i < n; i++)
 		if (x[i] > x[b])
@@ -57,7 +57,7 @@ int32_t taco_gen_sample(const float *logits, int V, const taco_sampling *s,
 	float mx, sum = 0.0f, u, acc = 0.0f;
 
 	if (!(s->temperature > 0))
-		return argmax(logits, V);
+		return taco_gen_argmax(logits, V);
 	for (int v = 0; v < V; v++) {
 		pf[v] = logits[v] / s->temperature;
 		pi[v] = v;

@@ -172,11 +172,32 @@ static int work_terms(const taco_model *shapes, const taco_plan_input *in,
  * it (the started event's comm_device_bytes, tests/gpu/run.sh). */
 #define CUDA_NCCL_RESERVE (512u << 20)
 
+/* The backend's own terms over the buffers', then the total: a CPU
+ * matmul on bf16 holds its conversion scratch while it runs; CUDA adds its
+ * workspace, its context and the allocator's margin over the rest. */
+static void backend_terms(taco_plan *p, int backend, int act_dtype)
+{
+	uint64_t dynamic = 0;
+
+	if (backend == TACO_BACKEND_CPU && act_dtype == TK_BF16)
+		p->term[TACO_PLAN_GEMM_WORKSPACE] += TK_CPU_GEMM_SCRATCH_BYTES;
+	if (backend == TACO_BACKEND_CUDA) {
+		p->term[TACO_PLAN_GEMM_WORKSPACE] += CUDA_GEMM_WORKSPACE;
+		p->term[TACO_PLAN_BACKEND_FIXED] += CUDA_CONTEXT;
+		for (int t = 0; t < TACO_PLAN_TERMS; t++)
+			if (t != TACO_PLAN_BACKEND_FIXED)
+				dynamic += p->term[t];
+		p->term[TACO_PLAN_MARGIN] = CUDA_MARGIN_FIXED + dynamic / 1000;
+	}
+	p->total = 0;
+	for (int t = 0; t < TACO_PLAN_TERMS; t++)
+		p->total += p->term[t];
+}
+
 int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 		      taco_plan *out, taco_err *err)
 {
 	taco_plan p;
-	uint64_t dynamic = 0;
 	int r;
 
 	if (in->B < 1 || in->T < 1 || in->A < 1)
@@ -195,23 +216,11 @@ int taco_plan_compute(const taco_model *shapes, const taco_plan_input *in,
 	model_terms(shapes, in, &p);
 	if ((r = work_terms(shapes, in, p.term, &p.host, &p.mlp_chunks, err)))
 		return r;
-	/* A CPU matmul on bf16 holds its conversion scratch while it runs. */
-	if (in->backend == TACO_BACKEND_CPU && in->act_dtype == TK_BF16)
-		p.term[TACO_PLAN_GEMM_WORKSPACE] += TK_CPU_GEMM_SCRATCH_BYTES;
-	if (in->backend == TACO_BACKEND_CUDA) {
-		p.term[TACO_PLAN_GEMM_WORKSPACE] += CUDA_GEMM_WORKSPACE;
-		p.term[TACO_PLAN_BACKEND_FIXED] += CUDA_CONTEXT;
-		if (in->step.ranks > 1)
-			p.term[TACO_PLAN_COMM] += CUDA_NCCL_RESERVE;
-		for (int t = 0; t < TACO_PLAN_TERMS; t++)
-			if (t != TACO_PLAN_BACKEND_FIXED)
-				dynamic += p.term[t];
-		p.term[TACO_PLAN_MARGIN] = CUDA_MARGIN_FIXED + dynamic / 1000;
-	}
+	if (in->backend == TACO_BACKEND_CUDA && in->step.ranks > 1)
+		p.term[TACO_PLAN_COMM] += CUDA_NCCL_RESERVE;
+	backend_terms(&p, in->backend, in->act_dtype);
 	/* Every buffer is allocated before the first step and held. */
 	p.peak_phase = "every step (buffers are allocated once)";
-	for (int t = 0; t < TACO_PLAN_TERMS; t++)
-		p.total += p.term[t];
 	p.host += p.host_weights;
 	p.act_dtype = in->act_dtype;
 	p.offload = in->step.offload;
@@ -371,18 +380,15 @@ int taco_plan_serve(const taco_model *shapes, int backend, int weight_dtype,
 		    int act_dtype, int rows, int ctx, taco_plan *out,
 		    taco_err *err)
 {
-	taco_plan_input in;
 	taco_model view = *shapes;
 	taco_tensor *t;
 	taco_plan p;
-	uint64_t dynamic = 0;
 	int chunk, wdt = act_dtype == TK_BF16 ? TK_BF16 : weight_dtype, r;
 
 	taco_plan_serve_shape(shapes, ctx, &ctx, &chunk);
 	if (chunk < rows)
 		chunk = rows;
 	memset(&p, 0, sizeof(p));
-	memset(&in, 0, sizeof(in));
 	t = malloc((size_t)shapes->n_tensors * sizeof(*t));
 	if (!t)
 		return taco_err_set(err, -ENOMEM, "out of memory");
@@ -402,19 +408,8 @@ int taco_plan_serve(const taco_model *shapes, int backend, int weight_dtype,
 				    "a generation of %d rows x %d tokens "
 				    "cannot be planned for this model",
 				    rows, ctx);
-	if (backend == TACO_BACKEND_CPU && act_dtype == TK_BF16)
-		p.term[TACO_PLAN_GEMM_WORKSPACE] += TK_CPU_GEMM_SCRATCH_BYTES;
-	if (backend == TACO_BACKEND_CUDA) {
-		p.term[TACO_PLAN_GEMM_WORKSPACE] += CUDA_GEMM_WORKSPACE;
-		p.term[TACO_PLAN_BACKEND_FIXED] += CUDA_CONTEXT;
-		for (int i = 0; i < TACO_PLAN_TERMS; i++)
-			if (i != TACO_PLAN_BACKEND_FIXED)
-				dynamic += p.term[i];
-		p.term[TACO_PLAN_MARGIN] = CUDA_MARGIN_FIXED + dynamic / 1000;
-	}
+	backend_terms(&p, backend, act_dtype);
 	p.peak_phase = "every request (buffers are allocated at load)";
-	for (int i = 0; i < TACO_PLAN_TERMS; i++)
-		p.total += p.term[i];
 	p.act_dtype = act_dtype;
 	p.layers = shapes->cfg.layers;
 	*out = p;
