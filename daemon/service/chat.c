@@ -512,8 +512,12 @@ static void chat_turn_locked(tacod_service *s)
 		} else if (!w) {
 			stop_idle_worker(c, q->model);
 		}
-		if (!take && !gone &&
-		    now - q->queued_ms < (uint64_t)cc->wait_s * 1000) {
+		/* waiting for room is bounded by wait_s; waiting for the
+		 * model's worker (loading, or answering others) by the
+		 * request's own time limit */
+		uint64_t bound =
+		    (uint64_t)(w ? cc->request_timeout_s : cc->wait_s) * 1000;
+		if (!take && !gone && now - q->queued_ms < bound) {
 			pp = &q->next;
 			continue;
 		}
@@ -521,6 +525,11 @@ static void chat_turn_locked(tacod_service *s)
 		c->n_queued--;
 		if (take)
 			dispatch(s, w, q);
+		else if (!gone && w)
+			req_fail(q, 504, "timeout", NULL,
+				 "The model's worker did not take the request "
+				 "within chat.request_timeout_s",
+				 0);
 		else if (!gone)
 			req_fail(q, 503, "model_busy", "model",
 				 "No room to serve this model now (the "
