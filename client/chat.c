@@ -120,7 +120,9 @@ static int ask(ctl *c, const chat_opts *o, const char *model, json_t *msgs,
 	rc = ctl_http_sse_post(&c->http, "/v1/chat/completions", body, on_chunk,
 			       a, &err);
 	json_decref(body);
-	if (!a->json)
+	/* the answer's line ends, also an empty one; an error before any
+	 * text prints nothing on stdout */
+	if (!a->json && (!rc || a->len))
 		putchar('\n');
 	fflush(stdout);
 	if (rc)

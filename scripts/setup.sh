@@ -81,8 +81,9 @@ make_venv() {
 # schemathesis and selenium).
 make_venv sdk "$root/tests/openai_sdk/requirements.txt"
 
-# The GGUF venv (tests/gguf/requirements.txt: gguf, llama-cpp-python, for
-# tests/gguf/check.py): apart from the SDK's, since pip builds llama.cpp
+# The GGUF venv (tests/gguf/requirements.txt: gguf, llama-cpp-python and
+# its server, for tests/gguf/check.py and the README tour's gguf-server
+# block): apart from the SDK's, since pip builds llama.cpp
 # from source for it (about 8 minutes on 2 cores), and only when its own
 # requirements change. Without the multimodal library, which the test
 # does not load.

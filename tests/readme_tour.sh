@@ -11,8 +11,9 @@
 # TACO_BIN_DIR and the venv build-venv/sdk (scripts/setup.sh makes it): CI
 # has both, so a missing one fails. Optional: the blocks transformers and
 # tools-transformers, run when a Python with transformers and torch is found
-# (python3, or /opt/tacofix), and the block gguf, run when the venv
-# build-venv/gguf has llama_cpp (setup.sh builds it, so CI runs it).
+# (python3, or /opt/tacofix), and the blocks gguf and gguf-server, run when
+# the venv build-venv/gguf has llama_cpp and its server (setup.sh builds
+# it, so CI runs them).
 #
 #   TACO_BIN_DIR=build tests/readme_tour.sh        (CTest: readme_tour)
 set -euo pipefail
@@ -370,6 +371,18 @@ for name in "${blocks[@]}"; do
 			fail "gguf: tacoctl did not download the GGUF file"
 		grep -q 'build/demo-dpo.gguf -> Sure: 28 29 30 31 32$' "$work/gguf.out" ||
 			fail "gguf: llama.cpp does not count on from 27: $(tail -n 3 "$work/gguf.out")"
+		;;
+	gguf-server)
+		# llama.cpp's server from the same venv, with its [server]
+		# extras (tests/gguf/requirements.txt), on a free port
+		if ! "$src/build-venv/gguf/bin/python" -c 'import llama_cpp.server.app' 2>/dev/null; then
+			echo "readme_tour: skipping the optional 'gguf-server' block: no build-venv/gguf with llama_cpp.server"
+			continue
+		fi
+		PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') \
+			run_block gguf-server
+		grep -q "^llama.cpp's server -> Sure: 28 29 30 31 32$" "$work/gguf-server.out" ||
+			fail "gguf-server: llama.cpp's server does not count on from 27: $(tail -n 3 "$work/gguf-server.out")"
 		;;
 	*)
 		fail "README.md: unknown tour block '$name'"

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -138,9 +139,33 @@ static void no_server_path(const char *method, const char *path,
 		      method, path, th_state, (int)(n < 600 ? n : 600), body);
 }
 
-long th_call_x(const char *method, const char *path, const char *json,
-	       const char *upload, const char *header, json_t **out, char **raw,
-	       size_t *raw_len)
+/* A response header wanted by th_call_h: its value lands in v. */
+typedef struct want_header {
+	const char *name;
+	char *v;
+	size_t cap;
+} want_header;
+
+static size_t header_cb(char *line, size_t size, size_t n, void *p)
+{
+	want_header *w = p;
+	size_t len = size * n, k = strlen(w->name);
+
+	if (len > k + 1 && !strncasecmp(line, w->name, k) && line[k] == ':') {
+		const char *v = line + k + 1;
+		size_t vn = len - k - 1;
+		while (vn && (*v == ' ' || *v == '\t'))
+			v++, vn--;
+		while (vn && (v[vn - 1] == '\r' || v[vn - 1] == '\n'))
+			vn--;
+		snprintf(w->v, w->cap, "%.*s", (int)vn, v);
+	}
+	return len;
+}
+
+static long call(const char *method, const char *path, const char *json,
+		 const char *upload, const char *header, want_header *w,
+		 json_t **out, char **raw, size_t *raw_len)
 {
 	CURL *c = curl_easy_init();
 	char url[512];
@@ -166,6 +191,11 @@ long th_call_x(const char *method, const char *path, const char *json,
 	}
 	if (h)
 		curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	if (w) {
+		w->v[0] = 0;
+		curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb);
+		curl_easy_setopt(c, CURLOPT_HEADERDATA, w);
+	}
 	if (upload) {
 		curl_mimepart *part;
 		mime = curl_mime_init(c);
@@ -192,6 +222,22 @@ long th_call_x(const char *method, const char *path, const char *json,
 	curl_mime_free(mime);
 	curl_easy_cleanup(c);
 	return status;
+}
+
+long th_call_x(const char *method, const char *path, const char *json,
+	       const char *upload, const char *header, json_t **out, char **raw,
+	       size_t *raw_len)
+{
+	return call(method, path, json, upload, header, NULL, out, raw,
+		    raw_len);
+}
+
+long th_call_h(const char *method, const char *path, const char *json,
+	       const char *name, char *value, size_t cap, json_t **out)
+{
+	want_header w = {name, value, cap};
+
+	return call(method, path, json, NULL, NULL, &w, out, NULL, NULL);
 }
 
 void th_token_line(FILE *f, const char *token, const char *user,

@@ -38,6 +38,10 @@ long th_call_x(const char *method, const char *path, const char *json,
 	       size_t *raw_len);
 long th_call(const char *method, const char *path, const char *json,
 	     const char *upload, json_t **out);
+/* th_call with a JSON body that also returns the value of the response
+ * header name in value ("" when absent). */
+long th_call_h(const char *method, const char *path, const char *json,
+	       const char *name, char *value, size_t cap, json_t **out);
 /* A GET whose body is returned as text (streams), with an optional
  * Last-Event-ID. */
 char *th_get_text(const char *path, const char *last_id);

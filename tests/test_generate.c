@@ -22,6 +22,7 @@
 #include "model/decode.h"
 #include "model/mem_terms.h"
 #include "model/model.h"
+#include "model/model_work.h"
 #include "safetensors/safetensors.h"
 #include "testutil.h"
 
@@ -101,6 +102,10 @@ static double step_err(const float *a, const float *ref, int n)
 	return mx > 0 ? d / mx : d;
 }
 
+/* run_fixture's cache: beside a training step's buffers (evaluation's
+ * answers: a streamed model's ring lent by the step) */
+static int beside_step;
+
 /* Runs the fixture through a cache of calls of `chunk` tokens: the
  * prompts packed, then STEPS - 1 decode steps. Returns the largest step
  * error; *flips counts steps whose argmax is not transformers' id; out
@@ -117,7 +122,8 @@ static double run_fixture(taco_model *m, const gen_fixture *g, int chunk,
 	int r;
 
 	ck_assert_ptr_nonnull(lg);
-	r = taco_kv_new(m, ROWS, CTX, chunk, &kv, &err);
+	r = beside_step ? taco_kv_new_beside(m, ROWS, CTX, chunk, &kv, &err)
+			: taco_kv_new(m, ROWS, CTX, chunk, &kv, &err);
 	ck_assert_msg(r == 0, "%s", err.msg);
 	/* the prompts interleaved token by token: calls mix the rows */
 	for (int i = 0; i < 16; i++)
@@ -220,7 +226,9 @@ static taco_model *load_fixture(const char *name, int dt)
 }
 
 /* Streamed weights (a mixture of experts' last two layers from host
- * memory, through the ring) give the same bits. */
+ * memory, through the ring) give the same bits, also through the ring a
+ * training step's buffers lend (evaluation's answers), whose cache then
+ * holds exactly the ring's bytes less, as its plan says. */
 START_TEST(test_streamed_weights)
 {
 	taco_model *m = load_fixture("qwen3_moe", TK_F32);
@@ -229,6 +237,13 @@ START_TEST(test_streamed_weights)
 	gen_fixture g;
 	size_t n = (size_t)ROWS * STEPS * m->cfg.vocab;
 	float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+	const tk_ops *o = tk_cpu_ops();
+	uint64_t own[TACO_PLAN_TERMS] = {0}, lent[TACO_PLAN_TERMS] = {0};
+	uint64_t host = 0, sum = 0, sum_own = 0;
+	int32_t one = 1;
+	float *lg = malloc((size_t)m->cfg.vocab * sizeof(float));
+	size_t before;
+	taco_kv *kv;
 	int flips;
 
 	gen_load(&g, "qwen3_moe", m->cfg.vocab);
@@ -239,6 +254,36 @@ START_TEST(test_streamed_weights)
 	run_fixture(m, &g, 16, &flips, b);
 	ck_assert_int_eq(flips, 0);
 	ck_assert(memcmp(a, b, n * sizeof(float)) == 0);
+
+	/* beside a step: without the step's buffers a call is refused */
+	ck_assert_int_eq(taco_kv_new_beside(m, ROWS, CTX, 16, &kv, &err), 0);
+	ck_assert_int_eq(taco_model_decode(m, kv, &one, &(int32_t){0}, 1,
+					   &(int32_t){0}, 1, lg, &err),
+			 -EINVAL);
+	ck_assert_int_eq(taco_kv_len(kv, 0), 0);
+	taco_kv_free(kv);
+	ck_assert_int_eq(taco_work_ensure(m, 2, 16, &err), 0);
+	beside_step = 1;
+	memset(b, 0, n * sizeof(float));
+	run_fixture(m, &g, 16, &flips, b);
+	beside_step = 0;
+	ck_assert_int_eq(flips, 0);
+	ck_assert(memcmp(a, b, n * sizeof(float)) == 0);
+	ck_assert_int_eq(taco_kv_plan(m, ROWS, CTX, 16, own, &host), 0);
+	ck_assert_int_eq(taco_kv_plan_beside(m, ROWS, CTX, 16, lent, &host), 0);
+	for (int t = 0; t < TACO_PLAN_TERMS; t++) {
+		sum += lent[t];
+		sum_own += own[t];
+	}
+	ck_assert_uint_gt(own[TACO_PLAN_WEIGHT_RING], 0);
+	ck_assert_uint_eq(lent[TACO_PLAN_WEIGHT_RING], 0);
+	ck_assert_uint_eq(sum, sum_own - own[TACO_PLAN_WEIGHT_RING]);
+	before = o->mem_current();
+	ck_assert_int_eq(taco_kv_new_beside(m, ROWS, CTX, 16, &kv, &err), 0);
+	ck_assert_uint_eq(o->mem_current() - before, sum);
+	taco_kv_free(kv);
+	ck_assert_uint_eq(o->mem_current(), before);
+	free(lg);
 	free(a);
 	free(b);
 	taco_st_close(g.st);

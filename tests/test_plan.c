@@ -18,22 +18,27 @@
 static double worst_error;
 
 /* A job on the count task: model, batch, sequence length, accumulation,
- * optimizer, activation checkpointing. */
+ * optimizer, activation checkpointing; with eval_samples in extra, its
+ * validation file too (evaluation's answers: their cache). */
 static void make_job_x(taco_job *job, const char *model, int B, int T, int A,
 		       int adamw, int ckpt, const char *extra, const char *out)
 {
-	char text[2048];
+	char text[2048], val[1024] = "";
 	taco_job_problems p;
 	int r;
 
+	if (strstr(extra, "eval_samples"))
+		snprintf(val, sizeof(val),
+			 ", \"validation\": \"%s/data/count_val.jsonl\"",
+			 tu_fixture(""));
 	snprintf(text, sizeof(text),
 		 "{\"model\": \"%s/models/%s\", \"train\": "
 		 "\"%s/data/count_train.jsonl\", \"output_dir\": \"%s\", "
 		 "\"steps\": 2, \"batch_size\": %d, \"seq_len\": %d, "
 		 "\"grad_accum\": %d, \"lr\": 0.01, \"optimizer\": \"%s\", "
-		 "\"activation_checkpointing\": %s%s}",
+		 "\"activation_checkpointing\": %s%s%s}",
 		 tu_fixture(""), model, tu_fixture(""), out, B, T, A,
-		 adamw ? "adamw" : "taco", ckpt ? "true" : "false", extra);
+		 adamw ? "adamw" : "taco", ckpt ? "true" : "false", extra, val);
 	r = taco_job_parse(text, strlen(text), NULL, job, &p);
 	ck_assert_msg(r == 0, "%s", p.msg[0]);
 }
@@ -48,6 +53,7 @@ static void make_job(taco_job *job, const char *model, int B, int T, int A,
 #define OFFLOAD ", \"activation_offload\": \"on\""
 #define CHUNKS ", \"mlp_chunks\": 3"
 #define HOST ", \"weights\": \"host\""
+#define SAMPLES ", \"eval_samples\": 3"
 
 static const struct {
 	const char *model;
@@ -97,6 +103,11 @@ static const struct {
     {"qwen3_moe", 4, 16, 1, 0, 1, HOST},
     {"gpt_oss", 2, 16, 1, 0, 1, BF16 HOST},
     {"neox_par", 2, 16, 1, 0, 1, HOST CHUNKS},
+    /* evaluation's answers: their cache beside the step, through the
+     * step's ring when weights stream */
+    {"llama_gqa", 2, 16, 1, 0, 1, SAMPLES},
+    {"llama_gqa", 4, 24, 1, 0, 1, HOST SAMPLES},
+    {"qwen3_moe", 4, 16, 1, 0, 1, BF16 HOST SAMPLES},
 };
 
 /* Runs two real training steps and compares the allocator's peak with the

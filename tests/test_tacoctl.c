@@ -109,25 +109,26 @@ static void append(char **buf, size_t *len, const char *d, size_t n)
 	*buf = g;
 }
 
-/* Runs tacoctl with the arguments (NULL-terminated); stdout and stderr are
- * pipes. Returns the exit status. */
-static int ctl(run *r, ...)
+/* Runs tacoctl with the arguments; stdout and stderr are pipes, and so is
+ * stdin when input is not NULL (written whole, then closed). Returns the
+ * exit status. */
+static int ctl_v(run *r, const char *input, va_list ap)
 {
 	char *argv[MAX_ARGS], *envp[MAX_ENV], store[16384];
-	int out[2], err[2], open_fds = 2;
+	int out[2], err[2], in[2] = {-1, -1}, open_fds = 2;
 	size_t on = 0, en = 0;
 	time_t start = time(NULL);
-	va_list ap;
 	pid_t pid;
 
-	va_start(ap, r);
 	prepare(argv, envp, store, sizeof(store), ap);
-	va_end(ap);
 	memset(r, 0, sizeof(*r));
 	ck_assert(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0);
+	ck_assert(!input || pipe2(in, O_CLOEXEC) == 0);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
+		if (input)
+			dup2(in[0], 0);
 		dup2(out[1], 1);
 		dup2(err[1], 2);
 		execve(argv[0], argv, envp);
@@ -135,6 +136,13 @@ static int ctl(run *r, ...)
 	}
 	close(out[1]);
 	close(err[1]);
+	if (input) {
+		/* a few lines: the pipe's buffer takes them at once */
+		close(in[0]);
+		ck_assert(write(in[1], input, strlen(input)) ==
+			  (ssize_t)strlen(input));
+		close(in[1]);
+	}
 	append(&r->out, &on, "", 0);
 	append(&r->err, &en, "", 0);
 	while (open_fds) {
@@ -164,6 +172,28 @@ static int ctl(run *r, ...)
 	}
 	r->status = wait_exit(pid);
 	return r->status;
+}
+
+static int ctl(run *r, ...)
+{
+	va_list ap;
+	int st;
+
+	va_start(ap, r);
+	st = ctl_v(r, NULL, ap);
+	va_end(ap);
+	return st;
+}
+
+static int ctl_in(run *r, const char *input, ...)
+{
+	va_list ap;
+	int st;
+
+	va_start(ap, input);
+	st = ctl_v(r, input, ap);
+	va_end(ap);
+	return st;
 }
 
 /* The same on a pseudo-terminal (stdout and stderr), 100 columns. */
@@ -729,6 +759,127 @@ START_TEST(test_plan_pause_cancel_device)
 	teardown();
 	running_max = 0;
 	sync_limit = 0;
+}
+END_TEST
+
+/* ---- tacoctl chat ------------------------------------------------------- */
+
+/* chat_llama's greedy answer of at most 12 tokens to the messages (a JSON
+ * array), not streamed: what tacoctl chat must print. */
+static char *answer_of(const char *messages)
+{
+	char body[2048];
+	json_t *j;
+	char *a;
+
+	snprintf(body, sizeof(body),
+		 "{\"model\": \"chat_llama\", \"messages\": %s, "
+		 "\"max_tokens\": 12, \"temperature\": 0}",
+		 messages);
+	ck_assert_int_eq(
+	    th_call("POST", "/v1/chat/completions", body, NULL, &j), 200);
+	a = strdup(json_string_value(json_object_get(
+	    json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+			    "message"),
+	    "content")));
+	ck_assert_ptr_nonnull(a);
+	json_decref(j);
+	return a;
+}
+
+static void is_line(const char *out, const char *answer)
+{
+	ck_assert_msg(strlen(out) == strlen(answer) + 1 &&
+			  !strncmp(out, answer, strlen(answer)) &&
+			  out[strlen(answer)] == '\n',
+		      "printed [%s], want [%s] and a newline", out, answer);
+}
+
+START_TEST(test_chat)
+{
+	char msgs[1024], *line, *p, *hi, *sys, *again, *text;
+	json_t *j;
+	size_t n = 0;
+	run r;
+
+	setup(8ull << 30);
+	hi = answer_of("[{\"role\": \"user\", \"content\": \"Hi\"}]");
+	ck_assert_msg(hi[0], "the fixture answers nothing");
+
+	/* one prompt: the streamed answer is the API's answer */
+	ck_run(0, &r, "chat", "--max-tokens", "12", "--temperature", "0",
+	       "chat_llama", "Hi");
+	is_line(r.out, hi);
+	ck_assert_str_eq(r.err, "");
+	run_free(&r);
+	/* --json: the chunks, a line each, adding up to the answer */
+	ck_run(0, &r, "--json", "chat", "--max-tokens", "12", "--temperature",
+	       "0", "chat_llama", "Hi");
+	text = calloc(1, strlen(r.out) + 1);
+	for (p = r.out; *p;
+	     p += strcspn(p, "\n") + (p[strcspn(p, "\n")] != 0)) {
+		json_t *d;
+		line = first_line(p);
+		j = parse(line);
+		ck_assert_str_eq(th_str(j, "object"), "chat.completion.chunk");
+		d = json_object_get(
+		    json_array_get(json_object_get(j, "choices"), 0), "delta");
+		if (json_string_value(json_object_get(d, "content")))
+			strcat(text, json_string_value(
+					 json_object_get(d, "content")));
+		json_decref(j);
+		free(line);
+		n++;
+	}
+	ck_assert_uint_ge(n, 2);
+	ck_assert_str_eq(text, hi);
+	free(text);
+	run_free(&r);
+
+	/* a system message goes first */
+	sys = answer_of("[{\"role\": \"system\", \"content\": \"Be "
+			"brief.\"}, {\"role\": \"user\", \"content\": "
+			"\"Hi\"}]");
+	ck_run(0, &r, "chat", "--system", "Be brief.", "--max-tokens", "12",
+	       "--temperature", "0", "chat_llama", "Hi");
+	is_line(r.out, sys);
+	run_free(&r);
+
+	/* a conversation: each line of the input the next user message, the
+	 * answers kept in the chat, until an empty line */
+	j = json_pack("[{ss ss} {ss ss} {ss ss}]", "role", "user", "content",
+		      "Hi", "role", "assistant", "content", hi, "role", "user",
+		      "content", "Again");
+	line = json_dumps(j, 0);
+	json_decref(j);
+	snprintf(msgs, sizeof(msgs), "%s", line);
+	free(line);
+	again = answer_of(msgs);
+	ck_assert_int_eq(ctl_in(&r, "Hi\nAgain\n\nNot asked\n", "chat",
+				"--max-tokens", "12", "--temperature", "0",
+				"chat_llama", (char *)NULL),
+			 0);
+	line = malloc(strlen(hi) + strlen(again) + 3);
+	sprintf(line, "%s\n%s", hi, again);
+	is_line(r.out, line);
+	ck_assert_str_eq(r.err, ""); /* no prompt: stdin is not a terminal */
+	free(line);
+	run_free(&r);
+
+	/* errors: the server's (one line, status 1), and usage (status 2) */
+	ck_run(1, &r, "chat", "no-such-model", "Hi");
+	one_error_line(&r);
+	has(r.err, "no-such-model");
+	run_free(&r);
+	ck_run(2, &r, "chat", "--max-tokens", "0", "chat_llama", "Hi");
+	has(r.err, "--max-tokens must be 1 to 4096");
+	run_free(&r);
+	ck_run(2, &r, "chat");
+	run_free(&r);
+	free(hi);
+	free(sys);
+	free(again);
+	teardown();
 }
 END_TEST
 
@@ -1432,6 +1583,7 @@ int main(void)
 	tcase_add_test(tc, test_plan_pause_cancel_device);
 	tcase_add_test(tc, test_progress);
 	tcase_add_test(tc, test_method_dpo);
+	tcase_add_test(tc, test_chat);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);
 }

@@ -50,6 +50,7 @@ typedef struct chat_req {
 	uint64_t queued_ms, started_ms;
 	chat_worker *w; /* running on it */
 	int cancelled;
+	int timed_out; /* its cancel for request_timeout_s is written */
 	unsigned char role_sent[TACOD_CHAT_MAX_N];
 } chat_req;
 
@@ -544,12 +545,13 @@ static void chat_turn_locked(tacod_service *s)
 		if (w->ready && !w->busy && !w->closing &&
 		    now - w->idle_since_ms >= (uint64_t)cc->idle_s * 1000)
 			worker_close(w);
-		if (w->busy && !w->busy->cancelled &&
+		if (w->busy && !w->busy->cancelled && !w->busy->timed_out &&
 		    now - w->busy->started_ms >=
 			(uint64_t)cc->request_timeout_s * 1000) {
 			char line[128];
 			int n = snprintf(line, sizeof(line),
 					 "{\"cancel\": \"%s\"}", w->busy->id);
+			w->busy->timed_out = 1; /* once: it answers 499 */
 			tacod_worker_write(w->proc, line, (size_t)n);
 		}
 	}

@@ -27,6 +27,12 @@ typedef struct taco_kv taco_kv;
  * the decode kernel's), -ENOMEM. */
 int taco_kv_new(taco_model *m, int rows, int ctx, int chunk, taco_kv **out,
 		taco_err *err);
+/* The same for generation between a training step's calls (evaluation's
+ * answers): the streamed layers pass through the weight ring of the
+ * model's step work (taco_work_ensure), lent at each call, rather than a
+ * ring of the cache's own; a call without that work is -EINVAL. */
+int taco_kv_new_beside(taco_model *m, int rows, int ctx, int chunk,
+		       taco_kv **out, taco_err *err);
 void taco_kv_free(taco_kv *kv);
 
 /* Row r's length (tokens in the cache), and emptying it. */
@@ -49,5 +55,8 @@ int taco_model_decode(taco_model *m, taco_kv *kv, const int32_t *tokens,
  * (taco_model_shapes). */
 int taco_kv_plan(const taco_model *m, int rows, int ctx, int chunk,
 		 uint64_t *term, uint64_t *host);
+/* The bytes of taco_kv_new_beside: no ring of its own. */
+int taco_kv_plan_beside(const taco_model *m, int rows, int ctx, int chunk,
+			uint64_t *term, uint64_t *host);
 
 #endif

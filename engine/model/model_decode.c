@@ -72,15 +72,35 @@ static int kv_check(const taco_model *m, int rows, int ctx, int chunk,
 	return 0;
 }
 
-int taco_kv_plan(const taco_model *m, int rows, int ctx, int chunk,
-		 uint64_t *term, uint64_t *host)
+/* The work's shape; beside a step, a streamed model's ring is lent. */
+static void kv_shape(const taco_model *m, int rows, int ctx, int chunk,
+		     int beside, taco_work_shape *s)
+{
+	taco_gen_shape_of(m, rows, ctx, chunk, s);
+	s->ring_lent = beside && s->stream > 0;
+}
+
+static int kv_plan(const taco_model *m, int rows, int ctx, int chunk,
+		   int beside, uint64_t *term, uint64_t *host)
 {
 	taco_work_shape s;
 
 	if (kv_check(m, rows, ctx, chunk, NULL))
 		return -EINVAL;
-	taco_gen_shape_of(m, rows, ctx, chunk, &s);
+	kv_shape(m, rows, ctx, chunk, beside, &s);
 	return taco_work_plan_shape(m, &s, term, host);
+}
+
+int taco_kv_plan(const taco_model *m, int rows, int ctx, int chunk,
+		 uint64_t *term, uint64_t *host)
+{
+	return kv_plan(m, rows, ctx, chunk, 0, term, host);
+}
+
+int taco_kv_plan_beside(const taco_model *m, int rows, int ctx, int chunk,
+			uint64_t *term, uint64_t *host)
+{
+	return kv_plan(m, rows, ctx, chunk, 1, term, host);
 }
 
 void taco_kv_free(taco_kv *kv)
@@ -123,8 +143,8 @@ static int upload_rope(taco_model *m, taco_work *w, int ctx)
 	return 0;
 }
 
-int taco_kv_new(taco_model *m, int rows, int ctx, int chunk, taco_kv **out,
-		taco_err *err)
+static int kv_new(taco_model *m, int rows, int ctx, int chunk, int beside,
+		  taco_kv **out, taco_err *err)
 {
 	taco_work_shape s;
 	taco_kv *kv;
@@ -144,7 +164,7 @@ int taco_kv_new(taco_model *m, int rows, int ctx, int chunk, taco_kv **out,
 	kv->pos = malloc((size_t)chunk * 4);
 	kv->ids = malloc((size_t)chunk * 4);
 	kv->want = malloc((size_t)chunk * 4);
-	taco_gen_shape_of(m, rows, ctx, chunk, &s);
+	kv_shape(m, rows, ctx, chunk, beside, &s);
 	if (kv->len && kv->next && kv->pos && kv->ids && kv->want)
 		kv->w = taco_work_alloc(m, &s);
 	if (!kv->w || upload_rope(m, kv->w, ctx)) {
@@ -155,6 +175,38 @@ int taco_kv_new(taco_model *m, int rows, int ctx, int chunk, taco_kv **out,
 				    rows, ctx);
 	}
 	*out = kv;
+	return 0;
+}
+
+int taco_kv_new(taco_model *m, int rows, int ctx, int chunk, taco_kv **out,
+		taco_err *err)
+{
+	return kv_new(m, rows, ctx, chunk, 0, out, err);
+}
+
+int taco_kv_new_beside(taco_model *m, int rows, int ctx, int chunk,
+		       taco_kv **out, taco_err *err)
+{
+	return kv_new(m, rows, ctx, chunk, 1, out, err);
+}
+
+/* A lent ring: the step work's, of the same layout (the model's streamed
+ * layers), borrowed for this call. Between the step's calls its slots
+ * hold nothing it needs: each call begins by emptying them (stream_begin)
+ * and ends with its write-backs done. */
+static int lend_ring(taco_model *m, taco_kv *kv, taco_err *err)
+{
+	taco_work *w = kv->w, *step = m->work;
+
+	if (!w->s.ring_lent)
+		return 0;
+	if (!step || !step->ring || step->s.slots != w->s.slots ||
+	    step->slot_bytes != w->slot_bytes)
+		return taco_err_set(err, -EINVAL,
+				    "generation beside a training step: the "
+				    "model has no step buffers to lend their "
+				    "weight ring");
+	w->ring = step->ring;
 	return 0;
 }
 
@@ -272,7 +324,8 @@ int taco_model_decode(taco_model *m, taco_kv *kv, const int32_t *tokens,
 	if (kv->m != m)
 		return taco_err_set(err, -EINVAL,
 				    "a generation cache of another model");
-	if ((r = decode_check(kv, tokens, seq, n, want, n_want, err)))
+	if ((r = decode_check(kv, tokens, seq, n, want, n_want, err)) ||
+	    (r = lend_ring(m, kv, err)))
 		return r;
 	for (int i0 = 0; i0 < n; i0 += kv->chunk) {
 		int cn = n - i0 < kv->chunk ? n - i0 : kv->chunk, nw = 0;

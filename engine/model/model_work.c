@@ -337,7 +337,8 @@ static int work_list(const taco_model *m, taco_work *w, work_buf *list)
 	ADD(gblock, s->gblock * tr, 4, GRAD_BUFFER, R_PERSIST);
 	ADD(gblock2, s->overlap ? s->gblock : 0, 4, GRAD_BUFFER, R_PERSIST);
 	ADD(comm, s->ranks > 1 ? s->gblock : 0, 4, COMM, R_PERSIST);
-	ADD(ring, (size_t)s->slots * w->slot_bytes, 1, WEIGHT_RING, R_PERSIST);
+	ADD(ring, s->ring_lent ? 0 : (size_t)s->slots * w->slot_bytes, 1,
+	    WEIGHT_RING, R_PERSIST);
 	/* the write-back of updates (none in generation) */
 	ADD(wb_dev, (size_t)s->slots * w->wb_slot * tr, 1, WEIGHT_RING,
 	    R_PERSIST);
@@ -463,7 +464,8 @@ static void work_destroy(taco_model *m, taco_work *w)
 	if (list) { /* without the list the buffers leak, never corrupt */
 		n = work_list(m, w, list);
 		for (int i = 0; i < n; i++) {
-			if (!*list[i].slot)
+			/* (none allocated: also a lent ring) */
+			if (!*list[i].slot || !list[i].bytes)
 				continue;
 			if (list[i].region == R_PERSIST)
 				m->ops->free(*list[i].slot, list[i].bytes);

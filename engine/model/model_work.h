@@ -98,6 +98,10 @@ typedef struct taco_work_shape {
 	 * most, a KV cache of `rows` sequences of `ctx` positions, the
 	 * logits of at most `rows` tokens a call; 0: a training step's */
 	int gen, rows, ctx;
+	/* Generation between a training step's calls: streamed layers pass
+	 * through the step work's weight ring, lent at each call, instead
+	 * of a ring of its own (model_decode.c) */
+	int ring_lent;
 } taco_work_shape;
 
 struct taco_work {

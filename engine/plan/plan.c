@@ -151,8 +151,8 @@ static int work_terms(const taco_model *shapes, const taco_plan_input *in,
 	/* evaluation's answers: their cache and call buffers, held beside
 	 * the step's (model_decode.c) */
 	if (!r && in->gen_rows > 0)
-		r = taco_kv_plan(&view, in->gen_rows, in->gen_ctx,
-				 in->gen_chunk, term, host);
+		r = taco_kv_plan_beside(&view, in->gen_rows, in->gen_ctx,
+					in->gen_chunk, term, host);
 	taco_work_shape_of(&view, in->B, in->T, &ws);
 	*chunks = ws.chunks;
 	free(t);

@@ -19,7 +19,8 @@ int taco_samples_open(taco_samples *s, taco_model *m, const taco_job *job,
 	memset(s, 0, sizeof(*s));
 	if (!taco_job_sample_cache(job, &rows, &ctx, &chunk))
 		return 0;
-	if ((r = taco_kv_new(m, rows, ctx, chunk, &s->kv, err)))
+	/* between steps: a streamed model's ring is the step's */
+	if ((r = taco_kv_new_beside(m, rows, ctx, chunk, &s->kv, err)))
 		return r;
 	s->rows = rows;
 	s->n_stop =
