@@ -254,6 +254,25 @@ static const struct {
 	"\"architectures\":[\"GPTNeoXForCausalLM\"],\"hidden_size\":64,"       \
 	"\"intermediate_size\":128,\"num_hidden_layers\":2,"                   \
 	"\"num_attention_heads\":4,\"vocab_size\":100"
+#define PHI3                                                                   \
+	"\"architectures\":[\"Phi3ForCausalLM\"],\"hidden_size\":64,"          \
+	"\"intermediate_size\":128,\"num_hidden_layers\":2,"                   \
+	"\"num_attention_heads\":4,\"vocab_size\":100"
+    {"{" PHI3 ",\"resid_pdrop\":0.1}", -ENOTSUP, "resid_pdrop"},
+    {"{" PHI3 ",\"embd_pdrop\":0.1}", -ENOTSUP, "embd_pdrop"},
+    {"{" PHI3 ",\"partial_rotary_factor\":0.1}", -EINVAL, "rotary dims"},
+    /* LongRoPE: a factor per rotated pair (16 dims: 8), and the context */
+    {"{" PHI3 ",\"rope_scaling\":{\"rope_type\":\"longrope\","
+     "\"short_factor\":[1,1],\"long_factor\":[1,1]}}",
+     -EINVAL, "short_factor must be a list of 8"},
+    {"{" PHI3 ",\"rope_scaling\":{\"rope_type\":\"longrope\","
+     "\"short_factor\":[1,1,1,1,1,1,1,1],"
+     "\"long_factor\":[1,1,1,1,1,1,1,-1]}}",
+     -EINVAL, "long_factor[7]"},
+    {"{" PHI3 ",\"rope_scaling\":{\"rope_type\":\"longrope\","
+     "\"short_factor\":[1,1,1,1,1,1,1,1],"
+     "\"long_factor\":[1,1,1,1,1,1,1,1]}}",
+     -EINVAL, "original_max_position_embeddings"},
     {"{" OPT ",\"attention_dropout\":0.1}", -ENOTSUP, "attention_dropout"},
     {"{" OPT ",\"activation_dropout\":0.1}", -ENOTSUP, "activation_dropout"},
     {"{" OPT ",\"layerdrop\":0.1}", -ENOTSUP, "layerdrop"},

@@ -15,9 +15,10 @@
 #include "testutil.h"
 
 static const char *const fixtures[] = {
-    "llama_gqa",     "qwen3_tied", "mistral_sw",  "qwen2_bias", "llama_bf16",
-    "opt_pre",	     "opt_post",   "neox_par",	  "neox_seq",	"qwen3_moe",
-    "qwen3_moe_aux", "gpt_oss",	   "gpt_oss_aux", "qwen3_yarn",
+    "llama_gqa",   "qwen3_tied", "mistral_sw",	  "qwen2_bias",
+    "llama_bf16",  "opt_pre",	 "opt_post",	  "neox_par",
+    "neox_seq",	   "qwen3_moe",	 "qwen3_moe_aux", "gpt_oss",
+    "gpt_oss_aux", "phi3_long",	 "phi3_short",	  "qwen3_yarn",
 };
 
 /* The fixtures every schedule (dense, blocks, offload, kept activations,
@@ -738,8 +739,10 @@ END_TEST
 START_TEST(test_export_matches_transformers)
 {
 	static const char *const names[] = {"llama_bf16", "opt_post",
-					    "neox_par", "qwen3_moe", "gpt_oss"};
-	static const int dtype[] = {TK_BF16, TK_F32, TK_F32, TK_F32, TK_F32};
+					    "neox_par",	  "qwen3_moe",
+					    "gpt_oss",	  "phi3_long"};
+	static const int dtype[] = {TK_BF16, TK_F32, TK_F32,
+				    TK_F32,  TK_F32, TK_F32};
 	char path[256];
 	taco_model *m = NULL;
 	taco_err err = {{0}};
@@ -876,7 +879,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_dropout, 0, 2);
 	tcase_add_loop_test(tc, test_packing, 0, 4);
 	tcase_add_test(tc, test_bad_batch);
-	tcase_add_loop_test(tc, test_export_matches_transformers, 0, 5);
+	tcase_add_loop_test(tc, test_export_matches_transformers, 0, 6);
 	tcase_add_test(tc, test_gpt_oss_mxfp4);
 	suite_add_tcase(s, tc);
 	return tu_run(s, 0);

@@ -108,6 +108,10 @@ static const struct {
     {"llama_gqa", 2, 16, 1, 0, 1, SAMPLES},
     {"llama_gqa", 4, 24, 1, 0, 1, HOST SAMPLES},
     {"qwen3_moe", 4, 16, 1, 0, 1, BF16 HOST SAMPLES},
+    /* Phi-3: fused qkv_proj and gate_up_proj, LongRoPE */
+    {"phi3_long", 4, 16, 1, 0, 1, ""},
+    {"phi3_long", 2, 32, 1, 1, 0, BF16},
+    {"phi3_short", 4, 16, 1, 0, 1, BF16 OFFLOAD HOST CHUNKS SAMPLES},
 };
 
 /* Runs two real training steps and compares the allocator's peak with the

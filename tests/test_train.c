@@ -223,14 +223,15 @@ START_TEST(test_learns_packed)
 }
 END_TEST
 
-/* OPT (pre-LN; post-LN with projections, the job's dropout 0.1) and
- * GPT-NeoX (parallel and sequential residual) learn the task with TACO.
+/* OPT (pre-LN; post-LN with projections, the job's dropout 0.1),
+ * GPT-NeoX (parallel and sequential residual) and Phi-3 (fused tensors,
+ * LongRoPE past its original context) learn the task with TACO.
  * Learned positions without RoPE take more steps, post-LN a smaller rate
  * (at 0.03 it stalls near 5; AdamW learns it at 0.003 in 300 steps). */
 START_TEST(test_learns_families)
 {
 	static const char *const models[] = {"opt_pre", "opt_post", "neox_par",
-					     "neox_seq"};
+					     "neox_seq", "phi3_long"};
 	static const char *const extra[] = {
 	    "\"steps\": 900, \"lr\": 0.03, \"batch_size\": 8, "
 	    "\"optimizer\": \"taco\"",
@@ -240,10 +241,12 @@ START_TEST(test_learns_families)
 	    "\"optimizer\": \"taco\"",
 	    "\"steps\": 300, \"lr\": 0.03, \"batch_size\": 8, "
 	    "\"optimizer\": \"taco\"",
+	    "\"steps\": 600, \"lr\": 0.03, \"batch_size\": 8, "
+	    "\"optimizer\": \"taco\"",
 	};
 
 	/* post-LN with dropout: 6.14 -> 2.09 in 900 steps here */
-	static const double below[] = {2.0, 2.5, 2.0, 2.0};
+	static const double below[] = {2.0, 2.5, 2.0, 2.0, 2.0};
 
 	check_learning(models[_i], extra[_i], below[_i]);
 }
@@ -329,11 +332,11 @@ START_TEST(test_resume_after_sigkill)
 	/* 2: a mixture of experts with its auxiliary loss and idle experts;
 	 * 3: with AdamW (dense gradients, an idle expert's untouched); 4:
 	 * gpt-oss (fused experts' slices, sinks, the router's bias) */
-	static const char *const models[] = {"llama_gqa", "llama_bf16",
+	static const char *const models[] = {"llama_gqa",     "llama_bf16",
 					     "qwen3_moe_aux", "qwen3_moe",
-					     "gpt_oss_aux"};
-	static const char *const common[] = {"", "", "",
-					     ", \"optimizer\": \"adamw\"", ""};
+					     "gpt_oss_aux",   "phi3_long"};
+	static const char *const common[] = {
+	    "", "", "", ", \"optimizer\": \"adamw\"", "", ""};
 	check_resume_x(models[_i], common[_i], "");
 }
 END_TEST
@@ -979,11 +982,11 @@ int main(void)
 	tcase_add_test(tc, test_learns_taco_bf16);
 	tcase_add_test(tc, test_learns_adamw);
 	tcase_add_loop_test(tc, test_auto_lr_fine_tunes, 0, 2);
-	tcase_add_loop_test(tc, test_learns_families, 0, 4);
+	tcase_add_loop_test(tc, test_learns_families, 0, 5);
 	tcase_add_test(tc, test_opt_chat_and_completion);
 	tcase_add_test(tc, test_learns_packed);
 	tcase_add_loop_test(tc, test_dpo_resume_after_sigkill, 0, 2);
-	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 5);
+	tcase_add_loop_test(tc, test_resume_after_sigkill, 0, 6);
 	tcase_add_loop_test(tc, test_weights_host_resume, 0, 3);
 	tcase_add_test(tc, test_sigterm_checkpoints);
 	tcase_add_test(tc, test_eval_before_checkpoint);

@@ -285,6 +285,10 @@ static const variant variants[] = {
     {"gpt_oss", 0, 0, TK_BF16, 1, 0, -1, 1, 0},
     {"qwen3_moe_aux", 7, TK_BF16, TK_BF16, 1, 0, -1, 0, 0},
     {"gpt_oss_aux", 7, TK_F32, TK_F32, 0, 1, -1, 0, 1},
+    /* Phi-3: the fused qkv_proj and gate_up_proj in the ring, their row
+     * blocks written back */
+    {"phi3_long", 0, 0, TK_F32, 0, 0, -1, 0, 0},
+    {"phi3_short", 7, TK_BF16, TK_BF16, 1, 0, 5, 1, 0},
 };
 
 START_TEST(test_weights_host)

@@ -774,6 +774,13 @@ int taco_gguf_export(const char *model_dir, const char *weights_dir,
 		return r;
 	if ((r = gpt_oss_supported(&c, cfg_path, err)))
 		return r;
+	if (c.arch == TACO_ARCH_PHI3)
+		return taco_err_set(
+		    err, -ENOTSUP,
+		    "%s: GGUF export of Phi-3 (llama.cpp's "
+		    "phi3: the fused qkv_proj and gate_up_proj, "
+		    "LongRoPE's factors) is not written yet",
+		    cfg_path);
 	if (!(arch = arch_name(c.arch)))
 		return taco_err_set(err, -ENOTSUP,
 				    "%s: %s has no llama.cpp architecture: "

@@ -19,6 +19,7 @@ static const struct {
     {"GPTNeoXForCausalLM", "gpt_neox", TACO_ARCH_GPT_NEOX},
     {"Qwen3MoeForCausalLM", "qwen3_moe", TACO_ARCH_QWEN3_MOE},
     {"GptOssForCausalLM", "gpt_oss", TACO_ARCH_GPT_OSS},
+    {"Phi3ForCausalLM", "phi3", TACO_ARCH_PHI3},
 };
 
 const char *taco_arch_name(int arch)
@@ -136,6 +137,72 @@ static int parse_arch(json_t *root, const char *name, taco_config *c,
 	    name, want);
 }
 
+/* LongRoPE's short_factor or long_factor: rotary_dim / 2 numbers. */
+static int longrope_factors(json_t *rp, const char *name, const char *where,
+			    const char *key, int n, float *out, taco_err *err)
+{
+	json_t *a = json_object_get(rp, key), *v;
+	size_t i;
+
+	if (!json_is_array(a) || json_array_size(a) != (size_t)n)
+		return taco_err_set(err, -EINVAL,
+				    "%s: %s.%s must be a list of %d numbers "
+				    "(half the rotated dims of a head)",
+				    name, where, key, n);
+	json_array_foreach(a, i, v)
+	{
+		double f = json_number_value(v);
+		if (!json_is_number(v) || !(f > 0) || f > 1e6)
+			return taco_err_set(err, -EINVAL,
+					    "%s: %s.%s[%zu] must be a number "
+					    "above 0",
+					    name, where, key, i);
+		out[i] = (float)f;
+	}
+	return 0;
+}
+
+/* LongRoPE (transformers' _compute_longrope_parameters, Phi-3's): the
+ * factors; original_max_position_embeddings at the top level first (as
+ * Phi3Config standardises it), factor max_position_embeddings over it
+ * when absent, the attention factor from the factor when absent. */
+static int parse_longrope(json_t *root, json_t *rp, const char *name,
+			  const char *where, taco_config *c, taco_err *err)
+{
+	int n = c->rotary_dim / 2, r;
+	double factor = NAN, attn = NAN;
+
+	c->rope_type = TACO_ROPE_LONGROPE;
+	c->rope_original_max_pos = c->max_pos;
+	if ((r = longrope_factors(rp, name, where, "short_factor", n,
+				  c->rope_short, err)) ||
+	    (r = longrope_factors(rp, name, where, "long_factor", n,
+				  c->rope_long, err)) ||
+	    (r = cfg_int(rp, name, "original_max_position_embeddings",
+			 &c->rope_original_max_pos, 0, 1, 1 << 30, err)) ||
+	    (r = cfg_int(root, name, "original_max_position_embeddings",
+			 &c->rope_original_max_pos, 0, 1, 1 << 30, err)) ||
+	    (r = cfg_num(rp, name, "factor", &factor, 1e-6, 1e6, err)) ||
+	    (r = cfg_num(rp, name, "attention_factor", &attn, 1e-6, 1e6, err)))
+		return r;
+	if (c->rope_original_max_pos < 1)
+		return taco_err_set(err, -EINVAL,
+				    "%s: longrope needs "
+				    "original_max_position_embeddings",
+				    name);
+	if (isnan(factor))
+		factor = (double)c->max_pos / c->rope_original_max_pos;
+	if (isnan(attn))
+		attn =
+		    factor <= 1.0
+			? 1.0
+			: sqrt(1 + log(factor) /
+				       log((double)c->rope_original_max_pos));
+	c->rope_factor = factor;
+	c->rope_attn_factor = attn;
+	return 0;
+}
+
 /* YaRN (transformers' _compute_yarn_parameters): factor, or
  * max_position_embeddings / original_max_position_embeddings without one;
  * beta_fast 32 and beta_slow 1 by default, truncate true; the attention
@@ -238,10 +305,13 @@ static int parse_rope(json_t *root, const char *name, taco_config *c,
 		return 0;
 	if (strcmp(type, "yarn") == 0)
 		return parse_yarn(root, rp, name, where, c, err);
+	if (strcmp(type, "longrope") == 0 && c->arch == TACO_ARCH_PHI3)
+		return parse_longrope(root, rp, name, where, c, err);
 	if (strcmp(type, "llama3") != 0)
 		return taco_err_set(err, -ENOTSUP,
 				    "%s: %s.rope_type '%s' is not supported "
-				    "(supported: default, llama3, yarn)",
+				    "(supported: default, llama3, yarn; "
+				    "longrope for phi3)",
 				    name, where, type);
 	c->rope_type = TACO_ROPE_LLAMA3;
 	c->rope_factor = c->rope_low_freq_factor = c->rope_high_freq_factor =
@@ -717,6 +787,41 @@ static int parse_gpt_oss(json_t *root, const char *name, taco_config *c,
 	return 0;
 }
 
+/* Phi3ForCausalLM (modeling_phi3.py): Llama's math with q/k/v fused in
+ * qkv_proj and gate/up in gate_up_proj, a partial rotary
+ * (partial_rotary_factor, in rope_parameters or at the top level), an
+ * optional sliding window on every layer; residual and embedding dropout
+ * must be off (the released configs have them 0). */
+static int parse_phi3(json_t *root, const char *name, taco_config *c,
+		      taco_err *err)
+{
+	json_t *rp = json_object_get(root, "rope_parameters");
+	double pct = 1.0;
+	int r;
+
+	if (!rp || json_is_null(rp))
+		rp = json_object_get(root, "rope_scaling");
+	c->family = TACO_FAMILY_PHI3;
+	if ((r = cfg_num(root, name, "partial_rotary_factor", &pct, 1e-6, 1,
+			 err)) ||
+	    (json_is_object(rp) &&
+	     (r = cfg_num(rp, name, "partial_rotary_factor", &pct, 1e-6, 1,
+			  err))) ||
+	    (r = cfg_int(root, name, "sliding_window", &c->sliding_window, 0, 0,
+			 1 << 30, err)) ||
+	    (r = zero_dropout(root, name, "resid_pdrop", err)) ||
+	    (r = zero_dropout(root, name, "embd_pdrop", err)))
+		return r;
+	/* transformers: int(head_dim * partial_rotary_factor) */
+	c->rotary_dim = (int)(c->head_dim * pct);
+	if (c->rotary_dim < 2 || c->rotary_dim % 2)
+		return taco_err_set(err, -EINVAL,
+				    "%s: %d rotary dims of a head (head_dim %d "
+				    "x %g) must be even and at least 2",
+				    name, c->rotary_dim, c->head_dim, pct);
+	return 0;
+}
+
 /* The config of the object root into the taco_config arg (untouched on an
  * error). */
 static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
@@ -776,6 +881,8 @@ static int from_json(json_t *root, const char *name, void *arg, taco_err *err)
 		return r;
 	c.rms_eps = (float)eps;
 	c.rotary_dim = c.head_dim;
+	if (c.arch == TACO_ARCH_PHI3 && (r = parse_phi3(root, name, &c, err)))
+		return r;
 	if ((r = parse_rope(root, name, &c, err)))
 		return r;
 	if ((r = cfg_bool(root, name, "tie_word_embeddings", &c.tie_embeddings,
@@ -870,12 +977,39 @@ static void yarn_inv_freq(const taco_config *c, float *inv_freq)
 	}
 }
 
+/* LongRoPE's, as transformers: 1 / (factor * base ** (2i / dim)), the
+ * power in fp32 of the fp32 exponent. */
+static void longrope_inv_freq(const taco_config *c, const float *factor,
+			      float *inv_freq)
+{
+	for (int i = 0; i < c->rotary_dim / 2; i++) {
+		float e = (float)(2 * i) / (float)c->rotary_dim;
+		float p = (float)pow(c->rope_theta, e);
+		inv_freq[i] = 1.0f / (factor[i] * p);
+	}
+}
+
+void taco_config_inv_freq_long(const taco_config *c, float *inv_freq)
+{
+	longrope_inv_freq(c, c->rope_long, inv_freq);
+}
+
+int taco_config_rope_long(const taco_config *c, int last_pos)
+{
+	return c->rope_type == TACO_ROPE_LONGROPE &&
+	       last_pos + 1 > c->rope_original_max_pos;
+}
+
 void taco_config_inv_freq(const taco_config *c, float *inv_freq)
 {
 	int half = c->rotary_dim / 2;
 
 	if (c->rope_type == TACO_ROPE_YARN) {
 		yarn_inv_freq(c, inv_freq);
+		return;
+	}
+	if (c->rope_type == TACO_ROPE_LONGROPE) {
+		longrope_inv_freq(c, c->rope_short, inv_freq);
 		return;
 	}
 	for (int i = 0; i < half; i++) {

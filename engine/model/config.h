@@ -3,7 +3,7 @@
  * Supported architectures: LlamaForCausalLM, MistralForCausalLM,
  * Qwen2ForCausalLM, Qwen3ForCausalLM (the Llama family), OPTForCausalLM,
  * GPTNeoXForCausalLM, Qwen3MoeForCausalLM and GptOssForCausalLM (mixtures of
- * experts). A field that
+ * experts), Phi3ForCausalLM (Phi-3, Phi-4). A field that
  * would change the math in a way we do not implement is refused by name; fields
  * that do not change the math (token ids, torch_dtype, max_position_embeddings,
  * ...) are ignored. */
@@ -35,6 +35,7 @@ enum taco_arch {
 	TACO_ARCH_GPT_NEOX,
 	TACO_ARCH_QWEN3_MOE,
 	TACO_ARCH_GPT_OSS,
+	TACO_ARCH_PHI3,
 };
 
 /* The layer wiring a config takes (engine/model/<family>/). */
@@ -44,6 +45,7 @@ enum taco_family {
 	TACO_FAMILY_NEOX,
 	TACO_FAMILY_QWEN3_MOE, /* Qwen3's attention, experts for MLPs */
 	TACO_FAMILY_GPT_OSS,   /* sinks, biased router, fused experts */
+	TACO_FAMILY_PHI3,      /* Llama's math, q/k/v and gate/up fused */
 };
 
 /* The MLP: gated SiLU (3 projections) or fc1, activation, fc2. */
@@ -57,7 +59,11 @@ enum taco_rope_type {
 	TACO_ROPE_DEFAULT = 0,
 	TACO_ROPE_LLAMA3,
 	TACO_ROPE_YARN,
+	TACO_ROPE_LONGROPE,
 };
+
+/* LongRoPE's factors: one a rotated pair of dims. */
+#define TACO_ROPE_MAX_FACTORS (TACO_MAX_HEAD_DIM / 2)
 
 typedef struct taco_config {
 	int arch;
@@ -80,9 +86,14 @@ typedef struct taco_config {
 	/* YaRN (rope_factor, rope_original_max_pos too) */
 	double rope_beta_fast, rope_beta_slow;
 	int rope_truncate;
-	/* cos and sin are multiplied by it (YaRN's attention factor; 1
-	 * otherwise) */
+	/* cos and sin are multiplied by it (YaRN's and LongRoPE's attention
+	 * factor; 1 otherwise) */
 	double rope_attn_factor;
+	/* LongRoPE (rope_original_max_pos too): each frequency divided by
+	 * its short factor, or by its long one where a batch's last position
+	 * passes rope_original_max_pos */
+	float rope_short[TACO_ROPE_MAX_FACTORS];
+	float rope_long[TACO_ROPE_MAX_FACTORS];
 	int tie_embeddings; /* tie_word_embeddings */
 	int qkv_bias;	    /* q/k/v projections have biases */
 	int o_bias;	    /* o projection has a bias */
@@ -156,5 +167,10 @@ const char *taco_arch_name(int arch);
 /* inv_freq[rotary_dim / 2] as Hugging Face computes it (fp32 result),
  * scaling applied. */
 void taco_config_inv_freq(const taco_config *c, float *inv_freq);
+/* LongRoPE: the frequencies of the long factors, and whether a call whose
+ * last position is last_pos takes them (transformers: its max position
+ * id + 1 past original_max_position_embeddings). */
+void taco_config_inv_freq_long(const taco_config *c, float *inv_freq);
+int taco_config_rope_long(const taco_config *c, int last_pos);
 
 #endif

@@ -13,6 +13,7 @@ extern const taco_layer_ops taco_opt_layer;
 extern const taco_layer_ops taco_neox_layer;
 extern const taco_layer_ops taco_qwen3_moe_layer;
 extern const taco_layer_ops taco_gpt_oss_layer;
+extern const taco_layer_ops taco_phi3_layer;
 
 /* llama/layer.c: the Llama family's attention, which Qwen3-MoE shares.
  * fwd: from the layer input x through ln2 = norm(x_mid); bwd: from w->dtmp
@@ -22,6 +23,14 @@ void llama_attn_fwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
 		    const void *W[TACO_L_COUNT]);
 void llama_attn_bwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
 		    const void *W[TACO_L_COUNT]);
+/* The whole Llama layer over the weights W (lp_weights', or views of them:
+ * Phi-3's fused tensors); recompute stops at ln2. Where the layer has
+ * fused tensors (TACO_L_QKV, TACO_L_GATE_UP: [q; k; v] and [gate; up]
+ * rows), the gradients go to their row blocks. */
+void llama_layer_fwd_w(step_ctx *c, int l, const void *x, void *out,
+		       int recompute, const void *W[TACO_L_COUNT]);
+void llama_layer_bwd_w(step_ctx *c, int l, const void *x,
+		       const void *W[TACO_L_COUNT]);
 
 /* A family's experts, which moe.c runs over the slots sorted by expert
  * (expert e's rows are its run of moe_counts(c, l)[e] rows): fwd from

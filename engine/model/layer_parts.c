@@ -14,6 +14,8 @@ const taco_layer_ops *step_layer_ops(const taco_model *m)
 		return &taco_qwen3_moe_layer;
 	case TACO_FAMILY_GPT_OSS:
 		return &taco_gpt_oss_layer;
+	case TACO_FAMILY_PHI3:
+		return &taco_phi3_layer;
 	default:
 		return &taco_llama_layer;
 	}

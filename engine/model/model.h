@@ -46,6 +46,7 @@ enum taco_layer_slot {
 	TACO_L_ROUTER,	    /* a mixture of experts' router, mlp.gate [E, H] */
 	TACO_L_ROUTER_BIAS, /* gpt-oss: the router's bias [E] */
 	TACO_L_SINKS,	    /* gpt-oss: the attention's sinks [heads] */
+	TACO_L_GATE_UP,	    /* Phi-3: gate_up_proj [2I, H], gate rows first */
 	TACO_L_COUNT
 };
 
@@ -94,8 +95,9 @@ typedef struct taco_model {
 	 * expert[(l * E + e) * TACO_X_COUNT + TACO_X_*] (-1 in a dense layer
 	 * or where the family has none); NULL without experts. */
 	int *expert;
-	float *inv_freq; /* host, head_dim / 2 */
-	taco_work *work; /* step buffers for the last batch shape */
+	float *inv_freq;      /* host, head_dim / 2 */
+	float *inv_freq_long; /* LongRoPE's long factors' (else NULL) */
+	taco_work *work;      /* step buffers for the last batch shape */
 	/* Precision: TK_F32 (the reference: activations fp32, weights as
 	 * stored, converted to fp32 scratch on use) or TK_BF16 (weights,
 	 * activations and their gradients bf16, fp32 arithmetic, GEMMs on

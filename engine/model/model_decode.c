@@ -22,6 +22,9 @@ struct taco_kv {
 	int *len;		   /* [rows] tokens in the cache */
 	int32_t *pos, *ids, *want; /* host [chunk] */
 	int *next;		   /* [rows] a call's next position */
+	int rope_long;		   /* LongRoPE: the tables hold the long set */
+	int32_t *hist;		   /* LongRoPE: [rows, ctx] the rows' tokens */
+	int replaying;		   /* LongRoPE: recomputing the cache */
 };
 
 int taco_kv_len(const taco_kv *kv, int r)
@@ -113,14 +116,16 @@ void taco_kv_free(taco_kv *kv)
 	free(kv->pos);
 	free(kv->ids);
 	free(kv->want);
+	free(kv->hist);
 	free(kv);
 }
 
 /* The RoPE tables of every position of the cache, as prepare_batch
  * makes a batch's (model_step.c). */
-static int upload_rope(taco_model *m, taco_work *w, int ctx)
+static int upload_rope(taco_model *m, taco_work *w, int ctx, int rope_long)
 {
 	int half = m->cfg.rotary_dim / 2;
+	const float *inv_freq = rope_long ? m->inv_freq_long : m->inv_freq;
 	float *cs;
 
 	if (!half)
@@ -130,7 +135,7 @@ static int upload_rope(taco_model *m, taco_work *w, int ctx)
 		return -ENOMEM;
 	for (int p = 0; p < ctx; p++)
 		for (int i = 0; i < half; i++) {
-			float a = (float)p * m->inv_freq[i];
+			float a = (float)p * inv_freq[i];
 			float f = (float)m->cfg.rope_attn_factor;
 			cs[(size_t)p * half + i] = (float)cos((double)a) * f;
 			cs[(size_t)(ctx + p) * half + i] =
@@ -164,10 +169,15 @@ static int kv_new(taco_model *m, int rows, int ctx, int chunk, int beside,
 	kv->pos = malloc((size_t)chunk * 4);
 	kv->ids = malloc((size_t)chunk * 4);
 	kv->want = malloc((size_t)chunk * 4);
+	if (m->cfg.rope_type == TACO_ROPE_LONGROPE &&
+	    !(kv->hist = malloc((size_t)rows * ctx * 4))) {
+		taco_kv_free(kv);
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	}
 	kv_shape(m, rows, ctx, chunk, beside, &s);
 	if (kv->len && kv->next && kv->pos && kv->ids && kv->want)
 		kv->w = taco_work_alloc(m, &s);
-	if (!kv->w || upload_rope(m, kv->w, ctx)) {
+	if (!kv->w || upload_rope(m, kv->w, ctx, 0)) {
 		taco_kv_free(kv);
 		return taco_err_set(err, -ENOMEM,
 				    "cannot allocate a generation cache of %d "
@@ -208,6 +218,44 @@ static int lend_ring(taco_model *m, taco_kv *kv, taco_err *err)
 				    "weight ring");
 	w->ring = step->ring;
 	return 0;
+}
+
+/* LongRoPE: the call's last position (decode_check's kv->next) picks the
+ * factors, as transformers' forward does; where they change, the cache is
+ * recomputed with the new ones, as transformers' Phi-3 generation drops
+ * its cache when it passes original_max_position_embeddings. */
+static int longrope_switch(taco_model *m, taco_kv *kv, taco_err *err)
+{
+	int last = 0, want_long, r = 0;
+	int32_t *seq = NULL;
+	float none[1]; /* no logits wanted */
+
+	for (int rw = 0; rw < kv->rows; rw++)
+		if (kv->next[rw] > kv->len[rw] && kv->next[rw] - 1 > last)
+			last = kv->next[rw] - 1;
+	want_long = taco_config_rope_long(&m->cfg, last);
+	if (want_long == kv->rope_long)
+		return 0;
+	if (upload_rope(m, kv->w, kv->ctx, want_long) ||
+	    !(seq = malloc((size_t)kv->chunk * 4)))
+		return taco_err_set(err, -ENOMEM, "out of memory");
+	kv->rope_long = want_long;
+	kv->replaying = 1;
+	for (int rw = 0; rw < kv->rows && !r; rw++) {
+		int n = kv->len[rw];
+		kv->len[rw] = 0;
+		for (int i = 0; i < kv->chunk; i++)
+			seq[i] = rw;
+		for (int i0 = 0; i0 < n && !r; i0 += kv->chunk) {
+			int cn = n - i0 < kv->chunk ? n - i0 : kv->chunk;
+			r = taco_model_decode(
+			    m, kv, kv->hist + (size_t)rw * kv->ctx + i0, seq,
+			    cn, NULL, 0, none, err);
+		}
+	}
+	kv->replaying = 0;
+	free(seq);
+	return r;
 }
 
 /* Checks a call and sets each token's position; nothing changes on
@@ -327,10 +375,17 @@ int taco_model_decode(taco_model *m, taco_kv *kv, const int32_t *tokens,
 	if ((r = decode_check(kv, tokens, seq, n, want, n_want, err)) ||
 	    (r = lend_ring(m, kv, err)))
 		return r;
+	if (m->cfg.rope_type == TACO_ROPE_LONGROPE && !kv->replaying &&
+	    (r = longrope_switch(m, kv, err)))
+		return r;
 	for (int i0 = 0; i0 < n; i0 += kv->chunk) {
 		int cn = n - i0 < kv->chunk ? n - i0 : kv->chunk, nw = 0;
-		for (int i = 0; i < cn; i++)
+		for (int i = 0; i < cn; i++) {
 			kv->pos[i] = kv->len[seq[i0 + i]]++;
+			if (kv->hist)
+				kv->hist[(size_t)seq[i0 + i] * kv->ctx +
+					 kv->pos[i]] = tokens[i0 + i];
+		}
 		while (j < n_want && want[j] < i0 + cn)
 			kv->want[nw++] = want[j++] - i0;
 		decode_chunk(kv, tokens, seq, i0, cn, nw,

@@ -159,6 +159,15 @@ int taco_model_skeleton(const taco_config *cfg, const tk_ops *ops,
 			m->tensors[id].layer = l;
 	}
 	taco_config_inv_freq(cfg, m->inv_freq);
+	if (cfg->rope_type == TACO_ROPE_LONGROPE) {
+		m->inv_freq_long =
+		    calloc((size_t)cfg->head_dim / 2 + 1, sizeof(float));
+		if (!m->inv_freq_long) {
+			taco_model_free(m);
+			return taco_err_set(err, -ENOMEM, "out of memory");
+		}
+		taco_config_inv_freq_long(cfg, m->inv_freq_long);
+	}
 	*out = m;
 	return 0;
 }
@@ -505,5 +514,6 @@ void taco_model_free(taco_model *m)
 	free(m->layer);
 	free(m->expert);
 	free(m->inv_freq);
+	free(m->inv_freq_long);
 	free(m);
 }

@@ -155,6 +155,8 @@ static int prepare_batch(taco_model *m, const taco_batch *b, taco_err *err)
 	int N = b->B * b->T, half = m->cfg.rotary_dim / 2, r;
 	int32_t *pos = NULL;
 	float *cs = NULL;
+	const float *inv_freq = m->inv_freq;
+	int last = 0;
 
 	if ((r = upload_distinct(m, b, err)))
 		return r;
@@ -163,9 +165,14 @@ static int prepare_batch(taco_model *m, const taco_batch *b, taco_err *err)
 	pos = malloc((size_t)N * 4);
 	if (!pos)
 		return taco_err_set(err, -ENOMEM, "out of memory");
-	for (int i = 0; i < N; i++)
+	for (int i = 0; i < N; i++) {
 		pos[i] = b->pos ? b->pos[i] : i % b->T;
+		last = pos[i] > last ? pos[i] : last;
+	}
 	m->ops->upload(w->pos, pos, (size_t)N * 4);
+	/* LongRoPE: the batch's last position picks the factors */
+	if (taco_config_rope_long(&m->cfg, last))
+		inv_freq = m->inv_freq_long;
 	if (w->pos_ids) { /* OPT: the table's rows carry an offset of 2 */
 		for (int i = 0; i < N; i++)
 			pos[i] += 2;
@@ -188,7 +195,7 @@ static int prepare_batch(taco_model *m, const taco_batch *b, taco_err *err)
 	 * the attention factor (YaRN's; 1 otherwise) in fp32. */
 	for (int p = 0; p < b->T; p++) {
 		for (int i = 0; i < half; i++) {
-			float a = (float)p * m->inv_freq[i];
+			float a = (float)p * inv_freq[i];
 			float f = (float)m->cfg.rope_attn_factor;
 			cs[(size_t)p * half + i] = (float)cos((double)a) * f;
 			cs[(size_t)(b->T + p) * half + i] =

@@ -91,9 +91,24 @@ static const family_names neox = {
 	[TACO_L_DOWN_BIAS] = "mlp.dense_4h_to_h.bias",
     }};
 
+/* Phi-3's fused qkv_proj ([q; k; v] rows) and gate_up_proj ([gate; up]
+ * rows), each one tensor as shipped. */
+static const family_names phi3 = {
+    "model.layers.%d.",
+    {
+	[TACO_L_ATTN_NORM] = "input_layernorm.weight",
+	[TACO_L_QKV] = "self_attn.qkv_proj.weight",
+	[TACO_L_O] = "self_attn.o_proj.weight",
+	[TACO_L_MLP_NORM] = "post_attention_layernorm.weight",
+	[TACO_L_GATE_UP] = "mlp.gate_up_proj.weight",
+	[TACO_L_DOWN] = "mlp.down_proj.weight",
+    }};
+
 static const family_names *names_of(const taco_config *c)
 {
 	switch (c->family) {
+	case TACO_FAMILY_PHI3:
+		return &phi3;
 	case TACO_FAMILY_OPT:
 		return &opt;
 	case TACO_FAMILY_NEOX:
@@ -112,7 +127,9 @@ static int slot_shape(const taco_config *c, int l, int slot, int64_t shape[2])
 	int moe = taco_config_moe_layer(c, l);
 	int64_t D = (int64_t)c->heads * c->head_dim;
 	int64_t Dkv = (int64_t)c->kv_heads * c->head_dim;
-	int fused = c->family == TACO_FAMILY_NEOX;
+	int fused =
+	    c->family == TACO_FAMILY_NEOX || c->family == TACO_FAMILY_PHI3;
+	int gate_up = c->family == TACO_FAMILY_PHI3;
 
 	switch (slot) {
 	case TACO_L_ATTN_NORM:
@@ -164,10 +181,13 @@ static int slot_shape(const taco_config *c, int l, int slot, int64_t shape[2])
 		return c->attn_sinks ? 1 : 0;
 	case TACO_L_GATE:
 		shape[0] = I, shape[1] = H;
-		return c->gated_mlp && !moe ? 2 : 0;
+		return c->gated_mlp && !moe && !gate_up ? 2 : 0;
 	case TACO_L_UP:
 		shape[0] = I, shape[1] = H;
-		return moe ? 0 : 2;
+		return moe || gate_up ? 0 : 2;
+	case TACO_L_GATE_UP:
+		shape[0] = 2 * I, shape[1] = H;
+		return gate_up ? 2 : 0;
 	case TACO_L_UP_BIAS:
 		shape[0] = I;
 		return c->mlp_bias ? 1 : 0;

@@ -11,9 +11,6 @@
 
 #include "model/layer.h"
 
-static void llama_layer_fwd(step_ctx *c, int l, const void *x, void *out,
-			    int recompute);
-
 /* gate, up and act of MLP block b from ln2. */
 static void mlp_block_fwd(step_ctx *c, taco_layer_acts *a,
 			  const void *W[TACO_L_COUNT], int b)
@@ -28,16 +25,6 @@ static void mlp_block_fwd(step_ctx *c, taco_layer_acts *a,
 		     step_at(W[TACO_L_UP], off, c->es), H, 0.0f, c->dt, a->up,
 		     n);
 	c->o->swiglu_fwd(c->dt, a->act, a->gate, a->up, (size_t)N * n);
-}
-
-static void llama_fwd(step_ctx *c, int l, const void *x, void *out)
-{
-	llama_layer_fwd(c, l, x, out, 0);
-}
-
-static void llama_recompute(step_ctx *c, int l, const void *x)
-{
-	llama_layer_fwd(c, l, x, NULL, 1);
 }
 
 /* gpt-oss's sinks in f32, as the sink ops take them. */
@@ -94,17 +81,15 @@ void llama_attn_fwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
 
 /* recompute: stop at ln2, for backward (which runs the MLP block by block
  * itself); else the whole layer into out. */
-static void llama_layer_fwd(step_ctx *c, int l, const void *x, void *out,
-			    int recompute)
+void llama_layer_fwd_w(step_ctx *c, int l, const void *x, void *out,
+		       int recompute, const void *W[TACO_L_COUNT])
 {
 	const tk_ops *o = c->o;
 	const taco_config *cf = &c->m->cfg;
 	taco_work *w = c->w;
 	taco_layer_acts *a = lp_acts(c, l);
-	const void *W[TACO_L_COUNT];
 	int N = w->s.N, H = cf->hidden, I = cf->intermediate, dt = c->dt;
 
-	lp_weights(c, l, W);
 	llama_attn_fwd(c, l, x, a, W);
 	if (recompute)
 		return;
@@ -117,6 +102,22 @@ static void llama_layer_fwd(step_ctx *c, int l, const void *x, void *out,
 			  b ? 1.0f : 0.0f, dt, out, H);
 	}
 	o->add(dt, out, a->x_mid, (size_t)N * H);
+}
+
+static void llama_fwd(step_ctx *c, int l, const void *x, void *out)
+{
+	const void *W[TACO_L_COUNT];
+
+	lp_weights(c, l, W);
+	llama_layer_fwd_w(c, l, x, out, 0, W);
+}
+
+static void llama_recompute(step_ctx *c, int l, const void *x)
+{
+	const void *W[TACO_L_COUNT];
+
+	lp_weights(c, l, W);
+	llama_layer_fwd_w(c, l, x, NULL, 1, W);
 }
 
 /* RMSNorm backward: dres[n, H] += the input gradient from dout (the
@@ -178,6 +179,16 @@ static void mlp_bwd(step_ctx *c, int l, taco_layer_acts *a,
 		o->matmul(0, 0, N, H, n, 1.0f, dt, a->up, n,
 			  step_at(W[TACO_L_UP], (size_t)j0 * H, c->es), H, 1.0f,
 			  dt, w->dtmp, H);
+		if (id[TACO_L_GATE_UP] >= 0) {
+			/* one tensor [gate; up]: its rows as they come,
+			 * gate's block first, the last up block last */
+			grad_linear_rows(c, id[TACO_L_GATE_UP], a->gate, n,
+					 a->ln2, H, N, n, H, j0, b == 0, 0);
+			grad_linear_rows(c, id[TACO_L_GATE_UP], a->up, n,
+					 a->ln2, H, N, n, H, I + j0, 0,
+					 b == nb - 1);
+			continue;
+		}
 		grad_linear_rows(c, id[TACO_L_GATE], a->gate, n, a->ln2, H, N,
 				 n, H, j0, b == 0, b == nb - 1);
 		grad_linear_rows(c, id[TACO_L_UP], a->up, n, a->ln2, H, N, n, H,
@@ -236,6 +247,18 @@ void llama_attn_bwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
 	lp_linear_bwd_x(c, w->dtmp, dqf, W[TACO_L_Q], N, H, D, 0.0f);
 	lp_linear_bwd_x(c, w->dtmp, dkf, W[TACO_L_K], N, H, Dkv, 1.0f);
 	lp_linear_bwd_x(c, w->dtmp, w->dv, W[TACO_L_V], N, H, Dkv, 1.0f);
+	if (id[TACO_L_QKV] >= 0) {
+		/* one tensor [q; k; v] (Phi-3): its three row blocks */
+		grad_linear_rows(c, id[TACO_L_QKV], dqf, D, a->ln1, H, N, D, H,
+				 0, 1, 0);
+		grad_linear_rows(c, id[TACO_L_QKV], dkf, Dkv, a->ln1, H, N, Dkv,
+				 H, D, 0, 0);
+		grad_linear_rows(c, id[TACO_L_QKV], w->dv, Dkv, a->ln1, H, N,
+				 Dkv, H, D + Dkv, 0, 1);
+		norm_bwd_add(c, id[TACO_L_ATTN_NORM], w->dx, w->dtmp, x,
+			     W[TACO_L_ATTN_NORM], a->rstd1, N, H);
+		return;
+	}
 	grad_linear_cols(c, id[TACO_L_Q], dqf, D, a->ln1, H, N, D, H, 0);
 	lp_bias_grad(c, id[TACO_L_Q_BIAS], dqf, N, D);
 	grad_linear_cols(c, id[TACO_L_K], dkf, Dkv, a->ln1, H, N, Dkv, H, 0);
@@ -246,14 +269,21 @@ void llama_attn_bwd(step_ctx *c, int l, const void *x, taco_layer_acts *a,
 		     W[TACO_L_ATTN_NORM], a->rstd1, N, H);
 }
 
-static void llama_bwd(step_ctx *c, int l, const void *x)
+void llama_layer_bwd_w(step_ctx *c, int l, const void *x,
+		       const void *W[TACO_L_COUNT])
 {
 	taco_layer_acts *a = lp_acts(c, l);
+
+	mlp_bwd(c, l, a, W);
+	llama_attn_bwd(c, l, x, a, W);
+}
+
+static void llama_bwd(step_ctx *c, int l, const void *x)
+{
 	const void *W[TACO_L_COUNT];
 
 	lp_weights(c, l, W);
-	mlp_bwd(c, l, a, W);
-	llama_attn_bwd(c, l, x, a, W);
+	llama_layer_bwd_w(c, l, x, W);
 }
 
 const taco_layer_ops taco_llama_layer = {llama_fwd, llama_recompute, llama_bwd};
